@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Make sure a RabbitMQ answers at the given AMQP URL's port (default 5672) for `make conformance`.
+# Reuses one that is already running (e.g. from an earlier CI run); otherwise starts Debian's
+# rabbitmq-server detached and waits until it accepts AMQP connections.
+set -euo pipefail
+url="${1:-amqp://guest:guest@127.0.0.1:5672/%2F}"
+port=$(python3 -c 'import sys,urllib.parse as u; print(u.urlparse(sys.argv[1]).port or 5672)' "$url")
+answers() {
+  python3 - "$port" <<'PY'
+import socket, sys
+try:
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+    s.sendall(b"AMQP\x00\x00\x09\x01")
+    s.settimeout(5)
+    data = s.recv(8)
+    sys.exit(0 if data[:1] == b"\x01" else 1)
+except OSError:
+    sys.exit(1)
+PY
+}
+if answers; then echo "RabbitMQ already answering on port $port"; exit 0; fi
+if ! command -v rabbitmq-server >/dev/null 2>&1; then
+  echo "rabbitmq-server is not installed: apt-get install rabbitmq-server (CI does this in .ci/run)" >&2
+  exit 1
+fi
+echo "starting rabbitmq-server -detached"
+rabbitmq-server -detached || true
+for _ in $(seq 1 120); do
+  if answers; then echo "RabbitMQ is up on port $port"; exit 0; fi
+  sleep 1
+done
+echo "RabbitMQ did not come up on port $port within 120 s" >&2
+exit 1

@@ -1,0 +1,49 @@
+# OtterMQ developer entry points. `make run` and `make test` do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PKGS   := broker amqp vhost ttl dlx persistence spark_jobs
+STAMP  := $(VENV)/.installed
+# RabbitMQ for `make conformance` (started if nothing answers there)
+RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
+export PYTHONSAFEPATH := 1
+
+.PHONY: install run test unit e2e conformance bench lint typecheck clean
+
+# Re-install when pyproject changes or a module is added/removed (strict editable installs
+# link files one by one, so new modules need a re-run).
+$(STAMP): pyproject.toml $(PKGS)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/ottermq
+
+test: install
+	$(BIN)/pytest
+
+unit: install
+	$(BIN)/pytest tests
+
+e2e: install
+	$(BIN)/pytest e2e
+
+conformance: install
+	bash .ci/rabbitmq.sh "$(RABBIT_URL)"
+	AMQP_URL="$(RABBIT_URL)" $(BIN)/pytest e2e -m "not extension"
+
+bench: install
+	$(BIN)/python benchmarks/run.py
+
+lint: install
+	$(BIN)/ruff check $(PKGS) tests e2e benchmarks
+
+typecheck: install
+	$(BIN)/mypy $(foreach p,$(PKGS),-p ottermq.$(p))
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,596 @@
+"""One AMQP channel: method dispatch, content assembly, consumers, acks, QoS, confirms, tx.
+
+Rules:
+- Frames reach ``handle`` in order. A ``basic.publish`` must be followed by its content header and
+  exactly ``body_size`` bytes of body frames; anything else is a 505 connection error.
+- Hot frames (publish, ack) are decoded by ``ottermq.amqp.fastpath``; everything else by pamqp and
+  dispatched through ``_handlers`` ({pamqp class: handler}).
+- Domain errors are raised as ``ChannelException``/``ConnectionException``; the connection turns
+  them into ``Channel.Close``/``Connection.Close`` using ``method_key`` for class/method ids.
+- Delivery tags count up from 1 per channel; ``_unacked`` keeps them in ascending order.
+- Closing the channel (either side) requeues every unacked message and cancels its consumers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as spec
+from pamqp.base import Frame
+
+from ottermq.amqp import fastpath
+from ottermq.amqp.errors import (
+    AccessRefused,
+    AMQPNotImplemented,
+    ChannelError,
+    CommandInvalid,
+    NotAllowed,
+    NotFound,
+    PreconditionFailed,
+    UnexpectedFrame,
+)
+from ottermq.amqp.fastpath import (
+    BASIC_ACK,
+    BASIC_NACK,
+    BASIC_PUBLISH,
+    BASIC_REJECT,
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_METHOD,
+)
+from ottermq.amqp.props import parse_expiration, quick_props
+from ottermq.vhost.message import Entry, Message
+from ottermq.vhost.queue import Queue
+from ottermq.vhost.vhost import generated_name
+
+if TYPE_CHECKING:
+    from .connection import AMQPConnection
+
+log = logging.getLogger(__name__)
+
+_PUBLISH_KEY = BASIC_PUBLISH
+
+
+class ChannelConsumer:
+    """A ``basic.consume`` subscription on a channel (implements ``vhost.queue.Consumer``)."""
+
+    __slots__ = ("channel", "queue", "tag", "no_ack", "exclusive", "prefetch", "unacked", "arguments")
+
+    def __init__(
+        self, channel: Channel, queue: Queue, tag: str, no_ack: bool, exclusive: bool, prefetch: int
+    ) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+
+    def can_deliver(self) -> bool:
+        channel = self.channel
+        if not channel.flow_active or channel.conn.paused or channel.closing:
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        limit = channel.global_prefetch
+        return not (limit and channel.unacked_count >= limit)
+
+    def deliver(self, queue: Queue, entry: Entry) -> None:
+        self.channel.deliver(self, queue, entry)
+
+    def on_queue_deleted(self, queue: Queue) -> None:
+        self.channel.server_cancel(self)
+
+
+class Channel:
+    """State of one open channel on a connection."""
+
+    def __init__(self, conn: AMQPConnection, number: int) -> None:
+        self.conn = conn
+        self.number = number
+        self.vhost = conn.vhost
+        self.closing = False
+        self.flow_active = True
+        self.method_key = 0
+        self.last_queue = ""  # most recently declared queue, for empty queue names
+        # content assembly
+        self._publish: tuple[str, str, bool, bool] | None = None
+        self._props = b""
+        self._body_size = 0
+        self._body: list[bytes] = []
+        self._received = 0
+        # consuming
+        self.consumers: dict[str, ChannelConsumer] = {}
+        self._unacked: dict[int, tuple[Entry, Queue, ChannelConsumer | None]] = {}
+        self._next_tag = 0
+        self.unacked_count = 0
+        self.prefetch = 0  # applies to consumers created afterwards
+        self.global_prefetch = 0
+        # publisher side
+        self.confirm = False
+        self._publish_seq = 0
+        self.tx = False
+        self._tx_publishes: list[tuple[Message, bool, str]] = []
+        self._tx_acks: list[tuple[int, bool, str, bool]] = []  # (tag, multiple, kind, requeue)
+        self._handlers: dict[type[Frame], Callable[[Any], None]] = {
+            spec.Channel.Close: self.on_channel_close,
+            spec.Channel.CloseOk: self.on_channel_close_ok,
+            spec.Channel.Flow: self.on_channel_flow,
+            spec.Channel.FlowOk: lambda _f: None,
+            spec.Channel.Open: self.on_channel_open,
+            spec.Exchange.Declare: self.on_exchange_declare,
+            spec.Exchange.Delete: self.on_exchange_delete,
+            spec.Exchange.Bind: self.on_exchange_bind,
+            spec.Exchange.Unbind: self.on_exchange_unbind,
+            spec.Queue.Declare: self.on_queue_declare,
+            spec.Queue.Bind: self.on_queue_bind,
+            spec.Queue.Unbind: self.on_queue_unbind,
+            spec.Queue.Purge: self.on_queue_purge,
+            spec.Queue.Delete: self.on_queue_delete,
+            spec.Basic.Qos: self.on_basic_qos,
+            spec.Basic.Consume: self.on_basic_consume,
+            spec.Basic.Cancel: self.on_basic_cancel,
+            spec.Basic.Get: self.on_basic_get,
+            spec.Basic.Recover: self.on_basic_recover,
+            spec.Basic.RecoverAsync: self.on_basic_recover_async,
+            spec.Confirm.Select: self.on_confirm_select,
+            spec.Tx.Select: self.on_tx_select,
+            spec.Tx.Commit: self.on_tx_commit,
+            spec.Tx.Rollback: self.on_tx_rollback,
+        }
+
+    # -- frame entry point ----------------------------------------------------------------
+    def handle(self, frame_type: int, payload: bytes) -> None:
+        """Process one frame addressed to this channel."""
+        if self._publish is not None:
+            self._on_content(frame_type, payload)
+            return
+        if frame_type != FRAME_METHOD:
+            if self.closing:
+                return
+            raise UnexpectedFrame(
+                f"expected method frame, got non method frame instead (type {frame_type})"
+            )
+        key = fastpath.method_key(payload)
+        self.method_key = key
+        if self.closing:
+            # after Channel.Close only Close / Close-Ok matter
+            if key in (0x00140028, 0x00140029):
+                method = fastpath.decode_method(payload)
+                self._handlers[type(method)](method)
+            return
+        if key == _PUBLISH_KEY:
+            self._publish = fastpath.decode_publish(payload)
+            self._body_size = -1
+            return
+        if key == BASIC_ACK:
+            tag, multiple = fastpath.decode_ack(payload)
+            self.on_ack(tag, multiple)
+            return
+        method = fastpath.decode_method(payload)
+        handler = self._handlers.get(type(method))
+        if handler is None:
+            raise CommandInvalid(f"unexpected method {method.name} on channel {self.number}")
+        if key == BASIC_REJECT:
+            self.on_reject(method.delivery_tag, False, method.requeue)
+        elif key == BASIC_NACK:
+            self.on_reject(method.delivery_tag, method.multiple, method.requeue)
+        else:
+            handler(method)
+
+    def _on_content(self, frame_type: int, payload: bytes) -> None:
+        if self._body_size < 0:
+            if frame_type != FRAME_HEADER:
+                self._publish = None
+                raise UnexpectedFrame(
+                    "expected content header for class 60, got non content header frame instead"
+                )
+            class_id, body_size, raw_props = fastpath.decode_header(payload)
+            if class_id != 60:
+                self._publish = None
+                raise UnexpectedFrame(f"expected content header for class 60, got one for class {class_id} instead")
+            limit = self.conn.settings.max_message_size
+            if body_size > limit:
+                self._publish = None
+                raise PreconditionFailed(
+                    f"message size {body_size} is larger than configured max size {limit}"
+                )
+            self._props = raw_props
+            self._body_size = body_size
+            self._received = 0
+            if body_size == 0:
+                self._finish_publish(b"")
+            return
+        if frame_type != FRAME_BODY:
+            self._publish = None
+            raise UnexpectedFrame(
+                "expected content body, got non content body frame instead"
+            )
+        self._received += len(payload)
+        if self._received == self._body_size and not self._body:
+            self._finish_publish(payload)
+            return
+        self._body.append(payload)
+        if self._received >= self._body_size:
+            body = b"".join(self._body)
+            self._body = []
+            if self._received > self._body_size:
+                self._publish = None
+                raise UnexpectedFrame("content body exceeds the size in its content header")
+            self._finish_publish(body)
+
+    # -- publishing -----------------------------------------------------------------------
+    def _finish_publish(self, body: bytes) -> None:
+        publish = self._publish
+        assert publish is not None
+        self._publish = None
+        self.method_key = _PUBLISH_KEY
+        if self.closing:
+            return
+        exchange_name, routing_key, mandatory, immediate = publish
+        if immediate:
+            raise AMQPNotImplemented("immediate=true")
+        raw_props = self._props
+        exchange = None
+        if exchange_name:
+            exchange = self.vhost.get_exchange(exchange_name)
+            if exchange.internal:
+                raise AccessRefused(
+                    f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.vhost.name}'"
+                )
+        delivery_mode, priority, expiration, user_id = quick_props(raw_props)
+        if user_id is not None and user_id != self.conn.username:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{self.conn.username}'"
+            )
+        ttl = parse_expiration(expiration) if expiration is not None else None
+        message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
+        if self.confirm:
+            self._publish_seq += 1
+        if self.tx:
+            self._tx_publishes.append((message, mandatory, exchange_name))
+            return
+        queues = self.vhost.route(exchange, message)
+        self._deliver_routed(message, queues, mandatory)
+
+    def _deliver_routed(self, message: Message, queues: list[Queue], mandatory: bool) -> None:
+        for queue in queues:
+            queue.enqueue(message)
+        if not queues and mandatory:
+            self.conn.send(
+                fastpath.encode_return(
+                    self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
+                    message.raw_props, message.body, self.conn.frame_max,
+                )
+            )
+        if self.confirm:
+            self.conn.send(fastpath.encode_ack(self.number, self._publish_seq, False))
+
+    # -- delivering -----------------------------------------------------------------------
+    def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
+        """Send one entry to a consumer on this channel."""
+        self._next_tag += 1
+        tag = self._next_tag
+        if not consumer.no_ack:
+            self._unacked[tag] = (entry, queue, consumer)
+            consumer.unacked += 1
+            self.unacked_count += 1
+            queue.unacked += 1
+        message = entry.message
+        self.conn.send(
+            fastpath.encode_deliver(
+                self.number, consumer.tag, tag, entry.redelivered, message.exchange,
+                message.routing_key, message.raw_props, message.body, self.conn.frame_max,
+            )
+        )
+
+    def server_cancel(self, consumer: ChannelConsumer) -> None:
+        """The queue went away: forget the consumer and tell the client if it listens."""
+        if self.consumers.get(consumer.tag) is consumer:
+            del self.consumers[consumer.tag]
+            if self.conn.consumer_cancel_notify and not self.closing:
+                self.conn.send_method(self.number, spec.Basic.Cancel(consumer.tag, nowait=True))
+
+    # -- acks -----------------------------------------------------------------------------
+    def _take_unacked(self, tag: int, multiple: bool) -> list[tuple[Entry, Queue, ChannelConsumer | None]]:
+        unacked = self._unacked
+        if multiple and tag == 0:
+            taken = list(unacked.values())
+            unacked.clear()
+        elif tag not in unacked:
+            raise PreconditionFailed(f"unknown delivery tag {tag}")
+        elif multiple:
+            taken = []
+            for key in list(unacked):
+                if key > tag:
+                    break
+                taken.append(unacked.pop(key))
+        else:
+            taken = [unacked.pop(tag)]
+        self.unacked_count -= len(taken)
+        return taken
+
+    def _settle(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]]) -> set[Queue]:
+        queues: set[Queue] = set()
+        for _entry, queue, consumer in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            queue.unacked -= 1
+            queues.add(queue)
+        return queues
+
+    def on_ack(self, tag: int, multiple: bool) -> None:
+        if self.tx:
+            self._check_tag(tag, multiple)
+            self._tx_acks.append((tag, multiple, "ack", False))
+            return
+        taken = self._take_unacked(tag, multiple)
+        if len(taken) == 1:
+            _entry, queue, consumer = taken[0]
+            if consumer is not None:
+                consumer.unacked -= 1
+            queue.unacked -= 1
+            if queue.consumers:
+                queue.dispatch()
+            return
+        for queue in self._settle(taken):
+            if queue.consumers:
+                queue.dispatch()
+
+    def on_reject(self, tag: int, multiple: bool, requeue: bool) -> None:
+        if self.tx:
+            self._check_tag(tag, multiple)
+            self._tx_acks.append((tag, multiple, "reject", requeue))
+            return
+        self._reject(self._take_unacked(tag, multiple), requeue)
+
+    def _reject(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]], requeue: bool) -> None:
+        queues = self._settle(taken)
+        if requeue:
+            by_queue: dict[Queue, list[Entry]] = {}
+            for entry, queue, _consumer in taken:
+                by_queue.setdefault(queue, []).append(entry)
+            for queue, entries in by_queue.items():
+                queue.requeue(entries)
+        for queue in queues:
+            if queue.consumers:
+                queue.dispatch()
+
+    def _check_tag(self, tag: int, multiple: bool) -> None:
+        if not (multiple and tag == 0) and tag not in self._unacked:
+            raise PreconditionFailed(f"unknown delivery tag {tag}")
+
+    def requeue_all(self) -> None:
+        """Requeue every unacked message (channel close, basic.recover)."""
+        if self._unacked:
+            taken = list(self._unacked.values())
+            self._unacked.clear()
+            self.unacked_count = 0
+            self._reject(taken, True)
+
+    # -- channel class --------------------------------------------------------------------
+    def on_channel_open(self, method: spec.Channel.Open) -> None:
+        raise ChannelError(f"second 'channel.open' seen on channel {self.number}")
+
+    def on_channel_close(self, method: spec.Channel.Close) -> None:
+        self.shutdown()
+        self.conn.send_method(self.number, spec.Channel.CloseOk())
+        self.conn.channel_closed(self.number)
+
+    def on_channel_close_ok(self, method: spec.Channel.CloseOk) -> None:
+        if self.closing:
+            self.conn.channel_closed(self.number)
+
+    def on_channel_flow(self, method: spec.Channel.Flow) -> None:
+        self.flow_active = bool(method.active)
+        self.conn.send_method(self.number, spec.Channel.FlowOk(active=self.flow_active))
+        if self.flow_active:
+            self._kick_consumers()
+
+    def _kick_consumers(self) -> None:
+        for queue in {c.queue for c in self.consumers.values()}:
+            queue.dispatch()
+
+    def shutdown(self) -> None:
+        """Release everything the channel holds: consumers go, unacked messages are requeued."""
+        self.closing = True
+        self._publish = None
+        self._body = []
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            self.vhost.consumer_removed(consumer.queue, consumer)
+        self.requeue_all()
+
+    # -- exchange class -------------------------------------------------------------------
+    def on_exchange_declare(self, m: spec.Exchange.Declare) -> None:
+        self.vhost.declare_exchange(
+            m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal, m.arguments
+        )
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Exchange.DeclareOk())
+
+    def on_exchange_delete(self, m: spec.Exchange.Delete) -> None:
+        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Exchange.DeleteOk())
+
+    def on_exchange_bind(self, m: spec.Exchange.Bind) -> None:
+        self.vhost.bind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Exchange.BindOk())
+
+    def on_exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
+        self.vhost.unbind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Exchange.UnbindOk())
+
+    # -- queue class ----------------------------------------------------------------------
+    def on_queue_declare(self, m: spec.Queue.Declare) -> None:
+        name = m.queue
+        if not name:
+            if m.passive:
+                raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
+            name = generated_name("amq.gen-")
+        queue = self.vhost.declare_queue(
+            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments, self.conn
+        )
+        if m.exclusive and queue.owner is self.conn:
+            self.conn.exclusive_queues.add(queue)
+        self.last_queue = name
+        if not m.nowait:
+            self.conn.send_method(
+                self.number,
+                spec.Queue.DeclareOk(name, queue.message_count, len(queue.consumers)),
+            )
+
+    def _queue(self, name: str) -> Queue:
+        if not name:
+            if not self.last_queue:
+                raise NotFound("no previously declared queue")
+            name = self.last_queue
+        return self.vhost.get_queue(name, self.conn)
+
+    def on_queue_bind(self, m: spec.Queue.Bind) -> None:
+        if m.exchange == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        queue = self._queue(m.queue)
+        self.vhost.bind(m.exchange, ("queue", queue.name), m.routing_key, m.arguments or {})
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Queue.BindOk())
+
+    def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
+        if m.exchange == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        queue = self._queue(m.queue)
+        self.vhost.unbind(m.exchange, ("queue", queue.name), m.routing_key, m.arguments or {})
+        self.conn.send_method(self.number, spec.Queue.UnbindOk())
+
+    def on_queue_purge(self, m: spec.Queue.Purge) -> None:
+        count = self._queue(m.queue).purge()
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Queue.PurgeOk(count))
+
+    def on_queue_delete(self, m: spec.Queue.Delete) -> None:
+        name = m.queue or self.last_queue
+        if name not in self.vhost.queues:
+            # deleting a missing queue succeeds in RabbitMQ 3.x
+            if not m.nowait:
+                self.conn.send_method(self.number, spec.Queue.DeleteOk(0))
+            return
+        queue = self._queue(name)
+        if m.if_unused and queue.consumers:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' in use")
+        if m.if_empty and queue.message_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' not empty")
+        count = self.vhost.delete_queue(queue)
+        self.conn.exclusive_queues.discard(queue)
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Queue.DeleteOk(count))
+
+    # -- basic class ----------------------------------------------------------------------
+    def on_basic_qos(self, m: spec.Basic.Qos) -> None:
+        if m.prefetch_size:
+            raise AMQPNotImplemented(f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch = m.prefetch_count
+        self.conn.send_method(self.number, spec.Basic.QosOk())
+        self._kick_consumers()
+
+    def on_basic_consume(self, m: spec.Basic.Consume) -> None:
+        queue = self._queue(m.queue)
+        tag = m.consumer_tag or generated_name("amq.ctag-")
+        if tag in self.consumers:
+            raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        if queue.consumers and (m.exclusive or queue.has_exclusive_consumer()):
+            raise AccessRefused(f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
+        consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, self.prefetch)
+        self.consumers[tag] = consumer
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Basic.ConsumeOk(tag))
+        queue.add_consumer(consumer)
+
+    def on_basic_cancel(self, m: spec.Basic.Cancel) -> None:
+        consumer = self.consumers.pop(m.consumer_tag or "", None)
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Basic.CancelOk(m.consumer_tag))
+        if consumer is not None:
+            self.vhost.consumer_removed(consumer.queue, consumer)
+
+    def on_basic_get(self, m: spec.Basic.Get) -> None:
+        queue = self._queue(m.queue)
+        entry = queue.pop()
+        if entry is None:
+            self.conn.send_method(self.number, spec.Basic.GetEmpty())
+            return
+        self._next_tag += 1
+        tag = self._next_tag
+        if not m.no_ack:
+            self._unacked[tag] = (entry, queue, None)
+            self.unacked_count += 1
+            queue.unacked += 1
+        message = entry.message
+        self.conn.send(
+            fastpath.encode_get_ok(
+                self.number, tag, entry.redelivered, message.exchange, message.routing_key,
+                queue.message_count, message.raw_props, message.body, self.conn.frame_max,
+            )
+        )
+
+    def on_basic_recover_async(self, m: spec.Basic.RecoverAsync) -> None:
+        if not m.requeue:
+            raise AMQPNotImplemented("requeue=false")
+        self.requeue_all()
+
+    def on_basic_recover(self, m: spec.Basic.Recover) -> None:
+        if not m.requeue:
+            raise AMQPNotImplemented("requeue=false")
+        self.requeue_all()
+        self.conn.send_method(self.number, spec.Basic.RecoverOk())
+
+    # -- confirm and tx -------------------------------------------------------------------
+    def on_confirm_select(self, m: spec.Confirm.Select) -> None:
+        if self.tx:
+            raise PreconditionFailed("cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not m.nowait:
+            self.conn.send_method(self.number, spec.Confirm.SelectOk())
+
+    def on_tx_select(self, m: spec.Tx.Select) -> None:
+        if self.confirm:
+            raise PreconditionFailed("cannot switch from confirm to tx mode")
+        self.tx = True
+        self.conn.send_method(self.number, spec.Tx.SelectOk())
+
+    def on_tx_commit(self, m: spec.Tx.Commit) -> None:
+        if not self.tx:
+            raise PreconditionFailed("channel is not transactional")
+        publishes, self._tx_publishes = self._tx_publishes, []
+        acks, self._tx_acks = self._tx_acks, []
+        for message, mandatory, exchange_name in publishes:
+            exchange = self.vhost.exchanges.get(exchange_name) if exchange_name else None
+            if exchange_name and exchange is None:
+                continue  # exchange deleted since the publish: the message is dropped
+            self._deliver_routed(message, self.vhost.route(exchange, message), mandatory)
+        for tag, multiple, kind, requeue in acks:
+            taken = self._take_unacked(tag, multiple)
+            if kind == "ack":
+                for queue in self._settle(taken):
+                    queue.dispatch()
+            else:
+                self._reject(taken, requeue)
+        self.conn.send_method(self.number, spec.Tx.CommitOk())
+
+    def on_tx_rollback(self, m: spec.Tx.Rollback) -> None:
+        if not self.tx:
+            raise PreconditionFailed("channel is not transactional")
+        self._tx_publishes = []
+        self._tx_acks = []
+        self.conn.send_method(self.number, spec.Tx.RollbackOk())

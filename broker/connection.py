@@ -1,0 +1,505 @@
+"""One client connection: handshake, channel table, heartbeats, closes, output batching.
+
+Rules (connection state machine):
+- AWAIT_HEADER: the first 8 bytes must be ``AMQP\\x00\\x00\\x09\\x01``; anything else gets our header
+  back and the socket is closed.
+- AWAIT_START_OK -> AWAIT_TUNE_OK -> AWAIT_OPEN -> OPEN, each driven by one channel-0 method; a
+  failed login answers 403 (when the client announced ``authentication_failure_close``) and closes.
+- OPEN: channel 0 carries connection methods and heartbeats; other channels go to ``Channel``.
+- A ``ChannelException`` closes its channel (the channel then ignores all but Close/Close-Ok);
+  a ``ConnectionException`` sends ``Connection.Close`` and moves to CLOSING, where only Close-Ok
+  (or Close) is read, and the socket is closed on Close-Ok or after ``CLOSE_TIMEOUT``.
+- Anything else raised while handling a frame is logged and closes the connection with 541.
+- Output is appended to a buffer flushed once per event-loop turn (or when it grows large);
+  when the transport's buffer is full the connection stops delivering and stops reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import platform
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands as spec
+from pamqp.base import Frame
+
+from ottermq.amqp import fastpath
+from ottermq.amqp.errors import (
+    AMQPError,
+    ChannelError,
+    ChannelException,
+    CommandInvalid,
+    ConnectionAccessRefused,
+    ConnectionException,
+    ConnectionForced,
+    InternalError,
+    NotAllowed,
+    UnexpectedFrame,
+)
+from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
+from ottermq.amqp.reader import FrameReader
+from ottermq.amqp.table import decode_table
+
+from .channel import Channel
+
+if TYPE_CHECKING:
+    from ottermq.vhost.queue import Queue
+    from ottermq.vhost.vhost import VHost
+
+    from .server import Broker
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_MIN_SIZE = 4096
+CLOSE_TIMEOUT = 3.0
+FLUSH_THRESHOLD = 256 * 1024
+WRITE_HIGH_WATER = 1024 * 1024
+
+AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+
+CONNECTION_CLOSE_KEYS = (0x000A0032, 0x000A0033)  # connection.close, connection.close-ok
+
+
+class AMQPConnection(asyncio.Protocol):
+    """asyncio protocol for one AMQP 0-9-1 client."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.settings = broker.settings
+        self.loop = broker.loop
+        self.transport: asyncio.Transport | None = None
+        self.state = AWAIT_HEADER
+        self.peer = "?"
+        self._header = b""
+        self.reader = FrameReader(FRAME_MIN_SIZE)
+        self.channels: dict[int, Channel] = {}
+        self.frame_max = FRAME_MIN_SIZE
+        self.channel_max = self.settings.channel_max
+        self.heartbeat = 0
+        self.username = ""
+        self.vhost: VHost = None  # type: ignore[assignment]  # set at connection.open
+        self.client_properties: dict[str, Any] = {}
+        self.consumer_cancel_notify = False
+        self._auth_failure_close = False
+        self.exclusive_queues: set[Queue] = set()
+        self.paused = False
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._flush_scheduled = False
+        self._in_receive = False
+        self._recv_flag = True
+        self._sent_flag = False
+        self._silent_ticks = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._peer_host = peer[0] if peer else ""
+        self.broker.connections.add(self)
+        self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
+        log.debug("connection from %s", self.peer)
+
+    def data_received(self, data: bytes) -> None:
+        self._recv_flag = True
+        if self.state == CLOSED:
+            return
+        self._in_receive = True
+        try:
+            if self.state == AWAIT_HEADER:
+                data = self._on_header(data)
+                if not data:
+                    return
+            frames = self.reader.feed(data)
+            for frame_type, channel, payload in frames:
+                self._on_frame(frame_type, channel, payload)
+                if self.state == CLOSED:
+                    return
+            if self.reader.error is not None and self.state not in (CLOSING, CLOSED):
+                self._close_connection(self.reader.error, 0)
+        finally:
+            self._in_receive = False
+            self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = CLOSED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._release()
+        self.broker.connections.discard(self)
+        log.debug("connection %s closed", self.peer)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.transport is not None and self.state != CLOSED:
+            self.transport.resume_reading()
+        for channel in list(self.channels.values()):
+            channel._kick_consumers()
+
+    # -- output ---------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the client; written once per loop turn."""
+        self._out.append(data)
+        self._out_size += len(data)
+        if self._out_size > FLUSH_THRESHOLD:
+            self._flush()
+        elif not self._flush_scheduled and not self._in_receive:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def send_method(self, channel: int, method: Frame) -> None:
+        self.send(fastpath.encode_method(channel, method))
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._sent_flag = True
+        out.clear()
+        self._out_size = 0
+
+    # -- handshake ------------------------------------------------------------------------
+    def _on_header(self, data: bytes) -> bytes:
+        need = 8 - len(self._header)
+        self._header += data[:need]
+        rest = data[need:]
+        if len(self._header) < 8:
+            if PROTOCOL_HEADER.startswith(self._header):
+                return b""
+        if self._header != PROTOCOL_HEADER:
+            log.info("connection %s: bad protocol header %r", self.peer, self._header)
+            self.send(PROTOCOL_HEADER)
+            self._flush()
+            self._abort()
+            return b""
+        self.state = AWAIT_START_OK
+        self.send_method(
+            0,
+            spec.Connection.Start(
+                version_major=0,
+                version_minor=9,
+                server_properties=self.broker.server_properties,
+                mechanisms="PLAIN AMQPLAIN",
+                locales="en_US",
+            ),
+        )
+        return rest
+
+    def _handshake_timeout(self) -> None:
+        self._timer = None
+        if self.state < OPEN:
+            log.info("connection %s: handshake timeout", self.peer)
+            self._abort()
+
+    def _on_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
+        if self.state == OPEN:
+            if channel:
+                self._on_channel_frame(frame_type, channel, payload)
+            else:
+                self._on_channel0(frame_type, payload)
+            return
+        if self.state == CLOSING:
+            if channel == 0 and frame_type == FRAME_METHOD:
+                key = fastpath.method_key(payload)
+                if key == CONNECTION_CLOSE_KEYS[1]:
+                    self._abort()
+                elif key == CONNECTION_CLOSE_KEYS[0]:
+                    self.send_method(0, spec.Connection.CloseOk())
+                    self._flush()
+                    self._abort()
+            return
+        # handshake states
+        if frame_type == FRAME_HEARTBEAT:
+            return
+        try:
+            if channel != 0 or frame_type != FRAME_METHOD:
+                raise UnexpectedFrame(f"expected method frame on channel 0 during handshake")
+            method = fastpath.decode_method(payload)
+            if self.state == AWAIT_START_OK and isinstance(method, spec.Connection.StartOk):
+                self._on_start_ok(method)
+            elif self.state == AWAIT_TUNE_OK and isinstance(method, spec.Connection.TuneOk):
+                self._on_tune_ok(method)
+            elif self.state == AWAIT_OPEN and isinstance(method, spec.Connection.Open):
+                self._on_open(method)
+            elif isinstance(method, spec.Connection.Close):
+                self.send_method(0, spec.Connection.CloseOk())
+                self._flush()
+                self._abort()
+            else:
+                raise CommandInvalid(f"unexpected method {method.name} during handshake")
+        except AMQPError as exc:
+            if self.state in (AWAIT_START_OK,):
+                self._abort()  # nothing negotiated yet: RabbitMQ just closes the socket
+            else:
+                self._close_connection(
+                    exc if isinstance(exc, ConnectionException) else CommandInvalid(exc.text),
+                    fastpath.method_key(payload) if len(payload) >= 4 else 0,
+                )
+
+    def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
+        self.client_properties = method.client_properties or {}
+        capabilities = self.client_properties.get("capabilities") or {}
+        if isinstance(capabilities, dict):
+            self.consumer_cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
+            self._auth_failure_close = bool(capabilities.get("authentication_failure_close"))
+        mechanism = method.mechanism
+        username, password = self._credentials(mechanism, method.response)
+        if username is None or not self.broker.authenticate(username, password or "", self._peer_host):
+            log.warning("connection %s: login refused for user %r (%s)", self.peer, username, mechanism)
+            if self._auth_failure_close:
+                # RabbitMQ answers with a Connection.Close straight away (no tune) and closes
+                self.send_method(
+                    0,
+                    spec.Connection.Close(
+                        403,
+                        f"ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. "
+                        "For details see the broker logfile.",
+                        0,
+                        0,
+                    ),
+                )
+                self.state = CLOSING
+                self._flush()
+                self._set_close_timer()
+            else:
+                self._abort()
+            return
+        self.username = username
+        self.state = AWAIT_TUNE_OK
+        self.send_method(
+            0,
+            spec.Connection.Tune(
+                channel_max=self.settings.channel_max,
+                frame_max=self.settings.frame_max,
+                heartbeat=int(self.settings.heartbeat_interval),
+            ),
+        )
+
+    @staticmethod
+    def _credentials(mechanism: str, response: Any) -> tuple[str | None, str | None]:
+        raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) else bytes(response)
+        if mechanism == "PLAIN":
+            parts = raw.split(b"\x00")
+            if len(parts) != 3:
+                return None, None
+            return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+        if mechanism == "AMQPLAIN":
+            try:
+                table, _ = decode_table(len(raw).to_bytes(4, "big") + raw)
+            except Exception:
+                return None, None
+            login, password = table.get("LOGIN"), table.get("PASSWORD")
+            if isinstance(login, bytes):
+                login = login.decode("utf-8", "replace")
+            if isinstance(password, bytes):
+                password = password.decode("utf-8", "replace")
+            if not isinstance(login, str) or not isinstance(password, str):
+                return None, None
+            return login, password
+        return None, None
+
+    def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
+        server_frame_max = self.settings.frame_max
+        frame_max = method.frame_max
+        if frame_max != 0 and frame_max < FRAME_MIN_SIZE:
+            raise NotAllowed(f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size")
+        if frame_max == 0 or frame_max > server_frame_max:
+            raise NotAllowed(f"frame_max={frame_max} > {server_frame_max} max size")
+        server_channel_max = self.settings.channel_max
+        channel_max = method.channel_max
+        if server_channel_max and (channel_max == 0 or channel_max > server_channel_max):
+            raise NotAllowed(f"channel_max={channel_max} > {server_channel_max} max size")
+        self.frame_max = frame_max
+        self.reader.frame_max = frame_max
+        self.channel_max = channel_max or 65535
+        self.heartbeat = method.heartbeat
+        self.state = AWAIT_OPEN
+
+    def _on_open(self, method: spec.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise NotAllowed(f"vhost {method.virtual_host} not found")
+        self.vhost = vhost
+        self.state = OPEN
+        self.send_method(0, spec.Connection.OpenOk())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.heartbeat:
+            self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+    # -- heartbeats -----------------------------------------------------------------------
+    def _heartbeat_tick(self) -> None:
+        self._timer = None
+        if self.state != OPEN:
+            return
+        if not self._sent_flag:
+            self.send(HEARTBEAT)
+        self._sent_flag = False
+        if self._recv_flag:
+            self._silent_ticks = 0
+        else:
+            self._silent_ticks += 1
+            if self._silent_ticks >= 4:  # two heartbeat intervals without a byte
+                log.warning(
+                    "connection %s: missed heartbeats from client, timeout: %ss", self.peer, self.heartbeat
+                )
+                self._abort()
+                return
+        self._recv_flag = False
+        self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+    # -- open state -----------------------------------------------------------------------
+    def _on_channel0(self, frame_type: int, payload: bytes) -> None:
+        if frame_type == FRAME_HEARTBEAT:
+            return
+        try:
+            if frame_type != FRAME_METHOD:
+                raise UnexpectedFrame(f"unexpected frame type {frame_type} on channel 0")
+            method = fastpath.decode_method(payload)
+            if isinstance(method, spec.Connection.Close):
+                self.send_method(0, spec.Connection.CloseOk())
+                self._flush()
+                self._release()
+                self._abort()
+            elif isinstance(method, spec.Connection.CloseOk):
+                self._abort()
+            elif isinstance(method, (spec.Connection.Blocked, spec.Connection.Unblocked)):
+                pass
+            else:
+                raise CommandInvalid(f"unexpected method {method.name} on channel 0")
+        except ConnectionException as exc:
+            self._close_connection(exc, fastpath.method_key(payload) if len(payload) >= 4 else 0)
+        except ChannelException as exc:  # not expected on channel 0; treat as hard
+            self._close_connection(CommandInvalid(exc.text), 0)
+
+    def _on_channel_frame(self, frame_type: int, number: int, payload: bytes) -> None:
+        channel = self.channels.get(number)
+        try:
+            if channel is None:
+                self._open_channel(frame_type, number, payload)
+                return
+            if frame_type == FRAME_HEARTBEAT:
+                raise ChannelError("heartbeat frame on a non-zero channel")
+            channel.handle(frame_type, payload)
+        except ChannelException as exc:
+            assert channel is not None
+            self._close_channel(channel, exc)
+        except ConnectionException as exc:
+            key = channel.method_key if channel is not None else 0
+            self._close_connection(exc, key)
+        except Exception:
+            log.exception("connection %s: internal error on channel %s", self.peer, number)
+            self._close_connection(InternalError("internal error"), channel.method_key if channel else 0)
+
+    def _open_channel(self, frame_type: int, number: int, payload: bytes) -> None:
+        if frame_type != FRAME_METHOD:
+            raise UnexpectedFrame(f"expected method frame, got non method frame on channel {number}")
+        method = fastpath.decode_method(payload)
+        if not isinstance(method, spec.Channel.Open):
+            raise ChannelError("expected 'channel.open'")
+        if number > self.channel_max:
+            raise NotAllowed(
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})"
+            )
+        self.channels[number] = Channel(self, number)
+        self.send_method(number, spec.Channel.OpenOk())
+
+    def channel_closed(self, number: int) -> None:
+        """Forget a channel after the close handshake completed."""
+        self.channels.pop(number, None)
+
+    def _close_channel(self, channel: Channel, exc: ChannelException) -> None:
+        key = channel.method_key
+        log.info("channel %s on %s closed: %s", channel.number, self.peer, exc.reply_text)
+        channel.shutdown()
+        self.send_method(
+            channel.number, spec.Channel.Close(exc.reply_code, exc.reply_text, key >> 16, key & 0xFFFF)
+        )
+
+    def _close_connection(self, exc: AMQPError, key: int) -> None:
+        if self.state in (CLOSING, CLOSED):
+            return
+        log.warning("closing connection %s: %s", self.peer, exc.reply_text)
+        self.send_method(0, spec.Connection.Close(exc.reply_code, exc.reply_text, key >> 16, key & 0xFFFF))
+        self.state = CLOSING
+        self._release()
+        self._flush()
+        self._set_close_timer()
+
+    def _set_close_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(CLOSE_TIMEOUT, self._abort)
+
+    def force_close(self, reason: str) -> None:
+        """Server-initiated close (shutdown): 320 CONNECTION_FORCED."""
+        if self.state == OPEN:
+            self._close_connection(ConnectionForced(f"broker forced connection closure with reason '{reason}'"), 0)
+        elif self.state != CLOSED:
+            self._abort()
+
+    def _release(self) -> None:
+        """Give back everything this connection holds (idempotent)."""
+        channels, self.channels = list(self.channels.values()), {}
+        for channel in channels:
+            try:
+                channel.shutdown()
+            except Exception:
+                log.exception("error releasing channel %s", channel.number)
+        queues, self.exclusive_queues = self.exclusive_queues, set()
+        for queue in queues:
+            if not queue.deleted:
+                self.vhost.delete_queue(queue)
+
+    def _abort(self) -> None:
+        if self.state != CLOSED:
+            self._flush()
+        self.state = CLOSED
+        if self.transport is not None:
+            self.transport.close()
+
+
+def server_properties(version: str) -> dict[str, Any]:
+    """``connection.start`` server properties, listing only capabilities really implemented."""
+    return {
+        "product": "OtterMQ",
+        "version": version,
+        "platform": f"Python {platform.python_version()}",
+        "copyright": "OtterMQ contributors",
+        "information": "https://github.com/ottermq/ottermq",
+        "capabilities": {
+            "publisher_confirms": True,
+            "exchange_exchange_bindings": True,
+            "basic.nack": True,
+            "consumer_cancel_notify": True,
+            "per_consumer_qos": True,
+            "authentication_failure_close": True,
+        },
+        "cluster_name": "ottermq",
+    }
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"

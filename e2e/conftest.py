@@ -1,0 +1,451 @@
+"""End-to-end fixtures: a real broker process, real clients, real sockets.
+
+Which broker:
+    * ``AMQP_URL`` set (e.g. ``amqp://guest:guest@127.0.0.1:5672/%2F``): every test runs against that broker
+      (a real RabbitMQ for ``make conformance``); tests marked ``@pytest.mark.extension`` are skipped there.
+    * otherwise ``python -m ottermq.broker`` is started once per session on a free port with a temp data dir.
+
+Why helpers are fixtures: pytest runs with ``--import-mode=importlib`` and ``e2e/`` has no ``__init__.py``, so
+``from helpers import ...`` cannot work. Every helper is therefore a fixture defined here:
+
+    ``broker``       session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika.
+    ``unique``       ``unique("orders") -> "e2e.orders.<test>.<hex>"``; each name is deleted (as a queue AND as an
+                     exchange) after the test, so re-runs against a long-lived RabbitMQ stay clean.
+    ``poll_until``   ``poll_until(fn, timeout=5, interval=0.01)`` returns fn()'s first truthy value or fails.
+    ``connect``      ``connect(**param_overrides) -> pika.BlockingConnection``; closed after the test.
+    ``channel``      a channel on a fresh ``connect()`` connection (the most common need).
+    ``raw_connect``  ``raw_connect(handshake=True, heartbeat=0, ...) -> RawConnection``: AMQP over a plain socket
+                     with pamqp, for protocol-error tests pika cannot express.
+
+Rules for tests: no bare sleeps (use ``poll_until`` or a socket read timeout), no TTLs here, delete what you
+create (``unique`` names do it for you), and keep each file under a few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pamqp.base
+import pamqp.commands
+import pamqp.exceptions
+import pamqp.frame
+import pamqp.heartbeat
+import pika
+import pytest
+
+FRAME_HEADER_SIZE = 7
+
+
+# --------------------------------------------------------------------------------------------------------
+# markers
+# --------------------------------------------------------------------------------------------------------
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip ottermq-only tests when running against a foreign broker (``AMQP_URL``)."""
+    if item.get_closest_marker("extension") is not None and os.environ.get("AMQP_URL"):
+        pytest.skip("ottermq extension: not run against AMQP_URL")
+
+
+# --------------------------------------------------------------------------------------------------------
+# broker
+# --------------------------------------------------------------------------------------------------------
+@dataclass
+class Broker:
+    """Where the broker under test listens, and how to reach it with pika."""
+
+    host: str
+    port: int
+    vhost: str = "/"
+    user: str = "guest"
+    password: str = "guest"
+    is_ottermq: bool = True
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        vhost = urllib.parse.quote(self.vhost, safe="")
+        return f"amqp://{self.user}:{self.password}@{self.host}:{self.port}/{vhost}"
+
+    def params(self, **overrides: Any) -> pika.ConnectionParameters:
+        """pika parameters for this broker; keyword arguments override the defaults."""
+        kwargs: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "virtual_host": self.vhost,
+            "credentials": pika.PlainCredentials(self.user, self.password),
+            "heartbeat": 0,
+            "blocked_connection_timeout": 10,
+            "socket_timeout": 10,
+            "stack_timeout": 10,
+            "connection_attempts": 1,
+        }
+        kwargs.update(overrides)
+        return pika.ConnectionParameters(**kwargs)
+
+    def log_tail(self, lines: int = 60) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "<no broker log>"
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+def _broker_from_url(url: str) -> Broker:
+    parts = urllib.parse.urlsplit(url)
+    vhost = urllib.parse.unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
+    return Broker(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5672,
+        vhost=vhost,
+        user=urllib.parse.unquote(parts.username or "guest"),
+        password=urllib.parse.unquote(parts.password or "guest"),
+        is_ottermq=False,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    url = os.environ.get("AMQP_URL")
+    if url:
+        yield _broker_from_url(url)
+        return
+
+    tmp = Path(tempfile.mkdtemp(prefix="ottermq-e2e-"))
+    port = _free_port()
+    b = Broker(host="127.0.0.1", port=port, log_path=tmp / "broker.log")
+    env = dict(os.environ)
+    env.update(
+        OTTERMQ_BROKER_HOST=b.host,
+        OTTERMQ_BROKER_PORT=str(port),
+        OTTERMQ_DATA_DIR=str(tmp),
+        LOG_LEVEL="INFO",
+        PYTHONSAFEPATH="1",
+    )
+    log = open(b.log_path, "wb")  # noqa: SIM115 - closed in teardown
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ottermq.broker"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while not _port_open(b.host, port):
+            if proc.poll() is not None:
+                pytest.fail(f"ottermq exited with {proc.returncode} during startup:\n{b.log_tail()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"ottermq did not listen on {port} within 15 s:\n{b.log_tail()}")
+            time.sleep(0.05)
+        yield b
+    finally:
+        died = proc.poll() is not None
+        if not died:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+        if died:
+            print(f"\nottermq died during the session (exit {proc.returncode}); log tail:\n{b.log_tail()}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def poll_until() -> Callable[..., Any]:
+    def _poll_until(fn: Callable[[], Any], timeout: float = 5, interval: float = 0.01) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = fn()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"condition not met within {timeout} s: {fn}")
+            time.sleep(interval)
+
+    return _poll_until
+
+
+@pytest.fixture
+def connect(broker: Broker) -> Iterator[Callable[..., pika.BlockingConnection]]:
+    opened: list[pika.BlockingConnection] = []
+
+    def _connect(**overrides: Any) -> pika.BlockingConnection:
+        conn = pika.BlockingConnection(broker.params(**overrides))
+        opened.append(conn)
+        return conn
+
+    yield _connect
+    for conn in opened:
+        with contextlib.suppress(Exception):
+            if conn.is_open:
+                conn.close()
+
+
+@pytest.fixture
+def channel(connect: Callable[..., pika.BlockingConnection]) -> Any:
+    return connect().channel()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest, broker: Broker) -> Iterator[Callable[[str], str]]:
+    names: list[str] = []
+    test = request.node.name.replace("[", ".").replace("]", "")[:60]
+
+    def _unique(name: str = "x") -> str:
+        full = f"e2e.{name}.{test}.{uuid.uuid4().hex[:8]}"
+        names.append(full)
+        return full
+
+    yield _unique
+    if not names:
+        return
+    try:
+        conn = pika.BlockingConnection(broker.params())
+    except Exception:
+        return
+    try:
+        for name in names:
+            for kind in ("queue", "exchange"):
+                try:
+                    ch = conn.channel()
+                    getattr(ch, f"{kind}_delete")(name)
+                    ch.close()
+                except Exception:
+                    if not conn.is_open:
+                        conn = pika.BlockingConnection(broker.params())
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# raw AMQP over a socket
+# --------------------------------------------------------------------------------------------------------
+class PeerClosed(Exception):
+    """The broker closed the TCP connection."""
+
+
+@dataclass
+class CloseResult:
+    """What ``RawConnection.expect_close`` saw."""
+
+    channel: int
+    method: pamqp.commands.Connection.Close | pamqp.commands.Channel.Close
+    socket_closed: bool
+
+    @property
+    def reply_code(self) -> int:
+        return int(self.method.reply_code)
+
+    @property
+    def reply_text(self) -> str:
+        return str(self.method.reply_text)
+
+    @property
+    def class_id(self) -> int:
+        return int(self.method.class_id)
+
+    @property
+    def method_id(self) -> int:
+        return int(self.method.method_id)
+
+
+class RawConnection:
+    """An AMQP 0-9-1 client written by hand over a blocking socket.
+
+    Args:
+        host, port: broker address.
+        handshake: run protocol header, Start-Ok (PLAIN), Tune-Ok and Open before returning.
+        heartbeat, channel_max, frame_max: values sent in Tune-Ok; ``None`` means "accept the server's".
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        handshake: bool = True,
+        user: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        heartbeat: int | None = 0,
+        channel_max: int | None = None,
+        frame_max: int | None = None,
+    ) -> None:
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.tune: pamqp.commands.Connection.Tune | None = None
+        self.start: pamqp.commands.Connection.Start | None = None
+        if handshake:
+            self.handshake(user, password, vhost, heartbeat, channel_max, frame_max)
+
+    # -- bytes --------------------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_frame(self, channel: int, frame: Any) -> None:
+        self.send(pamqp.frame.marshal(frame, channel))
+
+    def _fill(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no frame from broker in time")
+        self.sock.settimeout(remaining)
+        try:
+            chunk = self.sock.recv(65536)
+        except TimeoutError:
+            raise
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            raise PeerClosed(str(exc)) from exc
+        if not chunk:
+            raise PeerClosed("EOF")
+        self.buf += chunk
+
+    def recv_bytes(self, n: int, timeout: float = 5) -> bytes:
+        """Exactly ``n`` raw bytes (for non-frame replies such as a protocol header)."""
+        deadline = time.monotonic() + timeout
+        while len(self.buf) < n:
+            self._fill(deadline)
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def recv_frame(self, timeout: float = 5, skip_heartbeats: bool = True) -> tuple[int, Any]:
+        """Next ``(channel, pamqp frame)``; raises ``TimeoutError`` or ``PeerClosed``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while True:
+                if len(self.buf) >= FRAME_HEADER_SIZE:
+                    _, _, size = pamqp.frame.frame_parts(self.buf)
+                    if size is not None and len(self.buf) >= FRAME_HEADER_SIZE + size + 1:
+                        break
+                self._fill(deadline)
+            consumed, channel, frame = pamqp.frame.unmarshal(self.buf)
+            self.buf = self.buf[consumed:]
+            if skip_heartbeats and isinstance(frame, pamqp.heartbeat.Heartbeat):
+                continue
+            return channel, frame
+
+    def expect(self, frame_type: type, timeout: float = 5) -> tuple[int, Any]:
+        """Next non-heartbeat frame, asserted to be of ``frame_type``."""
+        channel, frame = self.recv_frame(timeout)
+        assert isinstance(frame, frame_type), f"expected {frame_type.__name__}, got {frame!r} on {channel}"
+        return channel, frame
+
+    def rpc(self, channel: int, frame: Any, reply_type: type, timeout: float = 5) -> Any:
+        self.send_frame(channel, frame)
+        return self.expect(reply_type, timeout)[1]
+
+    def closed(self, timeout: float = 5) -> bool:
+        """True if the broker closes the socket within ``timeout`` (incoming frames are discarded)."""
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                self.buf = b""
+                self._fill(deadline)
+        except PeerClosed:
+            return True
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+
+    def expect_close(self, timeout: float = 5, closed_timeout: float = 5) -> CloseResult:
+        """Wait for ``Connection.Close``/``Channel.Close``, answer it with Close-Ok, report socket state.
+
+        For a ``Connection.Close`` ``socket_closed`` says whether the broker then closed the TCP connection
+        within ``closed_timeout``; for a ``Channel.Close`` it is False (the connection is expected to live).
+        Frames other than closes (e.g. in-flight deliveries) are skipped.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            channel, frame = self.recv_frame(max(deadline - time.monotonic(), 0.001))
+            if isinstance(frame, pamqp.commands.Connection.Close):
+                with contextlib.suppress(OSError):
+                    self.send_frame(0, pamqp.commands.Connection.CloseOk())
+                return CloseResult(channel, frame, self.closed(closed_timeout))
+            if isinstance(frame, pamqp.commands.Channel.Close):
+                self.send_frame(channel, pamqp.commands.Channel.CloseOk())
+                return CloseResult(channel, frame, False)
+
+    # -- protocol ---------------------------------------------------------------------------------
+    def handshake(
+        self,
+        user: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        heartbeat: int | None = 0,
+        channel_max: int | None = None,
+        frame_max: int | None = None,
+        open_vhost: bool = True,
+    ) -> None:
+        self.send(b"AMQP\x00\x00\x09\x01")
+        _, self.start = self.expect(pamqp.commands.Connection.Start)
+        self.send_frame(
+            0,
+            pamqp.commands.Connection.StartOk(
+                client_properties={"product": "ottermq-e2e-raw", "capabilities": {}},
+                mechanism="PLAIN",
+                response=f"\0{user}\0{password}",
+                locale="en_US",
+            ),
+        )
+        _, self.tune = self.expect(pamqp.commands.Connection.Tune)
+        tune = self.tune
+        self.send_frame(
+            0,
+            pamqp.commands.Connection.TuneOk(
+                channel_max=tune.channel_max if channel_max is None else channel_max,
+                frame_max=tune.frame_max if frame_max is None else frame_max,
+                heartbeat=tune.heartbeat if heartbeat is None else heartbeat,
+            ),
+        )
+        if open_vhost:
+            self.rpc(0, pamqp.commands.Connection.Open(virtual_host=vhost), pamqp.commands.Connection.OpenOk)
+
+    def open_channel(self, channel: int = 1) -> None:
+        self.rpc(channel, pamqp.commands.Channel.Open(), pamqp.commands.Channel.OpenOk)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+@pytest.fixture
+def raw_connect(broker: Broker) -> Iterator[Callable[..., RawConnection]]:
+    opened: list[RawConnection] = []
+
+    def _raw_connect(**kwargs: Any) -> RawConnection:
+        conn = RawConnection(broker.host, broker.port, **kwargs)
+        opened.append(conn)
+        return conn
+
+    yield _raw_connect
+    for conn in opened:
+        conn.close()

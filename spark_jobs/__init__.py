@@ -1,0 +1,1 @@
+"""ottermq.spark_jobs."""

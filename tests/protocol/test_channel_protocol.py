@@ -1,0 +1,137 @@
+"""Channel behaviour over a mock transport: publish/get/consume/ack, errors, confirms, tx."""
+
+from __future__ import annotations
+
+from pamqp import commands as spec
+from pamqp import body as pbody
+from pamqp import header as pheader
+
+
+def declare(c, name, **kw):
+    c.send(1, spec.Queue.Declare(queue=name, **kw))
+    return c.expect(spec.Queue.DeclareOk)
+
+
+def test_publish_then_get_keeps_property_bytes(client):
+    declare(client, "q")
+    props = spec.Basic.Properties(content_type="text/plain", headers={"a": 1, "b": "x"}, message_id="m1")
+    client.publish(1, "", "q", b"hello", props)
+    client.send(1, spec.Basic.Get(queue="q", no_ack=True))
+    frames = client.frames()
+    get_ok = frames[0][1]
+    assert isinstance(get_ok, spec.Basic.GetOk) and get_ok.message_count == 0
+    header = frames[1][1]
+    assert isinstance(header, pheader.ContentHeader)
+    assert header.properties.headers == {"a": 1, "b": "x"} and header.properties.message_id == "m1"
+    assert frames[2][1].value == b"hello"
+
+
+def test_get_empty(client):
+    declare(client, "q")
+    client.send(1, spec.Basic.Get(queue="q"))
+    client.expect(spec.Basic.GetEmpty)
+
+
+def test_missing_queue_closes_channel_404(client):
+    client.send(1, spec.Basic.Get(queue="nope"))
+    close = client.expect(spec.Channel.Close, 1)
+    assert (close.reply_code, close.reply_text) == (404, "NOT_FOUND - no queue 'nope' in vhost '/'")
+    assert (close.class_id, close.method_id) == (60, 70)
+    # frames after the close are ignored until Close-Ok
+    client.send(1, spec.Queue.Declare(queue="x"))
+    assert client.methods() == []
+    client.send(1, spec.Channel.CloseOk())
+    client.open_channel(1)
+
+
+def test_consume_round_robin_and_ack(make_client):
+    c = make_client()
+    c.handshake()
+    c.open_channel(1)
+    declare(c, "q")
+    c.send(1, spec.Basic.Qos(prefetch_count=1))
+    c.expect(spec.Basic.QosOk)
+    c.send(1, spec.Basic.Consume(queue="q", consumer_tag="c1"))
+    c.expect(spec.Basic.ConsumeOk)
+    for i in range(3):
+        c.publish(1, "", "q", b"m%d" % i)
+    delivers = [f for _, f in c.frames() if isinstance(f, spec.Basic.Deliver)]
+    assert [d.delivery_tag for d in delivers] == [1]  # prefetch 1
+    c.send(1, spec.Basic.Ack(delivery_tag=1))
+    delivers = [f for _, f in c.frames() if isinstance(f, spec.Basic.Deliver)]
+    assert [d.delivery_tag for d in delivers] == [2]
+
+
+def test_unknown_delivery_tag_is_406(client):
+    client.send(1, spec.Basic.Ack(delivery_tag=99))
+    close = client.expect(spec.Channel.Close, 1)
+    assert (close.reply_code, close.reply_text) == (406, "PRECONDITION_FAILED - unknown delivery tag 99")
+
+
+def test_reject_requeue_restores_position_and_sets_redelivered(client):
+    declare(client, "q")
+    for i in range(3):
+        client.publish(1, "", "q", b"m%d" % i)
+    client.send(1, spec.Basic.Get(queue="q"))
+    first = client.expect(spec.Basic.GetOk)
+    client.send(1, spec.Basic.Reject(delivery_tag=first.delivery_tag, requeue=True))
+    client.send(1, spec.Basic.Get(queue="q", no_ack=True))
+    frames = client.frames()
+    assert frames[0][1].redelivered is True
+    assert frames[2][1].value == b"m0"
+
+
+def test_mandatory_unroutable_returns_312_before_confirm(client):
+    client.send(1, spec.Confirm.Select())
+    client.expect(spec.Confirm.SelectOk)
+    client.publish(1, "", "nowhere", b"x", mandatory=True)
+    methods = [f for _, f in client.frames() if isinstance(f, (spec.Basic.Return, spec.Basic.Ack))]
+    assert isinstance(methods[0], spec.Basic.Return) and methods[0].reply_code == 312
+    assert isinstance(methods[1], spec.Basic.Ack) and methods[1].delivery_tag == 1
+
+
+def test_tx_publish_visible_only_after_commit(client):
+    declare(client, "q")
+    client.send(1, spec.Tx.Select())
+    client.expect(spec.Tx.SelectOk)
+    client.publish(1, "", "q", b"x")
+    client.send(1, spec.Queue.Declare(queue="q", passive=True))
+    assert client.expect(spec.Queue.DeclareOk).message_count == 0
+    client.send(1, spec.Tx.Commit())
+    client.expect(spec.Tx.CommitOk)
+    client.send(1, spec.Queue.Declare(queue="q", passive=True))
+    assert client.expect(spec.Queue.DeclareOk).message_count == 1
+
+
+def test_channel_close_requeues_unacked(client):
+    declare(client, "q")
+    client.publish(1, "", "q", b"x")
+    client.send(1, spec.Basic.Get(queue="q"))
+    client.expect(spec.Basic.GetOk)
+    client.send(1, spec.Channel.Close(200, "", 0, 0))
+    client.expect(spec.Channel.CloseOk)
+    client.open_channel(2)
+    client.send(2, spec.Queue.Declare(queue="q", passive=True))
+    assert client.expect(spec.Queue.DeclareOk).message_count == 1
+
+
+def test_body_without_publish_is_505(client):
+    client.send(1, pbody.ContentBody(b"abc"))
+    close = client.expect(spec.Connection.Close)
+    assert close.reply_code == 505
+
+
+def test_exclusive_queue_locked_for_other_connection(make_client):
+    a, b = make_client(), make_client()
+    for c in (a, b):
+        c.handshake()
+        c.open_channel(1)
+    a.send(1, spec.Queue.Declare(queue="ex", exclusive=True))
+    a.expect(spec.Queue.DeclareOk)
+    b.send(1, spec.Basic.Get(queue="ex"))
+    assert b.expect(spec.Channel.Close, 1).reply_code == 405
+    a.send(0, spec.Connection.Close(200, "", 0, 0))
+    b.send(1, spec.Channel.CloseOk())
+    b.open_channel(1)
+    b.send(1, spec.Queue.Declare(queue="ex", passive=True))
+    assert b.expect(spec.Channel.Close, 1).reply_code == 404

@@ -1,0 +1,133 @@
+"""Connection-level behaviour over a mock transport: handshake, auth, tune, heartbeats, closes."""
+
+from __future__ import annotations
+
+from pamqp import commands as spec
+from pamqp import frame as pframe
+
+from ottermq.broker.connection import OPEN
+
+
+def test_bad_protocol_header_gets_our_header_and_close(make_client):
+    c = make_client()
+    c.send_raw(b"HTTP/1.1 200 OK\r\n")
+    assert c.frames() == [(-1, b"AMQP\x00\x00\x09\x01")]
+    assert c.transport.closed
+
+
+def test_header_in_pieces_then_start(make_client):
+    c = make_client()
+    for b in b"AMQP\x00\x00\x09\x01":
+        c.send_raw(bytes([b]))
+    start = c.expect(spec.Connection.Start)
+    assert start.server_properties["product"] == "OtterMQ"
+    assert "PLAIN" in start.mechanisms.split() and "AMQPLAIN" in start.mechanisms.split()
+    caps = start.server_properties["capabilities"]
+    assert caps["publisher_confirms"] and caps["consumer_cancel_notify"]
+
+
+def test_full_handshake(make_client):
+    c = make_client()
+    c.handshake()
+    assert c.conn.state == OPEN and c.conn.username == "guest"
+
+
+def test_bad_password_is_refused_with_403(make_client):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.frames()
+    c.send(0, spec.Connection.StartOk(
+        client_properties={"capabilities": {"authentication_failure_close": True}},
+        mechanism="PLAIN", response="\0guest\0nope"))
+    close = c.expect(spec.Connection.Close)
+    assert close.reply_code == 403
+    assert close.reply_text.startswith("ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN")
+
+
+def test_guest_refused_from_remote_address(make_client):
+    c = make_client(peer="10.1.2.3")
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.frames()
+    c.send(0, spec.Connection.StartOk(
+        client_properties={"capabilities": {"authentication_failure_close": True}},
+        mechanism="PLAIN", response="\0guest\0guest"))
+    assert c.expect(spec.Connection.Close).reply_code == 403
+
+
+def test_unknown_vhost_is_530(make_client):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.send(0, spec.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
+    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+           spec.Connection.Open(virtual_host="nope"))
+    close = c.expect(spec.Connection.Close)
+    assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - vhost nope not found")
+
+
+def test_frame_max_too_small_is_refused(make_client):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.send(0, spec.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
+    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=1000, heartbeat=0))
+    assert c.expect(spec.Connection.Close).reply_code == 530
+
+
+def test_silent_client_is_dropped_after_two_heartbeat_intervals(make_client, loop):
+    c = make_client()
+    c.handshake(heartbeat=2)
+    loop.advance(1.1)
+    assert any(ch == 0 and f.__class__.__name__ == "Heartbeat" for ch, f in c.frames())
+    loop.advance(2.0)
+    assert not c.transport.closed
+    loop.advance(2.0)
+    assert c.transport.closed
+
+
+def test_client_heartbeats_keep_connection(make_client, loop):
+    c = make_client()
+    c.handshake(heartbeat=2)
+    for _ in range(10):
+        loop.advance(0.9)
+        c.send_raw(b"\x08\x00\x00\x00\x00\x00\x00\xce")
+    assert not c.transport.closed
+
+
+def test_frame_larger_than_frame_max_is_501(make_client):
+    c = make_client()
+    c.handshake(frame_max=4096)
+    c.open_channel(1)
+    c.publish(1, "", "q", b"x" * 5000)
+    close = c.expect(spec.Connection.Close)
+    assert close.reply_code == 501
+
+
+def test_method_on_unopened_channel_is_504(client):
+    client.send(5, spec.Queue.Declare(queue="q"))
+    close = client.expect(spec.Connection.Close)
+    assert close.reply_code == 504
+
+
+def test_connection_close_handshake(client):
+    client.send(0, spec.Connection.Close(200, "bye", 0, 0))
+    client.expect(spec.Connection.CloseOk)
+    assert client.transport.closed
+
+
+def test_error_closes_connection_then_waits_close_ok(client, loop):
+    client.send(1, spec.Basic.Publish(exchange="", routing_key="q", immediate=True))
+    client.send_raw(pframe.marshal(__import__("pamqp.header", fromlist=["x"]).ContentHeader(0, 0, spec.Basic.Properties()), 1))
+    close = client.expect(spec.Connection.Close)
+    assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - immediate=true")
+    assert (close.class_id, close.method_id) == (60, 40)
+    assert not client.transport.closed
+    client.send(1, spec.Basic.Get(queue="q"))  # ignored while closing
+    assert client.methods() == []
+    client.send(0, spec.Connection.CloseOk())
+    assert client.transport.closed
+
+
+def test_shutdown_force_close_is_320(client):
+    client.conn.force_close("shutdown")
+    close = client.expect(spec.Connection.Close)
+    assert close.reply_code == 320
+    assert close.reply_text == "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"

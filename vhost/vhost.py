@@ -1,0 +1,265 @@
+"""A virtual host: exchanges, queues, bindings, and the publish routing walk.
+
+Rules:
+- The default exchange ``""`` routes by queue name; it cannot be declared, deleted or bound (403).
+- Names starting with ``amq.`` are reserved for declares (403), except passive declares.
+- Exclusive queues belong to one connection; any other connection touching them gets 405.
+- Routing walks exchange-to-exchange bindings breadth first, visiting each exchange once; an
+  exchange that routes nowhere hands the message to its ``alternate-exchange`` (RabbitMQ's rule).
+- Deleting a queue removes its bindings; an auto-delete exchange goes when its last binding does.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ottermq.amqp.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+
+from .arguments import (
+    QueueArgs,
+    check_args_equivalence,
+    check_flag_equivalence,
+    parse_queue_args,
+)
+from .exchange import Destination, Exchange, equivalent, make_exchange
+from .message import Message
+from .queue import Consumer, Queue
+
+PREDECLARED = (
+    ("amq.direct", "direct", False),
+    ("amq.fanout", "fanout", False),
+    ("amq.topic", "topic", False),
+    ("amq.headers", "headers", False),
+    ("amq.match", "headers", False),
+    ("amq.rabbitmq.trace", "topic", True),
+)
+
+
+def generated_name(prefix: str) -> str:
+    """A RabbitMQ-style generated name: ``amq.gen-`` / ``amq.ctag-`` + 22 url-safe chars."""
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
+class VHost:
+    """Registry of one virtual host's exchanges and queues.
+
+    Args:
+        name: the vhost name (``/`` by default).
+        max_priority: highest accepted ``x-max-priority``.
+    """
+
+    def __init__(self, name: str = "/", max_priority: int = 255) -> None:
+        self.name = name
+        self.max_priority = max_priority
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        # destination -> names of exchanges it is bound to (to unbind on delete quickly)
+        self._sources: dict[Destination, set[str]] = {}
+        # called with (queue) when a queue goes away (consumers to cancel are handled here)
+        self.on_queue_deleted: list[Callable[[Queue], None]] = []
+        for xname, xtype, internal in PREDECLARED:
+            self.exchanges[xname] = make_exchange(xname, xtype, durable=True, internal=internal)
+
+    # -- exchanges ------------------------------------------------------------------------
+    def get_exchange(self, name: str) -> Exchange:
+        """Raises NotFound if the exchange does not exist."""
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise NotFound(f"no exchange '{name}' in vhost '{self.name}'")
+        return exchange
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_: str,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any] | None,
+    ) -> Exchange:
+        """exchange.declare semantics (passive, reserved names, equivalence)."""
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        if passive:
+            return self.get_exchange(name)
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            equivalent(existing, type_, durable, auto_delete, internal, arguments or {})
+            return existing
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {})
+        self.exchanges[name] = exchange
+        return exchange
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        """exchange.delete; deleting a missing exchange is fine (RabbitMQ 3.x)."""
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.has_bindings():
+            raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for dest in exchange.destinations():
+            sources = self._sources.get(dest)
+            if sources is not None:
+                sources.discard(exchange.name)
+        # bindings where this exchange is the destination
+        self._drop_destination(("exchange", exchange.name))
+
+    # -- queues ---------------------------------------------------------------------------
+    def get_queue(self, name: str, owner: object | None) -> Queue:
+        """Look up a queue for a connection. Raises NotFound or ResourceLocked (405)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
+        if queue.exclusive and queue.owner is not owner:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'. "
+                "It could be originally declared on another connection or the exclusive property "
+                "value does not match that of the original declaration."
+            )
+        return queue
+
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any] | None,
+        owner: object,
+    ) -> Queue:
+        """queue.declare semantics. ``name`` must already be generated when it was empty."""
+        if passive:
+            return self.get_queue(name, owner)
+        existing = self.queues.get(name)
+        if existing is not None:
+            queue = self.get_queue(name, owner)
+            if queue.exclusive != exclusive:
+                # RabbitMQ reports this as a lock failure (405), not an equivalence error
+                raise ResourceLocked(
+                    f"cannot obtain exclusive access to locked queue '{name}' in vhost "
+                    f"'{self.name}'. It could be originally declared on another connection or "
+                    "the exclusive property value does not match that of the original declaration."
+                )
+            check_flag_equivalence(name, "durable", durable, queue.durable, self.name)
+            check_flag_equivalence(name, "auto_delete", auto_delete, queue.auto_delete, self.name)
+            check_args_equivalence(queue.args.raw, arguments or {}, name, self.name)
+            return queue
+        if name.startswith("amq."):
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
+        queue = Queue(name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args)
+        self.queues[name] = queue
+        return queue
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Delete a queue: unbind it, cancel its consumers. Returns its ready message count."""
+        count = queue.message_count
+        self.queues.pop(queue.name, None)
+        self._drop_destination(("queue", queue.name))
+        for consumer in queue.mark_deleted():
+            consumer.on_queue_deleted(queue)
+        for hook in self.on_queue_deleted:
+            hook(queue)
+        return count
+
+    def _drop_destination(self, dest: Destination) -> None:
+        for source_name in self._sources.pop(dest, ()):
+            exchange = self.exchanges.get(source_name)
+            if exchange is not None:
+                exchange.remove_destination(dest)
+                self._maybe_auto_delete(exchange)
+
+    def _maybe_auto_delete(self, exchange: Exchange) -> None:
+        if exchange.auto_delete and not exchange.has_bindings() and exchange.name in self.exchanges:
+            self._remove_exchange(exchange)
+
+    # -- bindings -------------------------------------------------------------------------
+    def _check_bindable(self, exchange_name: str) -> Exchange:
+        if exchange_name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        return self.get_exchange(exchange_name)
+
+    def bind(self, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
+        """Bind ``dest`` to exchange ``source`` (the destination must already be checked)."""
+        exchange = self._check_bindable(source)
+        if dest[0] == "exchange":
+            self._check_bindable(dest[1])
+        if exchange.bind(routing_key, dest, arguments):
+            self._sources.setdefault(dest, set()).add(source)
+
+    def unbind(self, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
+        """Remove a binding; a missing binding is not an error (RabbitMQ 3.x)."""
+        exchange = self._check_bindable(source)
+        if dest[0] == "exchange":
+            self._check_bindable(dest[1])
+        if exchange.unbind(routing_key, dest, arguments):
+            remaining = [b for b in exchange.bindings_list() if b[1] == dest]
+            if not remaining:
+                sources = self._sources.get(dest)
+                if sources is not None:
+                    sources.discard(source)
+            self._maybe_auto_delete(exchange)
+
+    # -- publishing -----------------------------------------------------------------------
+    def route(self, exchange: Exchange | None, message: Message) -> list[Queue]:
+        """Queues a message published to ``exchange`` (None = default exchange) reaches."""
+        if exchange is None:
+            queue = self.queues.get(message.routing_key)
+            return [queue] if queue is not None else []
+        dests = exchange.route(
+            message.routing_key, message.headers if exchange.type == "headers" else None
+        )
+        if len(dests) == 1 and exchange.alternate_exchange is None:
+            for kind, qname in dests:
+                if kind == "queue":
+                    queue = self.queues.get(qname)
+                    return [queue] if queue is not None else []
+        return self._route_walk(exchange, dests, message)
+
+    def _route_walk(self, first: Exchange, dests: Any, message: Message) -> list[Queue]:
+        seen_exchanges = {first.name}
+        queue_names: dict[str, None] = {}
+        work: list[tuple[Exchange, Any]] = [(first, dests)]
+        while work:
+            exchange, routed = work.pop()
+            if not routed and exchange.alternate_exchange:
+                routed = {("exchange", exchange.alternate_exchange)}
+            for kind, name in routed:
+                if kind == "queue":
+                    queue_names[name] = None
+                elif name not in seen_exchanges:
+                    seen_exchanges.add(name)
+                    target = self.exchanges.get(name)
+                    if target is not None:
+                        work.append(
+                            (
+                                target,
+                                target.route(
+                                    message.routing_key,
+                                    message.headers if target.type == "headers" else None,
+                                ),
+                            )
+                        )
+        queues = self.queues
+        return [queues[n] for n in queue_names if n in queues]
+
+    # -- consumers ------------------------------------------------------------------------
+    def consumer_removed(self, queue: Queue, consumer: Consumer) -> None:
+        """Detach a consumer; deletes an auto-delete queue that lost its last consumer."""
+        if queue.remove_consumer(consumer) and not queue.deleted:
+            self.delete_queue(queue)
