@@ -31,7 +31,8 @@ class AMQPError(Exception):
         full = f"{self.name} - {self.text}" if self.text else self.name
         raw = full.encode("utf-8")
         if len(raw) > 255:
-            full = raw[:255].decode("utf-8", "ignore")
+            # RabbitMQ keeps the first 252 bytes and appends "..."
+            full = raw[:252].decode("utf-8", "ignore") + "..."
         return full
 
 

@@ -14,6 +14,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _PUBLISH_KEY = BASIC_PUBLISH
+KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
+
+
+class UnknownMethod(Exception):
+    """A method frame with a class/method id outside AMQP 0-9-1.
+
+    RabbitMQ's reader fails on these without a ``Connection.Close``: the TCP connection is dropped.
+    """
+
+    def __init__(self, key: int) -> None:
+        super().__init__(f"unknown method id: class {key >> 16}, method {key & 0xFFFF}")
+
+
+def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
+    """queue.declare-ok, encoded here because pamqp rejects names RabbitMQ allows (e.g. ``*``)."""
+    name = queue.encode()
+    payload = struct.pack(">HHB", 50, 11, len(name)) + name + struct.pack(">II", message_count, consumer_count)
+    return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
 
 
 class ChannelConsumer:
@@ -153,9 +172,7 @@ class Channel:
         if frame_type != FRAME_METHOD:
             if self.closing:
                 return
-            raise UnexpectedFrame(
-                f"expected method frame, got non method frame instead (type {frame_type})"
-            )
+            raise UnexpectedFrame("expected method frame, got non method frame instead")
         key = fastpath.method_key(payload)
         self.method_key = key
         if self.closing:
@@ -172,16 +189,21 @@ class Channel:
             tag, multiple = fastpath.decode_ack(payload)
             self.on_ack(tag, multiple)
             return
+        if key == BASIC_REJECT:
+            tag, requeue = fastpath.decode_reject(payload)
+            self.on_reject(tag, False, requeue)
+            return
+        if key == BASIC_NACK:
+            tag, multiple, requeue = fastpath.decode_nack(payload)
+            self.on_reject(tag, multiple, requeue)
+            return
+        if key not in KNOWN_METHODS:
+            raise UnknownMethod(key)
         method = fastpath.decode_method(payload)
         handler = self._handlers.get(type(method))
         if handler is None:
-            raise CommandInvalid(f"unexpected method {method.name} on channel {self.number}")
-        if key == BASIC_REJECT:
-            self.on_reject(method.delivery_tag, False, method.requeue)
-        elif key == BASIC_NACK:
-            self.on_reject(method.delivery_tag, method.multiple, method.requeue)
-        else:
-            handler(method)
+            raise CommandInvalid("unimplemented method")
+        handler(method)
 
     def _on_content(self, frame_type: int, payload: bytes) -> None:
         if self._body_size < 0:
@@ -375,7 +397,7 @@ class Channel:
 
     # -- channel class --------------------------------------------------------------------
     def on_channel_open(self, method: spec.Channel.Open) -> None:
-        raise ChannelError(f"second 'channel.open' seen on channel {self.number}")
+        raise ChannelError("second 'channel.open' seen")
 
     def on_channel_close(self, method: spec.Channel.Close) -> None:
         self.shutdown()
@@ -433,21 +455,19 @@ class Channel:
     # -- queue class ----------------------------------------------------------------------
     def on_queue_declare(self, m: spec.Queue.Declare) -> None:
         name = m.queue
-        if not name:
+        generated = not name
+        if generated:
             if m.passive:
                 raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
             name = generated_name("amq.gen-")
         queue = self.vhost.declare_queue(
-            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments, self.conn
+            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments, self.conn, generated
         )
         if m.exclusive and queue.owner is self.conn:
             self.conn.exclusive_queues.add(queue)
         self.last_queue = name
         if not m.nowait:
-            self.conn.send_method(
-                self.number,
-                spec.Queue.DeclareOk(name, queue.message_count, len(queue.consumers)),
-            )
+            self.conn.send(_declare_ok(self.number, name, queue.message_count, len(queue.consumers)))
 
     def _queue(self, name: str) -> Queue:
         if not name:
@@ -460,7 +480,9 @@ class Channel:
         if m.exchange == "":
             raise AccessRefused("operation not permitted on the default exchange")
         queue = self._queue(m.queue)
-        self.vhost.bind(m.exchange, ("queue", queue.name), m.routing_key, m.arguments or {})
+        # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
+        key = queue.name if not m.queue and not m.routing_key else m.routing_key
+        self.vhost.bind(m.exchange, ("queue", queue.name), key, m.arguments or {})
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.BindOk())
 
@@ -468,7 +490,8 @@ class Channel:
         if m.exchange == "":
             raise AccessRefused("operation not permitted on the default exchange")
         queue = self._queue(m.queue)
-        self.vhost.unbind(m.exchange, ("queue", queue.name), m.routing_key, m.arguments or {})
+        key = queue.name if not m.queue and not m.routing_key else m.routing_key
+        self.vhost.unbind(m.exchange, ("queue", queue.name), key, m.arguments or {})
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:

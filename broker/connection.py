@@ -20,7 +20,7 @@ import asyncio
 import ipaddress
 import logging
 import platform
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands as spec
 from pamqp.base import Frame
@@ -42,7 +42,7 @@ from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
 from ottermq.amqp.reader import FrameReader
 from ottermq.amqp.table import decode_table
 
-from .channel import Channel
+from .channel import KNOWN_METHODS, Channel, UnknownMethod
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -61,6 +61,10 @@ WRITE_HIGH_WATER = 1024 * 1024
 AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
 
 CONNECTION_CLOSE_KEYS = (0x000A0032, 0x000A0033)  # connection.close, connection.close-ok
+
+
+class _NoMethod(NotAllowed):
+    """Raised where RabbitMQ reports class/method ids 0/0 (its error carries method 'none')."""
 
 
 class AMQPConnection(asyncio.Protocol):
@@ -97,7 +101,7 @@ class AMQPConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername")
@@ -328,7 +332,7 @@ class AMQPConnection(asyncio.Protocol):
             raise NotAllowed(f"channel_max={channel_max} > {server_channel_max} max size")
         self.frame_max = frame_max
         self.reader.frame_max = frame_max
-        self.channel_max = channel_max or 65535
+        self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self.state = AWAIT_OPEN
 
@@ -372,7 +376,10 @@ class AMQPConnection(asyncio.Protocol):
             return
         try:
             if frame_type != FRAME_METHOD:
-                raise UnexpectedFrame(f"unexpected frame type {frame_type} on channel 0")
+                raise UnexpectedFrame(f"type {frame_type}, all octets = <<>>")
+            key = fastpath.method_key(payload)
+            if key not in KNOWN_METHODS:
+                raise UnknownMethod(key)
             method = fastpath.decode_method(payload)
             if isinstance(method, spec.Connection.Close):
                 self.send_method(0, spec.Connection.CloseOk())
@@ -383,8 +390,13 @@ class AMQPConnection(asyncio.Protocol):
                 self._abort()
             elif isinstance(method, (spec.Connection.Blocked, spec.Connection.Unblocked)):
                 pass
+            elif key >> 16 == 10:
+                raise CommandInvalid("unimplemented method")
             else:
-                raise CommandInvalid(f"unexpected method {method.name} on channel 0")
+                raise ChannelError("unexpected method in connection state running")
+        except UnknownMethod as exc:
+            log.warning("connection %s: %s; dropping the connection", self.peer, exc)
+            self._abort()
         except ConnectionException as exc:
             self._close_connection(exc, fastpath.method_key(payload) if len(payload) >= 4 else 0)
         except ChannelException as exc:  # not expected on channel 0; treat as hard
@@ -397,26 +409,42 @@ class AMQPConnection(asyncio.Protocol):
                 self._open_channel(frame_type, number, payload)
                 return
             if frame_type == FRAME_HEARTBEAT:
-                raise ChannelError("heartbeat frame on a non-zero channel")
+                channel.method_key = 0
+                raise UnexpectedFrame("type 8, all octets = <<>>")
             channel.handle(frame_type, payload)
+        except UnknownMethod as exc:
+            log.warning("connection %s: %s; dropping the connection", self.peer, exc)
+            self._abort()
         except ChannelException as exc:
             assert channel is not None
             self._close_channel(channel, exc)
         except ConnectionException as exc:
-            key = channel.method_key if channel is not None else 0
+            if isinstance(exc, _NoMethod):
+                key = 0
+            elif channel is not None:
+                key = channel.method_key
+            elif frame_type == FRAME_METHOD and len(payload) >= 4:
+                key = fastpath.method_key(payload)
+            else:
+                key = 0
             self._close_connection(exc, key)
         except Exception:
             log.exception("connection %s: internal error on channel %s", self.peer, number)
             self._close_connection(InternalError("internal error"), channel.method_key if channel else 0)
 
     def _open_channel(self, frame_type: int, number: int, payload: bytes) -> None:
+        if frame_type == FRAME_HEARTBEAT:
+            raise UnexpectedFrame("type 8, all octets = <<>>")
         if frame_type != FRAME_METHOD:
-            raise UnexpectedFrame(f"expected method frame, got non method frame on channel {number}")
+            raise UnexpectedFrame("expected method frame, got non method frame instead")
+        key = fastpath.method_key(payload)
+        if key not in KNOWN_METHODS:
+            raise UnknownMethod(key)
         method = fastpath.decode_method(payload)
         if not isinstance(method, spec.Channel.Open):
             raise ChannelError("expected 'channel.open'")
-        if number > self.channel_max:
-            raise NotAllowed(
+        if self.channel_max and len(self.channels) >= self.channel_max:
+            raise _NoMethod(
                 f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})"
             )

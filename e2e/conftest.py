@@ -5,26 +5,34 @@ Which broker:
       (a real RabbitMQ for ``make conformance``); tests marked ``@pytest.mark.extension`` are skipped there.
     * otherwise ``python -m ottermq.broker`` is started once per session on a free port with a temp data dir.
 
-Why helpers are fixtures: pytest runs with ``--import-mode=importlib`` and ``e2e/`` has no ``__init__.py``, so
-``from helpers import ...`` cannot work. Every helper is therefore a fixture defined here:
+Why helpers are fixtures: pytest runs with ``--import-mode=importlib`` and ``e2e/`` has no ``__init__.py``,
+so ``from helpers import ...`` cannot work. Every helper is therefore a fixture defined here:
 
-    ``broker``       session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika.
-    ``unique``       ``unique("orders") -> "e2e.orders.<test>.<hex>"``; each name is deleted (as a queue AND as an
-                     exchange) after the test, so re-runs against a long-lived RabbitMQ stay clean.
-    ``poll_until``   ``poll_until(fn, timeout=5, interval=0.01)`` returns fn()'s first truthy value or fails.
-    ``connect``      ``connect(**param_overrides) -> pika.BlockingConnection``; closed after the test.
-    ``channel``      a channel on a fresh ``connect()`` connection (the most common need).
-    ``raw_connect``  ``raw_connect(handshake=True, heartbeat=0, ...) -> RawConnection``: AMQP over a plain socket
-                     with pamqp, for protocol-error tests pika cannot express.
+    broker            session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika.
+    unique            ``unique("orders") -> "e2e.orders.<test>.<hex>"``; every name handed out is deleted as a
+                      queue AND as an exchange after the test, so re-runs on a long-lived RabbitMQ stay clean.
+    poll_until        ``poll_until(fn, timeout=5, interval=0.01)`` -> fn()'s first truthy value, or fail.
+    connect           ``connect(**param_overrides) -> pika.BlockingConnection``, closed after the test.
+    channel           a channel on a fresh ``connect()`` connection (the most common need).
+    channel_error     ``channel_error(fn, code, text)``: fn() must make the broker close the channel with
+                      exactly that reply code and text; returns the pika exception.
+    connection_error  the same for a Connection.Close.
+    raw_connect       ``raw_connect(handshake=True, heartbeat=0, ...) -> RawConnection``: AMQP over a plain
+                      socket with pamqp, for protocol errors pika cannot express.
 
-Rules for tests: no bare sleeps (use ``poll_until`` or a socket read timeout), no TTLs here, delete what you
-create (``unique`` names do it for you), and keep each file under a few seconds.
+Reply texts longer than 255 bytes are compared the way RabbitMQ sends them: first 252 bytes + "..."
+(``reply_text``).
+
+Rules for tests: no bare sleeps (``poll_until``, a socket read timeout or a bounded
+``process_data_events(time_limit=...)`` when checking that nothing else arrives), no TTLs here, delete what
+you create (``unique`` names do it for you), keep each file to a few seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -44,6 +52,7 @@ import pamqp.exceptions
 import pamqp.frame
 import pamqp.heartbeat
 import pika
+import pika.exceptions
 import pytest
 
 FRAME_HEADER_SIZE = 7
@@ -171,11 +180,46 @@ def broker() -> Iterator[Broker]:
         log.close()
         if died:
             print(f"\nottermq died during the session (exit {proc.returncode}); log tail:\n{b.log_tail()}")
+            print(f"(data dir and full log kept in {tmp})")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------------
 # small helpers
 # --------------------------------------------------------------------------------------------------------
+def reply_text(text: str) -> str:
+    """``text`` as RabbitMQ puts it in a shortstr: over 255 bytes -> first 252 bytes + "..."."""
+    raw = text.encode()
+    if len(raw) <= 255:
+        return text
+    return raw[:252].decode("utf-8", "ignore") + "..."
+
+
+@pytest.fixture
+def channel_error() -> Callable[..., pika.exceptions.ChannelClosedByBroker]:
+    def _channel_error(fn: Callable[[], Any], code: int, text: str) -> pika.exceptions.ChannelClosedByBroker:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            fn()
+        assert (info.value.reply_code, info.value.reply_text) == (code, reply_text(text))
+        return info.value
+
+    return _channel_error
+
+
+@pytest.fixture
+def connection_error() -> Callable[..., pika.exceptions.ConnectionClosedByBroker]:
+    def _connection_error(
+        fn: Callable[[], Any], code: int, text: str
+    ) -> pika.exceptions.ConnectionClosedByBroker:
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            fn()
+        assert (info.value.reply_code, info.value.reply_text) == (code, reply_text(text))
+        return info.value
+
+    return _connection_error
+
+
 @pytest.fixture
 def poll_until() -> Callable[..., Any]:
     def _poll_until(fn: Callable[[], Any], timeout: float = 5, interval: float = 0.01) -> Any:
@@ -247,8 +291,8 @@ def unique(request: pytest.FixtureRequest, broker: Broker) -> Iterator[Callable[
 # --------------------------------------------------------------------------------------------------------
 # raw AMQP over a socket
 # --------------------------------------------------------------------------------------------------------
-class PeerClosed(Exception):
-    """The broker closed the TCP connection."""
+class PeerClosed(ConnectionError):
+    """The broker closed the TCP connection (tests catch it as ``ConnectionError``)."""
 
 
 @dataclass
@@ -282,6 +326,7 @@ class RawConnection:
     Args:
         host, port: broker address.
         handshake: run protocol header, Start-Ok (PLAIN), Tune-Ok and Open before returning.
+        capabilities: client capabilities sent in Start-Ok (none by default, unlike pika).
         heartbeat, channel_max, frame_max: values sent in Tune-Ok; ``None`` means "accept the server's".
     """
 
@@ -297,7 +342,9 @@ class RawConnection:
         heartbeat: int | None = 0,
         channel_max: int | None = None,
         frame_max: int | None = None,
+        capabilities: dict[str, bool] | None = None,
     ) -> None:
+        self.capabilities = capabilities or {}
         self.sock = socket.create_connection((host, port), timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
@@ -322,7 +369,7 @@ class RawConnection:
             chunk = self.sock.recv(65536)
         except TimeoutError:
             raise
-        except (ConnectionResetError, BrokenPipeError) as exc:
+        except OSError as exc:
             raise PeerClosed(str(exc)) from exc
         if not chunk:
             raise PeerClosed("EOF")
@@ -336,18 +383,29 @@ class RawConnection:
         data, self.buf = self.buf[:n], self.buf[n:]
         return data
 
+    def _next_frame_bytes(self, deadline: float) -> bytes:
+        while True:
+            if len(self.buf) >= FRAME_HEADER_SIZE:
+                _, _, size = pamqp.frame.frame_parts(self.buf)
+                if size is not None and len(self.buf) >= FRAME_HEADER_SIZE + size + 1:
+                    data, self.buf = (
+                        self.buf[: FRAME_HEADER_SIZE + size + 1],
+                        self.buf[FRAME_HEADER_SIZE + size + 1 :],
+                    )
+                    return data
+            self._fill(deadline)
+
+    def recv_raw_frame(self, timeout: float = 5) -> tuple[int, int, bytes]:
+        """Next frame undecoded: ``(frame_type, channel, payload)`` (heartbeats included)."""
+        data = self._next_frame_bytes(time.monotonic() + timeout)
+        frame_type, channel, _ = pamqp.frame.frame_parts(data)
+        return frame_type, channel, data[FRAME_HEADER_SIZE:-1]
+
     def recv_frame(self, timeout: float = 5, skip_heartbeats: bool = True) -> tuple[int, Any]:
         """Next ``(channel, pamqp frame)``; raises ``TimeoutError`` or ``PeerClosed``."""
         deadline = time.monotonic() + timeout
         while True:
-            while True:
-                if len(self.buf) >= FRAME_HEADER_SIZE:
-                    _, _, size = pamqp.frame.frame_parts(self.buf)
-                    if size is not None and len(self.buf) >= FRAME_HEADER_SIZE + size + 1:
-                        break
-                self._fill(deadline)
-            consumed, channel, frame = pamqp.frame.unmarshal(self.buf)
-            self.buf = self.buf[consumed:]
+            _, channel, frame = pamqp.frame.unmarshal(self._next_frame_bytes(deadline))
             if skip_heartbeats and isinstance(frame, pamqp.heartbeat.Heartbeat):
                 continue
             return channel, frame
@@ -373,8 +431,6 @@ class RawConnection:
             return True
         except TimeoutError:
             return False
-        except OSError:
-            return True
 
     def expect_close(self, timeout: float = 5, closed_timeout: float = 5) -> CloseResult:
         """Wait for ``Connection.Close``/``Channel.Close``, answer it with Close-Ok, report socket state.
@@ -410,7 +466,7 @@ class RawConnection:
         self.send_frame(
             0,
             pamqp.commands.Connection.StartOk(
-                client_properties={"product": "ottermq-e2e-raw", "capabilities": {}},
+                client_properties={"product": "ottermq-e2e-raw", "capabilities": self.capabilities},
                 mechanism="PLAIN",
                 response=f"\0{user}\0{password}",
                 locale="en_US",

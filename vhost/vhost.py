@@ -101,7 +101,7 @@ class VHost:
         if name == "":
             raise AccessRefused("operation not permitted on the default exchange")
         if name.startswith("amq."):
-            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+            raise AccessRefused(f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed")
         exchange = self.exchanges.get(name)
         if exchange is None:
             return
@@ -141,6 +141,7 @@ class VHost:
         auto_delete: bool,
         arguments: dict[str, Any] | None,
         owner: object,
+        generated: bool = False,
     ) -> Queue:
         """queue.declare semantics. ``name`` must already be generated when it was empty."""
         if passive:
@@ -159,7 +160,7 @@ class VHost:
             check_flag_equivalence(name, "auto_delete", auto_delete, queue.auto_delete, self.name)
             check_args_equivalence(queue.args.raw, arguments or {}, name, self.name)
             return queue
-        if name.startswith("amq."):
+        if name.startswith("amq.") and not generated:
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
         queue = Queue(name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args)
@@ -203,10 +204,12 @@ class VHost:
             self._sources.setdefault(dest, set()).add(source)
 
     def unbind(self, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
-        """Remove a binding; a missing binding is not an error (RabbitMQ 3.x)."""
-        exchange = self._check_bindable(source)
-        if dest[0] == "exchange":
-            self._check_bindable(dest[1])
+        """Remove a binding; a missing binding or exchange is not an error (RabbitMQ 3.x)."""
+        if source == "" or dest == ("exchange", ""):
+            raise AccessRefused("operation not permitted on the default exchange")
+        exchange = self.exchanges.get(source)
+        if exchange is None:
+            return
         if exchange.unbind(routing_key, dest, arguments):
             remaining = [b for b in exchange.bindings_list() if b[1] == dest]
             if not remaining:

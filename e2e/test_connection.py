@@ -1,0 +1,349 @@
+"""Connection-level behaviour: handshake, auth, vhosts, heartbeats, channel limits and framing errors.
+
+Reply codes and texts are RabbitMQ 3.10's, byte for byte. Several frame errors make RabbitMQ stop reading and
+drop the socket ~3 s later (it ignores our Close-Ok); tests only bound that delay from above.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pamqp.body
+import pamqp.commands as C
+import pamqp.frame
+import pamqp.header
+import pamqp.heartbeat
+import pika
+import pika.exceptions
+import pytest
+
+AMQP_0_9_1 = b"AMQP\x00\x00\x09\x01"
+
+
+def method_frame(channel: int, class_id: int, method_id: int, args: bytes = b"") -> bytes:
+    payload = struct.pack(">HH", class_id, method_id) + args
+    return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# handshake
+# ---------------------------------------------------------------------------------------------------------
+def test_pika_connect_and_close(connect):
+    conn = connect()
+    ch = conn.channel()
+    assert ch.is_open
+    conn.close()
+    assert conn.is_closed
+
+
+def test_start_and_tune_advertise_rabbitmq_defaults(raw_connect):
+    raw = raw_connect()
+    start, tune = raw.start, raw.tune
+    assert (start.version_major, start.version_minor) == (0, 9)
+    assert "PLAIN" in start.mechanisms.split()
+    assert start.locales == "en_US"
+    caps = start.server_properties["capabilities"]
+    for cap in (
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "authentication_failure_close",
+        "per_consumer_qos",
+    ):
+        assert caps.get(cap) is True, cap
+    assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"AMQP\x00\x00\x09\x00",  # 0-9-0
+        b"AMQP\x00\x00\x0a\x00",  # 0-10
+        b"AMQP\x00\x01\x00\x00",  # AMQP 1.0
+        b"AMQP\x03\x01\x00\x00",  # AMQP 1.0 SASL
+        b"HTTP/1.1 200 OK\r\n\r\n",
+        # NB: RabbitMQ still speaks 0-8 for AMQP\x01\x01\x00\x09 and AMQP\x01\x01\x09\x01: not tested
+    ],
+    ids=["0-9-0", "0-10", "1.0", "1.0-sasl", "http"],
+)
+def test_wrong_protocol_header_gets_ours_and_close(raw_connect, header):
+    raw = raw_connect(handshake=False)
+    raw.send(header)
+    assert raw.recv_bytes(8) == AMQP_0_9_1
+    assert raw.closed(5)
+
+
+def test_bad_credentials_pika(connect):
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
+        connect(credentials=pika.PlainCredentials("guest", "wrong"))
+    assert (
+        "(403) 'ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+        "For details see the broker logfile.'" in str(info.value)
+    )
+
+
+def test_bad_credentials_raw_with_auth_failure_close(raw_connect):
+    raw = raw_connect(handshake=False)
+    raw.send(AMQP_0_9_1)
+    raw.expect(C.Connection.Start)
+    raw.send_frame(
+        0,
+        C.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN",
+            response="\0guest\0wrong",
+        ),
+    )
+    close = raw.expect_close()
+    assert close.reply_code == 403
+    assert close.reply_text == (
+        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+        "For details see the broker logfile."
+    )
+    assert (close.class_id, close.method_id) == (0, 0)
+    assert close.socket_closed
+
+
+def test_bad_credentials_raw_without_capability_just_drops(raw_connect):
+    raw = raw_connect(handshake=False)
+    raw.send(AMQP_0_9_1)
+    raw.expect(C.Connection.Start)
+    raw.send_frame(
+        0, C.Connection.StartOk(client_properties={}, mechanism="PLAIN", response="\0guest\0wrong")
+    )
+    # RabbitMQ: without authentication_failure_close the socket is closed without any Connection.Close
+    with pytest.raises(ConnectionError):
+        raw.recv_frame(timeout=5)
+
+
+def test_unknown_vhost_pika(connect):
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
+        connect(virtual_host="no-such-vhost")
+    assert "(530) 'NOT_ALLOWED - vhost no-such-vhost not found'" in str(info.value)
+
+
+def test_unknown_vhost_raw(raw_connect):
+    raw = raw_connect(handshake=False)
+    raw.handshake(open_vhost=False)
+    raw.send_frame(0, C.Connection.Open(virtual_host="no-such-vhost"))
+    close = raw.expect_close()
+    assert close.reply_code == 530
+    assert close.reply_text == "NOT_ALLOWED - vhost no-such-vhost not found"
+    assert (close.class_id, close.method_id) == (10, 40)
+    assert close.socket_closed
+
+
+# ---------------------------------------------------------------------------------------------------------
+# heartbeats
+# ---------------------------------------------------------------------------------------------------------
+def test_pika_heartbeat_2_keeps_connection_alive(connect):
+    conn = connect(heartbeat=2)
+    assert conn._impl.params.heartbeat == 2
+    ch = conn.channel()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.5)
+    assert conn.is_open
+    assert ch.queue_declare("", exclusive=True).method.queue.startswith("amq.gen-")
+
+
+def test_silent_client_is_disconnected_after_missed_heartbeats(raw_connect):
+    raw = raw_connect(heartbeat=1)
+    start = time.monotonic()
+    heartbeats = 0
+    with pytest.raises(ConnectionError):
+        while time.monotonic() - start < 8:
+            _, frame = raw.recv_frame(timeout=8, skip_heartbeats=False)
+            # RabbitMQ sends only heartbeats, then drops TCP without a Connection.Close
+            assert isinstance(frame, pamqp.heartbeat.Heartbeat), frame
+            heartbeats += 1
+    elapsed = time.monotonic() - start
+    assert 1.5 <= elapsed <= 6, elapsed
+    assert heartbeats >= 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# channel_max
+# ---------------------------------------------------------------------------------------------------------
+def test_channel_number_above_channel_max_is_accepted(raw_connect):
+    # RabbitMQ limits the COUNT of open channels, not the channel number
+    raw = raw_connect(channel_max=10)
+    raw.open_channel(11)
+    raw.open_channel(65535)
+    assert raw.rpc(11, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk).queue.startswith(
+        "amq.gen-"
+    )
+
+
+def test_opening_more_channels_than_channel_max_is_530(raw_connect):
+    raw = raw_connect(channel_max=2)
+    raw.open_channel(1)
+    raw.open_channel(2)
+    raw.send_frame(3, C.Channel.Open())
+    close = raw.expect_close()
+    assert close.reply_code == 530
+    assert (
+        close.reply_text
+        == "NOT_ALLOWED - number of channels opened (2) has reached the negotiated channel_max (2)"
+    )
+    # RabbitMQ reports class/method 0/0 here, not channel.open
+    assert (close.class_id, close.method_id) == (0, 0)
+    assert close.socket_closed
+
+
+# ---------------------------------------------------------------------------------------------------------
+# framing errors (hard errors: Connection.Close, socket closed)
+# ---------------------------------------------------------------------------------------------------------
+def test_frame_larger_than_frame_max_is_501(raw_connect):
+    raw = raw_connect(frame_max=4096)
+    raw.open_channel(1)
+    payload = (
+        b"x" * 4097
+    )  # RabbitMQ accepts payloads up to frame_max (sic), reports frame_max - 8 as the limit
+    raw.send(struct.pack(">BHI", 3, 1, len(payload)) + payload + b"\xce")
+    close = raw.expect_close(closed_timeout=0)
+    assert close.channel == 0
+    assert close.reply_code == 501
+    assert close.reply_text == "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,4097,4088}"
+    assert (close.class_id, close.method_id) == (0, 0)
+    # RabbitMQ drops the socket only ~3 s later; test_broker_serves_others_... checks that it does
+
+
+def test_bad_frame_end_is_501(raw_connect):
+    raw = raw_connect()
+    raw.open_channel(1)
+    frame = pamqp.frame.marshal(C.Basic.Qos(prefetch_count=1), 1)
+    raw.send(frame[:-1] + b"\x00")
+    close = raw.expect_close(closed_timeout=0)
+    assert close.reply_code == 501
+    assert close.reply_text == (
+        "FRAME_ERROR - type 1, all octets = <<0,60,0,10,0,0,0,0,0,1,0>>: {invalid_frame_end_marker,0}"
+    )
+    assert (close.class_id, close.method_id) == (0, 0)
+
+
+def test_method_on_unopened_channel_is_504(raw_connect):
+    raw = raw_connect()
+    raw.send_frame(5, C.Queue.Declare(queue="", exclusive=True))
+    close = raw.expect_close()
+    assert close.reply_code == 504
+    assert close.reply_text == "CHANNEL_ERROR - expected 'channel.open'"
+    assert (close.class_id, close.method_id) == (50, 10)
+    assert close.socket_closed
+
+
+def test_method_on_channel_closed_by_client_is_504(raw_connect):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.rpc(1, C.Channel.Close(reply_code=200, reply_text="", class_id=0, method_id=0), C.Channel.CloseOk)
+    raw.send_frame(1, C.Basic.Qos())
+    close = raw.expect_close()
+    assert (close.reply_code, close.reply_text) == (504, "CHANNEL_ERROR - expected 'channel.open'")
+    assert (close.class_id, close.method_id) == (60, 10)
+
+
+def test_reopening_open_channel_is_504(raw_connect):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.send_frame(1, C.Channel.Open())
+    close = raw.expect_close()
+    assert close.reply_code == 504
+    assert close.reply_text == "CHANNEL_ERROR - second 'channel.open' seen"
+    assert (close.class_id, close.method_id) == (20, 10)
+    assert close.socket_closed
+
+
+def test_queue_declare_on_channel_zero_is_504(raw_connect):
+    raw = raw_connect()
+    raw.send_frame(0, C.Queue.Declare(queue="", exclusive=True))
+    close = raw.expect_close()
+    assert close.reply_code == 504
+    assert close.reply_text == "CHANNEL_ERROR - unexpected method in connection state running"
+    assert (close.class_id, close.method_id) == (50, 10)
+
+
+@pytest.mark.parametrize(
+    "frame", [pamqp.body.ContentBody(b"hello"), pamqp.header.ContentHeader(0, 5)], ids=["body", "header"]
+)
+def test_content_frame_without_publish_is_505(raw_connect, frame):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.send_frame(1, frame)
+    close = raw.expect_close()
+    assert close.reply_code == 505
+    assert close.reply_text == "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
+    assert (close.class_id, close.method_id) == (0, 0)
+    assert close.socket_closed
+
+
+def test_method_instead_of_content_header_is_505(raw_connect):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.send_frame(1, C.Basic.Publish(exchange="", routing_key="nowhere"))
+    raw.send_frame(1, C.Basic.Qos())
+    close = raw.expect_close()
+    assert close.reply_code == 505
+    assert close.reply_text == (
+        "UNEXPECTED_FRAME - expected content header for class 60, got non content header frame instead"
+    )
+    assert (close.class_id, close.method_id) == (60, 40)
+
+
+def test_method_instead_of_content_body_is_505(raw_connect):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.send_frame(1, C.Basic.Publish(exchange="", routing_key="nowhere"))
+    raw.send_frame(1, pamqp.header.ContentHeader(0, 10, C.Basic.Properties()))
+    raw.send_frame(1, pamqp.body.ContentBody(b"12345"))
+    raw.send_frame(1, C.Basic.Qos())
+    close = raw.expect_close()
+    assert close.reply_code == 505
+    assert close.reply_text == "UNEXPECTED_FRAME - expected content body, got non content body frame instead"
+    assert (close.class_id, close.method_id) == (60, 40)
+
+
+def test_heartbeat_on_nonzero_channel_is_505(raw_connect):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.send(struct.pack(">BHI", 8, 1, 0) + b"\xce")
+    close = raw.expect_close()
+    assert (close.reply_code, close.reply_text) == (505, "UNEXPECTED_FRAME - type 8, all octets = <<>>")
+    assert (close.class_id, close.method_id) == (0, 0)
+
+
+def test_server_only_method_from_client_is_503(raw_connect):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.send_frame(1, C.Channel.OpenOk())
+    close = raw.expect_close()
+    assert (close.reply_code, close.reply_text) == (503, "COMMAND_INVALID - unimplemented method")
+    assert (close.class_id, close.method_id) == (20, 11)
+
+
+@pytest.mark.parametrize("class_id,method_id", [(60, 999), (99, 10)], ids=["method", "class"])
+def test_unknown_method_id_drops_connection_without_close(raw_connect, class_id, method_id):
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.send(method_frame(1, class_id, method_id))
+    # RabbitMQ's reader crashes on {unknown_method_id,...}: TCP is dropped, no Connection.Close is sent
+    with pytest.raises(ConnectionError):
+        raw.recv_frame(timeout=5)
+
+
+def test_broker_serves_others_while_closing_a_bad_connection(raw_connect, connect, unique):
+    bad = raw_connect()
+    bad.open_channel(1)
+    bad.send(pamqp.frame.marshal(C.Basic.Qos(), 1)[:-1] + b"\x00")
+    assert bad.expect_close(closed_timeout=0.01).reply_code == 501
+
+    ch = connect().channel()
+    q = unique("q")
+    ch.queue_declare(q, exclusive=True)
+    for i in range(20):
+        ch.basic_publish("", q, str(i).encode())
+    bodies = [ch.basic_get(q, auto_ack=True)[2] for _ in range(20)]
+    assert bodies == [str(i).encode() for i in range(20)]
+    assert bad.closed(5)

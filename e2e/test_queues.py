@@ -1,0 +1,381 @@
+"""Queues: naming, declare equivalence, exclusivity, auto-delete, purge/delete, bindings and priorities."""
+
+from __future__ import annotations
+
+import re
+
+import pika
+import pika.exceptions
+import pytest
+
+VHOST = "vhost '/'"
+
+
+def drain(ch, queue: str) -> list[bytes]:
+    bodies = []
+    while True:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body)
+
+
+def queue_exists(conn, queue: str) -> bool:
+    ch = conn.channel()
+    try:
+        ch.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        assert exc.reply_code in (404, 405)
+        return exc.reply_code == 405  # 405: another connection's exclusive queue
+    ch.close()
+    return True
+
+
+def locked(q: str) -> str:
+    return (
+        f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}' in {VHOST}. "
+        "It could be originally declared on another connection or the exclusive property value does not "
+        "match that of the original declaration."
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# declare
+# ---------------------------------------------------------------------------------------------------------
+def test_server_named_queue(channel):
+    ok = channel.queue_declare("", exclusive=True).method
+    assert re.fullmatch(r"amq\.gen-[A-Za-z0-9_-]{22}", ok.queue), ok.queue
+    assert (ok.message_count, ok.consumer_count) == (0, 0)
+    other = channel.queue_declare("", exclusive=True).method.queue
+    assert other != ok.queue
+
+
+def test_declare_ok_reports_counts(channel, unique):
+    q = unique("q")
+    channel.queue_declare(q, exclusive=True)
+    # RabbitMQ answers queue.declare before earlier unconfirmed publishes reach the queue: confirm them first
+    channel.confirm_delivery()
+    for i in range(3):
+        channel.basic_publish("", q, b"m%d" % i)
+    ok = channel.queue_declare(q, passive=True).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (q, 3, 0)
+    channel.basic_consume(q, lambda *a: None)
+    ok = channel.queue_declare(q, exclusive=True).method  # active redeclare reports counts too
+    assert (ok.message_count, ok.consumer_count) == (0, 1)
+
+
+def test_declare_amq_prefix_is_403(channel, channel_error):
+    channel_error(
+        lambda: channel.queue_declare("amq.myqueue"),
+        403,
+        "ACCESS_REFUSED - queue name 'amq.myqueue' contains reserved prefix 'amq.*'",
+    )
+
+
+def test_passive_declare_missing_is_404(connect, unique, channel_error):
+    conn = connect()
+    ch = conn.channel()
+    q = unique("missing")
+    channel_error(lambda: ch.queue_declare(q, passive=True), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}")
+    assert conn.is_open
+
+
+@pytest.mark.parametrize(
+    "first,second,arg,received,current",
+    [
+        ({"durable": False}, {"durable": True}, "durable", "true", "false"),
+        ({"durable": True}, {"durable": False}, "durable", "false", "true"),
+        ({"auto_delete": False}, {"auto_delete": True}, "auto_delete", "true", "false"),
+    ],
+)
+def test_redeclare_with_different_flags_is_406(
+    connect, unique, first, second, arg, received, current, channel_error
+):
+    ch = connect().channel()
+    q = unique("q")
+    ch.queue_declare(q, **first)
+    channel_error(
+        lambda: ch.queue_declare(q, **second),
+        406,
+        f"PRECONDITION_FAILED - inequivalent arg '{arg}' for queue '{q}' in {VHOST}: "
+        f"received '{received}' but current is '{current}'",
+    )
+
+
+def test_redeclare_with_different_argument_is_406(channel, unique, channel_error):
+    q = unique("q")
+    channel.queue_declare(q, exclusive=True, arguments={"x-max-priority": 5})
+    channel_error(
+        lambda: channel.queue_declare(q, exclusive=True, arguments={"x-max-priority": 9}),
+        406,
+        f"PRECONDITION_FAILED - inequivalent arg 'x-max-priority' for queue '{q}' in {VHOST}: "
+        "received '9' but current is '5'",
+    )
+
+
+def test_long_reply_text_is_truncated_to_255_bytes(channel, unique, channel_error):
+    q = "e2e.long." + "x" * 240
+    err = channel_error(
+        lambda: channel.queue_declare(q, passive=True), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}"
+    )
+    # RabbitMQ keeps the first 252 bytes and appends "..."
+    assert len(err.reply_text) == 255 and err.reply_text.endswith("x...")
+
+
+def test_passive_declare_ignores_flags(channel, unique):
+    q = unique("q")
+    channel.queue_declare(q, exclusive=True)
+    channel.queue_declare(q, passive=True, durable=True, auto_delete=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# exclusive / auto-delete
+# ---------------------------------------------------------------------------------------------------------
+def test_exclusive_queue_is_locked_for_other_connections(connect, unique, channel_error):
+    owner = connect().channel()
+    q = unique("excl")
+    owner.queue_declare(q, exclusive=True)
+    other = connect()
+    for op in (
+        lambda ch: ch.queue_declare(q, exclusive=True),
+        lambda ch: ch.queue_declare(q),
+        lambda ch: ch.queue_declare(q, passive=True),
+        lambda ch: ch.basic_get(q),
+        lambda ch: ch.basic_consume(q, lambda *a: None),
+        lambda ch: ch.queue_purge(q),
+        lambda ch: ch.queue_delete(q),
+        lambda ch: ch.queue_bind(q, "amq.fanout"),
+    ):
+        ch = other.channel()
+        channel_error(lambda ch=ch, op=op: op(ch), 405, locked(q))
+    owner.basic_publish("", q, b"still-mine")
+    assert drain(owner, q) == [b"still-mine"]
+
+
+def test_exclusive_queue_deleted_when_owner_closes(connect, unique, poll_until):
+    owner = connect()
+    q = unique("excl")
+    owner.channel().queue_declare(q, exclusive=True)
+    watcher = connect()
+    assert queue_exists(watcher, q)
+    owner.close()
+    poll_until(lambda: not queue_exists(watcher, q))
+
+
+def test_auto_delete_queue_deleted_after_last_consumer_cancels(connect, unique, poll_until):
+    conn = connect()
+    ch = conn.channel()
+    q = unique("ad")
+    ch.queue_declare(q, auto_delete=True)
+    tag1 = ch.basic_consume(q, lambda *a: None)
+    tag2 = ch.basic_consume(q, lambda *a: None)
+    ch.basic_cancel(tag1)
+    assert queue_exists(conn, q)
+    ch.basic_cancel(tag2)
+    poll_until(lambda: not queue_exists(conn, q))
+
+
+def test_auto_delete_queue_without_consumers_stays(connect, unique):
+    conn = connect()
+    ch = conn.channel()
+    q = unique("ad")
+    ch.queue_declare(q, auto_delete=True)
+    ch.basic_publish("", q, b"m")
+    ch.basic_get(q, auto_ack=True)
+    assert queue_exists(conn, q)
+
+
+def test_auto_delete_queue_deleted_when_consumer_channel_closes(connect, unique, poll_until):
+    conn = connect()
+    q = unique("ad")
+    conn.channel().queue_declare(q, auto_delete=True)
+    consumer = conn.channel()
+    consumer.basic_consume(q, lambda *a: None)
+    consumer.close()
+    poll_until(lambda: not queue_exists(conn, q))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# purge / delete
+# ---------------------------------------------------------------------------------------------------------
+def test_purge_returns_count(channel, unique):
+    q = unique("q")
+    channel.queue_declare(q, exclusive=True)
+    channel.confirm_delivery()  # counts must include every publish
+    for i in range(5):
+        channel.basic_publish("", q, b"m%d" % i)
+    assert channel.queue_purge(q).method.message_count == 5
+    assert channel.queue_purge(q).method.message_count == 0
+    assert drain(channel, q) == []
+
+
+def test_purge_keeps_unacked_messages(channel, unique):
+    q = unique("q")
+    channel.queue_declare(q, exclusive=True)
+    for i in range(3):
+        channel.basic_publish("", q, b"m%d" % i)
+    method, _, _ = channel.basic_get(q, auto_ack=False)
+    assert channel.queue_purge(q).method.message_count == 2
+    channel.basic_reject(method.delivery_tag, requeue=True)
+    assert drain(channel, q) == [b"m0"]
+
+
+def test_purge_missing_is_404(channel, unique, channel_error):
+    q = unique("missing")
+    channel_error(lambda: channel.queue_purge(q), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}")
+
+
+def test_delete_returns_message_count(connect, unique):
+    conn = connect()
+    ch = conn.channel()
+    q = unique("q")
+    ch.queue_declare(q)
+    ch.confirm_delivery()  # counts must include every publish
+    for i in range(4):
+        ch.basic_publish("", q, b"m%d" % i)
+    assert ch.queue_delete(q).method.message_count == 4
+    assert not queue_exists(conn, q)
+
+
+def test_delete_missing_queue_is_ok(channel, unique):
+    # RabbitMQ 3.x: deleting a missing queue is not an error and reports 0 messages
+    assert channel.queue_delete(unique("missing")).method.message_count == 0
+
+
+def test_delete_if_empty(connect, unique, channel_error):
+    conn = connect()
+    ch = conn.channel()
+    q = unique("q")
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"m")
+    channel_error(
+        lambda: ch.queue_delete(q, if_empty=True),
+        406,
+        f"PRECONDITION_FAILED - queue '{q}' in {VHOST} not empty",
+    )
+    ch = conn.channel()
+    ch.queue_purge(q)
+    assert ch.queue_delete(q, if_empty=True).method.message_count == 0
+
+
+def test_delete_if_unused(connect, unique, channel_error):
+    conn = connect()
+    ch = conn.channel()
+    q = unique("q")
+    ch.queue_declare(q)
+    tag = ch.basic_consume(q, lambda *a: None)
+    other = conn.channel()
+    channel_error(
+        lambda: other.queue_delete(q, if_unused=True),
+        406,
+        f"PRECONDITION_FAILED - queue '{q}' in {VHOST} in use",
+    )
+    ch.basic_cancel(tag)
+    ch.queue_delete(q, if_unused=True)
+    assert not queue_exists(conn, q)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# bindings
+# ---------------------------------------------------------------------------------------------------------
+def test_bind_and_unbind(channel, unique):
+    x, q = unique("x"), unique("q")
+    channel.exchange_declare(x, "direct")
+    channel.queue_declare(q, exclusive=True)
+    channel.queue_bind(q, x, "k")
+    channel.queue_bind(q, x, "k")  # binding twice is idempotent
+    channel.basic_publish(x, "k", b"bound")
+    assert drain(channel, q) == [b"bound"]
+    channel.queue_unbind(q, x, "k")
+    channel.basic_publish(x, "k", b"unbound")
+    assert drain(channel, q) == []
+
+
+def test_bind_with_arguments_is_a_distinct_binding(channel, unique):
+    x, q = unique("x"), unique("q")
+    channel.exchange_declare(x, "direct")
+    channel.queue_declare(q, exclusive=True)
+    channel.queue_bind(q, x, "k", arguments={"a": 1})
+    channel.queue_bind(q, x, "k")
+    channel.queue_unbind(q, x, "k")  # removes only the argument-less binding
+    channel.basic_publish(x, "k", b"still-bound")
+    assert drain(channel, q) == [b"still-bound"]
+
+
+def test_unbind_nonexistent_binding_is_ok(channel, unique):
+    x, q = unique("x"), unique("q")
+    channel.exchange_declare(x, "direct")
+    channel.queue_declare(q, exclusive=True)
+    channel.queue_unbind(q, x, "never-bound")  # RabbitMQ 3.10: ok
+    channel.queue_unbind(q, unique("no-exchange"), "k")  # RabbitMQ 3.10: also ok for a missing exchange
+
+
+def test_bind_to_missing_exchange_is_404(channel, unique, channel_error):
+    q, x = unique("q"), unique("missing")
+    channel.queue_declare(q, exclusive=True)
+    channel_error(lambda: channel.queue_bind(q, x, "k"), 404, f"NOT_FOUND - no exchange '{x}' in {VHOST}")
+
+
+def test_bind_missing_queue_is_404(channel, unique, channel_error):
+    q = unique("missing")
+    channel_error(
+        lambda: channel.queue_bind(q, "amq.direct", "k"), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}"
+    )
+
+
+def test_queue_delete_removes_bindings(channel, unique):
+    x, q = unique("x"), unique("q")
+    channel.exchange_declare(x, "fanout")
+    channel.queue_declare(q)
+    channel.queue_bind(q, x)
+    channel.queue_delete(q)
+    channel.queue_declare(q, exclusive=True)
+    channel.basic_publish(x, "", b"m")
+    assert drain(channel, q) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# empty queue name = last queue declared on the channel (RabbitMQ shortcut)
+# ---------------------------------------------------------------------------------------------------------
+def test_empty_queue_name_means_last_declared(channel):
+    q = channel.queue_declare("", exclusive=True).method.queue
+    channel.queue_bind("", "amq.direct", "")  # queue "" and key "" both expand to the last declared queue
+    channel.basic_publish("amq.direct", q, b"via-shortcut")
+    method, _, body = channel.basic_get("", auto_ack=True)
+    assert (method.routing_key, body) == (q, b"via-shortcut")
+    assert channel.queue_purge("").method.message_count == 0
+
+
+def test_empty_queue_name_without_declared_queue_is_404(channel, channel_error):
+    channel_error(lambda: channel.basic_get(""), 404, "NOT_FOUND - no previously declared queue")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# priorities
+# ---------------------------------------------------------------------------------------------------------
+def test_max_priority_orders_by_priority_then_fifo(channel, unique):
+    q = unique("prio")
+    channel.queue_declare(q, exclusive=True, arguments={"x-max-priority": 5})
+    sent = [
+        (None, "n1"),
+        (1, "p1a"),
+        (5, "p5a"),
+        (3, "p3"),
+        (9, "p9-capped"),
+        (1, "p1b"),
+        (0, "p0"),
+        (5, "p5b"),
+        (None, "n2"),
+    ]
+    for prio, body in sent:
+        channel.basic_publish("", q, body.encode(), pika.BasicProperties(priority=prio))
+    # priorities above x-max-priority count as the maximum; missing priority counts as 0
+    assert drain(channel, q) == [b"p5a", b"p9-capped", b"p5b", b"p3", b"p1a", b"p1b", b"n1", b"p0", b"n2"]
+
+
+def test_queue_without_max_priority_ignores_priority(channel, unique):
+    q = unique("fifo")
+    channel.queue_declare(q, exclusive=True)
+    for prio, body in [(1, b"a"), (9, b"b"), (5, b"c")]:
+        channel.basic_publish("", q, body, pika.BasicProperties(priority=prio))
+    assert drain(channel, q) == [b"a", b"b", b"c"]

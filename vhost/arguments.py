@@ -1,0 +1,751 @@
+"""Queue and exchange ``x-`` argument validation and redeclare equivalence, as RabbitMQ 3.10.
+
+Rules (every text below was read back from RabbitMQ 3.10.8; see ``tests/unit/vhost/test_arguments.py``):
+- ``queue.declare`` checks, in this order, and reports only the first failure:
+  1. ``x-dead-letter-exchange`` must be a longstr:
+     ``invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'``.
+  2. ``x-queue-type``:
+     ``invalid arg 'x-queue-type' for queue 'q' in vhost '/': "unsupported queue type 'foo'"``.
+  3. RabbitMQ's ``declare_args`` in its fixed order (``x-expires``, ``x-message-ttl``,
+     ``x-dead-letter-routing-key``, ``x-max-length``, ``x-max-length-bytes``, ``x-max-priority``,
+     ``x-overflow``, ``x-queue-mode``, ``x-queue-version``, ``x-single-active-consumer``), whatever the
+     order in the table: ``invalid arg 'K' for queue 'q' in vhost '/': <erlang term>``.
+  4. Arguments that belong to quorum queues or streams, in table order:
+     ``invalid arg 'x-max-age' for queue 'q' in vhost '/' of queue type rabbit_classic_queue``.
+  Unknown arguments are accepted and ignored.
+- On redeclare RabbitMQ validates nothing: it compares the classic queue's own argument list only
+  (``EQUIVALENCE_KEYS``), so ``x-message-ttl: -1`` on an existing queue reports inequivalence.
+- Error texts name AMQP types (``signedint``, ``longstr``, ...): values decoded by
+  ``ottermq.amqp.table`` carry their wire tag; plain values are inferred the way pika encodes them
+  (``int`` -> ``signedint``, ``long`` outside 32 bits, ``str`` -> ``longstr``, ``bytes`` ->
+  ``binary``, ``float`` -> ``double``). ``types`` mappings (key -> type name) override both.
+
+ottermq extensions (RabbitMQ 3.10 accepts the first and rejects the second on classic queues):
+- ``x-ottermq-exact-ttl`` (bool, default false): expire messages at their deadline even when they
+  are not at the head of the queue.
+- ``x-delivery-limit`` (non-negative integer) on classic queues.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from ottermq.amqp.errors import PreconditionFailed
+
+__all__ = [
+    "EQUIVALENCE_KEYS",
+    "EXACT_TTL_ARG",
+    "MAX_EXPIRY",
+    "OVERFLOW_MODES",
+    "QueueArgs",
+    "amqp_type_name",
+    "assert_args_equivalence",
+    "check_args_equivalence",
+    "check_flag_equivalence",
+    "erl_binary",
+    "erl_equal",
+    "erl_term",
+    "freeze_value",
+    "longstr_text",
+    "parse_exchange_args",
+    "parse_queue_args",
+]
+
+MAX_EXPIRY = 315_360_000_000
+"""Largest ``x-message-ttl`` / ``x-expires`` RabbitMQ accepts (ten years in milliseconds)."""
+
+EXACT_TTL_ARG = "x-ottermq-exact-ttl"
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+QUEUE_MODES = ("default", "lazy")
+QUEUE_VERSIONS = (1, 2)
+SUPPORTED_QUEUE_TYPES = ("classic",)
+
+EQUIVALENCE_KEYS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-version",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-queue-master-locator",
+)
+"""Queue arguments RabbitMQ 3.10 compares on redeclare of a classic queue, in its order."""
+
+# Arguments of other queue types that RabbitMQ 3.10 refuses on a classic queue
+# (x-delivery-limit is left out: ottermq implements it for classic queues).
+_OTHER_TYPE_ARGS = frozenset(
+    {
+        "x-dead-letter-strategy",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-quorum-initial-group-size",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+    }
+)
+
+_INTEGER_TYPES = frozenset(
+    {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
+)
+_TYPE_CLASS = {
+    "byte": "int",
+    "short": "int",
+    "signedint": "int",
+    "long": "int",
+    "decimal": "int",
+    "unsignedbyte": "int",
+    "unsignedshort": "int",
+    "unsignedint": "int",
+    "float": "float",
+    "double": "float",
+}
+
+Types = Mapping[str, str] | None
+
+
+# ---------------------------------------------------------------------------------------------
+# AMQP field values as RabbitMQ sees them
+# ---------------------------------------------------------------------------------------------
+_TAG_NAMES = {
+    b"t": "bool",
+    b"b": "byte",
+    b"B": "unsignedbyte",
+    b"s": "short",
+    b"u": "unsignedshort",
+    b"I": "signedint",
+    b"i": "unsignedint",
+    b"l": "long",
+    b"L": "long",
+    b"f": "float",
+    b"d": "double",
+    b"D": "decimal",
+    b"S": "longstr",
+    b"T": "timestamp",
+    b"F": "table",
+    b"A": "array",
+    b"x": "binary",
+    b"V": "void",
+}
+
+
+def amqp_type_name(value: object) -> str:
+    """RabbitMQ's name for the AMQP type of a decoded field value.
+
+    Values from ``ottermq.amqp.table`` carry their wire tag (a ``tag`` class attribute); for plain
+    values the type is inferred the way pika encodes them.
+    """
+    tag = getattr(type(value), "tag", None)
+    if tag is not None:
+        return _TAG_NAMES.get(tag, "unknown")
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, str):
+        return "longstr"
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "binary"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, Decimal):
+        return "decimal"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
+    if isinstance(value, Mapping):
+        return "table"
+    if isinstance(value, list | tuple):
+        return "array"
+    if value is None:
+        return "void"
+    return type(value).__name__
+
+
+def longstr_text(value: object) -> str:
+    """The text of a longstr value (a ``str``, or raw bytes that are not valid UTF-8)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+def _type_of(key: str, value: object, types: Types) -> str:
+    if types is not None:
+        name = types.get(key)
+        if name is not None:
+            return name
+    return amqp_type_name(value)
+
+
+def _epoch(value: datetime.datetime) -> int:
+    return calendar.timegm(value.utctimetuple())
+
+
+def _as_bytes(value: str | bytes | bytearray | memoryview) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def _decimal_parts(value: Decimal) -> tuple[int, int]:
+    """``(scale, unscaled)`` as RabbitMQ keeps an AMQP decimal."""
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):  # NaN / Infinity cannot be encoded anyway
+        return (0, 0)
+    unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+    if exponent > 0:
+        return (0, unscaled * 10**exponent)
+    return (-exponent, unscaled)
+
+
+def _kind(value: object) -> str:
+    """Erlang-level kind: values of different kinds are never ``==``."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float | datetime.datetime):
+        return "number"
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        return "binary"
+    if isinstance(value, Decimal):
+        return "decimal"
+    if isinstance(value, Mapping | list | tuple):
+        return "list"
+    if value is None:
+        return "void"
+    return "other"
+
+
+def erl_equal(a: object, b: object, exact: bool = False) -> bool:
+    """Erlang ``==`` (or ``=:=`` with ``exact``) between two decoded field values.
+
+    Numbers compare by value across ``int``/``float``/timestamp (``=:=`` keeps ints and floats
+    apart), ``str`` equals ``bytes`` with the same UTF-8 bytes, booleans equal only booleans,
+    decimals equal decimals with the same scale and digits, and an empty table equals an empty
+    array (both are Erlang's ``[]``). Inside tables and arrays RabbitMQ also compares type tags,
+    which decoded values no longer carry: nested values compare by Python kind and value.
+    """
+    ta = type(a)
+    if ta is type(b) and (ta is str or ta is int or ta is bytes or ta is bool):
+        return a == b
+    kind = _kind(a)
+    if kind != _kind(b):
+        return False
+    if kind == "number":
+        x = _epoch(a) if isinstance(a, datetime.datetime) else a
+        y = _epoch(b) if isinstance(b, datetime.datetime) else b
+        if exact and isinstance(x, float) != isinstance(y, float):
+            return False
+        return bool(x == y)
+    if isinstance(a, _BINARY) and isinstance(b, _BINARY):
+        return _as_bytes(a) == _as_bytes(b)
+    if isinstance(a, Decimal) and isinstance(b, Decimal):
+        return _decimal_parts(a) == _decimal_parts(b)
+    if kind == "list":
+        return _list_equal(_items(a), _items(b), isinstance(a, Mapping), isinstance(b, Mapping))
+    return bool(a == b)
+
+
+_BINARY = (str, bytes, bytearray, memoryview)
+
+
+def _items(value: object) -> list[Any]:
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, list | tuple):
+        return list(value)
+    return []
+
+
+def _list_equal(a_items: list[Any], b_items: list[Any], a_table: bool, b_table: bool) -> bool:
+    if not a_items and not b_items:
+        return True
+    if a_table != b_table or len(a_items) != len(b_items):
+        return False
+    if a_table:
+        pairs = zip(a_items, b_items, strict=True)
+        return all(ka == kb and _nested_equal(va, vb) for (ka, va), (kb, vb) in pairs)
+    return all(_nested_equal(x, y) for x, y in zip(a_items, b_items, strict=True))
+
+
+def _nested_equal(a: object, b: object) -> bool:
+    """Inside tables and arrays RabbitMQ compares ``{Type, Value}``: the AMQP types must match."""
+    return amqp_type_name(a) == amqp_type_name(b) and erl_equal(a, b, exact=True)
+
+
+def freeze_value(value: object) -> object:
+    """A hashable identity for a field value, as RabbitMQ compares stored (typed) terms:
+    ``1``, ``True``, ``1.0`` and ``"1"`` differ; nested tables keep their key order."""
+    type_name = amqp_type_name(value)
+    if isinstance(value, Mapping):
+        return (type_name, tuple((k, freeze_value(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return (type_name, tuple(freeze_value(v) for v in value))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return (type_name, bytes(value))
+    if isinstance(value, Decimal):
+        return (type_name, _decimal_parts(value))
+    if isinstance(value, datetime.datetime):
+        return (type_name, _epoch(value))
+    if isinstance(value, bool | int | float | str) or value is None:
+        return (type_name, value)
+    return (type_name, erl_term(value))
+
+
+# ---------------------------------------------------------------------------------------------
+# Erlang term formatting (io_lib ~p / ~tp), for reply texts that embed values
+# ---------------------------------------------------------------------------------------------
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\b": "\\b", "\f": "\\f", "\x1b": "\\e"}
+
+
+def _printable(text: str) -> bool:
+    for ch in text:
+        code = ord(ch)
+        if not (32 <= code <= 126 or 160 <= code <= 255 or ch in _ESCAPES):
+            return False
+    return True
+
+
+def erl_binary(value: str | bytes | bytearray | memoryview, unicode: bool = False) -> str:
+    """``<<"...">>`` or ``<<1,2>>`` as Erlang's ``~p`` (``~tp`` with ``unicode``) prints a binary.
+
+    Printable text keeps its original UTF-8 bytes; invalid UTF-8 is shown as Latin-1.
+    """
+    raw = _as_bytes(value)
+    if not raw:
+        return "<<>>"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+        checked = text
+    else:
+        checked = text if unicode else raw.decode("latin-1")
+    if not _printable(checked):
+        return "<<" + ",".join(str(byte) for byte in raw) + ">>"
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    for char, escape in _ESCAPES.items():
+        escaped = escaped.replace(char, escape)
+    return f'<<"{escaped}">>'
+
+
+def _erl_float(value: float) -> str:
+    """Erlang's shortest round-trip float text (``1.0e20``, ``0.1``, ``1.0e-7``)."""
+    if value == 0:
+        return "-0.0" if str(value).startswith("-") else "0.0"
+    if value != value or value in (float("inf"), float("-inf")):
+        return repr(value)
+    sign, digits_t, exponent = Decimal(repr(value)).as_tuple()
+    digits = "".join(map(str, digits_t))
+    assert isinstance(exponent, int)
+    stripped = digits.rstrip("0")
+    place = exponent + len(digits) - len(stripped)
+    digits = stripped or "0"
+    length = len(digits)
+    exp = place + length - 1
+    exp_text = str(exp)
+    exp_cost = len(exp_text) + 2
+    if place < 0:
+        if exp >= 0:
+            text = digits[: length + place] + "." + digits[length + place :]
+        elif 2 - place - length <= exp_cost:
+            text = "0." + "0" * (-place - length) + digits
+        else:
+            text = _erl_exp(exp_text, digits)
+    else:
+        dot = 1 if length == 1 else 0
+        if exp_cost + dot >= place + 2 and abs(value) < float(1 << 53):
+            text = digits + "0" * place + ".0"
+        else:
+            text = _erl_exp(exp_text, digits)
+    return ("-" if sign else "") + text
+
+
+def _erl_exp(exp_text: str, digits: str) -> str:
+    return digits[0] + "." + (digits[1:] or "0") + "e" + exp_text
+
+
+def erl_term(value: object, unicode: bool = False) -> str:
+    """A decoded field value printed as RabbitMQ's ``~p`` prints its Erlang form (on one line)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _erl_float(value)
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        return erl_binary(value, unicode)
+    if isinstance(value, Decimal):
+        scale, unscaled = _decimal_parts(value)
+        return f"{{{scale},{unscaled}}}"
+    if isinstance(value, datetime.datetime):
+        return str(_epoch(value))
+    if value is None:
+        return "undefined"
+    if isinstance(value, Mapping):
+        rows = (
+            f"{{{erl_binary(str(k), unicode)},{amqp_type_name(v)},{erl_term(v, unicode)}}}"
+            for k, v in value.items()
+        )
+        return "[" + ",".join(rows) + "]"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(f"{{{amqp_type_name(v)},{erl_term(v, unicode)}}}" for v in value) + "]"
+    return repr(value)
+
+
+def _plain(value: object) -> str:
+    """Erlang ``~s`` of a binary (its text), else ``~p``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw.decode("latin-1")
+    return erl_term(value)
+
+
+def _val_untyped(value: object) -> str:
+    """rabbit_misc:val/1 of a bare value (a void value prints as ``none``, like a missing one)."""
+    return "none" if value is None else f"'{_plain(value)}'"
+
+
+def _val_typed(value: object, type_name: str) -> str:
+    return f"the value '{_plain(value)}' of type '{type_name}'"
+
+
+# ---------------------------------------------------------------------------------------------
+# Redeclare equivalence
+# ---------------------------------------------------------------------------------------------
+def check_flag_equivalence(name: str, flag: str, received: bool, current: bool, vhost: str = "/") -> None:
+    """Compare a queue's ``durable`` / ``auto_delete`` flag on redeclare.
+
+    Raises:
+        PreconditionFailed: ``inequivalent arg 'durable' for queue 'q' in vhost '/': received
+            'true' but current is 'false'``.
+    """
+    if received != current:
+        raise PreconditionFailed(
+            f"inequivalent arg '{flag}' for queue '{name}' in vhost '{vhost}': "
+            f"received '{erl_term(received)}' but current is '{erl_term(current)}'"
+        )
+
+
+def assert_args_equivalence(
+    current: Mapping[str, Any],
+    received: Mapping[str, Any],
+    keys: tuple[str, ...],
+    resource: str,
+    current_types: Types = None,
+    received_types: Types = None,
+) -> None:
+    """RabbitMQ's ``rabbit_misc:assert_args_equivalence`` over ``keys``.
+
+    Args:
+        resource: ``queue 'q' in vhost '/'`` or ``exchange 'x' in vhost '/'``.
+
+    Raises:
+        PreconditionFailed: for the first key (in ``keys`` order) whose values differ.
+    """
+    for key in keys:
+        has_old, has_new = key in current, key in received
+        if not has_old and not has_new:
+            continue
+        old, new = current.get(key), received.get(key)
+        if has_old and has_new:
+            old_type = _type_of(key, old, current_types)
+            new_type = _type_of(key, new, received_types)
+            same_class = _TYPE_CLASS.get(old_type, old_type) == _TYPE_CLASS.get(new_type, new_type)
+            if (same_class and erl_equal(old, new)) or erl_equal(old, new, exact=True):
+                continue
+            shown_new, shown_old = _val_untyped(new), _val_untyped(old)
+        else:
+            present, types = (old, current_types) if has_old else (new, received_types)
+            type_name = _type_of(key, present, types)
+            if key == "x-queue-type" and type_name == "longstr" and present == "classic":
+                continue
+            shown_new = _val_typed(new, type_name) if has_new else "none"
+            shown_old = _val_typed(old, type_name) if has_old else "none"
+        raise PreconditionFailed(
+            f"inequivalent arg '{key}' for {resource}: received {shown_new} but current is {shown_old}"
+        )
+
+
+def check_args_equivalence(
+    existing_raw: Mapping[str, Any] | None,
+    new_raw: Mapping[str, Any] | None,
+    queue: str,
+    vhost: str = "/",
+    *,
+    existing_types: Types = None,
+    new_types: Types = None,
+) -> None:
+    """Compare a redeclared queue's arguments with the existing ones (``EQUIVALENCE_KEYS`` only).
+
+    Raises:
+        PreconditionFailed: e.g. ``inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/':
+            received the value '2000' of type 'signedint' but current is none`` or ``... received
+            '2000' but current is '1000'``.
+    """
+    assert_args_equivalence(
+        existing_raw or {},
+        new_raw or {},
+        EQUIVALENCE_KEYS,
+        f"queue '{queue}' in vhost '{vhost}'",
+        existing_types,
+        new_types,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# queue.declare validation
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class QueueArgs:
+    """Validated queue arguments. ``raw`` (excluded from equality) keeps the table as declared."""
+
+    message_ttl: int | None = None
+    expires: int | None = None
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    max_priority: int | None = None
+    delivery_limit: int | None = None
+    single_active_consumer: bool = False
+    exact_ttl: bool = False
+    queue_type: str = "classic"
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+class _Invalid(Exception):
+    """An argument check failed; ``term`` is what RabbitMQ prints after the colon."""
+
+    def __init__(self, term: str) -> None:
+        super().__init__(term)
+        self.term = term
+
+
+def _expected_integer(type_name: str) -> _Invalid:
+    return _Invalid(f'"expected integer, got {type_name}"')
+
+
+def _int_arg(value: object, type_name: str) -> int:
+    if type_name not in _INTEGER_TYPES or not isinstance(value, int) or isinstance(value, bool):
+        raise _expected_integer(type_name)
+    return value
+
+
+def _non_neg_int(value: object, type_name: str) -> int:
+    number = _int_arg(value, type_name)
+    if number < 0:
+        raise _Invalid(f"{{value_negative,{number}}}")
+    return number
+
+
+def _expiry(number: int) -> int:
+    if number > MAX_EXPIRY:
+        raise _Invalid(f"{{value_too_large,{number}}}")
+    if number < 0:
+        raise _Invalid(f"{{value_negative,{number}}}")
+    return number
+
+
+def _longstr(value: object, type_name: str) -> str:
+    if type_name != "longstr":
+        raise _Invalid(f"{{unacceptable_type,{type_name}}}")
+    return longstr_text(value)
+
+
+def _unsupported(what: str, value: object) -> _Invalid:
+    return _Invalid(f"\"unsupported {what} '{_plain(value)}'\"")
+
+
+def parse_queue_args(
+    arguments: Mapping[str, Any] | None,
+    queue: str,
+    vhost: str = "/",
+    max_priority_cap: int = 255,
+    *,
+    types: Types = None,
+) -> QueueArgs:
+    """Validate ``queue.declare`` arguments exactly as RabbitMQ 3.10 does for a new queue.
+
+    Args:
+        arguments: the decoded argument table (None or empty for none).
+        queue: queue name, for error texts.
+        vhost: vhost name, for error texts.
+        max_priority_cap: highest accepted ``x-max-priority`` (RabbitMQ: 255).
+        types: optional wire type names per key (see the module docstring).
+
+    Returns:
+        The parsed ``QueueArgs``.
+
+    Raises:
+        PreconditionFailed: with RabbitMQ's text for the first invalid argument.
+    """
+    args: Mapping[str, Any] = arguments or {}
+    resource = f"queue '{queue}' in vhost '{vhost}'"
+
+    def type_of(key: str) -> str:
+        return _type_of(key, args[key], types)
+
+    if "x-dead-letter-exchange" in args and type_of("x-dead-letter-exchange") != "longstr":
+        raise PreconditionFailed(
+            f"invalid type '{type_of('x-dead-letter-exchange')}' for arg "
+            f"'x-dead-letter-exchange' in {resource}"
+        )
+    key = ""
+    try:
+        queue_type = "classic"
+        if "x-queue-type" in args:
+            key = "x-queue-type"
+            queue_type = _longstr(args[key], type_of(key))
+            if queue_type not in SUPPORTED_QUEUE_TYPES:
+                raise _unsupported("queue type", queue_type)
+        parsed: dict[str, Any] = {}
+        for key, check in _DECLARE_CHECKS:
+            if key in args:
+                parsed[key] = check(args[key], type_of(key), args, max_priority_cap)
+        for key in args:
+            if key in _OTHER_TYPE_ARGS:
+                raise PreconditionFailed(
+                    f"invalid arg '{key}' for {resource} of queue type rabbit_classic_queue"
+                )
+        delivery_limit = None
+        exact_ttl = False
+        for key, value in args.items():  # ottermq extensions, checked last
+            if key == "x-delivery-limit":
+                delivery_limit = _non_neg_int(value, type_of(key))
+            elif key == EXACT_TTL_ARG:
+                if type_of(key) != "bool":
+                    raise _Invalid(f"{{unacceptable_type,{type_of(key)}}}")
+                exact_ttl = bool(value)
+    except _Invalid as invalid:
+        raise PreconditionFailed(f"invalid arg '{key}' for {resource}: {invalid.term}") from None
+    return QueueArgs(
+        message_ttl=parsed.get("x-message-ttl"),
+        expires=parsed.get("x-expires"),
+        max_length=parsed.get("x-max-length"),
+        max_length_bytes=parsed.get("x-max-length-bytes"),
+        overflow=parsed.get("x-overflow", "drop-head"),
+        dead_letter_exchange=(
+            longstr_text(args["x-dead-letter-exchange"]) if "x-dead-letter-exchange" in args else None
+        ),
+        dead_letter_routing_key=parsed.get("x-dead-letter-routing-key"),
+        max_priority=parsed.get("x-max-priority"),
+        delivery_limit=delivery_limit,
+        single_active_consumer=parsed.get("x-single-active-consumer", False),
+        exact_ttl=exact_ttl,
+        queue_type=queue_type,
+        raw=dict(args),
+    )
+
+
+def _check_expires(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> int:
+    number = _int_arg(value, type_name)
+    if number == 0:
+        raise _Invalid("{value_zero,0}")
+    return _expiry(number)
+
+
+def _check_ttl(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> int:
+    return _expiry(_int_arg(value, type_name))
+
+
+def _check_dlrk(value: object, type_name: str, args: Mapping[str, Any], _cap: int) -> str:
+    routing_key = _longstr(value, type_name)
+    if "x-dead-letter-exchange" not in args:
+        raise _Invalid("routing_key_but_no_dlx_defined")
+    return routing_key
+
+
+def _check_non_neg(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> int:
+    return _non_neg_int(value, type_name)
+
+
+def _check_priority(value: object, type_name: str, _args: Mapping[str, Any], cap: int) -> int:
+    number = _non_neg_int(value, type_name)
+    if number > cap:
+        raise _Invalid(f"{{max_value_exceeded,{number}}}")
+    return number
+
+
+def _check_overflow(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> str:
+    mode = _longstr(value, type_name)
+    if mode not in OVERFLOW_MODES:
+        raise _Invalid("invalid_overflow")
+    return mode
+
+
+def _check_mode(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> str:
+    mode = _longstr(value, type_name)
+    if mode not in QUEUE_MODES:
+        raise _unsupported("queue mode", mode)
+    return mode
+
+
+def _check_version(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> int:
+    version = _non_neg_int(value, type_name)
+    if version not in QUEUE_VERSIONS:
+        raise _unsupported("queue version", version)
+    return version
+
+
+def _check_sac(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> bool:
+    if type_name != "bool":
+        raise _Invalid(f"{{unacceptable_type,{type_name}}}")
+    return bool(value)
+
+
+_DECLARE_CHECKS = (
+    ("x-expires", _check_expires),
+    ("x-message-ttl", _check_ttl),
+    ("x-dead-letter-routing-key", _check_dlrk),
+    ("x-max-length", _check_non_neg),
+    ("x-max-length-bytes", _check_non_neg),
+    ("x-max-priority", _check_priority),
+    ("x-overflow", _check_overflow),
+    ("x-queue-mode", _check_mode),
+    ("x-queue-version", _check_version),
+    ("x-single-active-consumer", _check_sac),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# exchange.declare validation
+# ---------------------------------------------------------------------------------------------
+def parse_exchange_args(
+    arguments: Mapping[str, Any] | None, exchange: str, vhost: str = "/", *, types: Types = None
+) -> str | None:
+    """Validate a new exchange's arguments; returns its ``alternate-exchange`` (or None).
+
+    RabbitMQ checks only that ``alternate-exchange`` is a longstr (it may name a missing exchange,
+    the exchange itself or ``""``); every other argument is accepted and ignored.
+
+    Raises:
+        PreconditionFailed: ``invalid type 'signedint' for arg 'alternate-exchange' in exchange
+            'x' in vhost '/'``.
+    """
+    if not arguments or "alternate-exchange" not in arguments:
+        return None
+    value = arguments["alternate-exchange"]
+    type_name = _type_of("alternate-exchange", value, types)
+    if type_name != "longstr":
+        raise PreconditionFailed(
+            f"invalid type '{type_name}' for arg 'alternate-exchange' in exchange '{exchange}' "
+            f"in vhost '{vhost}'"
+        )
+    return longstr_text(value)
