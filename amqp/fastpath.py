@@ -253,9 +253,7 @@ def encode_content(channel: int, raw_props: bytes, body: bytes, frame_max: int) 
     return _multi_body((head, raw_props), channel, body, _check_frame_max(frame_max))
 
 
-def _finish(
-    parts: tuple[bytes, ...], channel: int, raw_props: bytes, body: bytes, frame_max: int
-) -> bytes:
+def _finish(parts: tuple[bytes, ...], channel: int, raw_props: bytes, body: bytes, frame_max: int) -> bytes:
     """Join a method frame (left open), its content header frame and the body frames."""
     blen = len(body)
     if not blen:

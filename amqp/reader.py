@@ -3,10 +3,11 @@
 Rules:
 
 * A frame is ``type:1 channel:2 size:4 payload:size frame-end:1`` with frame-end ``0xCE``.
-* Types 1 (method), 2 (content header), 3 (content body) and 8 (heartbeat) are accepted; any
-  other type, a frame larger than ``frame_max`` (the whole frame: 7 + size + 1 octets;
-  ``frame_max == 0`` means unlimited) or a wrong frame-end octet is a ``FrameError``. Type and
-  size are checked as soon as the 7-octet header is in, before the payload arrives.
+* As RabbitMQ: a payload larger than ``frame_max`` (RabbitMQ allows the 8 octets of frame
+  overhead as fudge; ``frame_max == 0`` means unlimited) is refused as soon as the 7-octet header
+  is in; then the frame-end octet must be ``0xCE``; then the type must be 1 (method), 2 (content
+  header), 3 (content body) or 8 (heartbeat). Each is a ``FrameError`` whose text is RabbitMQ's
+  ``type T, all octets = <<...>>: Reason`` (at most the first 16 payload octets are shown).
 * Frames before the first malformed one are still returned; then :attr:`FrameReader.error` is
   set and every later :meth:`FrameReader.feed` returns ``[]``: the connection must be closed
   with ``error.reply_code`` (501).
@@ -35,6 +36,24 @@ _VALID_TYPE = tuple(t in (1, 2, 3, 8) for t in range(256))
 _FRAME_END = 0xCE
 
 
+_PRINTABLE = frozenset([*range(32, 127), *range(160, 256), 8, 9, 10, 11, 12, 13, 27])
+_ESCAPES = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x0B: "\\v",
+            0x08: "\\b", 0x0C: "\\f", 0x1B: "\\e"}
+
+
+def erl_binary(data: bytes) -> str:
+    """Erlang's ``~p`` of a binary: ``<<"text">>`` when printable (Latin-1), else ``<<1,2,3>>``."""
+    if data and all(c in _PRINTABLE for c in data):
+        return '<<"' + "".join(_ESCAPES.get(c, chr(c)) for c in data) + '">>'
+    return "<<" + ",".join(str(c) for c in data) + ">>"
+
+
+def frame_error(ftype: int, payload: bytes, reason: str) -> FrameError:
+    """RabbitMQ's frame error: ``type T, all octets = <<...>>: Reason`` (first 16 octets shown)."""
+    which = "all" if len(payload) <= 16 else "first 16"
+    return FrameError(f"type {ftype}, {which} octets = {erl_binary(payload[:16])}: {reason}")
+
+
 class FrameReader:
     """Split a byte stream into ``(frame_type, channel, payload)`` tuples.
 
@@ -52,14 +71,9 @@ class FrameReader:
         self._need = 0  # size of that frame once its header is in, else 0
 
     def _check(self, ftype: int, channel: int, size: int) -> FrameError | None:
-        if not _VALID_TYPE[ftype]:
-            return FrameError(f"invalid frame type {ftype} on channel {channel}")
         frame_max = self.frame_max
-        if frame_max and size + 8 > frame_max:
-            return FrameError(
-                f"frame of {size + 8} octets (type {ftype}, channel {channel}) "
-                f"exceeds the negotiated frame_max of {frame_max}"
-            )
+        if frame_max and size > frame_max:
+            return frame_error(ftype, b"", f"{{frame_too_large,{size},{frame_max - 8}}}")
         return None
 
     def _fail(self, error: FrameError) -> None:
@@ -102,11 +116,14 @@ class FrameReader:
             if len(buf) < need:
                 return frames
             ftype, channel, _ = _unpack_header(buf)
-            if buf[need - 1] != _FRAME_END:
-                self._fail(FrameError(f"invalid frame end octet {buf[need - 1]:#04x} in type {ftype} frame"))
-                return frames
             with memoryview(buf) as view:
                 payload = view[7 : need - 1].tobytes()
+            if buf[need - 1] != _FRAME_END:
+                self._fail(frame_error(ftype, payload, f"{{invalid_frame_end_marker,{buf[need - 1]}}}"))
+                return frames
+            if not _VALID_TYPE[ftype]:
+                self._fail(frame_error(ftype, payload, "unknown_frame"))
+                return frames
             frames.append((ftype, channel, payload))
             buf.clear()
             self._need = 0
@@ -117,7 +134,7 @@ class FrameReader:
         while n - pos >= 7:
             ftype, channel, size = _unpack_header(data, pos)
             end = pos + size + 8
-            if not valid_type[ftype] or (frame_max and size + 8 > frame_max):
+            if frame_max and size > frame_max:
                 error = self._check(ftype, channel, size)
                 assert error is not None
                 self._fail(error)
@@ -125,8 +142,12 @@ class FrameReader:
             if end > n:
                 self._need = size + 8
                 break
-            if data[end - 1] != _FRAME_END:
-                self._fail(FrameError(f"invalid frame end octet {data[end - 1]:#04x} in type {ftype} frame"))
+            if data[end - 1] != _FRAME_END or not valid_type[ftype]:
+                payload = data[pos + 7 : end - 1]
+                if data[end - 1] != _FRAME_END:
+                    self._fail(frame_error(ftype, payload, f"{{invalid_frame_end_marker,{data[end - 1]}}}"))
+                else:
+                    self._fail(frame_error(ftype, payload, "unknown_frame"))
                 return frames
             append((ftype, channel, data[pos + 7 : end - 1]))
             pos = end

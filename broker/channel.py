@@ -254,6 +254,11 @@ class Channel:
         self.method_key = _PUBLISH_KEY
         if self.closing:
             return
+        conn = self.conn
+        if not conn.has_published:
+            conn.has_published = True
+            if conn.alarm_blocked:
+                conn.update_reading()
         exchange_name, routing_key, mandatory, immediate = publish
         if immediate:
             raise AMQPNotImplemented("immediate=true")

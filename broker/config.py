@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     enable_dlx: bool = True
     enable_qll: bool = True
     max_message_size: int = Field(134217728, ge=1, description="Largest accepted body (bytes)")
+    memory_high_watermark: float = Field(
+        0.4,
+        gt=0,
+        description="Memory alarm threshold: fraction of RAM if <= 1, else bytes (RabbitMQ: 0.4)",
+    )
     handshake_timeout: Duration = Field(10.0, gt=0)
     log_level: str = Field(
         "INFO", validation_alias=AliasChoices("LOG_LEVEL", "OTTERMQ_LOG_LEVEL", "log_level")

@@ -89,7 +89,11 @@ class AMQPConnection(asyncio.Protocol):
         self.consumer_cancel_notify = False
         self._auth_failure_close = False
         self.exclusive_queues: set[Queue] = set()
-        self.paused = False
+        self.paused = False  # transport buffer full: no deliveries, no reading
+        self.alarm_blocked = False  # memory alarm on (RabbitMQ's connection.blocked)
+        self.has_published = False
+        self._blocked_capable = False
+        self._reading = True
         self._out: list[bytes] = []
         self._out_size = 0
         self._flush_scheduled = False
@@ -143,15 +147,34 @@ class AMQPConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.paused = True
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self.update_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self.transport is not None and self.state != CLOSED:
-            self.transport.resume_reading()
+        self.update_reading()
         for channel in list(self.channels.values()):
             channel._kick_consumers()
+
+    def update_reading(self) -> None:
+        """Read from the socket unless its output is backed up or the memory alarm blocks us."""
+        want = not self.paused and not (self.alarm_blocked and self.has_published)
+        if want == self._reading or self.transport is None or self.state == CLOSED:
+            return
+        self._reading = want
+        if want:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
+    def set_blocked(self, blocked: bool, reason: str) -> None:
+        """Memory alarm: publishers stop being read; capable clients are told (connection.blocked)."""
+        if blocked == self.alarm_blocked or self.state != OPEN:
+            self.alarm_blocked = blocked
+            return
+        self.alarm_blocked = blocked
+        if self._blocked_capable:
+            self.send_method(0, spec.Connection.Blocked(reason) if blocked else spec.Connection.Unblocked())
+        self.update_reading()
 
     # -- output ---------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -263,6 +286,7 @@ class AMQPConnection(asyncio.Protocol):
         if isinstance(capabilities, dict):
             self.consumer_cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
             self._auth_failure_close = bool(capabilities.get("authentication_failure_close"))
+            self._blocked_capable = bool(capabilities.get("connection.blocked"))
         mechanism = method.mechanism
         username, password = self._credentials(mechanism, method.response)
         if username is None or not self.broker.authenticate(username, password or "", self._peer_host):
@@ -343,6 +367,8 @@ class AMQPConnection(asyncio.Protocol):
         self.vhost = vhost
         self.state = OPEN
         self.send_method(0, spec.Connection.OpenOk())
+        if self.broker.alarm:
+            self.set_blocked(True, "low on memory")
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -520,6 +546,7 @@ def server_properties(version: str) -> dict[str, Any]:
             "basic.nack": True,
             "consumer_cancel_notify": True,
             "per_consumer_qos": True,
+            "connection.blocked": True,
             "authentication_failure_close": True,
         },
         "cluster_name": "ottermq",

@@ -195,7 +195,7 @@ def _epoch(value: datetime.datetime) -> int:
 
 
 def _as_bytes(value: str | bytes | bytearray | memoryview) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
 
 
 def _decimal_parts(value: Decimal) -> tuple[int, int]:
@@ -232,12 +232,15 @@ def erl_equal(a: object, b: object, exact: bool = False) -> bool:
     Numbers compare by value across ``int``/``float``/timestamp (``=:=`` keeps ints and floats
     apart), ``str`` equals ``bytes`` with the same UTF-8 bytes, booleans equal only booleans,
     decimals equal decimals with the same scale and digits, and an empty table equals an empty
-    array (both are Erlang's ``[]``). Inside tables and arrays RabbitMQ also compares type tags,
-    which decoded values no longer carry: nested values compare by Python kind and value.
+    array (both are Erlang's ``[]``). Inside tables and arrays RabbitMQ also compares the AMQP
+    types (``amqp_type_name``: the wire tag when the value carries one, else pika's inference),
+    and table keys in order.
     """
-    ta = type(a)
-    if ta is type(b) and (ta is str or ta is int or ta is bytes or ta is bool):
+    ta, tb = type(a), type(b)
+    if ta is tb and (ta is str or ta is int or ta is bytes or ta is bool):
         return a == b
+    if isinstance(a, int) and isinstance(b, int) and ta is not bool and tb is not bool:
+        return a == b  # any integer widths, timestamps included
     kind = _kind(a)
     if kind != _kind(b):
         return False
@@ -404,11 +407,9 @@ def erl_term(value: object, unicode: bool = False) -> str:
 
 
 def _plain(value: object) -> str:
-    """Erlang ``~s`` of a binary (its text), else ``~p``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        raw = bytes(value)
+    """Erlang ``~s`` of a binary (its text; invalid UTF-8 shown as Latin-1), else ``~p``."""
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        raw = _as_bytes(value)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:

@@ -93,8 +93,7 @@ class Exchange:
     """Common state and binding bookkeeping; subclasses maintain a routing index.
 
     Args:
-        name: exchange name.
-        type: one of ``EXCHANGE_TYPES``.
+        name: exchange name (the type comes from the subclass's ``TYPE``).
         arguments: the declare arguments (kept as given).
         vhost: vhost name, for error texts.
     """

@@ -22,7 +22,7 @@ from typing import Any
 
 from ottermq.amqp.errors import PreconditionFailed
 
-from .arguments import amqp_type_name, erl_equal, erl_term
+from .arguments import amqp_type_name, erl_equal, erl_term, longstr_text
 
 __all__ = ["X_MATCH_MODES", "HeadersMatcher", "headers_match", "validate_binding_args"]
 
@@ -40,16 +40,16 @@ def validate_binding_args(args: Mapping[str, Any] | None) -> None:
     if not args or "x-match" not in args:
         return
     value = args["x-match"]
-    if isinstance(value, str):
-        if value not in X_MATCH_MODES:
+    type_name = amqp_type_name(value)
+    if type_name == "longstr":
+        if longstr_text(value) not in X_MATCH_MODES:
             raise PreconditionFailed(
                 f"Invalid x-match field value {erl_term(value, unicode=True)}; "
                 "expected all, any, all-with-x, or any-with-x"
             )
         return
     raise PreconditionFailed(
-        f"Invalid x-match field type {amqp_type_name(value)} (value {erl_term(value, unicode=True)}); "
-        "expected longstr"
+        f"Invalid x-match field type {type_name} (value {erl_term(value, unicode=True)}); expected longstr"
     )
 
 

@@ -24,7 +24,7 @@ from .arguments import (
     check_flag_equivalence,
     parse_queue_args,
 )
-from .exchange import Destination, Exchange, equivalent, make_exchange
+from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Message
 from .queue import Consumer, Queue
 
@@ -61,7 +61,7 @@ class VHost:
         # called with (queue) when a queue goes away (consumers to cancel are handled here)
         self.on_queue_deleted: list[Callable[[Queue], None]] = []
         for xname, xtype, internal in PREDECLARED:
-            self.exchanges[xname] = make_exchange(xname, xtype, durable=True, internal=internal)
+            self.exchanges[xname] = make_exchange(xname, xtype, durable=True, internal=internal, vhost=name)
 
     # -- exchanges ------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -82,6 +82,8 @@ class VHost:
         arguments: dict[str, Any] | None,
     ) -> Exchange:
         """exchange.declare semantics (passive, reserved names, equivalence)."""
+        if not passive:
+            check_exchange_type(type_)  # RabbitMQ checks the type before anything else
         if name == "":
             raise AccessRefused("operation not permitted on the default exchange")
         if passive:
@@ -92,7 +94,7 @@ class VHost:
             return existing
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {})
+        exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {}, self.name)
         self.exchanges[name] = exchange
         return exchange
 

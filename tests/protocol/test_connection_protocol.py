@@ -131,3 +131,33 @@ def test_shutdown_force_close_is_320(client):
     close = client.expect(spec.Connection.Close)
     assert close.reply_code == 320
     assert close.reply_text == "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+
+
+def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, broker, loop):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.send(0, spec.Connection.StartOk(client_properties={"capabilities": {"connection.blocked": True}},
+                                      mechanism="PLAIN", response="\0guest\0guest"))
+    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+           spec.Connection.Open(virtual_host="/"))
+    c.frames()
+    c.open_channel(1)
+    broker.set_alarm(True)
+    loop.run_soon()
+    assert c.expect(spec.Connection.Blocked).reason == "low on memory"
+    assert c.transport.reading  # not a publisher yet: still read
+    c.publish(1, "", "nowhere", b"x")
+    assert not c.transport.reading
+    broker.set_alarm(False)
+    loop.run_soon()
+    c.expect(spec.Connection.Unblocked)
+    assert c.transport.reading
+
+
+def test_memory_alarm_without_capability_only_stops_reading(client, broker):
+    client.publish(1, "", "nowhere", b"x")
+    broker.set_alarm(True)
+    assert client.methods() == []
+    assert not client.transport.reading
+    broker.set_alarm(False)
+    assert client.transport.reading

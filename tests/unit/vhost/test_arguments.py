@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import itertools
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from ottermq.amqp.errors import PreconditionFailed
@@ -795,3 +795,80 @@ def test_erl_equal(a: object, b: object, equal: bool, exact: bool) -> None:
 
 def test_max_expiry_is_ten_years() -> None:
     assert MAX_EXPIRY == 10 * 365 * 24 * 3600 * 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# values that carry their wire tag (as ``ottermq.amqp.table`` decodes them)
+# ---------------------------------------------------------------------------------------------
+class Octet(int):
+    tag: ClassVar[bytes] = b"B"
+
+
+class LongLong(int):
+    tag: ClassVar[bytes] = b"l"
+
+
+class Timestamp(int):
+    tag: ClassVar[bytes] = b"T"
+
+
+class Float(float):
+    tag: ClassVar[bytes] = b"f"
+
+
+class LongStr(bytes):
+    tag: ClassVar[bytes] = b"S"
+
+
+def test_tagged_type_names() -> None:
+    assert amqp_type_name(Octet(1)) == "unsignedbyte"
+    assert amqp_type_name(LongLong(1)) == "long"
+    assert amqp_type_name(Timestamp(1)) == "timestamp"
+    assert amqp_type_name(Float(1.0)) == "float"
+    assert amqp_type_name(LongStr(b"\xff")) == "longstr"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "text"),
+    [
+        ({TTL: Octet(5)}, None),
+        ({TTL: LongLong(5)}, None),
+        ({TTL: Timestamp(5)}, _invalid(TTL, '"expected integer, got timestamp"')),
+        ({TTL: Float(1.0)}, _invalid(TTL, '"expected integer, got float"')),
+        ({"x-overflow": LongStr(b"\xff")}, _invalid("x-overflow", "invalid_overflow")),
+        ({"x-queue-type": LongStr(b"\xff")}, _invalid("x-queue-type", "\"unsupported queue type '\u00ff'\"")),
+    ],
+)
+def test_tagged_declare(arguments: dict[str, Any], text: str | None) -> None:
+    if text is None:
+        parse_queue_args(arguments, "q")
+        return
+    with pytest.raises(PreconditionFailed) as info:
+        parse_queue_args(arguments, "q")
+    assert info.value.text == text
+
+
+def test_tagged_equivalence() -> None:
+    check_args_equivalence({TTL: 1}, {TTL: Timestamp(1)}, "q")
+    check_args_equivalence({TTL: 20}, {TTL: Octet(20)}, "q")
+    with pytest.raises(PreconditionFailed) as info:
+        check_args_equivalence({}, {TTL: Octet(20)}, "q")
+    assert info.value.text == _ineq(TTL, "received the value '20' of type 'unsignedbyte' but current is none")
+    with pytest.raises(PreconditionFailed) as info:
+        check_args_equivalence({}, {TTL: Float(0.5)}, "q")
+    assert info.value.text == _ineq(TTL, "received the value '0.5' of type 'float' but current is none")
+
+
+def test_tagged_longstr_dlx_and_alternate_exchange() -> None:
+    assert (
+        parse_queue_args({"x-dead-letter-exchange": LongStr(b"d\xff")}, "q").dead_letter_exchange == "d\udcff"
+    )
+    assert parse_exchange_args({"alternate-exchange": LongStr(b"a\xff")}, "x") == "a\udcff"
+
+
+def test_nested_values_compare_types() -> None:
+    assert erl_equal({"k": 1}, {"k": 1})
+    assert erl_equal(LongLong(1), 1)  # top level: Erlang ==
+    assert not erl_equal({"k": LongLong(1)}, {"k": 1})  # nested: {long,1} vs {signedint,1}
+    assert not erl_equal([Float(1.5)], [1.5])  # {float,1.5} vs {double,1.5}
+    assert erl_equal([Float(1.5)], [Float(1.5)])

@@ -3,7 +3,7 @@ read back from RabbitMQ 3.10.8 with pika."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from ottermq.amqp.errors import CommandInvalid, PreconditionFailed
@@ -357,3 +357,19 @@ def test_equivalence_vhost_in_text() -> None:
     with pytest.raises(PreconditionFailed) as info:
         equivalent(x, "fanout", False, False, False, None, vhost="other")
     assert "in vhost 'other'" in info.value.text
+
+
+class Long(int):
+    tag: ClassVar[bytes] = b"I"
+
+
+class LongLong(int):
+    tag: ClassVar[bytes] = b"l"
+
+
+def test_binding_identity_uses_wire_types() -> None:
+    x = make_exchange("x", "headers")
+    assert x.bind("", Q1, {"a": Long(1)})
+    assert not x.bind("", Q1, {"a": 1})  # a plain int is a signedint, like Long
+    assert x.bind("", Q1, {"a": LongLong(1)})  # RabbitMQ keeps {long,1} and {signedint,1} apart
+    assert x.route("", {"a": LongLong(1)}) == {Q1}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from ottermq.amqp.errors import PreconditionFailed
@@ -231,3 +231,16 @@ def test_no_x_match_is_valid() -> None:
     validate_binding_args({})
     validate_binding_args(None)
     validate_binding_args({"a": 1})
+
+
+class LongStr(bytes):
+    tag: ClassVar[bytes] = b"S"
+
+
+def test_invalid_utf8_x_match_is_a_bad_value_not_a_bad_type() -> None:
+    with pytest.raises(PreconditionFailed) as info:
+        validate_binding_args({"x-match": LongStr(b"a\xffb")})
+    # RabbitMQ sends the raw 0xff byte; a Python str can only show it as U+00FF
+    assert info.value.text == (
+        'Invalid x-match field value <<"a\u00ffb">>; expected all, any, all-with-x, or any-with-x'
+    )

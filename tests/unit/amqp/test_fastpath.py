@@ -1,0 +1,116 @@
+"""Fast-path decoders reject garbage with FrameError; encoders reject impossible input."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from ottermq.amqp import fastpath
+from ottermq.amqp.errors import FrameError
+from pamqp import commands as spec
+
+
+def publish_payload(exchange: bytes = b"ex", routing_key: bytes = b"rk", bits: int = 0) -> bytes:
+    return (
+        struct.pack(">IH", fastpath.BASIC_PUBLISH, 0)
+        + bytes([len(exchange)])
+        + exchange
+        + bytes([len(routing_key)])
+        + routing_key
+        + bytes([bits])
+    )
+
+
+def test_method_key() -> None:
+    assert fastpath.method_key(b"\x00\x3c\x00\x28rest") == 0x003C0028
+    for short in (b"", b"\x00", b"\x00\x3c\x00"):
+        with pytest.raises(FrameError):
+            fastpath.method_key(short)
+
+
+def test_decode_publish_bits() -> None:
+    assert fastpath.decode_publish(publish_payload(bits=3)) == ("ex", "rk", True, True)
+    assert fastpath.decode_publish(publish_payload(b"", b"", 0)) == ("", "", False, False)
+
+
+def test_decode_publish_every_truncation() -> None:
+    payload = publish_payload(b"exchange", b"key")
+    for cut in range(len(payload)):
+        with pytest.raises(FrameError):
+            fastpath.decode_publish(payload[:cut])
+
+
+def test_decode_publish_trailing_octets() -> None:
+    with pytest.raises(FrameError):
+        fastpath.decode_publish(publish_payload() + b"\x00")
+
+
+@pytest.mark.parametrize("bad", [(b"\xff", b"rk"), (b"ex", b"\xc3\x28")])
+def test_decode_publish_invalid_utf8(bad: tuple[bytes, bytes]) -> None:
+    with pytest.raises(FrameError):
+        fastpath.decode_publish(publish_payload(*bad))
+
+
+@pytest.mark.parametrize("decoder", [fastpath.decode_ack, fastpath.decode_reject, fastpath.decode_nack])
+@pytest.mark.parametrize("size", [0, 4, 12, 14])
+def test_tag_decoders_reject_wrong_sizes(decoder: object, size: int) -> None:
+    with pytest.raises(FrameError):
+        decoder(b"\x00" * size)  # type: ignore[operator]
+
+
+def test_decode_header_needs_flags() -> None:
+    with pytest.raises(FrameError):
+        fastpath.decode_header(b"\x00\x3c\x00\x00" + b"\x00" * 9)
+    assert fastpath.decode_header(b"\x00\x3c\x00\x00" + struct.pack(">Q", 3) + b"\x00\x00") == (
+        60,
+        3,
+        b"\x00\x00",
+    )
+
+
+def test_decode_method_unknown_ids_are_named() -> None:
+    with pytest.raises(FrameError) as info:
+        fastpath.decode_method(struct.pack(">HH", 99, 10))
+    assert "99" in info.value.text and "10" in info.value.text
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x00\x32\x00\x0a",  # queue.declare with no arguments at all
+        b"\x00\x32\x00\x0a\x00\x00\x01",  # truncated queue name
+        b"\x00\x32\x00\x0a\x00\x00\x01q\x00\x00\x00\x00\x09",  # table length beyond payload
+        b"\x00\x28\x00\x0a\x00\x00\x02\xff\xfe",  # exchange.declare with invalid UTF-8 name
+        b"",
+    ],
+)
+def test_decode_method_garbage_is_frame_error(payload: bytes) -> None:
+    with pytest.raises(FrameError):
+        fastpath.decode_method(payload)
+
+
+def test_decode_method_basic_publish_via_pamqp_too() -> None:
+    method = fastpath.decode_method(publish_payload(b"e", b"r", 1))
+    assert isinstance(method, spec.Basic.Publish)
+    assert (method.exchange, method.routing_key, method.mandatory) == ("e", "r", True)
+
+
+def test_encoders_reject_names_over_255_octets() -> None:
+    long_name = "é" * 128  # 256 octets
+    with pytest.raises(ValueError):
+        fastpath.encode_deliver(1, long_name, 1, False, "", "", b"\x00\x00", b"", 0)
+    with pytest.raises(ValueError):
+        fastpath.encode_get_ok(1, 1, False, "", long_name, 0, b"\x00\x00", b"", 0)
+    with pytest.raises(ValueError):
+        fastpath.encode_return(1, 312, long_name, "", "", b"\x00\x00", b"", 0)
+
+
+def test_frame_max_too_small_for_a_body() -> None:
+    with pytest.raises(ValueError):
+        fastpath.encode_content(1, b"\x00\x00", b"abc", 8)
+
+
+def test_body_may_be_any_buffer() -> None:
+    body = bytearray(b"z" * 10_000)
+    got = fastpath.encode_content(1, b"\x00\x00", memoryview(body), 4096)  # type: ignore[arg-type]
+    assert got == fastpath.encode_content(1, b"\x00\x00", bytes(body), 4096)
