@@ -18,9 +18,6 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pamqp import commands as spec
-from pamqp.base import Frame
-
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import (
     AccessRefused,
@@ -45,6 +42,8 @@ from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.vhost.message import Entry, Message
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import generated_name
+from pamqp import commands as spec
+from pamqp.base import Frame
 
 if TYPE_CHECKING:
     from .connection import AMQPConnection
@@ -68,7 +67,8 @@ class UnknownMethod(Exception):
 def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
     """queue.declare-ok, encoded here because pamqp rejects names RabbitMQ allows (e.g. ``*``)."""
     name = queue.encode()
-    payload = struct.pack(">HHB", 50, 11, len(name)) + name + struct.pack(">II", message_count, consumer_count)
+    counts = struct.pack(">II", message_count, consumer_count)
+    payload = struct.pack(">HHB", 50, 11, len(name)) + name + counts
     return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
 
 
@@ -215,7 +215,9 @@ class Channel:
             class_id, body_size, raw_props = fastpath.decode_header(payload)
             if class_id != 60:
                 self._publish = None
-                raise UnexpectedFrame(f"expected content header for class 60, got one for class {class_id} instead")
+                raise UnexpectedFrame(
+                    f"expected content header for class 60, got one for class {class_id} instead"
+                )
             limit = self.conn.settings.max_message_size
             if body_size > limit:
                 self._publish = None

@@ -22,16 +22,12 @@ import logging
 import platform
 from typing import TYPE_CHECKING, Any, cast
 
-from pamqp import commands as spec
-from pamqp.base import Frame
-
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import (
     AMQPError,
     ChannelError,
     ChannelException,
     CommandInvalid,
-    ConnectionAccessRefused,
     ConnectionException,
     ConnectionForced,
     InternalError,
@@ -41,6 +37,8 @@ from ottermq.amqp.errors import (
 from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
 from ottermq.amqp.reader import FrameReader
 from ottermq.amqp.table import decode_table
+from pamqp import commands as spec
+from pamqp.base import Frame
 
 from .channel import KNOWN_METHODS, Channel, UnknownMethod
 
@@ -257,7 +255,7 @@ class AMQPConnection(asyncio.Protocol):
             return
         try:
             if channel != 0 or frame_type != FRAME_METHOD:
-                raise UnexpectedFrame(f"expected method frame on channel 0 during handshake")
+                raise UnexpectedFrame("expected method frame on channel 0 during handshake")
             method = fastpath.decode_method(payload)
             if self.state == AWAIT_START_OK and isinstance(method, spec.Connection.StartOk):
                 self._on_start_ok(method)
@@ -507,7 +505,8 @@ class AMQPConnection(asyncio.Protocol):
     def force_close(self, reason: str) -> None:
         """Server-initiated close (shutdown): 320 CONNECTION_FORCED."""
         if self.state == OPEN:
-            self._close_connection(ConnectionForced(f"broker forced connection closure with reason '{reason}'"), 0)
+            forced = ConnectionForced(f"broker forced connection closure with reason '{reason}'")
+            self._close_connection(forced, 0)
         elif self.state != CLOSED:
             self._abort()
 

@@ -46,7 +46,9 @@ class Broker:
         used = process_rss()
         if used is not None:
             if not self.alarm and used > self.memory_limit:
-                log.warning("memory alarm: %d bytes used, limit %d; blocking publishers", used, self.memory_limit)
+                log.warning(
+                    "memory alarm: %d bytes used, limit %d; blocking publishers", used, self.memory_limit
+                )
                 self.set_alarm(True)
             elif self.alarm and used <= self.memory_limit:
                 log.info("memory alarm cleared: %d bytes used", used)

@@ -11,15 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pamqp import commands as spec
-from pamqp import frame as pframe
-from pamqp import header as pheader
-from pamqp import body as pbody
-from pamqp.heartbeat import Heartbeat
-
 from ottermq.broker.config import Settings
 from ottermq.broker.connection import AMQPConnection
 from ottermq.broker.server import Broker
+from pamqp import body as pbody
+from pamqp import commands as spec
+from pamqp import frame as pframe
+from pamqp import header as pheader
+from pamqp.heartbeat import Heartbeat
 
 
 class FakeTimer:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pamqp import commands as spec
 from pamqp import body as pbody
+from pamqp import commands as spec
 from pamqp import header as pheader
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ottermq.broker.connection import OPEN
 from pamqp import commands as spec
 from pamqp import frame as pframe
-
-from ottermq.broker.connection import OPEN
+from pamqp import header as pheader
 
 
 def test_bad_protocol_header_gets_our_header_and_close(make_client):
@@ -41,7 +41,9 @@ def test_bad_password_is_refused_with_403(make_client):
         mechanism="PLAIN", response="\0guest\0nope"))
     close = c.expect(spec.Connection.Close)
     assert close.reply_code == 403
-    assert close.reply_text.startswith("ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN")
+    assert close.reply_text.startswith(
+        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN"
+    )
 
 
 def test_guest_refused_from_remote_address(make_client):
@@ -115,7 +117,7 @@ def test_connection_close_handshake(client):
 
 def test_error_closes_connection_then_waits_close_ok(client, loop):
     client.send(1, spec.Basic.Publish(exchange="", routing_key="q", immediate=True))
-    client.send_raw(pframe.marshal(__import__("pamqp.header", fromlist=["x"]).ContentHeader(0, 0, spec.Basic.Properties()), 1))
+    client.send_raw(pframe.marshal(pheader.ContentHeader(0, 0, spec.Basic.Properties()), 1))
     close = client.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - immediate=true")
     assert (close.class_id, close.method_id) == (60, 40)
