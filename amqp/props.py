@@ -419,3 +419,70 @@ def _cind_element(item: _Item, col: int, m: int, ind: int, ld: int, w: int) -> i
         return item[2]
     _cind(item, col, m, ind, ld, w)
     return _LL
+
+
+# --- rewriting (dead-lettering) -------------------------------------------------------------------
+_FIELD_BITS = (
+    (0x8000, "s"), (0x4000, "s"), (0x2000, "t"), (0x1000, "o"), (0x0800, "o"), (0x0400, "s"),
+    (0x0200, "s"), (0x0100, "s"), (0x0080, "s"), (0x0040, "q"), (0x0020, "s"), (0x0010, "s"),
+    (0x0008, "s"), (0x0004, "s"),
+)
+HEADERS_BIT = 0x2000
+EXPIRATION_BIT = 0x0100
+
+
+def split_props(raw_props: bytes) -> tuple[int, dict[int, bytes]]:
+    """Split raw properties into ``(flags, {flag bit: the field's octets})``.
+
+    Continuation flag words (none defined for ``basic``) are dropped.
+
+    Raises:
+        FrameError: truncated or malformed property list.
+    """
+    flags, pos = _flags(raw_props)
+    fields: dict[int, bytes] = {}
+    raw = raw_props
+    try:
+        for bit, kind in _FIELD_BITS:
+            if not flags & bit:
+                continue
+            if kind == "s":
+                end = pos + 1 + raw[pos]
+            elif kind == "t":
+                end = pos + 4 + _U32.unpack_from(raw, pos)[0]
+            elif kind == "o":
+                end = pos + 1
+            else:
+                end = pos + 8
+            if end > len(raw):
+                raise _truncated()
+            fields[bit] = raw[pos:end]
+            pos = end
+    except (IndexError, struct.error):
+        raise _truncated() from None
+    return flags & 0xFFFE, fields
+
+
+def rewrite_props(raw_props: bytes, headers: bytes | None, drop_expiration: bool) -> bytes:
+    """Replace the ``headers`` field and optionally drop ``expiration``; keep every other octet.
+
+    Args:
+        raw_props: property flags + property list as published.
+        headers: the new headers table as encoded by ``table.encode_table`` (with its length
+            prefix), or None to remove the headers property.
+        drop_expiration: remove the ``expiration`` property (RabbitMQ does when dead-lettering).
+
+    Raises:
+        FrameError: malformed input properties.
+    """
+    flags, fields = split_props(raw_props)
+    if headers is None:
+        fields.pop(HEADERS_BIT, None)
+    else:
+        fields[HEADERS_BIT] = headers
+    if drop_expiration:
+        fields.pop(EXPIRATION_BIT, None)
+    flags = 0
+    for bit in fields:
+        flags |= bit
+    return flags.to_bytes(2, "big") + b"".join(fields[bit] for bit, _ in _FIELD_BITS if bit in fields)

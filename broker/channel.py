@@ -39,7 +39,7 @@ from ottermq.amqp.fastpath import (
     FRAME_METHOD,
 )
 from ottermq.amqp.props import parse_expiration, quick_props
-from ottermq.vhost.message import Entry, Message
+from ottermq.vhost.message import Entry, Message, sender_selected
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import generated_name
 from pamqp import commands as spec
@@ -284,12 +284,18 @@ class Channel:
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        queues = self.vhost.route(exchange, message)
+        if b"CC" in raw_props:  # sender-selected distribution (CC/BCC headers), rare
+            message, keys = sender_selected(message)
+            queues = self.vhost.route(exchange, message, keys)
+        else:
+            queues = self.vhost.route(exchange, message)
         self._deliver_routed(message, queues, mandatory)
 
     def _deliver_routed(self, message: Message, queues: list[Queue], mandatory: bool) -> None:
+        refused = False
         for queue in queues:
-            queue.enqueue(message)
+            if queue.enqueue(message) is None:
+                refused = True  # reject-publish overflow
         if not queues and mandatory:
             self.conn.send(
                 fastpath.encode_return(
@@ -298,7 +304,10 @@ class Channel:
                 )
             )
         if self.confirm:
-            self.conn.send(fastpath.encode_ack(self.number, self._publish_seq, False))
+            if refused:
+                self.conn.send(fastpath.encode_nack(self.number, self._publish_seq, False))
+            else:
+                self.conn.send(fastpath.encode_ack(self.number, self._publish_seq, False))
 
     # -- delivering -----------------------------------------------------------------------
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
@@ -380,12 +389,14 @@ class Channel:
 
     def _reject(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]], requeue: bool) -> None:
         queues = self._settle(taken)
-        if requeue:
-            by_queue: dict[Queue, list[Entry]] = {}
-            for entry, queue, _consumer in taken:
-                by_queue.setdefault(queue, []).append(entry)
-            for queue, entries in by_queue.items():
+        by_queue: dict[Queue, list[Entry]] = {}
+        for entry, queue, _consumer in taken:
+            by_queue.setdefault(queue, []).append(entry)
+        for queue, entries in by_queue.items():
+            if requeue:
                 queue.requeue(entries)
+            else:
+                queue.reject(entries)
         for queue in queues:
             if queue.consumers:
                 queue.dispatch()
@@ -470,6 +481,7 @@ class Channel:
         queue = self.vhost.declare_queue(
             name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments, self.conn, generated
         )
+        queue.touch()
         if m.exclusive and queue.owner is self.conn:
             self.conn.exclusive_queues.add(queue)
         self.last_queue = name
@@ -556,6 +568,7 @@ class Channel:
 
     def on_basic_get(self, m: spec.Basic.Get) -> None:
         queue = self._queue(m.queue)
+        queue.touch()
         entry = queue.pop()
         if entry is None:
             self.conn.send_method(self.number, spec.Basic.GetEmpty())
@@ -608,7 +621,8 @@ class Channel:
             exchange = self.vhost.exchanges.get(exchange_name) if exchange_name else None
             if exchange_name and exchange is None:
                 continue  # exchange deleted since the publish: the message is dropped
-            self._deliver_routed(message, self.vhost.route(exchange, message), mandatory)
+            message, keys = sender_selected(message)
+            self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
         for tag, multiple, kind, requeue in acks:
             taken = self._take_unacked(tag, multiple)
             if kind == "ack":

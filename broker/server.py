@@ -13,6 +13,7 @@ from ottermq.vhost.vhost import VHost
 
 from .config import Settings
 from .connection import AMQPConnection, is_loopback, server_properties
+from .wiring import make_ttl_manager, make_vhost
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,8 @@ class Broker:
     def __init__(self, settings: Settings, loop: asyncio.AbstractEventLoop) -> None:
         self.settings = settings
         self.loop = loop
-        self.vhosts: dict[str, VHost] = {
-            name: VHost(name, settings.max_priority) for name in settings.vhosts
-        }
+        self.ttl = make_ttl_manager(settings, loop)
+        self.vhosts: dict[str, VHost] = {name: make_vhost(name, settings, self.ttl) for name in settings.vhosts}
         self.connections: set[AMQPConnection] = set()
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.AbstractServer | None = None

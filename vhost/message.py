@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ottermq.amqp.props import get_headers
+from ottermq.amqp.props import get_headers, rewrite_props
+from ottermq.amqp.table import LongLong, encode_table
+
+# Entry states
+READY, OUT, GONE = 0, 1, 2
 
 
 class Message:
@@ -64,12 +68,50 @@ class Message:
 class Entry:
     """A message's place in one queue."""
 
-    __slots__ = ("message", "seq", "redelivered", "deadline", "delivery_count", "store_id")
+    __slots__ = ("message", "seq", "redelivered", "deadline", "delivery_count", "store_id", "state")
 
-    def __init__(self, message: Message, seq: int, deadline: float | None = None) -> None:
+    def __init__(self, message: Message, seq: int, deadline: int | None = None) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
-        self.deadline = deadline
-        self.delivery_count = 0
-        self.store_id = 0
+        self.deadline = deadline  # epoch ms, or None: never expires
+        self.delivery_count = 0  # returns so far (x-delivery-limit)
+        self.store_id = 0  # persistence row id, 0 = not stored
+        self.state = READY
+
+
+def with_delivery_count(message: Message, count: int) -> Message:
+    """A copy of ``message`` whose headers carry ``x-delivery-count`` (as quorum queues do)."""
+    headers = dict(message.headers or {})
+    headers["x-delivery-count"] = LongLong(count)
+    raw = rewrite_props(message.raw_props, encode_table(headers), drop_expiration=False)
+    copy = Message(
+        message.exchange, message.routing_key, raw, message.body,
+        message.persistent, message.priority, message.expiration,
+    )
+    return copy
+
+
+def sender_selected(message: Message) -> tuple[Message, list[str] | None]:
+    """RabbitMQ's sender-selected distribution: ``CC``/``BCC`` header arrays add routing keys.
+
+    Returns:
+        The message to enqueue (with ``BCC`` removed from its headers, as RabbitMQ does) and the
+        extra routing keys (None when the message has neither header).
+    """
+    headers = message.headers
+    if not headers or ("CC" not in headers and "BCC" not in headers):
+        return message, None
+    keys: list[str] = []
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if isinstance(value, list):
+            keys.extend(k for k in value if isinstance(k, str))
+    if "BCC" in headers:
+        stripped = {k: v for k, v in headers.items() if k != "BCC"}
+        raw = rewrite_props(message.raw_props, encode_table(stripped), drop_expiration=False)
+        message = Message(
+            message.exchange, message.routing_key, raw, message.body,
+            message.persistent, message.priority, message.expiration,
+        )
+    return message, keys

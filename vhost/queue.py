@@ -1,4 +1,4 @@
-"""Queues: ready messages in order, consumers served round-robin.
+"""Queues: ready messages in order, consumers served round-robin, TTL, expiry and length limits.
 
 Rules:
 - Every message in a queue is an ``Entry`` with a per-queue sequence number ``seq``; ready entries
@@ -7,20 +7,40 @@ Rules:
 - ``dispatch`` hands ready entries to consumers round-robin, skipping consumers whose channel
   cannot take more (prefetch, flow, a paused connection); the broker calls it again when a
   consumer regains capacity.
-- The queue never imports the broker: consumers are anything implementing ``Consumer``.
+- TTL (RabbitMQ's model): a message's deadline is fixed at enqueue as ``now + min(x-message-ttl,
+  expiration)`` and survives requeue. Ready messages at the head are dropped once
+  ``now >= deadline`` — by a timer armed for the head's deadline and on every take; a message
+  behind a longer-lived head waits for the head. Delivered, unacked messages never expire; a
+  message requeued past its deadline is dead-lettered, not redelivered. A message whose TTL is 0
+  goes to a consumer that can take it at once, or expires.
+- Exact TTL (``x-ottermq-exact-ttl``, an ottermq extension): every ready message expires at its
+  own deadline wherever it sits, through a deadline heap (O(log n) per message); expired entries
+  become tombstones that takes skip.
+- ``x-expires``: a queue with no consumers that is not declared or read (``basic.get``) for the
+  period is deleted; its messages are discarded, never dead-lettered.
+- Length limits count ready messages and their body bytes: ``drop-head`` dead-letters the head
+  (``maxlen``), ``reject-publish`` refuses the new message, ``reject-publish-dlx`` refuses and
+  dead-letters it.
+- The queue never imports the broker or dlx: consumers implement ``Consumer``, dead letters go
+  to an injected ``DeadLetterSink``, timers to an injected ``TTLManager``.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from .message import Entry, Message
+from ottermq.ttl.manager import TTLManager
+from ottermq.ttl.noop import NoopTTLManager
+
+from .message import GONE, OUT, READY, Entry, Message, with_delivery_count
 
 if TYPE_CHECKING:
     from .arguments import QueueArgs
+
+EXPIRED, MAXLEN, REJECTED, DELIVERY_LIMIT = "expired", "maxlen", "rejected", "delivery_limit"
 
 
 class Consumer(Protocol):
@@ -36,36 +56,77 @@ class Consumer(Protocol):
     def on_queue_deleted(self, queue: Queue) -> None: ...
 
 
-class _Ready:
-    """Ready entries in seq order: one deque (plain queue)."""
+class DeadLetterSink(Protocol):
+    """Where expired, rejected and overflowing messages go (``dlx.DeadLetterer`` or a drop)."""
 
-    __slots__ = ("_q",)
+    def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None: ...
+
+
+class DropSink:
+    """Dead letters vanish (no DLX wiring, e.g. in unit tests)."""
+
+    def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
+        pass
+
+
+class _Ready:
+    """Ready entries in seq order: one deque (plain queue); tombstones are skipped."""
+
+    __slots__ = ("_q", "_dead")
 
     def __init__(self) -> None:
         self._q: deque[Entry] = deque()
+        self._dead = 0  # tombstones (exact-TTL expiries) still in the deque
 
     def __len__(self) -> int:
-        return len(self._q)
+        return len(self._q) - self._dead
 
     def append(self, entry: Entry) -> None:
         self._q.append(entry)
 
     def popleft(self) -> Entry:
-        return self._q.popleft()
+        q = self._q
+        entry = q.popleft()
+        while entry.state == GONE:
+            self._dead -= 1
+            entry = q.popleft()
+        return entry
 
     def peek(self) -> Entry | None:
-        return self._q[0] if self._q else None
+        q = self._q
+        while q and q[0].state == GONE:
+            q.popleft()
+            self._dead -= 1
+        return q[0] if q else None
+
+    def discard(self, entry: Entry) -> None:
+        """Tombstone a ready entry in place (exact TTL)."""
+        entry.state = GONE
+        self._dead += 1
 
     def clear(self) -> list[Entry]:
-        entries = list(self._q)
+        entries = [e for e in self._q if e.state != GONE]
         self._q.clear()
+        self._dead = 0
         return entries
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(self._q)
+        return (e for e in self._q if e.state != GONE)
 
     def requeue(self, entries: list[Entry]) -> None:
         self._q = _merge(self._q, entries)
+
+    def pop_expired(self, now: int, out: list[Entry]) -> None:
+        """Move expired head entries into ``out``."""
+        while True:
+            head = self.peek()
+            if head is None or head.deadline is None or now < head.deadline:
+                return
+            out.append(self.popleft())
+
+    def head_deadline(self) -> int | None:
+        head = self.peek()
+        return head.deadline if head is not None else None
 
 
 def _merge(q: deque[Entry], entries: list[Entry]) -> deque[Entry]:
@@ -81,45 +142,43 @@ def _seq(entry: Entry) -> int:
 
 
 class _PriorityReady(_Ready):
-    """Ready entries for ``x-max-priority`` queues: one deque per priority, highest first."""
+    """Ready entries for ``x-max-priority`` queues: one ``_Ready`` per priority, highest first."""
 
-    __slots__ = ("_levels", "_count", "_max")
+    __slots__ = ("_levels", "_max")
 
     def __init__(self, max_priority: int) -> None:
+        super().__init__()
         self._max = max_priority
-        self._levels: list[deque[Entry]] = [deque() for _ in range(max_priority + 1)]
-        self._count = 0
+        self._levels: list[_Ready] = [_Ready() for _ in range(max_priority + 1)]
 
-    def _level(self, entry: Entry) -> deque[Entry]:
+    def _level(self, entry: Entry) -> _Ready:
         priority = entry.message.priority or 0
         return self._levels[priority if priority <= self._max else self._max]
 
     def __len__(self) -> int:
-        return self._count
+        return sum(len(level) for level in self._levels)
 
     def append(self, entry: Entry) -> None:
         self._level(entry).append(entry)
-        self._count += 1
 
     def popleft(self) -> Entry:
         for level in reversed(self._levels):
             if level:
-                self._count -= 1
                 return level.popleft()
         raise IndexError("pop from an empty queue")
 
     def peek(self) -> Entry | None:
         for level in reversed(self._levels):
-            if level:
-                return level[0]
+            head = level.peek()
+            if head is not None:
+                return head
         return None
 
+    def discard(self, entry: Entry) -> None:
+        self._level(entry).discard(entry)
+
     def clear(self) -> list[Entry]:
-        entries = [e for level in reversed(self._levels) for e in level]
-        for level in self._levels:
-            level.clear()
-        self._count = 0
-        return entries
+        return [e for level in reversed(self._levels) for e in level.clear()]
 
     def __iter__(self) -> Iterator[Entry]:
         for level in reversed(self._levels):
@@ -129,11 +188,18 @@ class _PriorityReady(_Ready):
         by_level: dict[int, list[Entry]] = {}
         for entry in entries:
             by_level.setdefault(id(self._level(entry)), []).append(entry)
-        for i, level in enumerate(self._levels):
+        for level in self._levels:
             group = by_level.get(id(level))
             if group:
-                self._levels[i] = _merge(level, group)
-        self._count += len(entries)
+                level.requeue(group)
+
+    def pop_expired(self, now: int, out: list[Entry]) -> None:
+        for level in self._levels:
+            level.pop_expired(now, out)
+
+    def head_deadline(self) -> int | None:
+        deadlines = [d for level in self._levels if (d := level.head_deadline()) is not None]
+        return min(deadlines) if deadlines else None
 
 
 class Queue:
@@ -145,6 +211,9 @@ class Queue:
         durable, exclusive, auto_delete: the declare flags.
         owner: the connection owning an exclusive queue (opaque), else None.
         args: validated ``x-`` arguments.
+        ttl: the TTL manager (timers and deadlines); no-op by default.
+        sink: where dead letters go; dropped by default.
+        limits: apply ``x-max-length``/``-bytes`` (``OTTERMQ_ENABLE_QLL``).
     """
 
     __slots__ = (
@@ -163,6 +232,14 @@ class Queue:
         "deleted",
         "ready_bytes",
         "unacked",
+        "ttl",
+        "sink",
+        "on_expired",
+        "_heap",
+        "_max_len",
+        "_max_bytes",
+        "_overflow",
+        "_delivery_limit",
     )
 
     def __init__(
@@ -174,6 +251,9 @@ class Queue:
         auto_delete: bool,
         owner: object | None,
         args: QueueArgs,
+        ttl: TTLManager | None = None,
+        sink: DeadLetterSink | None = None,
+        limits: bool = True,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -190,6 +270,17 @@ class Queue:
         self.deleted = False
         self.ready_bytes = 0
         self.unacked = 0  # delivered, awaiting ack
+        self.ttl: TTLManager = ttl if ttl is not None else NoopTTLManager()
+        self.sink: DeadLetterSink = sink if sink is not None else DropSink()
+        # called when x-expires fires on an unused queue (the vhost deletes it)
+        self.on_expired: Callable[[Queue], None] | None = None
+        self._heap: list[tuple[int, int, Entry]] | None = [] if args.exact_ttl else None
+        self._max_len = args.max_length if limits else None
+        self._max_bytes = args.max_length_bytes if limits else None
+        self._overflow = args.overflow
+        self._delivery_limit = args.delivery_limit
+        if args.expires is not None:
+            self.touch()
 
     # -- messages -------------------------------------------------------------------------
     @property
@@ -197,51 +288,209 @@ class Queue:
         """Ready messages (what declare-ok, get-ok and delete-ok report)."""
         return len(self._ready)
 
-    def enqueue(self, message: Message) -> Entry:
-        """Append a published message and hand it to a consumer if one can take it."""
+    def enqueue(self, message: Message) -> Entry | None:
+        """Add a published (or dead-lettered) message.
+
+        Returns:
+            The entry, or None when ``reject-publish`` overflow refused the message (the
+            publisher's confirm must then be a nack).
+        """
+        size = len(message.body)
+        if (self._max_len is not None or self._max_bytes is not None) and self._overflow != "drop-head":
+            if self._would_overflow(size):
+                if self._overflow == "reject-publish-dlx":
+                    self.sink.dead_letter(self, [Entry(message, 0)], MAXLEN)
+                return None
         self._seq += 1
         entry = Entry(message, self._seq)
-        self._ready.append(entry)
-        self.ready_bytes += len(message.body)
+        now = 0
+        if message.expiration is not None or self.args.message_ttl is not None:
+            now = self.ttl.now()
+            entry.deadline = self.ttl.expires_at(now, self.args.message_ttl, message.expiration)
+        ready = self._ready
+        if self.consumers and not ready:
+            consumer = self._next_consumer()
+            if consumer is not None:  # straight to a consumer: a TTL of 0 is fine here
+                entry.state = OUT
+                consumer.deliver(self, entry)
+                return entry
+        ready.append(entry)
+        self.ready_bytes += size
         if self.consumers:
             self.dispatch()
+        if self._max_len is not None or self._max_bytes is not None:
+            self._drop_head_overflow()
+        deadline = entry.deadline
+        if deadline is not None and entry.state == READY:
+            if self._heap is not None:
+                heapq.heappush(self._heap, (deadline, entry.seq, entry))
+            if deadline <= now:  # TTL 0 and nobody took it: expires now if it is due
+                self.expire(now)
+            elif self._heap is not None or ready.peek() is entry:
+                self.ttl.schedule(self, deadline)
+        return entry
+
+    def _would_overflow(self, size: int) -> bool:
+        max_len, max_bytes = self._max_len, self._max_bytes
+        return (max_len is not None and len(self._ready) + 1 > max_len) or (
+            max_bytes is not None and self.ready_bytes + size > max_bytes
+        )
+
+    def _drop_head_overflow(self) -> None:
+        if self._overflow != "drop-head":
+            return
+        max_len, max_bytes = self._max_len, self._max_bytes
+        dropped: list[Entry] = []
+        ready = self._ready
+        while ready and (
+            (max_len is not None and len(ready) > max_len)
+            or (max_bytes is not None and self.ready_bytes > max_bytes)
+        ):
+            dropped.append(self._take())
+        if dropped:
+            self._after_change()
+            self.sink.dead_letter(self, dropped, MAXLEN)
+
+    def _take(self) -> Entry:
+        entry = self._ready.popleft()
+        entry.state = OUT
+        self.ready_bytes -= len(entry.message.body)
         return entry
 
     def pop(self) -> Entry | None:
-        """Take the head entry for delivery (``basic.get`` or a consumer)."""
+        """Take the head entry for ``basic.get`` (expired heads are dead-lettered first)."""
+        self._expire_heads()
         if not self._ready:
             return None
-        entry = self._ready.popleft()
-        self.ready_bytes -= len(entry.message.body)
+        entry = self._take()
+        self._after_change()
         return entry
 
     def peek(self) -> Entry | None:
         return self._ready.peek()
 
     def requeue(self, entries: list[Entry]) -> None:
-        """Return delivered entries to their original positions, marked redelivered."""
+        """Return delivered entries to their original positions, marked redelivered.
+
+        Entries past their deadline are dead-lettered as ``expired``; with ``x-delivery-limit``
+        an entry returned more often than the limit is dead-lettered as ``delivery_limit``.
+        """
         if self.deleted or not entries:
             return
+        expired: list[Entry] = []
+        over_limit: list[Entry] = []
+        back: list[Entry] = []
+        now = self.ttl.now()
+        limit = self._delivery_limit
         for entry in entries:
+            if entry.deadline is not None and now >= entry.deadline:
+                expired.append(entry)
+                continue
+            if limit is not None:
+                entry.delivery_count += 1
+                if entry.delivery_count > limit:
+                    over_limit.append(entry)
+                    continue
+                entry.message = with_delivery_count(entry.message, entry.delivery_count)
             entry.redelivered = True
+            entry.state = READY
             self.ready_bytes += len(entry.message.body)
-        self._ready.requeue(entries)
-        if self.consumers:
+            back.append(entry)
+        if back:
+            self._ready.requeue(back)
+            if self._heap is not None:
+                for entry in back:
+                    if entry.deadline is not None:
+                        heapq.heappush(self._heap, (entry.deadline, entry.seq, entry))
+            self._after_change()
+        if expired:
+            self.sink.dead_letter(self, expired, EXPIRED)
+        if over_limit:
+            self.sink.dead_letter(self, over_limit, DELIVERY_LIMIT)
+        if back and self.consumers:
             self.dispatch()
+
+    def reject(self, entries: list[Entry]) -> None:
+        """Dead-letter delivered entries rejected with ``requeue=false`` (reason ``rejected``)."""
+        if entries and not self.deleted:
+            self.sink.dead_letter(self, entries, REJECTED)
 
     def purge(self) -> int:
         """Drop every ready message; returns how many (never dead-letters)."""
         entries = self._ready.clear()
         self.ready_bytes = 0
+        if self._heap is not None:
+            self._heap.clear()
         return len(entries)
 
     def ready_entries(self) -> Iterable[Entry]:
         return iter(self._ready)
 
+    # -- TTL ------------------------------------------------------------------------------
+    def expire(self, now: int) -> None:
+        """Timer callback: dead-letter what expired, then re-arm for the next deadline."""
+        if self.deleted:
+            return
+        expired: list[Entry] = []
+        heap = self._heap
+        if heap is not None:
+            ready = self._ready
+            while heap and heap[0][0] <= now:
+                entry = heapq.heappop(heap)[2]
+                if entry.state == READY:
+                    ready.discard(entry)
+                    self.ready_bytes -= len(entry.message.body)
+                    expired.append(entry)
+        self._ready.pop_expired(now, expired)
+        for entry in expired:
+            if entry.state == READY:  # popped heads (heap expiries are GONE tombstones)
+                self.ready_bytes -= len(entry.message.body)
+                entry.state = OUT
+        self._after_change()
+        if expired:
+            self.sink.dead_letter(self, expired, EXPIRED)
+
+    def _expire_heads(self) -> None:
+        head = self._ready.peek()
+        if head is not None and head.deadline is not None:
+            now = self.ttl.now()
+            if now >= head.deadline:
+                self.expire(now)
+
+    def _after_change(self) -> None:
+        """Arm the TTL timer for the earliest deadline that can fire next."""
+        heap = self._heap
+        if heap is not None:
+            while heap and heap[0][2].state != READY:
+                heapq.heappop(heap)
+            deadline = heap[0][0] if heap else self._ready.head_deadline()
+        else:
+            deadline = self._ready.head_deadline()
+        if deadline is not None:
+            self.ttl.schedule(self, deadline)
+
+    # -- queue expiry (x-expires) ------------------------------------------------------------
+    def touch(self) -> None:
+        """The queue was used (declared, read, consumed from): restart its ``x-expires`` clock."""
+        expires = self.args.expires
+        if expires is not None and not self.deleted:
+            self.ttl.schedule_queue_expiry(self, self.ttl.now() + expires)
+
+    def expire_queue(self, now: int) -> None:
+        """``x-expires`` timer: delete the queue if it is still unused."""
+        if self.deleted or self.args.expires is None:
+            return
+        if self.consumers:
+            self.ttl.schedule_queue_expiry(self, now + self.args.expires)
+            return
+        if self.on_expired is not None:
+            self.on_expired(self)
+
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self.had_consumer = True
+        self.touch()
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> bool:
@@ -250,37 +499,62 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return False
+        if not self.consumers:
+            self.touch()
         return self.auto_delete and not self.consumers and self.had_consumer
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)
 
+    def _next_consumer(self) -> Consumer | None:
+        consumers = self.consumers
+        n = len(consumers)
+        if n == 1:
+            consumer = consumers[0]
+            return consumer if consumer.can_deliver() else None
+        for _ in range(n):
+            self._rr = (self._rr + 1) % n
+            consumer = consumers[self._rr]
+            if consumer.can_deliver():
+                return consumer
+        return None
+
     def dispatch(self) -> None:
         """Deliver ready entries round-robin to consumers able to take them."""
         ready = self._ready
-        consumers = self.consumers
-        while ready and consumers:
-            n = len(consumers)
-            if n == 1:
-                consumer = consumers[0]
-                if not consumer.can_deliver():
-                    return
-            else:
-                for _ in range(n):
-                    self._rr = (self._rr + 1) % n
-                    consumer = consumers[self._rr]
-                    if consumer.can_deliver():
-                        break
-                else:
-                    return
-            entry = ready.popleft()
-            self.ready_bytes -= len(entry.message.body)
+        if not ready or not self.consumers:
+            return
+        expired: list[Entry] | None = None
+        now = -1
+        taken = False
+        while ready:
+            consumer = self._next_consumer()
+            if consumer is None:
+                break
+            entry = self._take()
+            taken = True
+            deadline = entry.deadline
+            if deadline is not None:
+                if now < 0:
+                    now = self.ttl.now()
+                if now >= deadline:
+                    if expired is None:
+                        expired = []
+                    expired.append(entry)
+                    continue
             consumer.deliver(self, entry)
+        if taken:
+            self._after_change()
+        if expired:
+            self.sink.dead_letter(self, expired, EXPIRED)
 
     def mark_deleted(self) -> list[Consumer]:
         """Flag the queue deleted, drop its messages; returns the consumers to notify."""
         self.deleted = True
         self._ready.clear()
         self.ready_bytes = 0
+        if self._heap is not None:
+            self._heap.clear()
+        self.ttl.cancel(self)
         consumers, self.consumers = self.consumers, []
         return consumers

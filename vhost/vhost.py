@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ottermq.amqp.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from ottermq.ttl.manager import TTLManager
+from ottermq.ttl.noop import NoopTTLManager
 
 from .arguments import (
     QueueArgs,
@@ -26,7 +28,7 @@ from .arguments import (
 )
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Message
-from .queue import Consumer, Queue
+from .queue import Consumer, DeadLetterSink, DropSink, Queue
 
 PREDECLARED = (
     ("amq.direct", "direct", False),
@@ -51,9 +53,18 @@ class VHost:
         max_priority: highest accepted ``x-max-priority``.
     """
 
-    def __init__(self, name: str = "/", max_priority: int = 255) -> None:
+    def __init__(
+        self,
+        name: str = "/",
+        max_priority: int = 255,
+        ttl: TTLManager | None = None,
+        limits: bool = True,
+    ) -> None:
         self.name = name
         self.max_priority = max_priority
+        self.ttl: TTLManager = ttl if ttl is not None else NoopTTLManager()
+        self.limits = limits
+        self.sink: DeadLetterSink = DropSink()  # replaced by broker/wiring.py
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # destination -> names of exchanges it is bound to (to unbind on delete quickly)
@@ -165,7 +176,11 @@ class VHost:
         if name.startswith("amq.") and not generated:
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
-        queue = Queue(name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args)
+        queue = Queue(
+            name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args,
+            ttl=self.ttl, sink=self.sink, limits=self.limits,
+        )
+        queue.on_expired = self._expire_queue
         self.queues[name] = queue
         return queue
 
@@ -179,6 +194,11 @@ class VHost:
         for hook in self.on_queue_deleted:
             hook(queue)
         return count
+
+    def _expire_queue(self, queue: Queue) -> None:
+        """``x-expires`` fired on an unused queue: delete it (messages are not dead-lettered)."""
+        if not queue.deleted and self.queues.get(queue.name) is queue:
+            self.delete_queue(queue)
 
     def _drop_destination(self, dest: Destination) -> None:
         for source_name in self._sources.pop(dest, ()):
@@ -221,22 +241,34 @@ class VHost:
             self._maybe_auto_delete(exchange)
 
     # -- publishing -----------------------------------------------------------------------
-    def route(self, exchange: Exchange | None, message: Message) -> list[Queue]:
-        """Queues a message published to ``exchange`` (None = default exchange) reaches."""
+    def route(
+        self, exchange: Exchange | None, message: Message, extra_keys: list[str] | None = None
+    ) -> list[Queue]:
+        """Queues a message published to ``exchange`` (None = default exchange) reaches.
+
+        ``extra_keys`` are further routing keys (CC/BCC, dead-lettering with several keys).
+        """
+        if extra_keys:
+            found: dict[Queue, None] = {}
+            for key in [message.routing_key, *extra_keys]:
+                for queue in self._route_key(exchange, message, key):
+                    found[queue] = None
+            return list(found)
+        return self._route_key(exchange, message, message.routing_key)
+
+    def _route_key(self, exchange: Exchange | None, message: Message, routing_key: str) -> list[Queue]:
         if exchange is None:
-            queue = self.queues.get(message.routing_key)
+            queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
-        dests = exchange.route(
-            message.routing_key, message.headers if exchange.type == "headers" else None
-        )
+        dests = exchange.route(routing_key, message.headers if exchange.type == "headers" else None)
         if len(dests) == 1 and exchange.alternate_exchange is None:
             for kind, qname in dests:
                 if kind == "queue":
                     queue = self.queues.get(qname)
                     return [queue] if queue is not None else []
-        return self._route_walk(exchange, dests, message)
+        return self._route_walk(exchange, dests, message, routing_key)
 
-    def _route_walk(self, first: Exchange, dests: Any, message: Message) -> list[Queue]:
+    def _route_walk(self, first: Exchange, dests: Any, message: Message, routing_key: str) -> list[Queue]:
         seen_exchanges = {first.name}
         queue_names: dict[str, None] = {}
         work: list[tuple[Exchange, Any]] = [(first, dests)]
@@ -255,8 +287,7 @@ class VHost:
                             (
                                 target,
                                 target.route(
-                                    message.routing_key,
-                                    message.headers if target.type == "headers" else None,
+                                    routing_key, message.headers if target.type == "headers" else None
                                 ),
                             )
                         )

@@ -1,0 +1,124 @@
+"""Dead-lettering: route expired, rejected, overflowing messages to the queue's DLX.
+
+Rules (RabbitMQ's ``rabbit_dead_letter``):
+- The dead letter is the original message with ``x-death`` updated (``dlx.xdeath``), the
+  ``expiration`` property removed and every other property and the body kept byte for byte.
+- It is published to ``x-dead-letter-exchange`` (``""`` is the default exchange) with
+  ``x-dead-letter-routing-key`` if set, else with the message's original routing keys (its
+  routing key plus ``CC``); a missing DLX exchange drops it (counted, logged at debug).
+- Cycles: a target queue the message already died in is skipped, unless a ``rejected`` death
+  lies on the cycle (a consumer decided, so it continues).
+- Dead letters caused while dead-lettering (a DLQ that overflows or expires at once) go to a
+  worklist drained by the outermost call: never unbounded recursion.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ottermq.amqp.props import quick_props, rewrite_props
+from ottermq.amqp.table import encode_table
+from ottermq.vhost.message import Entry, Message
+
+from .xdeath import dead_letter_routing_keys, record_death
+
+if TYPE_CHECKING:
+    from ottermq.vhost.queue import Queue
+    from ottermq.vhost.vhost import VHost
+
+log = logging.getLogger(__name__)
+
+
+def is_cycle(queue: str, deaths: list[Any]) -> bool:
+    """True when dead-lettering into ``queue`` closes a cycle with no ``rejected`` death on it.
+
+    ``deaths`` is the (already updated) ``x-death`` array, newest first.
+    """
+    cycle: list[dict[str, Any]] = []
+    for death in deaths:
+        if not isinstance(death, dict):
+            cycle.append({})
+            continue
+        cycle.append(death)
+        if death.get("queue") == queue:
+            return all(d.get("reason") != "rejected" for d in cycle)
+    return False
+
+
+class DeadLetterer:
+    """The vhost's dead-letter sink.
+
+    Args:
+        vhost: where the DLX exchanges and target queues live.
+        clock: epoch-ms clock for ``x-death`` ``time``.
+        enabled: ``OTTERMQ_ENABLE_DLX``; when False every dead letter is dropped.
+    """
+
+    def __init__(self, vhost: VHost, clock: Any, enabled: bool = True) -> None:
+        self.vhost = vhost
+        self.clock = clock
+        self.enabled = enabled
+        self.dropped = 0
+        self.routed = 0
+        self._work: deque[tuple[Queue, list[Entry], str]] = deque()
+        self._busy = False
+
+    def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
+        """Dead-letter ``entries`` that left ``queue`` for ``reason``."""
+        self._work.append((queue, entries, reason))
+        if self._busy:
+            return  # the outer call's loop picks it up
+        self._busy = True
+        try:
+            while self._work:
+                self._process(*self._work.popleft())
+        finally:
+            self._busy = False
+
+    def _drop(self, queue: Queue, count: int, reason: str, why: str) -> None:
+        self.dropped += count
+        log.debug("dropped %d dead letter(s) from queue '%s' (%s): %s", count, queue.name, reason, why)
+
+    def _process(self, queue: Queue, entries: list[Entry], reason: str) -> None:
+        dlx_name = queue.args.dead_letter_exchange
+        if not self.enabled:
+            self._drop(queue, len(entries), reason, "dead-lettering disabled")
+            return
+        if dlx_name is None:
+            self._drop(queue, len(entries), reason, "no dead-letter exchange")
+            return
+        vhost = self.vhost
+        exchange = None
+        if dlx_name:
+            exchange = vhost.exchanges.get(dlx_name)
+            if exchange is None:
+                self._drop(queue, len(entries), reason, f"dead-letter exchange '{dlx_name}' not found")
+                return
+        dlrk = queue.args.dead_letter_routing_key
+        now_s = self.clock() // 1000
+        for entry in entries:
+            message = entry.message
+            headers = message.headers
+            keys = dead_letter_routing_keys(message.routing_key, headers)
+            expiration = quick_props(message.raw_props)[2]
+            new_headers = record_death(
+                headers, queue.name, reason, message.exchange, keys, expiration, now_s
+            )
+            raw = rewrite_props(message.raw_props, encode_table(new_headers), drop_expiration=True)
+            routing_keys = [dlrk] if dlrk is not None else keys
+            dead = Message(
+                dlx_name, routing_keys[0], raw, message.body, message.persistent, message.priority, None
+            )
+            targets = vhost.route(exchange, dead, routing_keys[1:] or None)
+            if reason != "rejected":
+                deaths = new_headers.get("x-death")
+                if isinstance(deaths, list):
+                    targets = [q for q in targets if not is_cycle(q.name, deaths)]
+            if not targets:
+                self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
+                continue
+            self.routed += 1
+            for target in targets:
+                target.enqueue(dead)

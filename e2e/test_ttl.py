@@ -1,0 +1,316 @@
+"""Message TTL: ``expiration`` and ``x-message-ttl`` validation, deadlines, requeue and expiry timing.
+
+RabbitMQ 3.10 rules pinned here:
+    * A message's deadline is fixed when it is enqueued: ``min(x-message-ttl, expiration)`` from then on.
+      Requeueing (nack/reject/channel close) keeps it; a message requeued after its deadline is
+      dead-lettered as ``expired`` instead of being redelivered. Delivered-but-unacked messages never expire.
+    * TTL 0 means "deliver now or never": a waiting consumer gets the message, otherwise it expires at once.
+    * Only the head of a queue is watched: the head is dead-lettered on time even with no consumer, but a
+      short-lived message behind a longer-lived head waits until it reaches the head.
+      (``x-ottermq-exact-ttl: true`` is ottermq's opt-in to expire every message at its own deadline.)
+
+Timing assertions use TTLs of 50-300 ms with generous upper bounds; windows in which something must *not*
+happen are short bounded waits.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from decimal import Decimal
+
+import pika
+import pytest
+
+VHOST = "vhost '/'"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------------
+def declare(ch, unique, name: str = "q", **arguments) -> str:
+    q = unique(name)
+    ch.queue_declare(q, arguments=arguments)
+    return q
+
+
+def work_and_dlq(ch, unique, **arguments) -> tuple[str, str]:
+    """A DLQ and a work queue dead-lettering into it through the default exchange."""
+    dlq = declare(ch, unique, "dlq")
+    q = declare(
+        ch, unique, "work", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **arguments}
+    )
+    return q, dlq
+
+
+def drain(ch, q: str) -> list[bytes]:
+    bodies = []
+    while True:
+        method, _, body = ch.basic_get(q, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body)
+
+
+def expect_message(ch, q: str, poll_until, timeout: float = 3) -> tuple:
+    """Poll ``basic.get`` until a message arrives: ``(method, properties, body)``."""
+
+    def get():
+        got = ch.basic_get(q, auto_ack=True)
+        return got if got[0] is not None else None
+
+    return poll_until(get, timeout=timeout)
+
+
+def nothing_for(ch, q: str, seconds: float) -> None:
+    """Assert that ``q`` stays empty for a short window (bounded, not a bare sleep)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        method, _, body = ch.basic_get(q, auto_ack=True)
+        assert method is None, f"unexpected message {body!r} in {q}"
+        time.sleep(0.02)
+
+
+def death(props) -> tuple:
+    d = props.headers["x-death"][0]
+    return d["queue"], d["reason"], d["count"]
+
+
+def publish(ch, q: str, body: bytes, expiration: str | None = None, **props) -> float:
+    ch.basic_publish("", q, body, pika.BasicProperties(expiration=expiration, **props))
+    return time.monotonic()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "expiration, term",
+    [
+        ("-1", "{value_negative,-1}"),
+        ("abc", "no_integer"),
+        ("1.5", '{leftover_string,".5"}'),
+        (" 5", "no_integer"),
+        ("5 ", '{leftover_string," "}'),
+        ("315360000001", "{value_too_large,315360000001}"),
+        ("", "no_integer"),
+    ],
+    ids=["negative", "non-numeric", "fractional", "leading-space", "trailing-space", "too-large", "empty"],
+)
+def test_invalid_expiration_closes_channel_406(channel, unique, channel_error, expiration, term):
+    q = declare(channel, unique)
+    channel_error(
+        lambda: (publish(channel, q, b"m", expiration), channel.queue_declare(q, passive=True)),
+        406,
+        f"PRECONDITION_FAILED - invalid expiration '{expiration}': {term}",
+    )
+
+
+@pytest.mark.parametrize("expiration", ["007", "+60000", "315360000000"])
+def test_unusual_but_valid_expirations_are_accepted(channel, unique, expiration):
+    q = declare(channel, unique)
+    publish(channel, q, b"m", expiration)
+    method, props, body = channel.basic_get(q, auto_ack=True)
+    assert (body, props.expiration) == (b"m", expiration)  # forwarded verbatim
+
+
+@pytest.mark.parametrize(
+    "value, term",
+    [
+        (-1, "{value_negative,-1}"),
+        ("100", '"expected integer, got longstr"'),
+        (Decimal("1.5"), '"expected integer, got decimal"'),
+        (315360000001, "{value_too_large,315360000001}"),
+    ],
+    ids=["negative", "string", "decimal", "too-large"],
+)
+def test_invalid_x_message_ttl_is_406_at_declare(channel, unique, channel_error, value, term):
+    q = unique("q")
+    channel_error(
+        lambda: channel.queue_declare(q, arguments={"x-message-ttl": value}),
+        406,
+        f"PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue '{q}' in {VHOST}: {term}",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# effective TTL and expiry timing
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "queue_ttl, expiration",
+    [(100, "3000"), (3000, "100")],
+    ids=["queue-ttl-lower", "message-expiration-lower"],
+)
+def test_effective_ttl_is_the_lower_of_queue_ttl_and_expiration(
+    channel, unique, poll_until, queue_ttl, expiration
+):
+    q, dlq = work_and_dlq(channel, unique, **{"x-message-ttl": queue_ttl})
+    t0 = publish(channel, q, b"m", expiration)
+    _, props, body = expect_message(channel, dlq, poll_until, timeout=2)
+    elapsed = time.monotonic() - t0
+    assert body == b"m" and death(props) == (q, "expired", 1)
+    assert 0.08 <= elapsed < 1.1  # ~100 ms, nowhere near 3 s
+    assert props.expiration is None
+    assert props.headers["x-death"][0]["original-expiration"] == expiration
+
+
+def test_head_expires_promptly_without_consumer(channel, unique, poll_until):
+    q, dlq = work_and_dlq(channel, unique, **{"x-message-ttl": 200})
+    t0 = publish(channel, q, b"m")
+    _, props, _ = expect_message(channel, dlq, poll_until, timeout=2)
+    elapsed = time.monotonic() - t0
+    assert 0.18 <= elapsed <= 1.2  # no more than ~1 s late
+    assert "original-expiration" not in props.headers["x-death"][0]
+    assert drain(channel, q) == []
+
+
+def test_short_ttl_behind_longer_head_waits_for_the_head(channel, unique, poll_until):
+    """RabbitMQ only expires from the head: the 50 ms message leaves with the 300 ms head."""
+    q, dlq = work_and_dlq(channel, unique)
+    t0 = publish(channel, q, b"long", "300")
+    publish(channel, q, b"short", "50")
+    nothing_for(channel, dlq, 0.2)  # "short" is long past its deadline, but not at the head
+    _, _, first = expect_message(channel, dlq, poll_until)
+    _, _, second = expect_message(channel, dlq, poll_until)
+    assert (first, second) == (b"long", b"short")
+    assert time.monotonic() - t0 >= 0.28
+
+
+@pytest.mark.extension
+def test_exact_ttl_expires_every_message_at_its_own_deadline(channel, unique, poll_until):
+    """ottermq's ``x-ottermq-exact-ttl``: a message expires on time wherever it sits in the queue."""
+    q, dlq = work_and_dlq(channel, unique, **{"x-ottermq-exact-ttl": True})
+    t0 = publish(channel, q, b"long", "2000")
+    publish(channel, q, b"short", "50")
+    _, props, body = expect_message(channel, dlq, poll_until, timeout=1)
+    assert body == b"short" and death(props) == (q, "expired", 1)
+    assert time.monotonic() - t0 < 1.0
+    assert channel.queue_declare(q, passive=True).method.message_count == 1  # "long" is still there
+
+
+def test_expired_messages_without_dlx_are_dropped(channel, unique, poll_until):
+    q = declare(channel, unique, **{"x-message-ttl": 50})
+    for i in range(3):
+        publish(channel, q, b"m%d" % i)
+    poll_until(lambda: channel.queue_declare(q, passive=True).method.message_count == 0, timeout=2)
+    assert drain(channel, q) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# deadlines across delivery and requeue
+# ---------------------------------------------------------------------------------------------------------
+def test_unacked_messages_never_expire(channel, unique):
+    q, dlq = work_and_dlq(channel, unique, **{"x-message-ttl": 100})
+    publish(channel, q, b"m")
+    method, _, _ = channel.basic_get(q)
+    nothing_for(channel, dlq, 0.3)  # three TTLs later, still ours
+    channel.basic_ack(method.delivery_tag)
+    nothing_for(channel, dlq, 0.05)
+    assert drain(channel, q) == []
+
+
+@pytest.mark.parametrize("op", ["nack", "reject", "close"])
+def test_message_requeued_after_its_deadline_is_dead_lettered_as_expired(connect, unique, poll_until, op):
+    conn = connect()
+    ch = conn.channel()
+    q, dlq = work_and_dlq(ch, unique, **{"x-message-ttl": 100})
+    publish(ch, q, b"m")
+    holder = conn.channel()
+    method, _, _ = holder.basic_get(q)
+    nothing_for(ch, dlq, 0.2)  # past the deadline while unacked
+    if op == "close":
+        holder.close()
+    else:
+        getattr(holder, f"basic_{op}")(method.delivery_tag, requeue=True)
+    _, props, body = expect_message(ch, dlq, poll_until)
+    assert body == b"m" and death(props) == (q, "expired", 1)
+    assert drain(ch, q) == []  # never redelivered
+
+
+def test_requeue_keeps_the_original_deadline(channel, unique, poll_until):
+    q, dlq = work_and_dlq(channel, unique, **{"x-message-ttl": 300})
+    t0 = publish(channel, q, b"m")
+    method, _, _ = channel.basic_get(q)
+    nothing_for(channel, dlq, 0.2)
+    channel.basic_reject(method.delivery_tag, requeue=True)  # 100 ms left, not a fresh 300
+    _, props, body = expect_message(channel, dlq, poll_until)
+    elapsed = time.monotonic() - t0
+    assert body == b"m" and death(props) == (q, "expired", 1)
+    assert 0.28 <= elapsed < 0.48
+
+
+def test_requeued_message_before_deadline_is_redelivered(channel, unique):
+    q, dlq = work_and_dlq(channel, unique, **{"x-message-ttl": 2000})
+    publish(channel, q, b"m")
+    method, _, _ = channel.basic_get(q)
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    method, _, body = channel.basic_get(q, auto_ack=True)
+    assert (body, method.redelivered) == (b"m", True)
+    assert drain(channel, dlq) == []
+
+
+@pytest.mark.parametrize("where", ["queue", "message"])
+def test_ttl_zero_is_delivered_to_a_waiting_consumer(connect, unique, where):
+    conn = connect()
+    ch = conn.channel()
+    args = {"x-message-ttl": 0} if where == "queue" else {}
+    q, dlq = work_and_dlq(ch, unique, **args)
+    got: list[bytes] = []
+    ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
+    publish(ch, q, b"now", "0" if where == "message" else None)
+    deadline = time.monotonic() + 3
+    while not got and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.02)
+    assert got == [b"now"]
+    assert drain(ch, dlq) == []
+
+
+@pytest.mark.parametrize("where", ["queue", "message"])
+def test_ttl_zero_without_consumer_expires_at_once(channel, unique, poll_until, where):
+    args = {"x-message-ttl": 0} if where == "queue" else {}
+    q, dlq = work_and_dlq(channel, unique, **args)
+    t0 = publish(channel, q, b"never", "0" if where == "message" else None)
+    _, props, body = expect_message(channel, dlq, poll_until, timeout=2)
+    assert body == b"never" and death(props) == (q, "expired", 1)
+    assert time.monotonic() - t0 < 0.5
+    assert drain(channel, q) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the classic example: a work queue with a TTL and a dead-letter queue
+# ---------------------------------------------------------------------------------------------------------
+def test_work_queue_ttl_dead_letters_into_dlq(connect, unique, poll_until):
+    """Work queue with x-message-ttl and x-dead-letter-exchange; a consumer on the DLQ reads x-death."""
+    conn = connect()
+    ch = conn.channel()
+    dlx, dlq = unique("dlx"), unique("dlq")
+    ch.exchange_declare(dlx, "direct")
+    ch.queue_declare(dlq)
+    work = unique("work")
+    ch.queue_bind(dlq, dlx, routing_key=work)  # no DLRK: the original routing key is used
+    ch.queue_declare(work, arguments={"x-message-ttl": 200, "x-dead-letter-exchange": dlx})
+
+    got: list[tuple] = []
+    ch.basic_consume(dlq, lambda c, m, p, b: (got.append((m, p, b)), c.basic_ack(m.delivery_tag)))
+    ch.basic_publish("", work, b"job-1", pika.BasicProperties(content_type="text/plain", delivery_mode=2))
+
+    def arrived():
+        conn.process_data_events(time_limit=0.02)
+        return got
+
+    method, props, body = poll_until(arrived, timeout=3)[0]
+    assert (body, method.exchange, method.routing_key) == (b"job-1", dlx, work)
+    assert (props.content_type, props.delivery_mode) == ("text/plain", 2)
+    (entry,) = props.headers["x-death"]
+    assert {k: v for k, v in entry.items() if k != "time"} == {
+        "count": 1,
+        "reason": "expired",
+        "queue": work,
+        "exchange": "",
+        "routing-keys": [work],
+    }
+    assert isinstance(entry["time"], datetime)
+    assert abs(entry["time"].timestamp() - time.time()) < 30
+    assert props.headers["x-first-death-queue"] == work
+    assert props.headers["x-first-death-reason"] == "expired"
+    assert props.headers["x-first-death-exchange"] == ""
