@@ -32,7 +32,9 @@ class Broker:
         self.settings = settings
         self.loop = loop
         self.ttl = make_ttl_manager(settings, loop)
-        self.vhosts: dict[str, VHost] = {name: make_vhost(name, settings, self.ttl) for name in settings.vhosts}
+        self.vhosts: dict[str, VHost] = {
+            name: make_vhost(name, settings, self.ttl) for name in settings.vhosts
+        }
         self.connections: set[AMQPConnection] = set()
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.AbstractServer | None = None

@@ -7,11 +7,10 @@ import logging
 import random
 
 import pytest
+from ottermq.broker.connection import CLOSED, CLOSING, OPEN
 from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
-
-from ottermq.broker.connection import CLOSED, CLOSING, OPEN
 
 VALID_FRAMES = [
     pframe.marshal(spec.Queue.Declare(queue="fz"), 1),
