@@ -246,9 +246,7 @@ class AMQPConnection(asyncio.Protocol):
                 if key == CONNECTION_CLOSE_KEYS[1]:
                     self._abort()
                 elif key == CONNECTION_CLOSE_KEYS[0]:
-                    self.send_method(0, spec.Connection.CloseOk())
-                    self._flush()
-                    self._abort()
+                    self._reply_close_ok()
             return
         # handshake states
         if frame_type == FRAME_HEARTBEAT:
@@ -264,9 +262,7 @@ class AMQPConnection(asyncio.Protocol):
             elif self.state == AWAIT_OPEN and isinstance(method, spec.Connection.Open):
                 self._on_open(method)
             elif isinstance(method, spec.Connection.Close):
-                self.send_method(0, spec.Connection.CloseOk())
-                self._flush()
-                self._abort()
+                self._reply_close_ok()
             else:
                 raise CommandInvalid(f"unexpected method {method.name} during handshake")
         except AMQPError as exc:
@@ -406,10 +402,7 @@ class AMQPConnection(asyncio.Protocol):
                 raise UnknownMethod(key)
             method = fastpath.decode_method(payload)
             if isinstance(method, spec.Connection.Close):
-                self.send_method(0, spec.Connection.CloseOk())
-                self._flush()
-                self._release()
-                self._abort()
+                self._reply_close_ok()
             elif isinstance(method, spec.Connection.CloseOk):
                 self._abort()
             elif isinstance(method, (spec.Connection.Blocked, spec.Connection.Unblocked)):
@@ -496,6 +489,22 @@ class AMQPConnection(asyncio.Protocol):
         self._release()
         self._flush()
         self._set_close_timer()
+
+    def _reply_close_ok(self) -> None:
+        """The client closed: answer Close-Ok and, as RabbitMQ, let the client close the socket
+        (closing it at once races clients such as amqp091-go); abort after ``CLOSE_TIMEOUT``."""
+        self._release()
+        self.send_method(0, spec.Connection.CloseOk())
+        self._flush()
+        self.state = CLOSED
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(CLOSE_TIMEOUT, self._close_transport)
+
+    def _close_transport(self) -> None:
+        self._timer = None
+        if self.transport is not None:
+            self.transport.close()
 
     def _set_close_timer(self) -> None:
         if self._timer is not None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ottermq.amqp.props import quick_props, rewrite_props
 from ottermq.amqp.table import encode_table
-from ottermq.vhost.message import Entry, Message
+from ottermq.vhost.message import Entry, Message, SelectedMessage
 
 from .xdeath import dead_letter_routing_keys, record_death
 
@@ -104,13 +104,19 @@ class DeadLetterer:
             keys = dead_letter_routing_keys(message.routing_key, headers)
             expiration = quick_props(message.raw_props)[2]
             new_headers = record_death(
-                headers, queue.name, reason, message.exchange, keys, expiration, now_s
+                headers, queue.name, reason, message.exchange, keys, expiration, now_s,
+                strip_cc=dlrk is not None,
             )
             raw = rewrite_props(message.raw_props, encode_table(new_headers), drop_expiration=True)
-            routing_keys = [dlrk] if dlrk is not None else keys
-            dead = Message(
+            if dlrk is not None:
+                routing_keys = [dlrk]
+            else:  # every key it was published with: CC and BCC too (RabbitMQ)
+                routing_keys = [message.routing_key, *message.extra_keys]
+            dead: Message = Message(
                 dlx_name, routing_keys[0], raw, message.body, message.persistent, message.priority, None
             )
+            if len(routing_keys) > 1:
+                dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
             targets = vhost.route(exchange, dead, routing_keys[1:] or None)
             if reason != "rejected":
                 deaths = new_headers.get("x-death")

@@ -190,6 +190,7 @@ def test_exact_ttl_expires_every_message_at_its_own_deadline(channel, unique, po
 
 def test_expired_messages_without_dlx_are_dropped(channel, unique, poll_until):
     q = declare(channel, unique, **{"x-message-ttl": 50})
+    channel.confirm_delivery()  # the counts below must see the publishes
     for i in range(3):
         publish(channel, q, b"m%d" % i)
     poll_until(lambda: channel.queue_declare(q, passive=True).method.message_count == 0, timeout=2)

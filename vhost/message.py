@@ -58,6 +58,18 @@ class Message:
             self._headers = get_headers(self.raw_props)
         return self._headers  # type: ignore[no-any-return]
 
+    def with_props(self, raw_props: bytes) -> Message:
+        """A copy with other property octets (same routing keys, also CC/BCC ones)."""
+        return Message(
+            self.exchange, self.routing_key, raw_props, self.body,
+            self.persistent, self.priority, self.expiration,
+        )
+
+    @property
+    def extra_keys(self) -> tuple[str, ...]:
+        """Routing keys beyond ``routing_key`` (``CC``/``BCC`` at publish); see ``SelectedMessage``."""
+        return ()
+
     @property
     def size(self) -> int:
         """Body size in bytes (what ``x-max-length-bytes`` counts)."""
@@ -80,16 +92,33 @@ class Entry:
         self.state = READY
 
 
+class SelectedMessage(Message):
+    """A message published with ``CC``/``BCC`` headers: it keeps every routing key it was published
+    with (BCC included, although BCC is removed from its headers), because RabbitMQ routes its
+    dead letters with all of them."""
+
+    __slots__ = ("_extra_keys",)
+
+    def __init__(self, base: Message, raw_props: bytes, extra_keys: tuple[str, ...]) -> None:
+        super().__init__(
+            base.exchange, base.routing_key, raw_props, base.body,
+            base.persistent, base.priority, base.expiration,
+        )
+        self._extra_keys = extra_keys
+
+    @property
+    def extra_keys(self) -> tuple[str, ...]:
+        return self._extra_keys
+
+    def with_props(self, raw_props: bytes) -> Message:
+        return SelectedMessage(self, raw_props, self._extra_keys)
+
+
 def with_delivery_count(message: Message, count: int) -> Message:
     """A copy of ``message`` whose headers carry ``x-delivery-count`` (as quorum queues do)."""
     headers = dict(message.headers or {})
     headers["x-delivery-count"] = LongLong(count)
-    raw = rewrite_props(message.raw_props, encode_table(headers), drop_expiration=False)
-    copy = Message(
-        message.exchange, message.routing_key, raw, message.body,
-        message.persistent, message.priority, message.expiration,
-    )
-    return copy
+    return message.with_props(rewrite_props(message.raw_props, encode_table(headers), drop_expiration=False))
 
 
 def sender_selected(message: Message) -> tuple[Message, list[str] | None]:
@@ -107,11 +136,8 @@ def sender_selected(message: Message) -> tuple[Message, list[str] | None]:
         value = headers.get(name)
         if isinstance(value, list):
             keys.extend(k for k in value if isinstance(k, str))
+    raw = message.raw_props
     if "BCC" in headers:
         stripped = {k: v for k, v in headers.items() if k != "BCC"}
-        raw = rewrite_props(message.raw_props, encode_table(stripped), drop_expiration=False)
-        message = Message(
-            message.exchange, message.routing_key, raw, message.body,
-            message.persistent, message.priority, message.expiration,
-        )
-    return message, keys
+        raw = rewrite_props(raw, encode_table(stripped), drop_expiration=False)
+    return SelectedMessage(message, raw, tuple(keys)), keys

@@ -403,6 +403,8 @@ class Queue:
                     if entry.deadline is not None:
                         heapq.heappush(self._heap, (entry.deadline, entry.seq, entry))
             self._after_change()
+            if self._max_len is not None or self._max_bytes is not None:
+                self._drop_head_overflow()  # a requeue into a full queue drops the (new) head
         if expired:
             self.sink.dead_letter(self, expired, EXPIRED)
         if over_limit:

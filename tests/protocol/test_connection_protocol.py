@@ -109,10 +109,14 @@ def test_method_on_unopened_channel_is_504(client):
     assert close.reply_code == 504
 
 
-def test_connection_close_handshake(client):
+def test_connection_close_handshake(client, loop):
     client.send(0, spec.Connection.Close(200, "bye", 0, 0))
     client.expect(spec.Connection.CloseOk)
-    assert client.transport.closed
+    assert not client.transport.closed  # the client closes the socket (as with RabbitMQ)...
+    client.send(1, spec.Queue.Declare(queue="late"))
+    assert client.methods() == []  # ...and nothing more is read
+    loop.advance(3.1)
+    assert client.transport.closed  # ...or we do, after a timeout
 
 
 def test_error_closes_connection_then_waits_close_ok(client, loop):

@@ -1,0 +1,239 @@
+"""Queue length limits: ``x-max-length``, ``x-max-length-bytes`` and the three ``x-overflow`` modes.
+
+RabbitMQ 3.10 rules pinned here:
+    * Only ready messages count; ``x-max-length-bytes`` counts body bytes only (not properties/headers).
+    * ``drop-head`` (default) drops from the head -- dead-lettered as ``maxlen`` when the queue has a DLX,
+      discarded otherwise. A message bigger than the byte limit pushes everything out, itself included.
+      Requeueing into a full queue drops the head, which is the requeued message itself.
+    * ``reject-publish`` refuses the new message: a confirming publisher gets ``basic.nack``, anyone else
+      loses it silently; never dead-lettered, even with a DLX. When a fanout also reaches a queue with
+      room, that queue gets the message and the publisher still gets a nack.
+    * ``reject-publish-dlx`` nacks the new message *and* dead-letters it as ``maxlen``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pika.exceptions
+import pytest
+
+VHOST = "vhost '/'"
+
+
+def declare(ch, unique, name: str = "q", **arguments) -> str:
+    q = unique(name)
+    ch.queue_declare(q, arguments=arguments)
+    return q
+
+
+def with_dlq(ch, unique, **arguments) -> tuple[str, str]:
+    dlq = declare(ch, unique, "dlq")
+    q = declare(
+        ch, unique, "work", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **arguments}
+    )
+    return q, dlq
+
+
+def drain(ch, q: str) -> list[bytes]:
+    bodies = []
+    while True:
+        method, _, body = ch.basic_get(q, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body)
+
+
+def dead_letters(ch, dlq: str, poll_until, n: int) -> list[tuple[bytes, list[tuple]]]:
+    """Wait for ``n`` dead letters in ``dlq``, then check that no more follow for a short while."""
+    got: list[tuple] = []
+
+    def collect() -> bool:
+        method, props, body = ch.basic_get(dlq, auto_ack=True)
+        if method is not None:
+            got.append((body, [(d["queue"], d["reason"], d["count"]) for d in props.headers["x-death"]]))
+        return len(got) >= n
+
+    if n:
+        poll_until(collect, timeout=3)
+    deadline = time.monotonic() + 0.05
+    while time.monotonic() < deadline:
+        assert ch.basic_get(dlq, auto_ack=True)[0] is None, "more dead letters than expected"
+        time.sleep(0.01)
+    return got
+
+
+@pytest.fixture
+def confirmed(channel):
+    """The ``channel`` fixture in confirm mode: every publish is a round trip that reports nacks."""
+    channel.confirm_delivery()
+    return channel
+
+
+def publish_all(ch, q: str, bodies: list[bytes], **props) -> list[str]:
+    """Publish each body; on a confirming channel report ``ack``/``nack`` per message."""
+    outcomes = []
+    for body in bodies:
+        try:
+            ch.basic_publish("", q, body, pika.BasicProperties(**props))
+            outcomes.append("ack")
+        except pika.exceptions.NackError:
+            outcomes.append("nack")
+    return outcomes
+
+
+# ---------------------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "arguments, term",
+    [
+        ({"x-max-length": -1}, "{value_negative,-1}"),
+        ({"x-max-length": "1"}, '"expected integer, got longstr"'),
+        ({"x-max-length-bytes": -1}, "{value_negative,-1}"),
+        ({"x-overflow": "bogus"}, "invalid_overflow"),
+        ({"x-overflow": 1}, "{unacceptable_type,signedint}"),
+    ],
+    ids=[
+        "max-length-negative",
+        "max-length-string",
+        "max-length-bytes-negative",
+        "overflow-bogus",
+        "overflow-int",
+    ],
+)
+def test_invalid_length_arguments_are_406(channel, unique, channel_error, arguments, term):
+    q = unique("q")
+    (key,) = arguments
+    channel_error(
+        lambda: channel.queue_declare(q, arguments=arguments),
+        406,
+        f"PRECONDITION_FAILED - invalid arg '{key}' for queue '{q}' in {VHOST}: {term}",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# drop-head
+# ---------------------------------------------------------------------------------------------------------
+def test_max_length_drops_the_head_without_dlx(confirmed, unique):
+    q = declare(confirmed, unique, **{"x-max-length": 2})
+    assert publish_all(confirmed, q, [b"1", b"2", b"3"]) == ["ack"] * 3
+    assert drain(confirmed, q) == [b"2", b"3"]
+
+
+def test_drop_head_dead_letters_the_head_as_maxlen(confirmed, unique, poll_until):
+    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 2, "x-overflow": "drop-head"})
+    publish_all(confirmed, q, [b"1", b"2", b"3", b"4"], expiration="60000")
+    assert drain(confirmed, q) == [b"3", b"4"]
+    dead = []
+    for _ in range(2):
+        _, props, body = poll_until(lambda: (got := confirmed.basic_get(dlq, auto_ack=True))[0] and got)
+        dead.append((body, props.headers["x-death"][0]["reason"], props.headers["x-first-death-reason"]))
+        assert props.expiration is None
+        assert props.headers["x-death"][0]["original-expiration"] == "60000"
+    assert dead == [(b"1", "maxlen", "maxlen"), (b"2", "maxlen", "maxlen")]
+
+
+def test_max_length_bytes_counts_body_bytes_only(confirmed, unique, poll_until):
+    q, dlq = with_dlq(confirmed, unique, **{"x-max-length-bytes": 10})
+    big_headers = {"h": "x" * 500}  # properties don't count
+    publish_all(confirmed, q, [b"aaaa", b"bbbb", b"cc"], headers=big_headers)
+    assert dead_letters(confirmed, dlq, poll_until, 0) == []  # exactly 10 bytes: fits
+    publish_all(confirmed, q, [b"d"], headers=big_headers)
+    assert drain(confirmed, q) == [b"bbbb", b"cc", b"d"]
+    assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"aaaa", [(q, "maxlen", 1)])]
+
+
+def test_message_larger_than_max_length_bytes_pushes_everything_out(confirmed, unique, poll_until):
+    q, dlq = with_dlq(confirmed, unique, **{"x-max-length-bytes": 5})
+    publish_all(confirmed, q, [b"abc", b"0123456789"])
+    assert drain(confirmed, q) == []
+    assert [body for body, _ in dead_letters(confirmed, dlq, poll_until, 2)] == [b"abc", b"0123456789"]
+
+
+def test_max_length_zero_dead_letters_every_message(confirmed, unique, poll_until):
+    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 0})
+    assert publish_all(confirmed, q, [b"z"]) == ["ack"]
+    assert drain(confirmed, q) == []
+    assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"z", [(q, "maxlen", 1)])]
+
+
+def test_unacked_messages_do_not_count(confirmed, unique, poll_until):
+    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 1})
+    publish_all(confirmed, q, [b"A"])
+    method, _, _ = confirmed.basic_get(q)
+    publish_all(confirmed, q, [b"B"])  # A is out for delivery: B fits
+    assert confirmed.queue_declare(q, passive=True).method.message_count == 1
+    assert dead_letters(confirmed, dlq, poll_until, 0) == []
+    # requeueing A into the full queue puts it back at the head and drops the head: A itself
+    confirmed.basic_nack(method.delivery_tag, requeue=True)
+    assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"A", [(q, "maxlen", 1)])]
+    assert drain(confirmed, q) == [b"B"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# reject-publish / reject-publish-dlx
+# ---------------------------------------------------------------------------------------------------------
+def test_reject_publish_nacks_the_confirming_publisher(confirmed, unique, poll_until):
+    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    assert publish_all(confirmed, q, [b"1", b"2", b"3"]) == ["ack", "nack", "nack"]
+    assert drain(confirmed, q) == [b"1"]
+    assert dead_letters(confirmed, dlq, poll_until, 0) == []  # never dead-lettered
+
+
+def test_reject_publish_raises_nack_error_in_pika(confirmed, unique):
+    q = declare(confirmed, unique, **{"x-max-length": 0, "x-overflow": "reject-publish"})
+    with pytest.raises(pika.exceptions.NackError):
+        confirmed.basic_publish("", q, b"m")
+    assert confirmed.is_open
+
+
+def test_reject_publish_by_bytes(confirmed, unique):
+    q = declare(confirmed, unique, **{"x-max-length-bytes": 5, "x-overflow": "reject-publish"})
+    assert publish_all(confirmed, q, [b"abc", b"de", b"f"]) == ["ack", "ack", "nack"]
+    assert drain(confirmed, q) == [b"abc", b"de"]
+
+
+def test_reject_publish_without_confirms_drops_silently(channel, unique):
+    q = declare(channel, unique, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    channel.basic_publish("", q, b"1")
+    channel.basic_publish("", q, b"2")  # refused, and nobody is told
+    channel.confirm_delivery()  # from here on: a marker that the queue has seen "1" and "2"
+    with pytest.raises(pika.exceptions.NackError):
+        channel.basic_publish("", q, b"3")
+    assert channel.is_open
+    assert drain(channel, q) == [b"1"]
+
+
+def test_reject_publish_makes_room_again_after_consuming(confirmed, unique):
+    q = declare(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
+    assert drain(confirmed, q) == [b"1"]
+    assert publish_all(confirmed, q, [b"3"]) == ["ack"]
+
+
+def test_one_full_queue_nacks_even_if_another_queue_took_the_message(confirmed, unique):
+    fanout = unique("fanout")
+    confirmed.exchange_declare(fanout, "fanout")
+    full = declare(confirmed, unique, "full", **{"x-max-length": 0, "x-overflow": "reject-publish"})
+    room = declare(confirmed, unique, "room")
+    confirmed.queue_bind(full, fanout)
+    confirmed.queue_bind(room, fanout)
+    with pytest.raises(pika.exceptions.NackError):
+        confirmed.basic_publish(fanout, "", b"m")
+    assert drain(confirmed, room) == [b"m"]
+    assert drain(confirmed, full) == []
+
+
+def test_reject_publish_dlx_nacks_and_dead_letters_the_new_message(confirmed, unique, poll_until):
+    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
+    assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
+    assert drain(confirmed, q) == [b"1"]
+    assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"2", [(q, "maxlen", 1)])]
+
+
+def test_reject_publish_dlx_without_dlx_just_nacks(confirmed, unique):
+    q = declare(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
+    assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
+    assert drain(confirmed, q) == [b"1"]
