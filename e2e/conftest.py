@@ -137,52 +137,113 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
+class BrokerProcess:
+    """One ``python -m ottermq.broker`` process on a free port with its own data dir.
+
+    ``start``/``stop`` may be called again (same port and data dir) to test restarts; ``kill``
+    sends SIGKILL for crash tests. Extra ``OTTERMQ_*`` settings come from ``env``.
+    """
+
+    def __init__(self, env: dict[str, str] | None = None, data_dir: Path | None = None) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="ottermq-e2e-"))
+        self.data_dir = data_dir or self.tmp / "data"
+        self.port = _free_port()
+        self.broker = Broker(host="127.0.0.1", port=self.port, log_path=self.tmp / "broker.log")
+        self.extra_env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.died = False
+
+    def start(self, timeout: float = 15) -> Broker:
+        env = dict(os.environ)
+        env.update(
+            OTTERMQ_BROKER_HOST=self.broker.host,
+            OTTERMQ_BROKER_PORT=str(self.port),
+            OTTERMQ_DATA_DIR=str(self.data_dir),
+            LOG_LEVEL="INFO",
+            PYTHONSAFEPATH="1",
+        )
+        env.update(self.extra_env)
+        log = open(self.broker.log_path, "ab")  # noqa: SIM115 - the child keeps its own handle
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ottermq.broker"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while not _port_open(self.broker.host, self.port):
+            if self.proc.poll() is not None:
+                self.died = True
+                pytest.fail(f"ottermq exited with {self.proc.returncode} during startup:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"ottermq did not listen on {self.port} within {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.05)
+        return self.broker
+
+    def log_tail(self, lines: int = 60) -> str:
+        return self.broker.log_tail(lines)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int | None:
+        """Signal the process and wait; returns its exit code (None if it had to be killed)."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is not None:
+            self.died = self.died or proc.returncode not in (0, -signal.SIGTERM)
+            return proc.returncode
+        proc.send_signal(sig)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash a store must survive."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        crashed = self.proc is not None and self.proc.poll() is not None and self.proc.returncode > 0
+        self.stop()
+        if crashed or self.died:
+            print(f"\nottermq died during the test (exit {self.proc and self.proc.returncode}); log tail:\n"
+                  f"{self.log_tail()}\n(data dir and full log kept in {self.tmp})")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def broker() -> Iterator[Broker]:
     url = os.environ.get("AMQP_URL")
     if url:
         yield _broker_from_url(url)
         return
-
-    tmp = Path(tempfile.mkdtemp(prefix="ottermq-e2e-"))
-    port = _free_port()
-    b = Broker(host="127.0.0.1", port=port, log_path=tmp / "broker.log")
-    env = dict(os.environ)
-    env.update(
-        OTTERMQ_BROKER_HOST=b.host,
-        OTTERMQ_BROKER_PORT=str(port),
-        OTTERMQ_DATA_DIR=str(tmp),
-        LOG_LEVEL="INFO",
-        PYTHONSAFEPATH="1",
-    )
-    log = open(b.log_path, "wb")  # noqa: SIM115 - closed in teardown
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ottermq.broker"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp
-    )
+    process = BrokerProcess()
     try:
-        deadline = time.monotonic() + 15
-        while not _port_open(b.host, port):
-            if proc.poll() is not None:
-                pytest.fail(f"ottermq exited with {proc.returncode} during startup:\n{b.log_tail()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"ottermq did not listen on {port} within 15 s:\n{b.log_tail()}")
-            time.sleep(0.05)
-        yield b
+        yield process.start()
     finally:
-        died = proc.poll() is not None
-        if not died:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
-        if died:
-            print(f"\nottermq died during the session (exit {proc.returncode}); log tail:\n{b.log_tail()}")
-            print(f"(data dir and full log kept in {tmp})")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        process.close()
+
+
+@pytest.fixture
+def broker_process() -> Iterator[Callable[..., BrokerProcess]]:
+    """Factory for private ottermq processes (``extension`` tests: toggles, restarts, crashes)."""
+    made: list[BrokerProcess] = []
+
+    def make(env: dict[str, str] | None = None, data_dir: Path | None = None) -> BrokerProcess:
+        process = BrokerProcess(env, data_dir)
+        made.append(process)
+        return process
+
+    try:
+        yield make
+    finally:
+        for process in made:
+            process.close()
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -367,6 +367,7 @@ def test_expiry_back_into_the_same_queue_is_dropped(channel, unique, poll_until)
     channel.queue_declare(
         q, arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": q}
     )
+    channel.confirm_delivery()  # queue.declare-ok may overtake unconfirmed publishes on RabbitMQ
     channel.basic_publish("", q, b"m")
     poll_until(lambda: channel.queue_declare(q, passive=True).method.message_count == 0, timeout=2)
     nothing_for(channel, [q], 0.2)
