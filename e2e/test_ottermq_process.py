@@ -103,7 +103,9 @@ def test_signal_closes_connections_with_320_and_exits_cleanly(broker_process, si
     t.join(5)
     assert closed and isinstance(closed[0], pika.exceptions.ConnectionClosedByBroker)
     assert closed[0].reply_code == 320
-    assert closed[0].reply_text == "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+    assert closed[0].reply_text == (
+        "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+    )
 
 
 def test_bad_setting_stops_startup_naming_the_variable(tmp_path):
