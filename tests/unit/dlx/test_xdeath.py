@@ -104,11 +104,13 @@ def test_headers_match_rabbitmq_byte_for_byte(case: dict[str, Any]) -> None:
     assert encode_table(replay(case)).hex() == after["headers"].hex()
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+WITH_HEADERS = [c for c in CASES if "headers" in split(bytes.fromhex(c["before"]))]
+
+
+@pytest.mark.parametrize("case", WITH_HEADERS, ids=[c["name"] for c in WITH_HEADERS])
 def test_input_headers_are_not_mutated(case: dict[str, Any]) -> None:
     headers = headers_of(split(bytes.fromhex(case["before"])))
-    if headers is None:
-        pytest.skip("no headers")
+    assert headers is not None
     snapshot = copy.deepcopy(headers)
     record_death(headers, case["queue"], case["reason"], case["exchange"], ["k"], "5", case["now"])
     assert headers == snapshot

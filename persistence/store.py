@@ -1,0 +1,184 @@
+"""The storage contract between the broker and a durable store.
+
+Rules:
+- Writes are *queued* synchronously (no await on the hot path) into the current batch; the store
+  commits batches in order, one transaction each (group commit). ``after_commit`` callbacks run
+  once everything queued before them is durable (or failed: ``ok=False``), in registration order.
+- Ids (queue ids, message ids) are allocated by the store synchronously, so the broker can refer
+  to a row before it is written. Deleting a message whose insert is still in the pending batch
+  cancels the insert: a message consumed and acked before its batch commits is never written.
+- Ops within one batch are applied in the order they were queued; a dead-letter move (delete in
+  the source queue + insert in the target) queued in the same loop turn lands in one transaction.
+- Recovery reads definitions at once and messages per queue in seq order, in chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class StoreError(Exception):
+    """The store cannot be used (newer schema, corrupt or unreadable file, disk full...)."""
+
+
+@dataclass(slots=True)
+class VHostRecord:
+    name: str
+    description: str = ""
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class UserRecord:
+    name: str
+    password_hash: str  # base64, RabbitMQ's format (salt + hash)
+    hashing_algorithm: str = "rabbit_password_hashing_sha256"
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PermissionRecord:
+    user: str
+    vhost: str
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+@dataclass(slots=True)
+class ExchangeRecord:
+    vhost: str
+    name: str
+    type: str
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"  # AMQP field table (ottermq.amqp.table encoding)
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    vhost: str
+    name: str
+    auto_delete: bool = False
+    arguments: bytes = b"\x00\x00\x00\x00"  # AMQP field table, types kept
+    expires_at: int | None = None  # x-expires deadline (epoch ms) when the store last heard of it
+    id: int = 0  # assigned by the store
+
+
+@dataclass(slots=True)
+class BindingRecord:
+    vhost: str
+    source: str
+    destination_kind: str  # "queue" | "exchange"
+    destination: str
+    routing_key: str
+    arguments: bytes = b"\x00\x00\x00\x00"
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    queue_id: int
+    seq: int  # order within the queue
+    exchange: str
+    routing_key: str
+    props: bytes  # raw content-header property octets, as published
+    body: bytes
+    enqueued_at: int  # epoch ms
+    deadline: int | None = None  # epoch ms; None = never expires
+    extra_keys: tuple[str, ...] = ()  # CC/BCC routing keys
+    delivered: bool = False  # had been delivered: recovered with redelivered=True
+    delivery_count: int = 0
+    id: int = 0  # assigned by the store
+
+
+@dataclass(slots=True)
+class Definitions:
+    vhosts: list[VHostRecord] = field(default_factory=list)
+    users: list[UserRecord] = field(default_factory=list)
+    permissions: list[PermissionRecord] = field(default_factory=list)
+    exchanges: list[ExchangeRecord] = field(default_factory=list)
+    queues: list[QueueRecord] = field(default_factory=list)
+    bindings: list[BindingRecord] = field(default_factory=list)
+
+
+CommitCallback = Callable[[bool], None]
+
+
+class Store(Protocol):
+    """A durable (or in-memory) store. See the module rules."""
+
+    async def open(self) -> None:
+        """Create or migrate the schema. Raises StoreError with a clear message."""
+        ...
+
+    async def close(self) -> None:
+        """Commit what is queued, then release the store."""
+        ...
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed."""
+        ...
+
+    def after_commit(self, callback: CommitCallback) -> None:
+        """Call ``callback(ok)`` once everything queued so far is committed (ok) or failed."""
+        ...
+
+    @property
+    def pending(self) -> int:
+        """Ops queued and not yet committed."""
+        ...
+
+    # definitions
+    def put_vhost(self, record: VHostRecord) -> None: ...
+    def delete_vhost(self, name: str) -> None: ...
+    def put_user(self, record: UserRecord) -> None: ...
+    def delete_user(self, name: str) -> None: ...
+    def put_permission(self, record: PermissionRecord) -> None: ...
+    def delete_permission(self, user: str, vhost: str) -> None: ...
+    def put_exchange(self, record: ExchangeRecord) -> None: ...
+    def delete_exchange(self, vhost: str, name: str) -> None: ...
+
+    def put_queue(self, record: QueueRecord) -> int:
+        """Insert or replace a durable queue; returns (and sets) ``record.id``."""
+        ...
+
+    def delete_queue(self, queue_id: int) -> None:
+        """Delete the queue row and all its messages."""
+        ...
+
+    def touch_queue(self, queue_id: int, expires_at: int | None) -> None:
+        """Record the queue's current x-expires deadline (coalesced per batch)."""
+        ...
+
+    def put_binding(self, record: BindingRecord) -> None: ...
+    def delete_binding(self, record: BindingRecord) -> None: ...
+
+    # messages
+    def insert_message(self, record: MessageRecord) -> int:
+        """Queue an insert; returns (and sets) ``record.id``."""
+        ...
+
+    def delete_message(self, message_id: int) -> None:
+        """Queue a delete (cancels a not-yet-committed insert instead)."""
+        ...
+
+    def mark_delivered(self, message_id: int, delivery_count: int) -> None:
+        """Remember the message was delivered (recovered as redelivered); coalesced per batch."""
+        ...
+
+    def purge_queue(self, queue_id: int) -> None:
+        """Delete every message of the queue."""
+        ...
+
+    # recovery
+    async def load_definitions(self) -> Definitions: ...
+
+    def iter_messages(self, queue_id: int, chunk: int = 10000) -> AsyncIterator[list[MessageRecord]]:
+        """The queue's messages in seq order, ``chunk`` rows at a time."""
+        ...
+
+    async def stats(self) -> dict[str, int]:
+        """``messages``, ``bytes_on_disk`` (db + wal), ... for benchmarks and logs."""
+        ...
