@@ -16,14 +16,20 @@ def _run_server() -> int:
         level=getattr(logging, settings.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from ottermq.persistence.store import StoreError
+
     from .server import serve
 
     try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-        asyncio.run(serve(settings))
-    else:
-        uvloop.run(serve(settings))
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+            asyncio.run(serve(settings))
+        else:
+            uvloop.run(serve(settings))
+    except StoreError as exc:
+        logging.getLogger("ottermq").error("cannot start: %s", exc)
+        return 1
     return 0
 
 

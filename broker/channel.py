@@ -46,6 +46,7 @@ from pamqp import commands as spec
 from pamqp.base import Frame
 
 if TYPE_CHECKING:
+    from .auth import Permission, ResourceKind
     from .connection import AMQPConnection
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class Channel:
         self.flow_active = True
         self.method_key = 0
         self.last_queue = ""  # most recently declared queue, for empty queue names
+        self._write_ok: str | None = None  # exchange last allowed for basic.publish
         # content assembly
         self._publish: tuple[str, str, bool, bool] | None = None
         self._props = b""
@@ -265,6 +267,9 @@ class Channel:
         if immediate:
             raise AMQPNotImplemented("immediate=true")
         raw_props = self._props
+        if exchange_name != self._write_ok:
+            self._allow("write", "exchange", exchange_name)
+            self._write_ok = exchange_name
         exchange = None
         if exchange_name:
             exchange = self.vhost.get_exchange(exchange_name)
@@ -292,10 +297,13 @@ class Channel:
         self._deliver_routed(message, queues, mandatory)
 
     def _deliver_routed(self, message: Message, queues: list[Queue], mandatory: bool) -> None:
-        refused = False
+        refused = stored = False
         for queue in queues:
-            if queue.enqueue(message) is None:
+            entry = queue.enqueue(message)
+            if entry is None:
                 refused = True  # reject-publish overflow
+            elif entry.store_id:
+                stored = True
         if not queues and mandatory:
             self.conn.send(
                 fastpath.encode_return(
@@ -304,21 +312,37 @@ class Channel:
                 )
             )
         if self.confirm:
-            if refused:
+            if stored:  # confirm once the write is durable
+                seq = self._publish_seq
+                self.conn.broker.store.after_commit(
+                    lambda ok: self._confirm_stored(seq, ok and not refused)
+                )
+            elif refused:
                 self.conn.send(fastpath.encode_nack(self.number, self._publish_seq, False))
             else:
                 self.conn.send(fastpath.encode_ack(self.number, self._publish_seq, False))
+
+    def _confirm_stored(self, seq: int, ok: bool) -> None:
+        if self.closing or self.conn.channels.get(self.number) is not self:
+            return
+        encode = fastpath.encode_ack if ok else fastpath.encode_nack
+        self.conn.send(encode(self.number, seq, False))
 
     # -- delivering -----------------------------------------------------------------------
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
         """Send one entry to a consumer on this channel."""
         self._next_tag += 1
         tag = self._next_tag
-        if not consumer.no_ack:
+        if consumer.no_ack:
+            if entry.store_id:
+                queue.forget([entry])
+        else:
             self._unacked[tag] = (entry, queue, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
             queue.unacked += 1
+            if entry.store_id:
+                queue.delivered(entry)
         message = entry.message
         self.conn.send(
             fastpath.encode_deliver(
@@ -354,6 +378,7 @@ class Channel:
         return taken
 
     def _settle(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]]) -> set[Queue]:
+        """Release unacked bookkeeping (does not decide the entries' fate)."""
         queues: set[Queue] = set()
         for _entry, queue, consumer in taken:
             if consumer is not None:
@@ -362,6 +387,14 @@ class Channel:
             queues.add(queue)
         return queues
 
+    def _acked(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]]) -> None:
+        for entry, queue, _consumer in taken:
+            if entry.store_id:
+                queue.forget([entry])
+        for queue in self._settle(taken):
+            if queue.consumers:
+                queue.dispatch()
+
     def on_ack(self, tag: int, multiple: bool) -> None:
         if self.tx:
             self._check_tag(tag, multiple)
@@ -369,16 +402,16 @@ class Channel:
             return
         taken = self._take_unacked(tag, multiple)
         if len(taken) == 1:
-            _entry, queue, consumer = taken[0]
+            entry, queue, consumer = taken[0]
             if consumer is not None:
                 consumer.unacked -= 1
             queue.unacked -= 1
+            if entry.store_id:
+                queue.forget([entry])
             if queue.consumers:
                 queue.dispatch()
             return
-        for queue in self._settle(taken):
-            if queue.consumers:
-                queue.dispatch()
+        self._acked(taken)
 
     def on_reject(self, tag: int, multiple: bool, requeue: bool) -> None:
         if self.tx:
@@ -447,8 +480,25 @@ class Channel:
             self.vhost.consumer_removed(consumer.queue, consumer)
         self.requeue_all()
 
+    # -- permissions (RabbitMQ's checks, made before existence checks) -------------------------
+    def _allow(self, permission: Permission, kind: ResourceKind, name: str) -> None:
+        self.conn.broker.auth.check(self.conn.user, self.vhost.name, permission, kind, name or "amq.default")
+
+    def _queue_name(self, name: str) -> str:
+        if not name:
+            if not self.last_queue:
+                raise NotFound("no previously declared queue")
+            return self.last_queue
+        return name
+
     # -- exchange class -------------------------------------------------------------------
     def on_exchange_declare(self, m: spec.Exchange.Declare) -> None:
+        if not m.passive:
+            self._allow("configure", "exchange", m.exchange)
+            ae = (m.arguments or {}).get("alternate-exchange")
+            if isinstance(ae, str) and m.exchange not in self.vhost.exchanges:
+                self._allow("read", "exchange", m.exchange)
+                self._allow("write", "exchange", ae)
         self.vhost.declare_exchange(
             m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal, m.arguments
         )
@@ -456,16 +506,21 @@ class Channel:
             self.conn.send_method(self.number, spec.Exchange.DeclareOk())
 
     def on_exchange_delete(self, m: spec.Exchange.Delete) -> None:
+        self._allow("configure", "exchange", m.exchange)
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.DeleteOk())
 
     def on_exchange_bind(self, m: spec.Exchange.Bind) -> None:
+        self._allow("write", "exchange", m.destination)
+        self._allow("read", "exchange", m.source)
         self.vhost.bind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.BindOk())
 
     def on_exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
+        self._allow("write", "exchange", m.destination)
+        self._allow("read", "exchange", m.source)
         self.vhost.unbind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.UnbindOk())
@@ -478,6 +533,12 @@ class Channel:
             if m.passive:
                 raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
             name = generated_name("amq.gen-")
+        if not m.passive:
+            self._allow("configure", "queue", name)
+            dlx = (m.arguments or {}).get("x-dead-letter-exchange")
+            if isinstance(dlx, str) and name not in self.vhost.queues:
+                self._allow("read", "queue", name)
+                self._allow("write", "exchange", dlx)
         queue = self.vhost.declare_queue(
             name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments, self.conn, generated
         )
@@ -488,14 +549,15 @@ class Channel:
         if not m.nowait:
             self.conn.send(_declare_ok(self.number, name, queue.message_count, len(queue.consumers)))
 
-    def _queue(self, name: str) -> Queue:
-        if not name:
-            if not self.last_queue:
-                raise NotFound("no previously declared queue")
-            name = self.last_queue
+    def _queue(self, name: str, permission: Permission | None = None) -> Queue:
+        name = self._queue_name(name)
+        if permission is not None:
+            self._allow(permission, "queue", name)
         return self.vhost.get_queue(name, self.conn)
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
+        self._allow("write", "queue", self._queue_name(m.queue))
+        self._allow("read", "exchange", m.exchange)
         if m.exchange == "":
             raise AccessRefused("operation not permitted on the default exchange")
         queue = self._queue(m.queue)
@@ -506,6 +568,8 @@ class Channel:
             self.conn.send_method(self.number, spec.Queue.BindOk())
 
     def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
+        self._allow("write", "queue", self._queue_name(m.queue))
+        self._allow("read", "exchange", m.exchange)
         if m.exchange == "":
             raise AccessRefused("operation not permitted on the default exchange")
         queue = self._queue(m.queue)
@@ -514,12 +578,13 @@ class Channel:
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:
-        count = self._queue(m.queue).purge()
+        count = self._queue(m.queue, "read").purge()
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.PurgeOk(count))
 
     def on_queue_delete(self, m: spec.Queue.Delete) -> None:
         name = m.queue or self.last_queue
+        self._allow("configure", "queue", name)
         if name not in self.vhost.queues:
             # deleting a missing queue succeeds in RabbitMQ 3.x
             if not m.nowait:
@@ -547,7 +612,7 @@ class Channel:
         self._kick_consumers()
 
     def on_basic_consume(self, m: spec.Basic.Consume) -> None:
-        queue = self._queue(m.queue)
+        queue = self._queue(m.queue, "read")
         tag = m.consumer_tag or generated_name("amq.ctag-")
         if tag in self.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
@@ -567,7 +632,7 @@ class Channel:
             self.vhost.consumer_removed(consumer.queue, consumer)
 
     def on_basic_get(self, m: spec.Basic.Get) -> None:
-        queue = self._queue(m.queue)
+        queue = self._queue(m.queue, "read")
         queue.touch()
         entry = queue.pop()
         if entry is None:
@@ -575,10 +640,13 @@ class Channel:
             return
         self._next_tag += 1
         tag = self._next_tag
-        if not m.no_ack:
+        if m.no_ack:
+            queue.forget([entry])
+        else:
             self._unacked[tag] = (entry, queue, None)
             self.unacked_count += 1
             queue.unacked += 1
+            queue.delivered(entry)
         message = entry.message
         self.conn.send(
             fastpath.encode_get_ok(
@@ -626,11 +694,18 @@ class Channel:
         for tag, multiple, kind, requeue in acks:
             taken = self._take_unacked(tag, multiple)
             if kind == "ack":
-                for queue in self._settle(taken):
-                    queue.dispatch()
+                self._acked(taken)
             else:
                 self._reject(taken, requeue)
-        self.conn.send_method(self.number, spec.Tx.CommitOk())
+        store = self.conn.broker.store
+        if store.pending:  # a commit is durable once its writes are (RabbitMQ: after fsync)
+            store.after_commit(lambda ok: self._send_if_open(spec.Tx.CommitOk()))
+        else:
+            self.conn.send_method(self.number, spec.Tx.CommitOk())
+
+    def _send_if_open(self, method: Frame) -> None:
+        if not self.closing and self.conn.channels.get(self.number) is self:
+            self.conn.send_method(self.number, method)
 
     def on_tx_rollback(self, m: spec.Tx.Rollback) -> None:
         if not self.tx:

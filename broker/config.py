@@ -74,6 +74,17 @@ class Settings(BaseSettings):
     enable_dlx: bool = True
     enable_qll: bool = True
     max_message_size: int = Field(134217728, ge=1, description="Largest accepted body (bytes)")
+    store: str = Field(
+        "sqlite", pattern="^(sqlite|memory)$", description="sqlite (durable, default) or memory"
+    )
+    sync: str = Field(
+        "FULL",
+        pattern="^(?i:full|normal)$",
+        description="SQLite synchronous level: FULL = a confirm means on disk even after power loss",
+    )
+    definitions_file: Path | None = Field(
+        None, description="RabbitMQ definitions JSON imported at start-up"
+    )
     memory_high_watermark: float = Field(
         0.4,
         gt=0,

@@ -17,7 +17,6 @@ Rules (connection state machine):
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import platform
 from typing import TYPE_CHECKING, Any, cast
@@ -43,6 +42,7 @@ from pamqp.base import Frame
 from .channel import KNOWN_METHODS, Channel, UnknownMethod
 
 if TYPE_CHECKING:
+    from ottermq.persistence.store import UserRecord
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
@@ -82,6 +82,7 @@ class AMQPConnection(asyncio.Protocol):
         self.channel_max = self.settings.channel_max
         self.heartbeat = 0
         self.username = ""
+        self.user: UserRecord = None  # type: ignore[assignment]  # set at connection.start-ok
         self.vhost: VHost = None  # type: ignore[assignment]  # set at connection.open
         self.client_properties: dict[str, Any] = {}
         self.consumer_cancel_notify = False
@@ -283,7 +284,10 @@ class AMQPConnection(asyncio.Protocol):
             self._blocked_capable = bool(capabilities.get("connection.blocked"))
         mechanism = method.mechanism
         username, password = self._credentials(mechanism, method.response)
-        if username is None or not self.broker.authenticate(username, password or "", self._peer_host):
+        user = None
+        if username is not None:
+            user = self.broker.authenticate(username, password or "", self._peer_host)
+        if user is None:
             log.warning("connection %s: login refused for user %r (%s)", self.peer, username, mechanism)
             if self._auth_failure_close:
                 # RabbitMQ answers with a Connection.Close straight away (no tune) and closes
@@ -303,7 +307,8 @@ class AMQPConnection(asyncio.Protocol):
             else:
                 self._abort()
             return
-        self.username = username
+        self.user = user
+        self.username = user.name
         self.state = AWAIT_TUNE_OK
         self.send_method(
             0,
@@ -358,6 +363,7 @@ class AMQPConnection(asyncio.Protocol):
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
             raise NotAllowed(f"vhost {method.virtual_host} not found")
+        self.broker.auth.check_vhost(self.user, vhost.name)
         self.vhost = vhost
         self.state = OPEN
         self.send_method(0, spec.Connection.OpenOk())
@@ -559,10 +565,3 @@ def server_properties(version: str) -> dict[str, Any]:
         },
         "cluster_name": "ottermq",
     }
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return host == "localhost"

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
+import fcntl
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
+from ottermq.persistence.hook import DurableHook
+from ottermq.persistence.memory import MemoryStore
+from ottermq.persistence.sqlite import SQLiteStore
+from ottermq.persistence.store import Store, StoreError, UserRecord
 from ottermq.vhost.vhost import VHost
 
+from .auth import AuthDB
 from .config import Settings
-from .connection import AMQPConnection, is_loopback, server_properties
+from .connection import AMQPConnection, server_properties
+from .definitions import import_definitions, load_definitions_file
+from .recovery import recover
 from .wiring import make_ttl_manager, make_vhost
 
 log = logging.getLogger(__name__)
@@ -28,19 +36,30 @@ class Broker:
         loop: the running event loop.
     """
 
-    def __init__(self, settings: Settings, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, settings: Settings, loop: asyncio.AbstractEventLoop, store: Store | None = None
+    ) -> None:
         self.settings = settings
         self.loop = loop
         self.ttl = make_ttl_manager(settings, loop)
-        self.vhosts: dict[str, VHost] = {
-            name: make_vhost(name, settings, self.ttl) for name in settings.vhosts
-        }
+        self.store: Store = store if store is not None else MemoryStore()
+        self.hook = DurableHook(self.store, self.ttl.now)
+        self.auth = AuthDB(self.store, loopback_users=settings.loopback_users)
+        self.vhosts: dict[str, VHost] = {}
         self.connections: set[AMQPConnection] = set()
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.AbstractServer | None = None
         self.memory_limit = memory_limit(settings.memory_high_watermark)
         self.alarm = False
         self._memory_timer: asyncio.TimerHandle | None = None
+
+    def ensure_vhost(self, name: str) -> VHost:
+        """The vhost called ``name``, created (and wired to the store) if missing."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = make_vhost(name, self.settings, self.ttl)
+            vhost.store = self.hook
+        return vhost
 
     # -- memory alarm ---------------------------------------------------------------------
     def check_memory(self) -> None:
@@ -63,18 +82,26 @@ class Broker:
         for conn in list(self.connections):
             conn.set_blocked(on, "low on memory")
 
-    def authenticate(self, username: str, password: str, peer_host: str) -> bool:
+    def authenticate(self, username: str, password: str, peer_host: str) -> UserRecord | None:
         """Check credentials; loopback-only users are refused from other addresses."""
-        settings = self.settings
-        ok = hmac.compare_digest(username.encode(), settings.username.encode()) and hmac.compare_digest(
-            password.encode(), settings.password.encode()
-        )
-        if ok and username in settings.loopback_users and not is_loopback(peer_host):
-            log.warning("user '%s' can only connect via localhost", username)
-            return False
-        return ok
+        return self.auth.authenticate(username, password, peer_host)
 
     async def start(self) -> None:
+        """Open the store, recover durable state, then listen."""
+        await self.store.open()
+        if self.settings.definitions_file is not None:
+            await import_definitions(self.store, load_definitions_file(self.settings.definitions_file))
+            log.info("imported definitions from %s", self.settings.definitions_file)
+        defs = await self.store.load_definitions()
+        self.auth.load(defs)
+        if self.auth.seed_defaults(self.settings):
+            log.info(
+                "first start: created user '%s' and vhosts %s", self.settings.username, self.settings.vhosts
+            )
+        await self.store.flush()
+        for name in self.auth.vhosts:
+            self.ensure_vhost(name)
+        await recover(self, self.store, self.hook)
         host = self.settings.broker_host or None
         self._server = await self.loop.create_server(
             lambda: AMQPConnection(self),
@@ -103,6 +130,7 @@ class Broker:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
+        await self.store.close()  # commits what is pending: nothing confirmed is lost
         log.info("OtterMQ stopped")
 
 
@@ -126,17 +154,44 @@ def process_rss() -> int | None:
         return None
 
 
+def open_store(settings: Settings) -> Store:
+    """The configured store: SQLite under ``OTTERMQ_DATA_DIR`` (default) or memory."""
+    if settings.store == "memory":
+        return MemoryStore()
+    return SQLiteStore(settings.data_dir / "ottermq.db", synchronous=settings.sync.upper())
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Take an exclusive lock on the data dir so two brokers never share one store.
+
+    Raises:
+        StoreError: another process holds the lock.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StoreError(f"data dir {data_dir} is in use by another OtterMQ process") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
 async def serve(settings: Settings) -> None:
     """Run the broker until SIGTERM/SIGINT; a second signal exits at once."""
     loop = asyncio.get_running_loop()
-    broker = Broker(settings, loop)
+    if settings.store == "sqlite":
+        lock_data_dir(settings.data_dir)
+    broker = Broker(settings, loop, open_store(settings))
     await broker.start()
     stop = asyncio.Event()
 
     def on_signal(signum: int) -> None:
         if stop.is_set():
-            log.warning("second signal: exiting now")
-            raise SystemExit(1)
+            log.warning("second signal: exiting now without flushing")
+            os._exit(1)
         log.info("received %s: shutting down", signal.Signals(signum).name)
         stop.set()
 

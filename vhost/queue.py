@@ -62,6 +62,23 @@ class DeadLetterSink(Protocol):
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None: ...
 
 
+class MessageStore(Protocol):
+    """Persistence of a durable queue's persistent messages (filled by ``persistence.hook``)."""
+
+    def message_added(self, queue: Queue, entry: Entry) -> None:
+        """Store the entry; sets ``entry.store_id``."""
+
+    def message_removed(self, entry: Entry) -> None:
+        """Forget a stored entry (acked, dead-lettered, expired, dropped)."""
+
+    def message_delivered(self, entry: Entry) -> None:
+        """Remember a stored entry was delivered (recovered as redelivered)."""
+
+    def queue_purged(self, queue: Queue) -> None: ...
+
+    def queue_touched(self, queue: Queue, expires_at: int) -> None: ...
+
+
 class DropSink:
     """Dead letters vanish (no DLX wiring, e.g. in unit tests)."""
 
@@ -240,6 +257,8 @@ class Queue:
         "_max_bytes",
         "_overflow",
         "_delivery_limit",
+        "store",
+        "store_id",
     )
 
     def __init__(
@@ -279,6 +298,9 @@ class Queue:
         self._max_bytes = args.max_length_bytes if limits else None
         self._overflow = args.overflow
         self._delivery_limit = args.delivery_limit
+        # durable queues get a MessageStore (broker/wiring.py); store_id is the queue's row
+        self.store: MessageStore | None = None
+        self.store_id = 0
         if args.expires is not None:
             self.touch()
 
@@ -307,6 +329,8 @@ class Queue:
         if message.expiration is not None or self.args.message_ttl is not None:
             now = self.ttl.now()
             entry.deadline = self.ttl.expires_at(now, self.args.message_ttl, message.expiration)
+        if message.persistent and self.store is not None:
+            self.store.message_added(self, entry)
         ready = self._ready
         if self.consumers and not ready:
             consumer = self._next_consumer()
@@ -349,7 +373,7 @@ class Queue:
             dropped.append(self._take())
         if dropped:
             self._after_change()
-            self.sink.dead_letter(self, dropped, MAXLEN)
+            self._dead(dropped, MAXLEN)
 
     def _take(self) -> Entry:
         entry = self._ready.popleft()
@@ -368,6 +392,24 @@ class Queue:
 
     def peek(self) -> Entry | None:
         return self._ready.peek()
+
+    def recover(self, entries: list[Entry]) -> None:
+        """Append stored entries at start-up (in seq order); nothing is written back."""
+        ready = self._ready
+        heap = self._heap
+        for entry in entries:
+            ready.append(entry)
+            self.ready_bytes += len(entry.message.body)
+            if heap is not None and entry.deadline is not None:
+                heap.append((entry.deadline, entry.seq, entry))
+            if entry.seq > self._seq:
+                self._seq = entry.seq
+
+    def recovered(self) -> None:
+        """All stored entries are in: order the deadline heap, expire what lapsed, arm timers."""
+        if self._heap is not None:
+            heapq.heapify(self._heap)
+        self.expire(self.ttl.now())
 
     def requeue(self, entries: list[Entry]) -> None:
         """Return delivered entries to their original positions, marked redelivered.
@@ -406,16 +448,36 @@ class Queue:
             if self._max_len is not None or self._max_bytes is not None:
                 self._drop_head_overflow()  # a requeue into a full queue drops the (new) head
         if expired:
-            self.sink.dead_letter(self, expired, EXPIRED)
+            self._dead(expired, EXPIRED)
         if over_limit:
-            self.sink.dead_letter(self, over_limit, DELIVERY_LIMIT)
+            self._dead(over_limit, DELIVERY_LIMIT)
         if back and self.consumers:
             self.dispatch()
+
+    def _dead(self, entries: list[Entry], reason: str) -> None:
+        """Entries leave the queue as dead letters: the source rows are deleted in the same
+        store batch as the target rows the sink inserts (a crash leaves them in one place)."""
+        self.forget(entries)
+        self.sink.dead_letter(self, entries, reason)
+
+    def forget(self, entries: list[Entry]) -> None:
+        """Entries are gone for good (acked, no-ack delivered, dead-lettered): delete stored rows."""
+        store = self.store
+        if store is not None:
+            for entry in entries:
+                if entry.store_id:
+                    store.message_removed(entry)
+                    entry.store_id = 0
+
+    def delivered(self, entry: Entry) -> None:
+        """A stored entry went out to a consumer (it will be recovered as redelivered)."""
+        if entry.store_id and self.store is not None:
+            self.store.message_delivered(entry)
 
     def reject(self, entries: list[Entry]) -> None:
         """Dead-letter delivered entries rejected with ``requeue=false`` (reason ``rejected``)."""
         if entries and not self.deleted:
-            self.sink.dead_letter(self, entries, REJECTED)
+            self._dead(entries, REJECTED)
 
     def purge(self) -> int:
         """Drop every ready message; returns how many (never dead-letters)."""
@@ -423,6 +485,10 @@ class Queue:
         self.ready_bytes = 0
         if self._heap is not None:
             self._heap.clear()
+        if self.store is not None and any(e.store_id for e in entries):
+            for entry in entries:
+                entry.store_id = 0
+            self.store.queue_purged(self)
         return len(entries)
 
     def ready_entries(self) -> Iterable[Entry]:
@@ -450,7 +516,7 @@ class Queue:
                 entry.state = OUT
         self._after_change()
         if expired:
-            self.sink.dead_letter(self, expired, EXPIRED)
+            self._dead(expired, EXPIRED)
 
     def _expire_heads(self) -> None:
         head = self._ready.peek()
@@ -476,7 +542,10 @@ class Queue:
         """The queue was used (declared, read, consumed from): restart its ``x-expires`` clock."""
         expires = self.args.expires
         if expires is not None and not self.deleted:
-            self.ttl.schedule_queue_expiry(self, self.ttl.now() + expires)
+            at = self.ttl.now() + expires
+            self.ttl.schedule_queue_expiry(self, at)
+            if self.store is not None:
+                self.store.queue_touched(self, at)
 
     def expire_queue(self, now: int) -> None:
         """``x-expires`` timer: delete the queue if it is still unused."""
@@ -548,7 +617,7 @@ class Queue:
         if taken:
             self._after_change()
         if expired:
-            self.sink.dead_letter(self, expired, EXPIRED)
+            self._dead(expired, EXPIRED)
 
     def mark_deleted(self) -> list[Consumer]:
         """Flag the queue deleted, drop its messages; returns the consumers to notify."""

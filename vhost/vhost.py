@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ottermq.amqp.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from ottermq.ttl.manager import TTLManager
@@ -45,6 +45,31 @@ def generated_name(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
+class DefinitionStore(Protocol):
+    """Persistence of durable exchanges, queues and bindings (filled by ``persistence.hook``).
+
+    The vhost only reports durable entities: exchanges declared durable, queues declared
+    durable and not exclusive, and bindings whose two ends are both durable.
+    """
+
+    def exchange_declared(self, vhost: str, exchange: Exchange) -> None: ...
+
+    def exchange_deleted(self, vhost: str, name: str) -> None: ...
+
+    def queue_declared(self, queue: Queue) -> None:
+        """Store the queue and give it its ``MessageStore`` (``queue.store``/``store_id``)."""
+
+    def queue_deleted(self, queue: Queue) -> None: ...
+
+    def binding_added(
+        self, vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
+    ) -> None: ...
+
+    def binding_removed(
+        self, vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
+    ) -> None: ...
+
+
 class VHost:
     """Registry of one virtual host's exchanges and queues.
 
@@ -65,6 +90,7 @@ class VHost:
         self.ttl: TTLManager = ttl if ttl is not None else NoopTTLManager()
         self.limits = limits
         self.sink: DeadLetterSink = DropSink()  # replaced by broker/wiring.py
+        self.store: DefinitionStore | None = None  # set by broker/wiring.py when persistent
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # destination -> names of exchanges it is bound to (to unbind on delete quickly)
@@ -73,6 +99,33 @@ class VHost:
         self.on_queue_deleted: list[Callable[[Queue], None]] = []
         for xname, xtype, internal in PREDECLARED:
             self.exchanges[xname] = make_exchange(xname, xtype, durable=True, internal=internal, vhost=name)
+
+    # -- durability -----------------------------------------------------------------------
+    def _durable_dest(self, dest: Destination) -> bool:
+        if dest[0] == "queue":
+            queue = self.queues.get(dest[1])
+            return queue is not None and queue.durable and not queue.exclusive
+        exchange = self.exchanges.get(dest[1])
+        return exchange is not None and exchange.durable
+
+    def _binding_changed(
+        self, added: bool, exchange: Exchange, dest: Destination, routing_key: str, args: dict[str, Any]
+    ) -> None:
+        store = self.store
+        if store is None or not exchange.durable or not self._durable_dest(dest):
+            return
+        if added:
+            store.binding_added(self.name, exchange.name, dest, routing_key, args)
+        else:
+            store.binding_removed(self.name, exchange.name, dest, routing_key, args)
+
+    def _forget_bindings(self, exchange: Exchange, dest: Destination | None) -> None:
+        """Tell the store about bindings about to vanish (all of ``exchange``'s, or those to dest)."""
+        if self.store is None or not exchange.durable:
+            return
+        for routing_key, bound, args in exchange.bindings_list():
+            if dest is None or bound == dest:
+                self._binding_changed(False, exchange, bound, routing_key, dict(args))
 
     # -- exchanges ------------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -107,6 +160,8 @@ class VHost:
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {}, self.name)
         self.exchanges[name] = exchange
+        if durable and self.store is not None:
+            self.store.exchange_declared(self.name, exchange)
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
@@ -123,6 +178,9 @@ class VHost:
         self._remove_exchange(exchange)
 
     def _remove_exchange(self, exchange: Exchange) -> None:
+        self._forget_bindings(exchange, None)
+        if exchange.durable and self.store is not None:
+            self.store.exchange_deleted(self.name, exchange.name)
         del self.exchanges[exchange.name]
         for dest in exchange.destinations():
             sources = self._sources.get(dest)
@@ -182,13 +240,17 @@ class VHost:
         )
         queue.on_expired = self._expire_queue
         self.queues[name] = queue
+        if durable and not exclusive and self.store is not None:
+            self.store.queue_declared(queue)
         return queue
 
     def delete_queue(self, queue: Queue) -> int:
         """Delete a queue: unbind it, cancel its consumers. Returns its ready message count."""
         count = queue.message_count
-        self.queues.pop(queue.name, None)
         self._drop_destination(("queue", queue.name))
+        self.queues.pop(queue.name, None)
+        if queue.store_id and self.store is not None:
+            self.store.queue_deleted(queue)
         for consumer in queue.mark_deleted():
             consumer.on_queue_deleted(queue)
         for hook in self.on_queue_deleted:
@@ -204,6 +266,7 @@ class VHost:
         for source_name in self._sources.pop(dest, ()):
             exchange = self.exchanges.get(source_name)
             if exchange is not None:
+                self._forget_bindings(exchange, dest)
                 exchange.remove_destination(dest)
                 self._maybe_auto_delete(exchange)
 
@@ -224,6 +287,7 @@ class VHost:
             self._check_bindable(dest[1])
         if exchange.bind(routing_key, dest, arguments):
             self._sources.setdefault(dest, set()).add(source)
+            self._binding_changed(True, exchange, dest, routing_key, arguments)
 
     def unbind(self, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
         """Remove a binding; a missing binding or exchange is not an error (RabbitMQ 3.x)."""
@@ -233,6 +297,7 @@ class VHost:
         if exchange is None:
             return
         if exchange.unbind(routing_key, dest, arguments):
+            self._binding_changed(False, exchange, dest, routing_key, arguments)
             remaining = [b for b in exchange.bindings_list() if b[1] == dest]
             if not remaining:
                 sources = self._sources.get(dest)

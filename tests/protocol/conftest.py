@@ -177,6 +177,43 @@ class Client:
         self.expect(spec.Channel.OpenOk, number)
 
 
+class InstantStore:
+    """A ``Store`` for the fake loop: ids are counted, every batch "commits" on the next loop turn."""
+
+    def __init__(self, loop: FakeLoop) -> None:
+        self.loop = loop
+        self.ids = 0
+        self.ops: list[tuple[str, Any]] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self.ops)
+
+    def after_commit(self, callback: Callable[[bool], None]) -> None:
+        self.loop.call_soon(self._commit, callback)
+
+    def _commit(self, callback: Callable[[bool], None]) -> None:
+        self.ops.clear()
+        callback(True)
+
+    def _next(self) -> int:
+        self.ids += 1
+        return self.ids
+
+    def put_queue(self, record: Any) -> int:
+        record.id = self._next()
+        self.ops.append(("put_queue", record))
+        return record.id
+
+    def insert_message(self, record: Any) -> int:
+        record.id = self._next()
+        self.ops.append(("insert_message", record))
+        return record.id
+
+    def __getattr__(self, name: str) -> Callable[..., None]:  # every other write just records
+        return lambda *args: self.ops.append((name, args))
+
+
 @pytest.fixture
 def loop() -> FakeLoop:
     return FakeLoop()
@@ -185,7 +222,11 @@ def loop() -> FakeLoop:
 @pytest.fixture
 def broker(loop: FakeLoop) -> Broker:
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    return Broker(settings, loop)  # type: ignore[arg-type]
+    b = Broker(settings, loop, InstantStore(loop))  # type: ignore[arg-type]
+    b.auth.seed_defaults(settings)  # what start() does on a first boot
+    for name in b.auth.vhosts:
+        b.ensure_vhost(name)
+    return b
 
 
 @pytest.fixture

@@ -1,0 +1,526 @@
+"""Users, virtual hosts and permissions, as RabbitMQ 3.10's internal auth backend.
+
+Password hashes use RabbitMQ's format, so hashes move both ways through definitions files:
+``base64(salt + H(salt + utf8(password)))`` with a random 4-byte salt and ``H`` named by the user's
+``hashing_algorithm`` (``rabbit_password_hashing_sha256`` by default, ``_sha512`` and the legacy
+``_md5`` are also checked). A user whose hash is empty (or shorter than a salt) cannot log in.
+
+Permission rules (``rabbit_access_control`` + ``rabbit_auth_backend_internal``):
+
+- A user reaches a vhost only if it has a permission entry there, even an all-empty one.
+  ``Connection.Open`` on a missing vhost is refused first, with a different text.
+- Each of ``configure``/``write``/``read`` is a regular expression *searched* (not anchored)
+  in the resource name: ``cfg`` allows ``x.cfg.1``; anchor it yourself (``^cfg``). The empty
+  string means ``^$``, which matches nothing a client can name.
+- The default exchange ``""`` is checked under the name ``amq.default`` (the refusal names it
+  that way too).
+- Checks run before the resource is looked up: a refused operation on a missing resource is a 403,
+  not a 404. Dead-lettering, alternate-exchange routing and expiry check nothing.
+
+Which method needs what (verified against RabbitMQ 3.10.8 with pika; every refusal is a channel
+error ``403 ACCESS_REFUSED - access to <kind> '<name>' in vhost '<vhost>' refused for user
+'<user>'``). Rows with several checks list them in the order RabbitMQ makes them; the first
+failing one is reported:
+
+=====================  ==============================================================================
+method                 checks
+=====================  ==============================================================================
+exchange.declare       configure on the exchange (not when ``passive``: a passive declare needs
+                       nothing). When the exchange is created and has an ``alternate-exchange``
+                       argument, then: read on the exchange, write on the alternate exchange.
+exchange.delete        configure on the exchange
+exchange.bind/unbind   write on the destination exchange, then read on the source exchange
+queue.declare          configure on the queue (on the generated ``amq.gen-...`` name for a
+                       server-named queue; nothing when ``passive``). When the queue is created and
+                       has an ``x-dead-letter-exchange`` argument, then: read on the queue, write on
+                       the dead-letter exchange (``""`` -> ``amq.default``).
+queue.delete           configure on the queue
+queue.purge            read on the queue
+queue.bind/unbind      write on the queue, then read on the exchange
+basic.publish          write on the exchange (``""`` -> ``amq.default``)
+basic.consume          read on the queue
+basic.get              read on the queue
+(everything else)      nothing: basic.ack/nack/reject/recover/qos/cancel, channel.*, confirm.select,
+                       tx.*, dead-lettering, alternate-exchange routing, expiry
+=====================  ==============================================================================
+
+``REQUIRED_PERMISSIONS`` holds the same table as data. For the queue methods an empty queue
+name means the channel's most recently declared queue, and the check applies to that name.
+
+Connection-level texts (``Connection.Close``):
+
+- missing vhost: ``530 NOT_ALLOWED - vhost <vhost> not found`` (no quotes, RabbitMQ's text)
+- no permission entry: ``530 NOT_ALLOWED - access to vhost '<vhost>' refused for user '<user>'``
+- bad user, bad password, or a loopback-only user from another address:
+  ``403 ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details see
+  the broker logfile.`` (see ``login_refused_text``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import re
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ottermq.amqp.errors import AccessRefused, NotAllowed
+from ottermq.persistence.store import (
+    Definitions,
+    PermissionRecord,
+    Store,
+    UserRecord,
+    VHostRecord,
+)
+
+if TYPE_CHECKING:
+    from .config import Settings
+
+__all__ = [
+    "DEFAULT_HASHING_ALGORITHM",
+    "HASHING_ALGORITHMS",
+    "REQUIRED_PERMISSIONS",
+    "AuthDB",
+    "AuthError",
+    "Permission",
+    "Requirement",
+    "ResourceKind",
+    "check_password",
+    "hash_password",
+    "is_loopback",
+    "login_refused_text",
+    "required_permissions",
+]
+
+log = logging.getLogger(__name__)
+
+Permission = Literal["configure", "write", "read"]
+ResourceKind = Literal["queue", "exchange"]
+
+DEFAULT_HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+HASHING_ALGORITHMS: dict[str, Callable[[bytes], bytes]] = {
+    "rabbit_password_hashing_sha256": lambda data: hashlib.sha256(data).digest(),
+    "rabbit_password_hashing_sha512": lambda data: hashlib.sha512(data).digest(),
+    "rabbit_password_hashing_md5": lambda data: hashlib.md5(data).digest(),
+}
+SALT_SIZE = 4
+FULL_ACCESS = ".*"
+_DUMMY_HASH = base64.b64encode(bytes(SALT_SIZE + 32)).decode("ascii")
+_CACHE_LIMIT = 4096
+
+
+class AuthError(ValueError):
+    """An administrative change is impossible (unknown user or vhost, bad regex, duplicate...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# passwords
+# ---------------------------------------------------------------------------------------------
+def _hasher(algorithm: str) -> Callable[[bytes], bytes]:
+    try:
+        return HASHING_ALGORITHMS[algorithm]
+    except KeyError:
+        raise AuthError(f"unsupported password hashing algorithm '{algorithm}'") from None
+
+
+def hash_password(password: str, algorithm: str = DEFAULT_HASHING_ALGORITHM) -> str:
+    """RabbitMQ's password hash: base64 of a random 4-byte salt + ``H(salt + utf8(password))``.
+
+    Raises:
+        AuthError: ``algorithm`` is not one of ``HASHING_ALGORITHMS``.
+    """
+    digest = _hasher(algorithm)
+    salt = os.urandom(SALT_SIZE)
+    return base64.b64encode(salt + digest(salt + password.encode("utf-8"))).decode("ascii")
+
+
+def check_password(
+    password: str, password_hash: str, algorithm: str = DEFAULT_HASHING_ALGORITHM
+) -> bool:
+    """Whether ``password`` matches ``password_hash`` (constant-time compare).
+
+    An empty or malformed hash, or an unknown algorithm, matches nothing.
+    """
+    digest = HASHING_ALGORITHMS.get(algorithm)
+    if digest is None:
+        return False
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    if len(raw) <= SALT_SIZE:
+        return False
+    salt, expected = raw[:SALT_SIZE], raw[SALT_SIZE:]
+    return hmac.compare_digest(expected, digest(salt + password.encode("utf-8")))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a peer address is loopback (127.0.0.0/8, ``::1``, IPv4-mapped ``::ffff:127.x``)."""
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return host == "localhost"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def login_refused_text(mechanism: str = "PLAIN") -> str:
+    """RabbitMQ's reply text (without ``ACCESS_REFUSED - ``) for any failed login."""
+    return (
+        f"Login was refused using authentication mechanism {mechanism}. "
+        "For details see the broker logfile."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# which method needs which permission
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One permission check an AMQP method makes.
+
+    Attributes:
+        permission: ``configure``, ``write`` or ``read``.
+        kind: the resource kind checked (``queue`` or ``exchange``).
+        field: the method field naming the resource, or ``arguments[<key>]`` for an argument.
+        when: empty when the check is unconditional, otherwise the condition in words.
+    """
+
+    permission: Permission
+    kind: ResourceKind
+    field: str
+    when: str = ""
+
+
+_NEW_AE = "the exchange is created with an alternate-exchange argument"
+_NEW_DLX = "the queue is created with an x-dead-letter-exchange argument"
+_NOT_PASSIVE = "not passive"
+
+REQUIRED_PERMISSIONS: dict[str, tuple[Requirement, ...]] = {
+    "exchange.declare": (
+        Requirement("configure", "exchange", "exchange", _NOT_PASSIVE),
+        Requirement("read", "exchange", "exchange", _NEW_AE),
+        Requirement("write", "exchange", "arguments[alternate-exchange]", _NEW_AE),
+    ),
+    "exchange.delete": (Requirement("configure", "exchange", "exchange"),),
+    "exchange.bind": (
+        Requirement("write", "exchange", "destination"),
+        Requirement("read", "exchange", "source"),
+    ),
+    "exchange.unbind": (
+        Requirement("write", "exchange", "destination"),
+        Requirement("read", "exchange", "source"),
+    ),
+    "queue.declare": (
+        Requirement("configure", "queue", "queue", _NOT_PASSIVE),
+        Requirement("read", "queue", "queue", _NEW_DLX),
+        Requirement("write", "exchange", "arguments[x-dead-letter-exchange]", _NEW_DLX),
+    ),
+    "queue.delete": (Requirement("configure", "queue", "queue"),),
+    "queue.purge": (Requirement("read", "queue", "queue"),),
+    "queue.bind": (
+        Requirement("write", "queue", "queue"),
+        Requirement("read", "exchange", "exchange"),
+    ),
+    "queue.unbind": (
+        Requirement("write", "queue", "queue"),
+        Requirement("read", "exchange", "exchange"),
+    ),
+    "basic.publish": (Requirement("write", "exchange", "exchange"),),
+    "basic.consume": (Requirement("read", "queue", "queue"),),
+    "basic.get": (Requirement("read", "queue", "queue"),),
+}
+
+
+def required_permissions(method_name: str) -> tuple[Requirement, ...]:
+    """The checks RabbitMQ makes for a method, in order (empty for methods that need none).
+
+    Args:
+        method_name: ``"queue.bind"``, ``"Queue.Bind"`` (pamqp's ``name``) or ``"queue_bind"``.
+    """
+    return REQUIRED_PERMISSIONS.get(method_name.lower().replace("_", "."), ())
+
+
+# ---------------------------------------------------------------------------------------------
+# the database
+# ---------------------------------------------------------------------------------------------
+def _compile(regex: str) -> re.Pattern[str]:
+    """RabbitMQ's reading of a permission regex: the empty string means ``^$``.
+
+    Raises:
+        AuthError: the expression does not compile.
+    """
+    try:
+        return re.compile(regex or "^$")
+    except re.error as exc:
+        raise AuthError(f"regular expression '{regex}' is invalid: {exc}") from None
+
+
+class AuthDB:
+    """Users, vhosts and permissions in memory, written through to an optional ``Store``.
+
+    Args:
+        store: when given, every mutation also queues the matching ``put_*``/``delete_*``.
+        loopback_users: users allowed to log in only from a loopback address
+            (``OTTERMQ_LOOPBACK_USERS``, RabbitMQ's ``loopback_users``).
+    """
+
+    def __init__(self, store: Store | None = None, *, loopback_users: Collection[str] = ("guest",)) -> None:
+        self.store = store
+        self.loopback_users = frozenset(loopback_users)
+        self.users: dict[str, UserRecord] = {}
+        self.vhosts: dict[str, VHostRecord] = {}
+        self.permissions: dict[tuple[str, str], PermissionRecord] = {}
+        self._patterns: dict[str, re.Pattern[str]] = {}
+        self._allowed: dict[tuple[str, str, str, str, str], bool] = {}
+
+    # -- loading -----------------------------------------------------------------------------
+    def load(self, defs: Definitions) -> None:
+        """Replace the contents with ``defs`` (as read from the store); writes nothing back.
+
+        Permissions with a regex Python cannot compile are kept and match nothing (logged).
+        """
+        self.users = {u.name: dataclasses.replace(u, tags=list(u.tags)) for u in defs.users}
+        self.vhosts = {v.name: dataclasses.replace(v, tags=list(v.tags)) for v in defs.vhosts}
+        self.permissions = {(p.user, p.vhost): dataclasses.replace(p) for p in defs.permissions}
+        self._invalidate()
+        for perm in self.permissions.values():
+            for regex in (perm.configure, perm.write, perm.read):
+                try:
+                    self._pattern(regex)
+                except AuthError as exc:
+                    log.warning("user '%s' in vhost '%s': %s; it matches nothing", perm.user, perm.vhost, exc)
+
+    def seed_defaults(self, settings: Settings) -> bool:
+        """RabbitMQ's first-boot defaults from ``OTTERMQ_USERNAME``/``PASSWORD``/``VHOSTS``.
+
+        With no users at all (first boot) the default user is created with the ``administrator``
+        tag. Every vhost in ``settings.vhosts`` that does not exist yet is created, and the
+        default user (if it exists) gets full permissions (``.*`` x 3) on each vhost created now.
+        Existing users, vhosts and permissions are never touched.
+
+        Returns:
+            True if this was a first boot (the default user was created).
+        """
+        first_boot = not self.users
+        if first_boot:
+            self.add_user(settings.username, settings.password, tags=["administrator"])
+            log.info("created default user '%s'", settings.username)
+        for name in settings.vhosts:
+            if name in self.vhosts:
+                continue
+            self.add_vhost(name)
+            log.info("created vhost '%s'", name)
+            if settings.username in self.users:
+                self.set_permissions(settings.username, name, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
+        return first_boot
+
+    # -- authentication and authorisation ----------------------------------------------------
+    def authenticate(self, username: str, password: str, peer_host: str) -> UserRecord | None:
+        """The user if ``password`` is right and the address is allowed, else None.
+
+        A user in ``loopback_users`` is refused from a non-loopback ``peer_host``; RabbitMQ sends
+        the same ``login_refused_text`` for that as for a bad password.
+        """
+        user = self.users.get(username)
+        if user is None:
+            check_password(password, _DUMMY_HASH)  # about the same work as for a known user
+            return None
+        if not check_password(password, user.password_hash, user.hashing_algorithm):
+            return None
+        if username in self.loopback_users and not is_loopback(peer_host):
+            log.warning("user '%s' can only connect via localhost", username)
+            return None
+        return user
+
+    def check_vhost(self, user: UserRecord, vhost: str) -> None:
+        """``Connection.Open``: the vhost must exist and the user needs a permission entry there.
+
+        Raises:
+            NotAllowed: ``vhost <vhost> not found`` or
+                ``access to vhost '<vhost>' refused for user '<user>'`` (530, RabbitMQ's texts).
+        """
+        if vhost not in self.vhosts:
+            raise NotAllowed(f"vhost {vhost} not found")
+        if (user.name, vhost) not in self.permissions:
+            raise NotAllowed(f"access to vhost '{vhost}' refused for user '{user.name}'")
+
+    def is_allowed(
+        self, user: UserRecord, vhost: str, permission: Permission, kind: ResourceKind, name: str
+    ) -> bool:
+        """Whether ``user`` holds ``permission`` on the resource (see the module rules)."""
+        if kind == "exchange" and name == "":
+            name = "amq.default"
+        key = (user.name, vhost, permission, kind, name)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            perm = self.permissions.get((user.name, vhost))
+            if perm is None:
+                allowed = False
+            else:
+                try:
+                    allowed = self._pattern(getattr(perm, permission)).search(name) is not None
+                except AuthError:
+                    allowed = False
+            if len(self._allowed) >= _CACHE_LIMIT:
+                self._allowed.clear()
+            self._allowed[key] = allowed
+        return allowed
+
+    def check(
+        self, user: UserRecord, vhost: str, permission: Permission, kind: ResourceKind, name: str
+    ) -> None:
+        """Raise unless ``user`` holds ``permission`` on ``kind`` ``name`` in ``vhost``.
+
+        Raises:
+            AccessRefused: ``access to queue 'q' in vhost '/' refused for user 'bob'`` (403); the
+                default exchange is named ``amq.default``.
+        """
+        if not self.is_allowed(user, vhost, permission, kind, name):
+            shown = "amq.default" if kind == "exchange" and name == "" else name
+            raise AccessRefused(
+                f"access to {kind} '{shown}' in vhost '{vhost}' refused for user '{user.name}'"
+            )
+
+    # -- users -------------------------------------------------------------------------------
+    def add_user(
+        self,
+        name: str,
+        password: str | None,
+        tags: Iterable[str] = (),
+        hashing_algorithm: str = DEFAULT_HASHING_ALGORITHM,
+    ) -> UserRecord:
+        """Create a user; ``password=None`` creates one that cannot log in with a password.
+
+        Raises:
+            AuthError: the user exists, or the algorithm is unknown.
+        """
+        if name in self.users:
+            raise AuthError(f"User {name} already exists")
+        password_hash = "" if password is None else hash_password(password, hashing_algorithm)
+        return self.put_user(UserRecord(name, password_hash, hashing_algorithm, list(tags)))
+
+    def put_user(self, record: UserRecord) -> UserRecord:
+        """Create or replace a user record as given (hash included, as definitions import does)."""
+        record = dataclasses.replace(record, tags=list(record.tags))
+        self.users[record.name] = record
+        if self.store is not None:
+            self.store.put_user(dataclasses.replace(record, tags=list(record.tags)))
+        return record
+
+    def change_password(self, name: str, password: str) -> UserRecord:
+        """Set a new password (hashed with the default algorithm, as RabbitMQ does).
+
+        Raises:
+            AuthError: no such user.
+        """
+        user = self._user(name)
+        return self.put_user(
+            dataclasses.replace(
+                user,
+                password_hash=hash_password(password, DEFAULT_HASHING_ALGORITHM),
+                hashing_algorithm=DEFAULT_HASHING_ALGORITHM,
+            )
+        )
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user and all its permissions.
+
+        Raises:
+            AuthError: no such user.
+        """
+        self._user(name)
+        for user, vhost in [key for key in self.permissions if key[0] == name]:
+            self.clear_permissions(user, vhost)
+        del self.users[name]
+        if self.store is not None:
+            self.store.delete_user(name)
+
+    # -- vhosts ------------------------------------------------------------------------------
+    def add_vhost(self, name: str, description: str = "", tags: Iterable[str] = ()) -> VHostRecord:
+        """Create a vhost, or return the existing one unchanged.
+
+        Raises:
+            AuthError: the name is empty.
+        """
+        existing = self.vhosts.get(name)
+        if existing is not None:
+            return existing
+        if not name:
+            raise AuthError("a vhost name cannot be empty")
+        record = VHostRecord(name, description, list(tags))
+        self.vhosts[name] = record
+        if self.store is not None:
+            self.store.put_vhost(dataclasses.replace(record, tags=list(record.tags)))
+        return record
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete a vhost's record and every permission on it (its entities are the broker's job).
+
+        Raises:
+            AuthError: no such vhost.
+        """
+        self._vhost(name)
+        for user, vhost in [key for key in self.permissions if key[1] == name]:
+            self.clear_permissions(user, vhost)
+        del self.vhosts[name]
+        if self.store is not None:
+            self.store.delete_vhost(name)
+
+    # -- permissions -------------------------------------------------------------------------
+    def set_permissions(
+        self, user: str, vhost: str, configure: str, write: str, read: str
+    ) -> PermissionRecord:
+        """Grant (replace) a user's permissions on a vhost.
+
+        Raises:
+            AuthError: unknown user or vhost, or a regex that does not compile.
+        """
+        self._user(user)
+        self._vhost(vhost)
+        for regex in (configure, write, read):
+            self._pattern(regex)
+        record = PermissionRecord(user, vhost, configure, write, read)
+        self.permissions[(user, vhost)] = record
+        self._invalidate()
+        if self.store is not None:
+            self.store.put_permission(dataclasses.replace(record))
+        return record
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        """Remove a user's permissions on a vhost (no error if there were none)."""
+        if self.permissions.pop((user, vhost), None) is None:
+            return
+        self._invalidate()
+        if self.store is not None:
+            self.store.delete_permission(user, vhost)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _user(self, name: str) -> UserRecord:
+        try:
+            return self.users[name]
+        except KeyError:
+            raise AuthError(f"User {name} does not exist") from None
+
+    def _vhost(self, name: str) -> VHostRecord:
+        try:
+            return self.vhosts[name]
+        except KeyError:
+            raise AuthError(f"Virtual host {name} does not exist") from None
+
+    def _pattern(self, regex: str) -> re.Pattern[str]:
+        pattern = self._patterns.get(regex)
+        if pattern is None:
+            pattern = self._patterns[regex] = _compile(regex)
+        return pattern
+
+    def _invalidate(self) -> None:
+        self._allowed.clear()

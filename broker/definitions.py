@@ -1,0 +1,622 @@
+"""RabbitMQ definitions files (``rabbitmqctl export_definitions`` JSON) <-> ``Definitions``.
+
+Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` import:
+
+- ``users``: ``name``; ``password_hash`` (base64) with ``hashing_algorithm`` (when missing, md5
+  for files from RabbitMQ 3.0-3.5, sha256 otherwise), or a cleartext ``password`` (hashed here),
+  or neither (a user that cannot log in with a password); ``tags`` as a list (3.9+) or a
+  comma-separated string (older files; the legacy ``administrator`` flag too). ``limits`` ignored.
+- ``vhosts``: ``name``; ``description``/``tags`` at the top level or under ``metadata``.
+- ``permissions``: ``user``, ``vhost``, ``configure``, ``write``, ``read`` (regexes, checked).
+- ``queues``/``exchanges``: only durable entities are stored, so non-durable ones are skipped
+  with a warning; so are names starting with ``amq.`` and the default exchange (RabbitMQ skips
+  those too) and queues of a type other than classic (quorum, stream). Arguments are validated
+  the way ``queue.declare``/``exchange.declare`` would; exchange types must be built in.
+- ``bindings``: ``source``, ``vhost``, ``destination``, ``destination_type``, ``routing_key``,
+  ``arguments``; a binding whose endpoint is skipped above is skipped too.
+- ``topic_permissions``, ``parameters``, ``global_parameters``, ``policies``: accepted and ignored
+  with a warning (not implemented); other unknown keys are ignored.
+- Arguments: JSON -> AMQP field table: ints -> ``l`` (signed 64-bit), strings -> ``S``, booleans
+  -> ``t``, floats -> ``d``, lists -> ``A``, objects -> ``F``, null -> ``V`` (RabbitMQ's choices).
+  AMQP -> JSON maps every integer type and timestamps to numbers, decimals to floats, byte
+  strings to text (``Not UTF-8, base64 is: ...`` when they are not UTF-8); void values are left
+  out of exports, because ``rabbitmqctl import_definitions`` fails on ``null``
+  (``{:unhandled_type, nil}``) although we accept it on import.
+
+Writing (``definitions_to_json``) uses RabbitMQ 3.10's key names and shapes, so
+``rabbitmqctl import_definitions`` accepts the result. One deliberate difference: RabbitMQ 3.10
+leaves internal exchanges out of its exports (while keeping bindings to them); we export them
+with ``"internal": true`` (a key RabbitMQ's import reads), so a round trip loses nothing.
+
+Errors name the entry: ``queues[2] (queue 'q' in vhost '/'): 'durable' must be a boolean``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import datetime
+import json
+import logging
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from ottermq.amqp.errors import AMQPError, FrameError
+from ottermq.amqp.table import decode_table, encode_table
+from ottermq.persistence.store import (
+    BindingRecord,
+    Definitions,
+    ExchangeRecord,
+    PermissionRecord,
+    QueueRecord,
+    Store,
+    UserRecord,
+    VHostRecord,
+)
+from ottermq.vhost.arguments import parse_exchange_args, parse_queue_args
+from ottermq.vhost.exchange import EXCHANGE_TYPES
+from ottermq.vhost.vhost import PREDECLARED
+
+from .auth import DEFAULT_HASHING_ALGORITHM, HASHING_ALGORITHMS, hash_password
+
+__all__ = [
+    "DefinitionsError",
+    "arguments_from_json",
+    "arguments_to_json",
+    "definitions_from_json",
+    "definitions_to_json",
+    "export_definitions",
+    "import_definitions",
+    "load_definitions_file",
+]
+
+log = logging.getLogger(__name__)
+
+IGNORED_SECTIONS = {
+    "topic_permissions": "topic permissions are not implemented",
+    "parameters": "runtime parameters (federation, shovel, vhost limits...) are not implemented",
+    "global_parameters": "global parameters are not implemented",
+    "policies": "policies are not implemented",
+}
+_MD5_VERSIONS = re.compile(r"^3\.[0-5]\.")
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class DefinitionsError(ValueError):
+    """A definitions file (or an import) is invalid; the message names the bad entry."""
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments: JSON <-> AMQP field table
+# ---------------------------------------------------------------------------------------------
+def _json_to_amqp(value: Any, where: str) -> object:
+    if value is None or isinstance(value, bool | str | float):
+        return value
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise DefinitionsError(f"{where}: integer {value} does not fit in a signed 64-bit long")
+        return value
+    if isinstance(value, list):
+        return [_json_to_amqp(item, where) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _json_to_amqp(item, where) for key, item in value.items()}
+    raise DefinitionsError(f"{where}: unsupported argument value {value!r}")
+
+
+def arguments_from_json(value: Any, where: str = "arguments") -> bytes:
+    """Encode a JSON ``arguments`` object as an AMQP field table (``None``/``[]`` = empty).
+
+    Raises:
+        DefinitionsError: not an object, or a value that cannot be encoded.
+    """
+    if value is None or value == []:
+        value = {}
+    if not isinstance(value, dict):
+        raise DefinitionsError(f"{where}: 'arguments' must be an object, got {value!r}")
+    table = _json_to_amqp(value, where)
+    assert isinstance(table, dict)
+    try:
+        return encode_table(table)
+    except (ValueError, TypeError) as exc:
+        raise DefinitionsError(f"{where}: {exc}") from None
+
+
+def _bytes_to_json(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "Not UTF-8, base64 is: " + base64.b64encode(raw).decode("ascii")
+
+
+def _amqp_to_json(value: object, dropped: list[int]) -> Any:
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float | Decimal):
+        return float(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _bytes_to_json(bytes(value))
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    if isinstance(value, Mapping):
+        result = {}
+        for key, item in value.items():
+            if item is None:
+                dropped[0] += 1
+            else:
+                result[str(key)] = _amqp_to_json(item, dropped)
+        return result
+    if isinstance(value, list | tuple):
+        items = [_amqp_to_json(item, dropped) for item in value if item is not None]
+        dropped[0] += len(value) - len(items)
+        return items
+    return str(value)
+
+
+def arguments_to_json(raw: bytes) -> dict[str, Any]:
+    """Decode a stored AMQP field table into the JSON object RabbitMQ would export.
+
+    Void values are left out (with a warning): RabbitMQ's import rejects JSON ``null``.
+
+    Raises:
+        DefinitionsError: the bytes are not a valid field table.
+    """
+    try:
+        table, _ = decode_table(raw)
+    except FrameError as exc:
+        raise DefinitionsError(f"stored arguments are not a valid field table: {exc}") from None
+    dropped = [0]
+    result = _amqp_to_json(table, dropped)
+    if dropped[0]:
+        log.warning("export: left out %d void argument value(s) (RabbitMQ cannot import null)", dropped[0])
+    assert isinstance(result, dict)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------------
+class _Entry:
+    """One item of a section, with a label for error messages."""
+
+    def __init__(self, section: str, index: int, item: Any) -> None:
+        if not isinstance(item, dict):
+            raise DefinitionsError(f"{section}[{index}]: must be an object, got {item!r}")
+        self.item: dict[str, Any] = item
+        self.where = f"{section}[{index}]"
+
+    def label(self, text: str) -> None:
+        self.where = f"{self.where} ({text})"
+
+    def fail(self, problem: str) -> DefinitionsError:
+        return DefinitionsError(f"{self.where}: {problem}")
+
+    def string(self, key: str, default: str | None = None, *, non_empty: bool = False) -> str:
+        value = self.item.get(key, default)
+        if value is None:
+            raise self.fail(f"missing '{key}'")
+        if not isinstance(value, str):
+            raise self.fail(f"'{key}' must be a string, got {value!r}")
+        if non_empty and not value:
+            raise self.fail(f"'{key}' must not be empty")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.item.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(f"'{key}' must be a boolean, got {value!r}")
+        return value
+
+    def tags(self, value: Any) -> list[str]:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [tag.strip() for tag in value.split(",") if tag.strip()]
+        if isinstance(value, list) and all(isinstance(tag, str) for tag in value):
+            return [tag.strip() for tag in value if tag.strip()]
+        raise self.fail(f"'tags' must be a list of strings or a comma-separated string, got {value!r}")
+
+
+def _section(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DefinitionsError(f"'{key}' must be a list, got {type(value).__name__}")
+    return value
+
+
+def _default_algorithm(data: Mapping[str, Any]) -> str:
+    version = data.get("rabbit_version") or data.get("rabbitmq_version") or ""
+    if isinstance(version, str) and _MD5_VERSIONS.match(version):
+        return "rabbit_password_hashing_md5"
+    return DEFAULT_HASHING_ALGORITHM
+
+
+def _read_user(entry: _Entry, default_algorithm: str) -> UserRecord:
+    name = entry.string("name", non_empty=True)
+    entry.label(f"user '{name}'")
+    item = entry.item
+    algorithm = entry.string("hashing_algorithm", default_algorithm)
+    if algorithm not in HASHING_ALGORITHMS:
+        raise entry.fail(f"unsupported hashing_algorithm '{algorithm}'")
+    has_password, has_hash = "password" in item, "password_hash" in item
+    if has_password and has_hash:
+        raise entry.fail("both 'password' and 'password_hash' are given")
+    if has_password:
+        password_hash = hash_password(entry.string("password"), DEFAULT_HASHING_ALGORITHM)
+        algorithm = DEFAULT_HASHING_ALGORITHM
+    else:
+        password_hash = entry.string("password_hash", "")
+        try:
+            base64.b64decode(password_hash, validate=True)
+        except (binascii.Error, ValueError):
+            raise entry.fail("'password_hash' is not valid base64") from None
+    if "tags" in item:
+        tags = entry.tags(item["tags"])
+    else:
+        tags = ["administrator"] if str(item.get("administrator", "")).lower() == "true" else []
+    if item.get("limits"):
+        log.warning("%s: user limits are not implemented; ignored", entry.where)
+    return UserRecord(name, password_hash, algorithm, tags)
+
+
+def _read_vhost(entry: _Entry) -> VHostRecord:
+    name = entry.string("name", non_empty=True)
+    entry.label(f"vhost '{name}'")
+    metadata = entry.item.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise entry.fail(f"'metadata' must be an object, got {metadata!r}")
+    description = entry.item.get("description", metadata.get("description", ""))
+    if description is None:
+        description = ""
+    if not isinstance(description, str):
+        raise entry.fail(f"'description' must be a string, got {description!r}")
+    tags = entry.tags(entry.item.get("tags", metadata.get("tags")))
+    if entry.item.get("limits"):
+        log.warning("%s: vhost limits are not implemented; ignored", entry.where)
+    return VHostRecord(name, description, tags)
+
+
+def _read_permission(entry: _Entry) -> PermissionRecord:
+    user = entry.string("user", non_empty=True)
+    vhost = entry.string("vhost", non_empty=True)
+    entry.label(f"user '{user}' in vhost '{vhost}'")
+    regexes = [entry.string(key) for key in ("configure", "write", "read")]
+    for key, regex in zip(("configure", "write", "read"), regexes, strict=True):
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise entry.fail(f"'{key}' regular expression '{regex}' is invalid: {exc}") from None
+    return PermissionRecord(user, vhost, *regexes)
+
+
+def _skip_reserved(entry: _Entry, kind: str, name: str) -> bool:
+    if kind == "exchange" and name == "":
+        log.warning("%s: not importing the default exchange", entry.where)
+        return True
+    if name.startswith("amq."):
+        log.warning("%s: skipping a %s whose name begins with 'amq.'", entry.where, kind)
+        return True
+    if not entry.boolean("durable", True):
+        log.warning("%s: skipping a non-durable %s (only durable entities are stored)", entry.where, kind)
+        return True
+    return False
+
+
+def _read_exchange(entry: _Entry) -> ExchangeRecord | None:
+    name = entry.string("name")
+    vhost = entry.string("vhost", non_empty=True)
+    entry.label(f"exchange '{name}' in vhost '{vhost}'")
+    type_ = entry.string("type")
+    auto_delete = entry.boolean("auto_delete", False)
+    internal = entry.boolean("internal", False)
+    arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
+    if _skip_reserved(entry, "exchange", name):
+        return None
+    if type_ not in EXCHANGE_TYPES:
+        raise entry.fail(f"unsupported exchange type '{type_}' (supported: {', '.join(EXCHANGE_TYPES)})")
+    try:
+        parse_exchange_args(decode_table(arguments)[0], name, vhost)
+    except AMQPError as exc:
+        raise entry.fail(exc.text) from None
+    return ExchangeRecord(vhost, name, type_, auto_delete, internal, arguments)
+
+
+def _read_queue(entry: _Entry) -> QueueRecord | None:
+    name = entry.string("name", non_empty=True)
+    vhost = entry.string("vhost", non_empty=True)
+    entry.label(f"queue '{name}' in vhost '{vhost}'")
+    auto_delete = entry.boolean("auto_delete", False)
+    arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
+    if _skip_reserved(entry, "queue", name):
+        return None
+    args = decode_table(arguments)[0]
+    queue_type = args.get("x-queue-type", "classic")
+    if queue_type != "classic":
+        log.warning(
+            "%s: skipping a queue of type %r (only classic queues are supported)", entry.where, queue_type
+        )
+        return None
+    try:
+        parse_queue_args(args, name, vhost)
+    except AMQPError as exc:
+        raise entry.fail(exc.text) from None
+    return QueueRecord(vhost, name, auto_delete, arguments)
+
+
+def _read_binding(entry: _Entry) -> BindingRecord:
+    vhost = entry.string("vhost", non_empty=True)
+    source = entry.string("source")
+    destination = entry.string("destination")
+    kind = entry.string("destination_type")
+    entry.label(f"binding of {kind} '{destination}' to exchange '{source}' in vhost '{vhost}'")
+    if kind not in ("queue", "exchange"):
+        raise entry.fail(f"'destination_type' must be 'queue' or 'exchange', got {kind!r}")
+    routing_key = entry.string("routing_key", "")
+    arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
+    return BindingRecord(vhost, source, kind, destination, routing_key, arguments)
+
+
+def definitions_from_json(data: Mapping[str, Any]) -> Definitions:
+    """Validate a parsed definitions file and turn it into store records (see the module rules).
+
+    Raises:
+        DefinitionsError: the first invalid entry, named (``users[1] (user 'bob'): ...``).
+    """
+    if not isinstance(data, Mapping):
+        raise DefinitionsError(f"definitions must be a JSON object, got {type(data).__name__}")
+    for section, reason in IGNORED_SECTIONS.items():
+        count = len(_section(data, section))
+        if count:
+            log.warning("definitions: ignoring %d item(s) in '%s': %s", count, section, reason)
+    defs = Definitions()
+    algorithm = _default_algorithm(data)
+    users: dict[str, UserRecord] = {}
+    for i, item in enumerate(_section(data, "users")):
+        user = _read_user(_Entry("users", i, item), algorithm)
+        users[user.name] = user
+    vhosts: dict[str, VHostRecord] = {}
+    for i, item in enumerate(_section(data, "vhosts")):
+        vhost = _read_vhost(_Entry("vhosts", i, item))
+        vhosts[vhost.name] = vhost
+    perms: dict[tuple[str, str], PermissionRecord] = {}
+    for i, item in enumerate(_section(data, "permissions")):
+        perm = _read_permission(_Entry("permissions", i, item))
+        perms[(perm.user, perm.vhost)] = perm
+    defs.users = list(users.values())
+    defs.vhosts = list(vhosts.values())
+    defs.permissions = list(perms.values())
+
+    skipped: set[tuple[str, str, str]] = set()  # (kind, vhost, name) left out on purpose
+    seen: set[tuple[str, str, str]] = set()
+    for i, item in enumerate(_section(data, "exchanges")):
+        entry = _Entry("exchanges", i, item)
+        exchange = _read_exchange(entry)
+        key = ("exchange", entry.item["vhost"], entry.item["name"])
+        if exchange is None:
+            skipped.add(key)
+        elif key in seen:
+            log.warning("%s: duplicate exchange; the first definition is kept", entry.where)
+        else:
+            seen.add(key)
+            defs.exchanges.append(exchange)
+    for i, item in enumerate(_section(data, "queues")):
+        entry = _Entry("queues", i, item)
+        queue = _read_queue(entry)
+        key = ("queue", entry.item["vhost"], entry.item["name"])
+        if queue is None:
+            skipped.add(key)
+        elif key in seen:
+            log.warning("%s: duplicate queue; the first definition is kept", entry.where)
+        else:
+            seen.add(key)
+            defs.queues.append(queue)
+    bindings: set[tuple[str, str, str, str, str, bytes]] = set()
+    for i, item in enumerate(_section(data, "bindings")):
+        entry = _Entry("bindings", i, item)
+        binding = _read_binding(entry)
+        if binding.source == "":
+            log.warning("%s: skipping a binding of the default exchange", entry.where)
+            continue
+        source = ("exchange", binding.vhost, binding.source)
+        destination = (binding.destination_kind, binding.vhost, binding.destination)
+        if source in skipped or destination in skipped:
+            log.warning("%s: skipped with its source or destination", entry.where)
+            continue
+        binding_key = _binding_key(binding)
+        if binding_key not in bindings:
+            bindings.add(binding_key)
+            defs.bindings.append(binding)
+    return defs
+
+
+def load_definitions_file(path: str | Path) -> Definitions:
+    """Read and validate a definitions JSON file (e.g. ``OTTERMQ_DEFINITIONS_FILE``).
+
+    Raises:
+        DefinitionsError: unreadable file, invalid JSON or invalid definitions (path in message).
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DefinitionsError(f"cannot read definitions file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise DefinitionsError(f"definitions file {path} is not valid JSON: {exc}") from None
+    try:
+        return definitions_from_json(data)
+    except DefinitionsError as exc:
+        raise DefinitionsError(f"definitions file {path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------------------------
+def definitions_to_json(defs: Definitions, version: str) -> dict[str, Any]:
+    """RabbitMQ 3.10's export shape for ``defs`` (all queues and exchanges are durable).
+
+    Args:
+        defs: what to export.
+        version: written as ``rabbit_version`` and ``rabbitmq_version``.
+    """
+    return {
+        "rabbit_version": version,
+        "rabbitmq_version": version,
+        "users": [
+            {
+                "name": u.name,
+                "password_hash": u.password_hash,
+                "hashing_algorithm": u.hashing_algorithm,
+                "tags": list(u.tags),
+                "limits": {},
+            }
+            for u in defs.users
+        ],
+        "vhosts": [
+            {"name": v.name, "limits": [], "metadata": {"description": v.description, "tags": list(v.tags)}}
+            for v in defs.vhosts
+        ],
+        "permissions": [
+            {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write, "read": p.read}
+            for p in defs.permissions
+        ],
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [],
+        "policies": [],
+        "queues": [_queue_json(q) for q in defs.queues],
+        "exchanges": [
+            {
+                "name": x.name,
+                "vhost": x.vhost,
+                "type": x.type,
+                "durable": True,
+                "auto_delete": x.auto_delete,
+                "internal": x.internal,
+                "arguments": arguments_to_json(x.arguments),
+            }
+            for x in defs.exchanges
+        ],
+        "bindings": [
+            {
+                "source": b.source,
+                "vhost": b.vhost,
+                "destination": b.destination,
+                "destination_type": b.destination_kind,
+                "routing_key": b.routing_key,
+                "arguments": arguments_to_json(b.arguments),
+            }
+            for b in defs.bindings
+        ],
+    }
+
+
+def _queue_json(q: QueueRecord) -> dict[str, Any]:
+    arguments = arguments_to_json(q.arguments)
+    queue_type = arguments.get("x-queue-type", "classic")
+    return {
+        "name": q.name,
+        "vhost": q.vhost,
+        "durable": True,
+        "auto_delete": q.auto_delete,
+        "arguments": arguments,
+        "type": queue_type if isinstance(queue_type, str) else "classic",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# store import / export
+# ---------------------------------------------------------------------------------------------
+def _binding_key(b: BindingRecord) -> tuple[str, str, str, str, str, bytes]:
+    return (b.vhost, b.source, b.destination_kind, b.destination, b.routing_key, b.arguments)
+
+
+async def import_definitions(store: Store, defs: Definitions) -> Definitions:
+    """Write ``defs`` into ``store`` the way RabbitMQ imports a definitions file, then flush.
+
+    Users, vhosts and permissions are created or replaced. Exchanges and queues that already
+    exist are left as they are (a declare of an existing entity changes nothing). Bindings whose
+    source or destination exists neither in the store nor in ``defs`` (nor among the predeclared
+    ``amq.*`` exchanges) are skipped with a warning, and so are bindings already present.
+    Everything is validated before anything is written.
+
+    Returns:
+        What was actually written.
+
+    Raises:
+        DefinitionsError: a permission names an unknown user or vhost, or a queue or exchange
+            (or binding) lives in an unknown vhost.
+    """
+    current = await store.load_definitions()
+    users = {u.name for u in current.users} | {u.name for u in defs.users}
+    vhosts = {v.name for v in current.vhosts} | {v.name for v in defs.vhosts}
+    for p in defs.permissions:
+        if p.user not in users:
+            raise DefinitionsError(f"permission of user '{p.user}' in vhost '{p.vhost}': no such user")
+        if p.vhost not in vhosts:
+            raise DefinitionsError(f"permission of user '{p.user}' in vhost '{p.vhost}': no such vhost")
+    entities: list[tuple[str, str, str]] = [("exchange", x.vhost, x.name) for x in defs.exchanges]
+    entities += [("queue", q.vhost, q.name) for q in defs.queues]
+    entities += [("binding to exchange", b.vhost, b.source) for b in defs.bindings]
+    for kind, vhost, name in entities:
+        if vhost not in vhosts:
+            raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
+
+    written = Definitions()
+    old_exchanges = {(x.vhost, x.name) for x in current.exchanges}
+    old_queues = {(q.vhost, q.name) for q in current.queues}
+    for v in defs.vhosts:
+        store.put_vhost(dataclasses.replace(v, tags=list(v.tags)))
+        written.vhosts.append(v)
+    for u in defs.users:
+        store.put_user(dataclasses.replace(u, tags=list(u.tags)))
+        written.users.append(u)
+    for p in defs.permissions:
+        store.put_permission(dataclasses.replace(p))
+        written.permissions.append(p)
+    for x in defs.exchanges:
+        if (x.vhost, x.name) in old_exchanges:
+            log.info("exchange '%s' in vhost '%s' already exists; left unchanged", x.name, x.vhost)
+            continue
+        store.put_exchange(dataclasses.replace(x))
+        written.exchanges.append(x)
+    for q in defs.queues:
+        if (q.vhost, q.name) in old_queues:
+            log.info("queue '%s' in vhost '%s' already exists; left unchanged", q.name, q.vhost)
+            continue
+        record = dataclasses.replace(q, id=0)
+        store.put_queue(record)
+        written.queues.append(record)
+
+    exchanges = old_exchanges | {(x.vhost, x.name) for x in defs.exchanges}
+    exchanges |= {(vhost, name) for vhost in vhosts for name, _type, _internal in PREDECLARED}
+    queues = old_queues | {(q.vhost, q.name) for q in defs.queues}
+    old_bindings = {_binding_key(b) for b in current.bindings}
+    for b in defs.bindings:
+        targets = queues if b.destination_kind == "queue" else exchanges
+        if (b.vhost, b.source) not in exchanges or (b.vhost, b.destination) not in targets:
+            log.warning(
+                "skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
+                b.destination_kind, b.destination, b.source, b.vhost,
+                "exchange" if (b.vhost, b.source) not in exchanges else b.destination_kind,
+            )
+            continue
+        if _binding_key(b) in old_bindings:
+            continue
+        old_bindings.add(_binding_key(b))
+        store.put_binding(dataclasses.replace(b))
+        written.bindings.append(b)
+    await store.flush()
+    return written
+
+
+async def export_definitions(store: Store) -> Definitions:
+    """Everything durable the store holds, ready for ``definitions_to_json``."""
+    return await store.load_definitions()

@@ -1,0 +1,263 @@
+"""Durable storage with the real process: restarts, TTL across restarts, SIGTERM flush, and the
+crash test (kill -9 under confirmed load: every confirmed message survives exactly once).
+
+These restart the broker, so they run against ottermq only (``extension``)."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+
+import pika
+import pytest
+
+pytestmark = pytest.mark.extension
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+def connect(broker) -> tuple[pika.BlockingConnection, pika.adapters.blocking_connection.BlockingChannel]:
+    conn = pika.BlockingConnection(broker.params())
+    return conn, conn.channel()
+
+
+def drain(ch, q: str) -> list[tuple[bytes, bool]]:
+    out = []
+    while True:
+        method, _props, body = ch.basic_get(q, auto_ack=True)
+        if method is None:
+            return out
+        out.append((body, method.redelivered))
+
+
+def count(ch, q: str) -> int:
+    return ch.queue_declare(q, passive=True).method.message_count
+
+
+def test_durable_entities_and_persistent_messages_survive_restart(broker_process):
+    process = broker_process()
+    conn, ch = connect(process.start())
+    ch.confirm_delivery()
+    ch.exchange_declare("dx", "topic", durable=True)
+    ch.exchange_declare("tx", "fanout")  # transient exchange: gone after restart
+    ch.queue_declare("dq", durable=True, arguments={"x-max-priority": 5})
+    ch.queue_declare("tq")  # transient queue: gone
+    ch.queue_bind("dq", "dx", "a.#")
+    for i in range(5):
+        ch.basic_publish("dx", "a.b", b"p%d" % i, pika.BasicProperties(delivery_mode=2, priority=i % 2))
+    ch.basic_publish("dx", "a.b", b"transient-msg")  # delivery_mode 1: not kept
+    method, _, body = ch.basic_get("dq")  # delivered, not acked: comes back redelivered
+    assert body == b"p1"  # priority 1 first
+    conn.close()
+    assert process.stop() == 0
+
+    conn, ch = connect(process.start())
+    assert drain(ch, "dq") == [(b"p1", True), (b"p3", False), (b"p0", False), (b"p2", False), (b"p4", False)]
+    ch.basic_publish("dx", "a.z", b"routed", PERSISTENT)  # binding survived
+    assert drain(ch, "dq") == [(b"routed", False)]
+    for name in ("tq",):
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            ch.queue_declare(name, passive=True)
+        ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+        ch.exchange_declare("tx", passive=True)
+    conn.close()
+
+
+def test_acked_messages_do_not_come_back(broker_process):
+    process = broker_process()
+    conn, ch = connect(process.start())
+    ch.confirm_delivery()
+    ch.queue_declare("q", durable=True)
+    for i in range(10):
+        ch.basic_publish("", "q", b"%d" % i, PERSISTENT)
+    for _ in range(4):
+        method, _, _ = ch.basic_get("q")
+        ch.basic_ack(method.delivery_tag)
+    ch.queue_declare("q", passive=True)  # round trip: the acks were processed
+    conn.close()
+    process.stop()
+    conn, ch = connect(process.start())
+    assert [b for b, _ in drain(ch, "q")] == [b"%d" % i for i in range(4, 10)]
+    conn.close()
+
+
+def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered(broker_process):
+    process = broker_process()
+    conn, ch = connect(process.start())
+    ch.confirm_delivery()
+    ch.exchange_declare("dlx", "fanout", durable=True)
+    ch.queue_declare("dlq", durable=True)
+    ch.queue_bind("dlq", "dlx")
+    args = {"x-message-ttl": 60000, "x-dead-letter-exchange": "dlx"}
+    ch.queue_declare("work", durable=True, arguments=args)
+    ch.basic_publish("", "work", b"short", pika.BasicProperties(delivery_mode=2, expiration="400"))
+    ch.basic_publish("", "work", b"long", PERSISTENT)
+    conn.close()
+    process.stop()
+    time.sleep(0.6)  # "short" lapses while the broker is down
+    conn, ch = connect(process.start())
+    method, props, body = ch.basic_get("dlq", auto_ack=True)
+    assert body == b"short"
+    death = props.headers["x-death"][0]
+    assert (death["reason"], death["queue"], death["original-expiration"]) == ("expired", "work", "400")
+    assert count(ch, "work") == 1 and count(ch, "dlq") == 0
+    conn.close()
+    process.stop()
+    conn, ch = connect(process.start())
+    assert count(ch, "dlq") == 0  # dead-lettered once, not again
+    assert [b for b, _ in drain(ch, "work")] == [b"long"]
+    conn.close()
+
+
+def test_x_expires_clock_resumes_after_restart(broker_process):
+    process = broker_process()
+    conn, ch = connect(process.start())
+    ch.queue_declare("exp", durable=True, arguments={"x-expires": 1500})
+    conn.close()
+    process.stop()
+    time.sleep(1.6)
+    conn, ch = connect(process.start())
+    time.sleep(0.2)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+        ch.queue_declare("exp", passive=True)
+    conn.close()
+
+
+def test_sigterm_flushes_what_was_accepted(broker_process):
+    process = broker_process()
+    conn, ch = connect(process.start())
+    ch.queue_declare("flush", durable=True)
+    for i in range(2000):
+        ch.basic_publish("", "flush", b"m%d" % i, PERSISTENT)  # no confirms
+    assert count(ch, "flush") == 2000  # a round trip: all 2000 were accepted
+    process.stop()
+    conn, ch = connect(process.start())
+    assert count(ch, "flush") == 2000
+    conn.close()
+
+
+def test_non_durable_and_exclusive_queues_are_gone_after_restart(broker_process):
+    process = broker_process()
+    conn, ch = connect(process.start())
+    ch.queue_declare("excl", durable=True, exclusive=True)
+    ch.queue_declare("plain", durable=False)
+    process.stop()
+    conn, ch = connect(process.start())
+    for name in ("excl", "plain"):
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            ch.queue_declare(name, passive=True)
+        ch = conn.channel()
+    conn.close()
+
+
+def _confirmed_publisher(
+    broker, tag: int, stop: threading.Event, confirmed: list[bytes], errors: list[BaseException]
+) -> None:
+    try:
+        conn, ch = connect(broker)
+        ch.confirm_delivery()
+        i = 0
+        while not stop.is_set():
+            body = b"c%d-%08d" % (tag, i)
+            ch.basic_publish("", "crash", body, PERSISTENT)  # returns once confirmed
+            confirmed.append(body)
+            i += 1
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        errors.append(exc)
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_kill_9_under_load_loses_no_confirmed_message(broker_process, attempt):
+    process = broker_process()
+    b = process.start()
+    conn, ch = connect(b)
+    ch.queue_declare("crash", durable=True)
+    conn.close()
+    stop = threading.Event()
+    per_thread: list[list[bytes]] = [[] for _ in range(3)]
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(target=_confirmed_publisher, args=(b, i, stop, per_thread[i], errors), daemon=True)
+        for i in range(3)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(random.uniform(0.3, 1.2))
+    process.kill()  # SIGKILL at a random moment
+    stop.set()
+    for t in threads:
+        t.join(10)
+    confirmed = {body for bodies in per_thread for body in bodies}
+    assert len(confirmed) > 50, "the load did not get going"
+
+    conn, ch = connect(process.start())  # the store opens cleanly
+    stored = [body for body, _ in drain(ch, "crash")]
+    assert len(stored) == len(set(stored)), "a message came back twice"
+    missing = confirmed - set(stored)
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:3]}"
+    conn.close()
+
+
+def test_corrupt_database_is_reported_not_replaced(broker_process):
+    process = broker_process()
+    process.start()
+    process.stop()
+    db = process.data_dir / "ottermq.db"
+    for extra in ("-wal", "-shm"):
+        (process.data_dir / f"ottermq.db{extra}").unlink(missing_ok=True)
+    db.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(pytest.fail.Exception):
+        process.start(timeout=10)
+    process.died = False
+    log = process.log_tail().lower()
+    assert "corrupt" in log or "not a database" in log
+    assert db.read_bytes().startswith(b"this is not a database")
+
+
+def test_newer_schema_is_refused(broker_process):
+    process = broker_process()
+    process.start()
+    process.stop()
+    with sqlite3.connect(process.data_dir / "ottermq.db") as db:
+        db.execute("PRAGMA user_version = 999")
+    with pytest.raises(pytest.fail.Exception):
+        process.start(timeout=10)
+    process.died = False
+    assert "newer" in process.log_tail()
+
+
+def test_second_broker_on_the_same_data_dir_is_refused(broker_process):
+    first = broker_process()
+    first.start()
+    second = broker_process(data_dir=first.data_dir)
+    with pytest.raises(pytest.fail.Exception):
+        second.start(timeout=10)
+    second.died = False
+    assert "in use" in second.log_tail()
+
+
+def test_each_vhost_recovers_its_own_entities(broker_process):
+    process = broker_process({"OTTERMQ_VHOSTS": "/,other"})
+    b = process.start()
+    for vhost, tag in (("/", b"root"), ("other", b"other")):
+        conn = pika.BlockingConnection(b.params(virtual_host=vhost))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.exchange_declare(f"x-{tag.decode()}", "direct", durable=True)
+        ch.queue_declare("shared-name", durable=True)
+        ch.queue_bind("shared-name", f"x-{tag.decode()}", "k")
+        ch.basic_publish(f"x-{tag.decode()}", "k", tag, PERSISTENT)
+        conn.close()
+    process.stop()
+    b = process.start()
+    for vhost, tag, other in (("/", b"root", "other"), ("other", b"other", "root")):
+        conn = pika.BlockingConnection(b.params(virtual_host=vhost))
+        ch = conn.channel()
+        assert drain(ch, "shared-name") == [(tag, False)]
+        ch.exchange_declare(f"x-{tag.decode()}", passive=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            ch.exchange_declare(f"x-{other}", passive=True)
+        conn.close()

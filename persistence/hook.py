@@ -1,0 +1,93 @@
+"""Adapter from the vhost's durability events to ``Store`` records.
+
+The vhost reports durable exchanges, queues, bindings and the persistent messages of durable
+queues (``vhost.DefinitionStore``, ``vhost.queue.MessageStore``); this turns them into records
+and queues them on the store. Nothing here awaits: the store batches and commits on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ottermq.amqp.table import encode_table
+from ottermq.ttl.manager import Clock
+from ottermq.vhost.exchange import Destination, Exchange
+from ottermq.vhost.message import Entry
+from ottermq.vhost.queue import Queue
+
+from .store import BindingRecord, ExchangeRecord, MessageRecord, QueueRecord, Store
+
+
+def exchange_record(vhost: str, exchange: Exchange) -> ExchangeRecord:
+    return ExchangeRecord(
+        vhost, exchange.name, exchange.type, exchange.auto_delete, exchange.internal,
+        encode_table(dict(exchange.arguments or {})),
+    )
+
+
+def binding_record(
+    vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
+) -> BindingRecord:
+    return BindingRecord(vhost, source, dest[0], dest[1], routing_key, encode_table(dict(arguments)))
+
+
+class DurableHook:
+    """Implements ``vhost.DefinitionStore`` and ``vhost.queue.MessageStore`` over a ``Store``.
+
+    Args:
+        store: where records go.
+        clock: epoch-ms clock (message enqueue times).
+    """
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    # -- definitions ----------------------------------------------------------------------
+    def exchange_declared(self, vhost: str, exchange: Exchange) -> None:
+        self.store.put_exchange(exchange_record(vhost, exchange))
+
+    def exchange_deleted(self, vhost: str, name: str) -> None:
+        self.store.delete_exchange(vhost, name)
+
+    def queue_declared(self, queue: Queue) -> None:
+        record = QueueRecord(queue.vhost, queue.name, queue.auto_delete, encode_table(queue.args.raw))
+        queue.store_id = self.store.put_queue(record)
+        queue.store = self
+
+    def queue_deleted(self, queue: Queue) -> None:
+        self.store.delete_queue(queue.store_id)
+        queue.store = None
+
+    def binding_added(
+        self, vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
+    ) -> None:
+        self.store.put_binding(binding_record(vhost, source, dest, routing_key, arguments))
+
+    def binding_removed(
+        self, vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
+    ) -> None:
+        self.store.delete_binding(binding_record(vhost, source, dest, routing_key, arguments))
+
+    # -- messages -------------------------------------------------------------------------
+    def message_added(self, queue: Queue, entry: Entry) -> None:
+        message = entry.message
+        entry.store_id = self.store.insert_message(
+            MessageRecord(
+                queue.store_id, entry.seq, message.exchange, message.routing_key, message.raw_props,
+                message.body, self.clock(), entry.deadline, message.extra_keys, entry.redelivered,
+                entry.delivery_count,
+            )
+        )
+
+    def message_removed(self, entry: Entry) -> None:
+        self.store.delete_message(entry.store_id)
+
+    def message_delivered(self, entry: Entry) -> None:
+        self.store.mark_delivered(entry.store_id, entry.delivery_count)
+
+    def queue_purged(self, queue: Queue) -> None:
+        self.store.purge_queue(queue.store_id)
+
+    def queue_touched(self, queue: Queue, expires_at: int) -> None:
+        self.store.touch_queue(queue.store_id, expires_at)

@@ -1,0 +1,491 @@
+"""Group commit shared by every store, and ``MemoryStore``: the same contract held in dicts.
+
+Rules:
+- A write method appends one or more ``(statement, params)`` ops (statements from ``schema``) to
+  the current batch, synchronously, and returns. The first op of a batch, when no commit is in
+  flight, creates the commit task (its first step runs via ``call_soon``, so everything queued in
+  this event-loop turn joins the batch). While a batch commits, new ops fill the next batch, which
+  the same task commits right after.
+- ``_commit(ops)`` applies one batch atomically (all or nothing) or raises; ``None`` entries in
+  ``ops`` are cancelled ops and are skipped.
+- Coalescing within the current (not yet committing) batch: deleting a message whose insert is
+  pending cancels both; ``mark_delivered`` on a pending insert rewrites the insert;
+  ``mark_delivered``/``touch_queue`` keep only the last op per id (moved to its latest position).
+- ``after_commit(cb)`` joins the current batch if it holds anything, else the batch in flight,
+  else fires on the next loop turn with ``True``. Callbacks run in registration order with the
+  batch's outcome; a failed batch is logged and reported as ``ok=False``, and later batches go on.
+- Ids: queue ids from a counter (a redeclared name keeps its id); message id =
+  ``(queue_id << SEQ_BITS) | seq`` where seq is the record's seq, or the queue's previous seq + 1
+  when the record's is not above it (then ``record.seq`` is updated to match).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from . import schema as s
+from .store import (
+    BindingRecord,
+    CommitCallback,
+    Definitions,
+    ExchangeRecord,
+    MessageRecord,
+    PermissionRecord,
+    QueueRecord,
+    StoreError,
+    UserRecord,
+    VHostRecord,
+)
+
+log = logging.getLogger(__name__)
+
+Op = tuple[str, tuple[Any, ...]]
+
+
+class BatchingStore:
+    """The op queue, coalescing, id allocation and commit callbacks of ``MemoryStore`` and
+    ``SQLiteStore``; subclasses provide ``_commit``, opening, closing and reads."""
+
+    _needs_open = True  # SQLiteStore: writes before open() raise; MemoryStore works without open()
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._ops: list[Op | None] = []
+        self._dead = 0  # cancelled ops (None) in _ops
+        self._inserts: dict[int, int] = {}  # message id -> index of its pending insert
+        self._marks: dict[int, int] = {}  # message id -> index of its pending mark_delivered
+        self._touches: dict[int, int] = {}  # queue id -> index of its pending touch_queue
+        self._callbacks: list[CommitCallback] = []
+        self._inflight_callbacks: list[CommitCallback] | None = None
+        self._inflight = 0
+        self._task: asyncio.Task[None] | None = None
+        self._queue_ids: dict[tuple[str, str], int] = {}
+        self._queue_keys: dict[int, tuple[str, str]] = {}
+        self._last_seq: dict[int, int] = {}  # queue id -> highest seq allocated
+        self._next_queue_id = 1
+        self.batches = 0
+        self.failed_batches = 0
+
+    # -- engine ---------------------------------------------------------------------------------
+    async def _commit(self, ops: list[Op | None]) -> None:
+        raise NotImplementedError
+
+    def _load_ids(self, queues: Iterable[tuple[int, str, str]], last_seq: dict[int, int]) -> None:
+        self._queue_ids = {(vhost, name): qid for qid, vhost, name in queues}
+        self._queue_keys = {qid: key for key, qid in self._queue_ids.items()}
+        self._last_seq = {qid: last_seq.get(qid, 0) for qid in self._queue_keys}
+        self._next_queue_id = max(self._queue_keys, default=0) + 1
+
+    def _kick(self) -> None:
+        """Start the commit task for a new batch (the caller checked no task is running)."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        loop = self._loop
+        if loop is None:
+            if self._needs_open:
+                raise StoreError("the store is not open")
+            loop = self._loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while self._ops or self._callbacks:
+                ops, callbacks = self._ops, self._callbacks
+                live = len(ops) - self._dead
+                self._ops, self._callbacks, self._dead = [], [], 0
+                self._inserts, self._marks, self._touches = {}, {}, {}
+                ok = True
+                if live:
+                    self._inflight, self._inflight_callbacks = live, callbacks
+                    try:
+                        await self._commit(ops)
+                    except (sqlite3.Error, StoreError) as exc:  # "database or disk is full", I/O errors
+                        ok = False
+                        self.failed_batches += 1
+                        log.error("store: a batch of %d ops failed and was rolled back: %s", live, exc)
+                    except Exception:
+                        ok = False
+                        self.failed_batches += 1
+                        log.exception("store: a batch of %d ops failed and was rolled back", live)
+                    finally:
+                        self._inflight, self._inflight_callbacks = 0, None
+                    self.batches += 1
+                for callback in callbacks:
+                    _fire(callback, ok)
+        finally:
+            self._task = None
+
+    def _add(self, statement: str, params: tuple[Any, ...]) -> None:
+        if self._task is None:
+            self._kick()
+        self._ops.append((statement, params))
+
+    def _cancel(self, index: int) -> None:
+        self._ops[index] = None
+        self._dead += 1
+
+    # -- Store: batching --------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Ops queued and not yet committed (the current batch and the one in flight)."""
+        return len(self._ops) - self._dead + self._inflight
+
+    def after_commit(self, callback: CommitCallback) -> None:
+        """Call ``callback(ok)`` once everything queued so far is committed (ok) or failed."""
+        if len(self._ops) > self._dead or self._callbacks:
+            self._callbacks.append(callback)
+        elif self._inflight_callbacks is not None:
+            self._inflight_callbacks.append(callback)
+        elif self._task is not None:  # between batches (callbacks firing): the task loops once more
+            self._callbacks.append(callback)
+        else:
+            loop = self._loop or asyncio.get_running_loop()
+            loop.call_soon(_fire, callback, True)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed.
+
+        Raises:
+            StoreError: the batch holding the last queued op failed (it was logged).
+        """
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def done(ok: bool) -> None:
+            if not future.done():
+                future.set_result(ok)
+
+        self.after_commit(done)
+        if not await future:
+            raise StoreError("the store could not commit queued writes (see the log)")
+
+    async def _drain(self) -> None:
+        """Flush, then wait for a batch queued by the callbacks themselves; log failures."""
+        try:
+            await self.flush()
+        except StoreError as exc:
+            log.error("closing the store: %s", exc)
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    # -- Store: definitions -------------------------------------------------------------------------
+    def put_vhost(self, record: VHostRecord) -> None:
+        self._add(s.PUT_VHOST, s.vhost_row(record))
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete the vhost with its permissions, exchanges, bindings, queues and messages."""
+        self._add(s.DELETE_VHOST_PERMISSIONS, (name,))
+        self._add(s.DELETE_VHOST_BINDINGS, (name,))
+        self._add(s.DELETE_VHOST_EXCHANGES, (name,))
+        for qid, (vhost, _) in list(self._queue_keys.items()):
+            if vhost == name:
+                self._forget_queue(qid)
+                self._add(s.DELETE_MESSAGES, s.queue_range(qid))
+        self._add(s.DELETE_VHOST_QUEUES, (name,))
+        self._add(s.DELETE_VHOST, (name,))
+
+    def put_user(self, record: UserRecord) -> None:
+        self._add(s.PUT_USER, s.user_row(record))
+
+    def delete_user(self, name: str) -> None:
+        """Delete the user and its permissions."""
+        self._add(s.DELETE_USER_PERMISSIONS, (name,))
+        self._add(s.DELETE_USER, (name,))
+
+    def put_permission(self, record: PermissionRecord) -> None:
+        self._add(s.PUT_PERMISSION, s.permission_row(record))
+
+    def delete_permission(self, user: str, vhost: str) -> None:
+        self._add(s.DELETE_PERMISSION, (user, vhost))
+
+    def put_exchange(self, record: ExchangeRecord) -> None:
+        self._add(s.PUT_EXCHANGE, s.exchange_row(record))
+
+    def delete_exchange(self, vhost: str, name: str) -> None:
+        """Delete the exchange and the bindings from or to it."""
+        self._add(s.DELETE_EXCHANGE_BINDINGS, (vhost, name, name))
+        self._add(s.DELETE_EXCHANGE, (vhost, name))
+
+    def put_queue(self, record: QueueRecord) -> int:
+        """Insert or replace a durable queue; returns (and sets) ``record.id``.
+
+        A queue keeps its id when redeclared (``record.id == 0`` and a known vhost/name). Giving
+        a known name another id replaces the old queue: its messages are deleted.
+
+        Raises:
+            StoreError: all queue ids are used (restart: ids are compacted at open) or bad id.
+        """
+        key = (record.vhost, record.name)
+        known = self._queue_ids.get(key)
+        qid = record.id or known or self._next_queue_id
+        if not 0 < qid <= s.MAX_QUEUE_ID:
+            raise StoreError(f"queue id {qid} not in 1..{s.MAX_QUEUE_ID} (restart to compact queue ids)")
+        if known is not None and known != qid:
+            self._forget_queue(known)
+            self._add(s.DELETE_MESSAGES, s.queue_range(known))
+            self._add(s.DELETE_QUEUE, (known,))
+        previous = self._queue_keys.get(qid)
+        if previous is not None and previous != key:
+            del self._queue_ids[previous]
+        self._queue_ids[key] = qid
+        self._queue_keys[qid] = key
+        self._last_seq.setdefault(qid, 0)
+        self._next_queue_id = max(self._next_queue_id, qid + 1)
+        record.id = qid
+        self._add(s.PUT_QUEUE, s.queue_row(record))
+        return qid
+
+    def _forget_queue(self, queue_id: int) -> None:
+        key = self._queue_keys.pop(queue_id, None)
+        if key is not None:
+            del self._queue_ids[key]
+        self._last_seq.pop(queue_id, None)
+
+    def delete_queue(self, queue_id: int) -> None:
+        """Delete the queue row, its messages and the bindings to it."""
+        key = self._queue_keys.get(queue_id)
+        self._forget_queue(queue_id)
+        if key is not None:
+            self._add(s.DELETE_QUEUE_BINDINGS, key)
+        self._add(s.DELETE_MESSAGES, s.queue_range(queue_id))
+        self._add(s.DELETE_QUEUE, (queue_id,))
+
+    def touch_queue(self, queue_id: int, expires_at: int | None) -> None:
+        """Record the queue's current x-expires deadline (coalesced per batch)."""
+        index = self._touches.get(queue_id)
+        if index is not None:
+            self._cancel(index)
+        if self._task is None:
+            self._kick()
+        self._touches[queue_id] = len(self._ops)
+        self._ops.append((s.TOUCH_QUEUE, (expires_at, queue_id)))
+
+    def put_binding(self, record: BindingRecord) -> None:
+        self._add(s.PUT_BINDING, s.binding_row(record))
+
+    def delete_binding(self, record: BindingRecord) -> None:
+        self._add(s.DELETE_BINDING, s.binding_row(record))
+
+    # -- Store: messages (the hot path) ---------------------------------------------------------
+    def insert_message(self, record: MessageRecord) -> int:
+        """Queue an insert; returns (and sets) ``record.id`` (and ``record.seq`` if it was raised).
+
+        Raises:
+            StoreError: unknown queue id (not put, or deleted), or the queue used all 2**44 seqs.
+        """
+        qid = record.queue_id
+        last = self._last_seq.get(qid)
+        if last is None:
+            raise StoreError(f"insert_message: unknown queue id {qid} (put_queue first)")
+        seq = record.seq
+        if seq <= last:
+            seq = last + 1
+        if seq > s.SEQ_MASK:
+            raise StoreError(f"queue id {qid} has used all {s.SEQ_MASK} message seqs")
+        self._last_seq[qid] = record.seq = seq
+        mid = record.id = (qid << s.SEQ_BITS) | seq
+        if self._task is None:
+            self._kick()
+        ops = self._ops
+        self._inserts[mid] = len(ops)
+        keys = record.extra_keys
+        delivered = record.delivered or record.delivery_count
+        ops.append((s.INSERT_MESSAGE, (
+            mid, record.exchange, record.routing_key, record.props, record.body, record.enqueued_at,
+            record.deadline, json.dumps(list(keys)) if keys else None,
+            record.delivery_count if delivered else None,
+        )))
+        return mid
+
+    def delete_message(self, message_id: int) -> None:
+        """Queue a delete (cancels a not-yet-committed insert instead)."""
+        index = self._inserts.pop(message_id, None)
+        if index is not None:
+            self._cancel(index)
+            return
+        if self._marks:
+            index = self._marks.pop(message_id, None)
+            if index is not None:
+                self._cancel(index)
+        if self._task is None:
+            self._kick()
+        self._ops.append((s.DELETE_MESSAGE, (message_id,)))
+
+    def mark_delivered(self, message_id: int, delivery_count: int) -> None:
+        """Remember the message was delivered (recovered as redelivered); coalesced per batch."""
+        ops = self._ops
+        index = self._inserts.get(message_id)
+        if index is not None:
+            op = ops[index]
+            assert op is not None
+            ops[index] = (op[0], op[1][:8] + (delivery_count,))
+            return
+        index = self._marks.get(message_id)
+        if index is not None:
+            self._cancel(index)
+        if self._task is None:
+            self._kick()
+        self._marks[message_id] = len(ops)
+        ops.append((s.MARK_DELIVERED, (delivery_count, message_id)))
+
+    def purge_queue(self, queue_id: int) -> None:
+        """Delete every message of the queue."""
+        self._add(s.DELETE_MESSAGES, s.queue_range(queue_id))
+
+
+def _fire(callback: CommitCallback, ok: bool) -> None:
+    try:
+        callback(ok)
+    except Exception:
+        log.exception("after_commit callback %r failed", callback)
+
+
+class MemoryStore(BatchingStore):
+    """The ``Store`` contract in dicts: same batching, ids, coalescing and callbacks as SQLiteStore.
+
+    For broker tests and for running without persistence. Data lives as long as the object: closing
+    and reopening it is a "restart" that keeps everything, like the SQLite store.
+
+    Args:
+        keep_messages: False drops message ops at commit (persistence off: ids and callbacks still
+            work, nothing is kept, ``iter_messages`` yields nothing).
+
+    Attributes:
+        fail_batches: test hook; the next ``fail_batches`` batches fail (nothing applied, ok=False).
+    """
+
+    _needs_open = False
+
+    def __init__(self, keep_messages: bool = True) -> None:
+        super().__init__()
+        self.keep_messages = keep_messages
+        self.fail_batches = 0
+        self._vhosts: dict[Any, s.Row] = {}
+        self._users: dict[Any, s.Row] = {}
+        self._permissions: dict[Any, s.Row] = {}
+        self._exchanges: dict[Any, s.Row] = {}
+        self._queues: dict[int, s.Row] = {}
+        self._bindings: dict[Any, s.Row] = {}
+        self._messages: dict[int, dict[int, s.Row]] = {}  # queue id -> {message id: row}, id order
+        self._apply: dict[str, Callable[[tuple[Any, ...]], None]] = {
+            s.PUT_VHOST: lambda p: self._vhosts.__setitem__(p[0], p),
+            s.DELETE_VHOST: lambda p: self._drop(self._vhosts, lambda k, r: k == p[0]),
+            s.DELETE_VHOST_PERMISSIONS: lambda p: self._drop(self._permissions, lambda k, r: r[1] == p[0]),
+            s.DELETE_VHOST_EXCHANGES: lambda p: self._drop(self._exchanges, lambda k, r: r[0] == p[0]),
+            s.DELETE_VHOST_BINDINGS: lambda p: self._drop(self._bindings, lambda k, r: r[0] == p[0]),
+            s.DELETE_VHOST_QUEUES: lambda p: self._drop(self._queues, lambda k, r: r[1] == p[0]),
+            s.PUT_USER: lambda p: self._users.__setitem__(p[0], p),
+            s.DELETE_USER: lambda p: self._drop(self._users, lambda k, r: k == p[0]),
+            s.DELETE_USER_PERMISSIONS: lambda p: self._drop(self._permissions, lambda k, r: r[0] == p[0]),
+            s.PUT_PERMISSION: lambda p: self._permissions.__setitem__(p[:2], p),
+            s.DELETE_PERMISSION: lambda p: self._drop(self._permissions, lambda k, r: k == p),
+            s.PUT_EXCHANGE: lambda p: self._exchanges.__setitem__(p[:2], p),
+            s.DELETE_EXCHANGE: lambda p: self._drop(self._exchanges, lambda k, r: k == p),
+            s.DELETE_EXCHANGE_BINDINGS: lambda p: self._drop(
+                self._bindings,
+                lambda k, r: r[0] == p[0] and (r[1] == p[1] or (r[2] == "exchange" and r[3] == p[2])),
+            ),
+            s.PUT_QUEUE: self._put_queue,
+            s.DELETE_QUEUE: lambda p: self._drop(self._queues, lambda k, r: k == p[0]),
+            s.DELETE_QUEUE_BINDINGS: lambda p: self._drop(
+                self._bindings, lambda k, r: r[0] == p[0] and r[2] == "queue" and r[3] == p[1]
+            ),
+            s.TOUCH_QUEUE: self._touch_queue,
+            s.PUT_BINDING: lambda p: self._bindings.__setitem__(p, p),
+            s.DELETE_BINDING: lambda p: self._drop(self._bindings, lambda k, r: k == p),
+            s.INSERT_MESSAGE: self._insert_message,
+            s.DELETE_MESSAGE: self._delete_message,
+            s.MARK_DELIVERED: self._mark_delivered,
+            s.DELETE_MESSAGES: self._delete_messages,
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Bind to the running loop; after a close, reload ids as the SQLite store does."""
+        self._loop = asyncio.get_running_loop()
+        self._closed = False
+        last_seq = {qid: max(rows, default=0) & s.SEQ_MASK for qid, rows in self._messages.items()}
+        self._load_ids(((qid, r[1], r[2]) for qid, r in sorted(self._queues.items())), last_seq)
+
+    async def close(self) -> None:
+        """Commit what is queued; the data stays in this object (reopen to use it again)."""
+        await self._drain()
+        self._closed = True
+        self._loop = None
+
+    # -- commit -----------------------------------------------------------------------------------
+    async def _commit(self, ops: list[Op | None]) -> None:
+        if self.fail_batches:
+            self.fail_batches -= 1
+            raise StoreError("simulated failure (MemoryStore.fail_batches)")
+        apply = self._apply
+        for op in ops:
+            if op is not None:
+                apply[op[0]](op[1])
+
+    @staticmethod
+    def _drop(table: dict[Any, s.Row], match: Callable[[Any, s.Row], bool]) -> None:
+        for key in [k for k, row in table.items() if match(k, row)]:
+            del table[key]
+
+    def _put_queue(self, p: tuple[Any, ...]) -> None:
+        # INSERT OR REPLACE: a row with the same (vhost, name) and another id is replaced
+        self._drop(self._queues, lambda k, r: r[1:3] == p[1:3] and k != p[0])
+        self._queues[p[0]] = p
+
+    def _touch_queue(self, p: tuple[Any, ...]) -> None:
+        row = self._queues.get(p[1])
+        if row is not None:
+            self._queues[p[1]] = row[:5] + (p[0],)
+
+    def _insert_message(self, p: tuple[Any, ...]) -> None:
+        if self.keep_messages:
+            self._messages.setdefault(p[0] >> s.SEQ_BITS, {})[p[0]] = p
+
+    def _delete_message(self, p: tuple[Any, ...]) -> None:
+        rows = self._messages.get(p[0] >> s.SEQ_BITS)
+        if rows is not None:
+            rows.pop(p[0], None)
+
+    def _delete_messages(self, p: tuple[Any, ...]) -> None:
+        self._messages.pop(p[0] >> s.SEQ_BITS, None)  # always one whole queue range
+
+    def _mark_delivered(self, p: tuple[Any, ...]) -> None:
+        rows = self._messages.get(p[1] >> s.SEQ_BITS)
+        row = None if rows is None else rows.get(p[1])
+        if rows is not None and row is not None:
+            rows[p[1]] = row[:8] + (p[0],)
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def load_definitions(self) -> Definitions:
+        """Everything committed, in the SQLite store's order."""
+        return s.definitions(
+            [r for _, r in sorted(self._vhosts.items())],
+            [r for _, r in sorted(self._users.items())],
+            [r for _, r in sorted(self._permissions.items())],
+            [r for _, r in sorted(self._exchanges.items())],
+            [r for _, r in sorted(self._queues.items())],
+            [r for _, r in sorted(self._bindings.items())],
+        )
+
+    async def iter_messages(self, queue_id: int, chunk: int = 10000) -> AsyncIterator[list[MessageRecord]]:
+        """The queue's committed messages in seq order, ``chunk`` rows at a time."""
+        rows = sorted(self._messages.get(queue_id, {}).items())
+        for start in range(0, len(rows), chunk):
+            yield s.message_records(queue_id, (row for _, row in rows[start:start + chunk]))
+
+    async def stats(self) -> dict[str, int]:
+        """``messages``, ``queues``, ``pending``, ``batches``, ``failed_batches``, ``bytes_on_disk`` (0)."""
+        return {
+            "messages": sum(len(rows) for rows in self._messages.values()),
+            "queues": len(self._queues),
+            "pending": self.pending,
+            "batches": self.batches,
+            "failed_batches": self.failed_batches,
+            "bytes_on_disk": 0,
+        }

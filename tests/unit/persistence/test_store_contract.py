@@ -1,0 +1,458 @@
+"""The Store contract, run against SQLiteStore and MemoryStore (see conftest ``new_store``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ottermq.persistence import (
+    BindingRecord,
+    ExchangeRecord,
+    MemoryStore,
+    MessageRecord,
+    PermissionRecord,
+    QueueRecord,
+    SQLiteStore,
+    StoreError,
+    UserRecord,
+    VHostRecord,
+)
+from ottermq.persistence.memory import BatchingStore
+
+Factory = Callable[[], MemoryStore | SQLiteStore]
+
+
+def message(queue_id: int, seq: int, body: bytes = b"x" * 100, **fields: Any) -> MessageRecord:
+    fields.setdefault("exchange", "amq.direct")
+    fields.setdefault("routing_key", "rk")
+    fields.setdefault("props", b"\x10\x00\x02")
+    fields.setdefault("enqueued_at", 1_700_000_000_000)
+    return MessageRecord(queue_id=queue_id, seq=seq, body=body, **fields)
+
+
+async def messages(store: MemoryStore | SQLiteStore, queue_id: int, chunk: int = 10000) -> list[MessageRecord]:
+    return [m async for batch in store.iter_messages(queue_id, chunk) for m in batch]
+
+
+def run(main: Callable[[], Any]) -> Any:
+    return asyncio.run(main())
+
+
+def test_definitions_round_trip_and_survive_reopen(new_store: Factory) -> None:
+    vhosts = [VHostRecord("/", "default", ["x"]), VHostRecord("prod", "", [])]
+    users = [UserRecord("guest", "c2FsdGhhc2g=", tags=["administrator"]), UserRecord("bob", "aGFzaA==")]
+    permissions = [PermissionRecord("guest", "/"), PermissionRecord("bob", "prod", "^bob", "", ".*")]
+    exchanges = [
+        ExchangeRecord("/", "logs", "topic", auto_delete=True, internal=False),
+        ExchangeRecord("prod", "dlx", "fanout", internal=True, arguments=b"\x00\x00\x00\x05\x01kt\x01"),
+    ]
+    bindings = [
+        BindingRecord("/", "logs", "queue", "q1", "a.#"),
+        BindingRecord("/", "logs", "exchange", "other", "b.*", b"\x00\x00\x00\x00"),
+    ]
+
+    async def write() -> list[QueueRecord]:
+        store = new_store()
+        await store.open()
+        for v in vhosts:
+            store.put_vhost(v)
+        for u in users:
+            store.put_user(u)
+        for p in permissions:
+            store.put_permission(p)
+        for e in exchanges:
+            store.put_exchange(e)
+        queues = [
+            QueueRecord("/", "q1", arguments=b"\x00\x00\x00\x0dx-max-lengthI\x00\x00\x00\x05"),
+            QueueRecord("prod", "q2", auto_delete=True, expires_at=1_700_000_000_123),
+        ]
+        ids = [store.put_queue(q) for q in queues]
+        assert ids == [q.id for q in queues] and len(set(ids)) == 2 and 0 not in ids
+        for b in bindings:
+            store.put_binding(b)
+        await store.close()
+        return queues
+
+    async def read() -> Any:
+        store = new_store()
+        await store.open()
+        try:
+            return await store.load_definitions()
+        finally:
+            await store.close()
+
+    queues = run(write)
+    loaded = run(read)
+    key = repr
+    assert sorted(loaded.vhosts, key=key) == sorted(vhosts, key=key)
+    assert sorted(loaded.users, key=key) == sorted(users, key=key)
+    assert sorted(loaded.permissions, key=key) == sorted(permissions, key=key)
+    assert sorted(loaded.exchanges, key=key) == sorted(exchanges, key=key)
+    assert loaded.queues == sorted(queues, key=lambda q: q.id)
+    assert sorted(loaded.bindings, key=key) == sorted(bindings, key=key)
+
+
+def test_puts_replace_and_deletes_cascade(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        for vhost in ("/", "other"):
+            store.put_vhost(VHostRecord(vhost))
+            store.put_permission(PermissionRecord("guest", vhost))
+            store.put_exchange(ExchangeRecord(vhost, "ex", "direct"))
+            store.put_binding(BindingRecord(vhost, "ex", "queue", "q", "k"))
+        store.put_user(UserRecord("guest", "h1"))
+        store.put_user(UserRecord("guest", "h2"))  # replaces
+        store.put_exchange(ExchangeRecord("/", "ex", "fanout"))  # replaces
+        store.put_exchange(ExchangeRecord("/", "ex2", "direct"))
+        store.put_binding(BindingRecord("/", "ex2", "exchange", "ex", "k"))  # to ex
+        store.put_binding(BindingRecord("/", "ex2", "exchange", "ex3", "k"))  # unrelated to ex
+        q = store.put_queue(QueueRecord("/", "q"))
+        store.insert_message(message(q, 1))
+        await store.flush()
+        d = await store.load_definitions()
+        assert [u.password_hash for u in d.users] == ["h2"]
+        assert [(e.vhost, e.name, e.type) for e in d.exchanges] == [
+            ("/", "ex", "fanout"), ("/", "ex2", "direct"), ("other", "ex", "direct")
+        ]
+
+        store.delete_exchange("/", "ex")  # bindings from and to it go too
+        await store.flush()
+        d = await store.load_definitions()
+        assert sorted((b.vhost, b.source, b.destination) for b in d.bindings) == [
+            ("/", "ex2", "ex3"), ("other", "ex", "q")
+        ]
+
+        store.delete_queue(q)  # its bindings and messages go too
+        await store.flush()
+        assert await messages(store, q) == []
+        assert (await store.load_definitions()).queues == []
+
+        store.delete_user("guest")  # its permissions go too
+        store.delete_vhost("other")  # everything in it goes
+        await store.flush()
+        d = await store.load_definitions()
+        assert d.users == [] and d.permissions == []
+        assert [v.name for v in d.vhosts] == ["/"]
+        assert [(e.vhost, e.name) for e in d.exchanges] == [("/", "ex2")]
+        assert [(b.vhost, b.source) for b in d.bindings] == [("/", "ex2")]
+
+        store.put_permission(PermissionRecord("bob", "/"))
+        store.delete_permission("bob", "/")
+        store.delete_binding(BindingRecord("/", "ex2", "exchange", "ex3", "k"))
+        await store.flush()
+        d = await store.load_definitions()
+        assert d.permissions == [] and d.bindings == []
+        await store.close()
+
+    run(main)
+
+
+def test_queue_ids_kept_on_redeclare_never_reused(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        a = store.put_queue(QueueRecord("/", "a"))
+        assert store.put_queue(QueueRecord("/", "a", auto_delete=True)) == a  # redeclare keeps id
+        b = store.put_queue(QueueRecord("/", "b"))
+        store.insert_message(message(a, 1))
+        store.delete_queue(a)
+        a2 = store.put_queue(QueueRecord("/", "a"))  # same batch: deleted, then declared anew
+        assert len({a, b, a2}) == 3
+        store.insert_message(message(a2, 1, body=b"new"))
+        await store.flush()
+        assert [m.body for m in await messages(store, a2)] == [b"new"]
+        assert await messages(store, a) == []
+        d = await store.load_definitions()
+        assert [(q.name, q.id) for q in d.queues] == [("b", b), ("a", a2)]
+        await store.close()
+
+    run(main)
+
+
+def test_message_round_trip_every_field(new_store: Factory) -> None:
+    async def main() -> list[MessageRecord]:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        records = [
+            message(q, 1),
+            message(q, 2, body=b"", exchange="", routing_key="ключ", props=b"\x00\x00"),
+            message(q, 3, deadline=1_700_000_060_000, extra_keys=("cc1", "bcc"), delivered=True, delivery_count=3),
+            message(q, 4, body=bytes(range(256)) * 40, delivered=True),
+        ]
+        for r in records:
+            r.id = store.insert_message(r)
+        await store.close()
+        store = new_store()
+        await store.open()
+        got = await messages(store, q)
+        await store.close()
+        assert got == records
+        return got
+
+    got = run(main)
+    assert got[2].extra_keys == ("cc1", "bcc") and got[0].extra_keys == ()
+    assert got[3].delivered is True and got[0].delivered is False
+
+
+def test_messages_in_seq_order_per_queue(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q1 = store.put_queue(QueueRecord("/", "q1"))
+        q2 = store.put_queue(QueueRecord("/", "q2"))
+        for seq in (1, 2, 5, 9, 10, 100, 101):
+            store.insert_message(message(q1, seq, body=b"a%d" % seq))
+            store.insert_message(message(q2, seq * 2, body=b"b%d" % seq))
+        await store.flush()
+        first = await messages(store, q1)
+        assert [m.seq for m in first] == [1, 2, 5, 9, 10, 100, 101]
+        assert all(m.queue_id == q1 and m.body == b"a%d" % m.seq for m in first)
+        assert [m.seq for m in await messages(store, q2)] == [2, 4, 10, 18, 20, 200, 202]
+        await store.close()
+
+    run(main)
+
+
+def test_seq_not_above_the_last_is_stored_after_it(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        store.insert_message(message(q, 5))
+        late = message(q, 3)
+        store.insert_message(late)
+        assert late.seq == 6  # documented: ids are (queue, seq) and must increase per queue
+        await store.flush()
+        assert [m.seq for m in await messages(store, q)] == [5, 6]
+        await store.close()
+        store = new_store()
+        await store.open()  # after a restart the queue continues after its highest stored seq
+        again = message(q, 1)
+        store.insert_message(again)
+        assert again.seq == 7
+        await store.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize(("count", "chunk", "sizes"), [(10, 3, [3, 3, 3, 1]), (10, 5, [5, 5]), (0, 4, [])])
+def test_iter_messages_chunks(new_store: Factory, count: int, chunk: int, sizes: list[int]) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        other = store.put_queue(QueueRecord("/", "other"))
+        for seq in range(1, count + 1):
+            store.insert_message(message(q, seq))
+            store.insert_message(message(other, seq))
+        await store.flush()
+        batches = [batch async for batch in store.iter_messages(q, chunk)]
+        assert [len(b) for b in batches] == sizes
+        assert [m.seq for b in batches for m in b] == list(range(1, count + 1))
+        await store.close()
+
+    run(main)
+
+
+def test_insert_then_delete_in_one_batch_cancels_both(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        await store.flush()
+        batches = store.batches
+        ids = [store.insert_message(message(q, seq)) for seq in (1, 2, 3)]
+        store.mark_delivered(ids[0], 1)  # folded into the pending insert
+        assert store.pending == 3
+        oks: list[bool] = []
+        store.after_commit(oks.append)
+        store.delete_message(ids[0])
+        store.delete_message(ids[1])
+        assert store.pending == 1
+        await store.flush()
+        assert oks == [True]
+        assert store.batches == batches + 1
+        assert [m.id for m in await messages(store, q)] == [ids[2]]
+        for _ in ids:
+            store.delete_message(store.insert_message(message(q, 0)))
+        assert store.pending == 0
+        await store.flush()
+        assert store.batches == batches + 1  # nothing left to write: no transaction at all
+        await store.close()
+
+    run(main)
+
+
+def test_mark_delivered_and_touch_queue_coalesce(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q", expires_at=1))
+        a = store.insert_message(message(q, 1))
+        b = store.insert_message(message(q, 2))
+        store.mark_delivered(b, 0)  # pending insert: rewritten in place
+        assert store.pending == 3
+        await store.flush()
+        store.mark_delivered(a, 1)
+        store.touch_queue(q, 10)
+        store.mark_delivered(a, 2)
+        store.touch_queue(q, None)
+        store.touch_queue(q, 30)
+        assert store.pending == 2
+        await store.flush()
+        got = await messages(store, q)
+        assert [(m.delivered, m.delivery_count) for m in got] == [(True, 2), (True, 0)]
+        assert [x.expires_at for x in (await store.load_definitions()).queues] == [30]
+        store.mark_delivered(a, 3)
+        store.delete_message(a)  # the pending mark is dropped with it
+        assert store.pending == 1
+        await store.flush()
+        assert [m.id for m in await messages(store, q)] == [b]
+        await store.close()
+
+    run(main)
+
+
+def test_purge_queue(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        keep = store.put_queue(QueueRecord("/", "keep"))
+        for seq in range(1, 4):
+            store.insert_message(message(q, seq))
+            store.insert_message(message(keep, seq))
+        await store.flush()
+        store.insert_message(message(q, 4))  # pending: purged in the same batch
+        store.purge_queue(q)
+        store.insert_message(message(q, 5))  # after the purge: kept
+        await store.flush()
+        assert [m.seq for m in await messages(store, q)] == [5]
+        assert len(await messages(store, keep)) == 3
+        await store.close()
+
+    run(main)
+
+
+def test_callbacks_fire_in_order_after_their_batch(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        events: list[tuple[str, bool]] = []
+        store.after_commit(lambda ok: events.append(("idle", ok)))
+        assert events == []  # never synchronously
+        await asyncio.sleep(0)
+        assert events == [("idle", True)]
+        q = store.put_queue(QueueRecord("/", "q"))
+        store.after_commit(lambda ok: events.append(("declared", ok)))
+        store.insert_message(message(q, 1))
+        store.after_commit(lambda ok: events.append(("published", ok)))
+        store.after_commit(lambda ok: 1 / 0)  # a failing callback is logged, the others still run
+        store.after_commit(lambda ok: events.append(("last", ok)))
+        await store.flush()
+        assert events[1:] == [("declared", True), ("published", True), ("last", True)]
+        await store.close()
+
+    run(main)
+
+
+def test_callback_while_a_batch_is_in_flight_waits_for_it(new_store: Factory, kind: str) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        events: list[str] = []
+        store.after_commit(lambda ok: events.append("first"))
+        await asyncio.sleep(0)  # the commit task starts
+        if kind == "sqlite":
+            assert store.pending == 1 and store._inflight == 1  # committing on the worker thread
+        store.after_commit(lambda ok: events.append(f"second {store.batches}"))
+        store.insert_message(message(q, 1))
+        store.after_commit(lambda ok: events.append(f"third {store.batches}"))
+        await store.flush()
+        assert events == ["first", "second 1", "third 2"]
+        await store.close()
+
+    run(main)
+
+
+def test_failed_batch_reports_false_and_the_next_works(
+    new_store: Factory, fail_next_batch: Callable[[BatchingStore], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        await store.flush()
+        fail_next_batch(store)
+        oks: list[bool] = []
+        lost = store.insert_message(message(q, 1))
+        store.after_commit(oks.append)
+        with pytest.raises(StoreError):
+            await store.flush()
+        assert oks == [False] and store.failed_batches == 1 and store.pending == 0
+        kept = store.insert_message(message(q, 2))
+        store.after_commit(oks.append)
+        await store.flush()
+        assert oks == [False, True]
+        assert [m.id for m in await messages(store, q)] == [kept]
+        assert lost != kept
+        await store.close()
+
+    with caplog.at_level(logging.ERROR):
+        run(main)
+    assert any("failed" in r.getMessage() for r in caplog.records)
+
+
+def test_writes_need_an_open_store(new_store: Factory, kind: str) -> None:
+    async def main() -> None:
+        store = new_store()
+        if kind == "sqlite":
+            with pytest.raises(StoreError, match="not open"):
+                store.put_vhost(VHostRecord("/"))
+        await store.open()
+        with pytest.raises(StoreError, match="unknown queue id"):
+            store.insert_message(message(42, 1))
+        await store.close()
+        with pytest.raises(StoreError, match="closed|not open"):
+            store.put_vhost(VHostRecord("/"))
+
+    run(main)
+
+
+def test_stats_count_messages(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        for seq in range(1, 6):
+            store.insert_message(message(q, seq))
+        assert (await store.stats())["pending"] == 6
+        await store.flush()
+        stats = await store.stats()
+        assert stats["messages"] == 5 and stats["queues"] == 1 and stats["pending"] == 0
+        assert stats["bytes_on_disk"] >= 0 and stats["batches"] >= 1
+        await store.close()
+
+    run(main)
+
+
+def test_memory_store_without_messages_and_without_open() -> None:
+    async def main() -> None:
+        store = MemoryStore(keep_messages=False)  # persistence off: open() is optional
+        q = store.put_queue(QueueRecord("/", "q"))
+        mid = store.insert_message(message(q, 1))
+        oks: list[bool] = []
+        store.after_commit(oks.append)
+        await store.flush()
+        assert oks == [True] and mid
+        assert await messages(store, q) == []
+        assert [x.name for x in (await store.load_definitions()).queues] == ["q"]
+
+    run(main)
