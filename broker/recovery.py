@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ottermq.amqp.errors import AMQPError
 from ottermq.amqp.props import quick_props
 from ottermq.amqp.table import decode_table
 from ottermq.persistence.hook import DurableHook
-from ottermq.persistence.store import Store
+from ottermq.persistence.store import BindingRecord, Store
 from ottermq.vhost.message import Entry, Message, SelectedMessage, with_delivery_count
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
@@ -71,10 +72,7 @@ async def recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, 
         counts["queues"] += 1
     for b in defs.bindings:
         b_vhost = broker.vhosts.get(b.vhost)
-        targets = None if b_vhost is None else (
-            b_vhost.queues if b.destination_kind == "queue" else b_vhost.exchanges
-        )
-        if b_vhost is None or targets is None or b.source not in b_vhost.exchanges or b.destination not in targets:
+        if b_vhost is None or not _binding_ends_exist(b_vhost, b):
             store.delete_binding(b)
             continue
         args = decode_table(b.arguments)[0]
@@ -93,6 +91,11 @@ async def recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, 
         time.monotonic() - started,
     )
     return counts
+
+
+def _binding_ends_exist(vhost: VHost, b: BindingRecord) -> bool:
+    targets: Mapping[str, object] = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
+    return b.source in vhost.exchanges and b.destination in targets
 
 
 async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
