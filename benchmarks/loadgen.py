@@ -136,7 +136,7 @@ async def publish_paced(conn: RawConnection, channel: int, queue: str, rate: flo
         if due > sent:
             conn.write(b"".join([head, stamp(now), tail] * (due - sent)))
             sent = due
-        await asyncio.sleep(0.0005)
+        await asyncio.sleep(0.001)  # uvloop timers have 1 ms resolution; less would busy-spin
 
 
 # ------------------------------------------------------------------------------------------------

@@ -33,14 +33,76 @@ def _run_server() -> int:
     return 0
 
 
+def _definitions(action: str, path: str) -> int:
+    """Export or import RabbitMQ definitions JSON on the store in ``OTTERMQ_DATA_DIR``."""
+    import json
+
+    from ottermq.persistence.store import StoreError
+
+    from .definitions import (
+        DefinitionsError,
+        definitions_to_json,
+        export_definitions,
+        import_definitions,
+        load_definitions_file,
+    )
+    from .server import VERSION, lock_data_dir, open_store
+
+    settings = load_settings()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+
+    async def run() -> None:
+        store = open_store(settings)
+        await store.open()
+        try:
+            if action == "export":
+                data = definitions_to_json(await export_definitions(store), VERSION)
+                text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+                if path == "-":
+                    sys.stdout.write(text)
+                else:
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write(text)
+            else:
+                await import_definitions(store, load_definitions_file(path))
+        finally:
+            await store.close()
+
+    try:
+        if settings.store == "sqlite":
+            lock_data_dir(settings.data_dir)
+        asyncio.run(run())
+    except StoreError as exc:
+        print(
+            f"ottermq definitions {action}: {exc} (stop the broker first, or load a file at start-up "
+            "with OTTERMQ_DEFINITIONS_FILE)",
+            file=sys.stderr,
+        )
+        return 1
+    except (DefinitionsError, OSError, ValueError) as exc:
+        print(f"ottermq definitions {action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ottermq`` console script and ``python -m ottermq.broker``."""
     parser = argparse.ArgumentParser(prog="ottermq", description="OtterMQ AMQP 0.9.1 broker")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("serve", help="run the broker (default)")
+    defs = sub.add_parser(
+        "definitions", help="export/import RabbitMQ definitions JSON (users, vhosts, permissions, topology)"
+    )
+    defs_sub = defs.add_subparsers(dest="action", required=True)
+    export = defs_sub.add_parser("export", help="write the stored definitions as RabbitMQ JSON")
+    export.add_argument("file", nargs="?", default="-", help="output file (default: stdout)")
+    imp = defs_sub.add_parser("import", help="load a RabbitMQ definitions JSON file into the store")
+    imp.add_argument("file")
     args = parser.parse_args(argv)
     if args.command in (None, "serve"):
         return _run_server()
+    if args.command == "definitions":
+        return _definitions(args.action, args.file)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -5,8 +5,12 @@ These restart the broker, so they run against ottermq only (``extension``)."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 
@@ -261,3 +265,50 @@ def test_each_vhost_recovers_its_own_entities(broker_process):
         with pytest.raises(pika.exceptions.ChannelClosedByBroker):
             ch.exchange_declare(f"x-{other}", passive=True)
         conn.close()
+
+
+GUEST_HASH = "Jb2wpdgX4zZI0JVNeMTMC7OAG9s6Sfzya9BR1t4X/gv300Iq"  # RabbitMQ's sha256 format, password "guest"
+
+
+def _cli(*args: str, data_dir) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OTTERMQ_DATA_DIR=str(data_dir), PYTHONSAFEPATH="1")
+    return subprocess.run(
+        [sys.executable, "-m", "ottermq.broker", "definitions", *args],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_definitions_cli_import_then_serve_then_export(broker_process, tmp_path):
+    defs = {
+        "rabbit_version": "3.10.8",
+        "users": [{"name": "guest", "password_hash": GUEST_HASH,
+                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["administrator"]}],
+        "vhosts": [{"name": "/"}],
+        "permissions": [{"user": "guest", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}],
+        "exchanges": [{"name": "orders", "vhost": "/", "type": "topic", "durable": True, "auto_delete": False,
+                       "internal": False, "arguments": {}}],
+        "queues": [{"name": "orders.eu", "vhost": "/", "durable": True, "auto_delete": False,
+                    "arguments": {"x-message-ttl": 60000}}],
+        "bindings": [{"source": "orders", "vhost": "/", "destination": "orders.eu",
+                      "destination_type": "queue", "routing_key": "eu.#", "arguments": {}}],
+    }
+    path = tmp_path / "defs.json"
+    path.write_text(json.dumps(defs))
+    process = broker_process()
+    result = _cli("import", str(path), data_dir=process.data_dir)
+    assert result.returncode == 0, result.stderr
+    b = process.start()
+    conn = pika.BlockingConnection(b.params())
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("orders", "eu.fr", b"order", PERSISTENT)
+    assert count(ch, "orders.eu") == 1
+    conn.close()
+    # while the broker runs, the CLI refuses to touch its data dir
+    busy = _cli("export", data_dir=process.data_dir)
+    assert busy.returncode == 1 and "in use" in busy.stderr
+    process.stop()
+    exported = json.loads(_cli("export", data_dir=process.data_dir).stdout)
+    assert [q["name"] for q in exported["queues"]] == ["orders.eu"]
+    assert exported["queues"][0]["arguments"] == {"x-message-ttl": 60000}
+    assert exported["bindings"][0]["routing_key"] == "eu.#"
