@@ -64,6 +64,7 @@ class DeadLetterer:
         self.routed = 0
         self._work: deque[tuple[Queue, list[Entry], str]] = deque()
         self._busy = False
+        self._cache: dict[tuple[Any, ...], tuple[bytes, list[Any]]] = {}
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         """Dead-letter ``entries`` that left ``queue`` for ``reason``."""
@@ -98,16 +99,18 @@ class DeadLetterer:
                 return
         dlrk = queue.args.dead_letter_routing_key
         now_s = self.clock() // 1000
+        cache = self._cache
+        if len(cache) > 1024:
+            cache.clear()
         for entry in entries:
             message = entry.message
-            headers = message.headers
-            keys = dead_letter_routing_keys(message.routing_key, headers)
-            expiration = quick_props(message.raw_props)[2]
-            new_headers = record_death(
-                headers, queue.name, reason, message.exchange, keys, expiration, now_s,
-                strip_cc=dlrk is not None,
-            )
-            raw = rewrite_props(message.raw_props, encode_table(new_headers), drop_expiration=True)
+            # The new properties depend only on these: dead letters from one queue with the same
+            # property octets in the same second (a TTL burst, a retry loop) share one rewrite.
+            key = (message.raw_props, queue.name, reason, message.exchange, message.routing_key, now_s, dlrk)
+            rewritten = cache.get(key)
+            if rewritten is None:
+                rewritten = cache[key] = self._rewrite(message, queue.name, reason, now_s, dlrk)
+            raw, deaths = rewritten
             if dlrk is not None:
                 routing_keys = [dlrk]
             else:  # every key it was published with: CC and BCC too (RabbitMQ)
@@ -117,14 +120,29 @@ class DeadLetterer:
             )
             if len(routing_keys) > 1:
                 dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
-            targets = vhost.route(exchange, dead, routing_keys[1:] or None)
-            if reason != "rejected":
-                deaths = new_headers.get("x-death")
-                if isinstance(deaths, list):
-                    targets = [q for q in targets if not is_cycle(q.name, deaths)]
+                targets = vhost.route(exchange, dead, routing_keys[1:])
+            else:
+                targets = vhost.route(exchange, dead)
+            if reason != "rejected" and deaths:
+                targets = [q for q in targets if not is_cycle(q.name, deaths)]
             if not targets:
                 self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
                 continue
             self.routed += 1
             for target in targets:
                 target.enqueue(dead)
+
+    @staticmethod
+    def _rewrite(
+        message: Message, queue: str, reason: str, now_s: int, dlrk: str | None
+    ) -> tuple[bytes, list[Any]]:
+        """The dead letter's property octets and its ``x-death`` list (for cycle detection)."""
+        headers = message.headers
+        keys = dead_letter_routing_keys(message.routing_key, headers)
+        expiration = quick_props(message.raw_props)[2]
+        new_headers = record_death(
+            headers, queue, reason, message.exchange, keys, expiration, now_s, strip_cc=dlrk is not None
+        )
+        raw = rewrite_props(message.raw_props, encode_table(new_headers), drop_expiration=True)
+        deaths = new_headers.get("x-death")
+        return raw, deaths if isinstance(deaths, list) else []
