@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from loadgen import Stalled, body, publish, publish_confirmed, publish_paced, wait_progress
+from loadgen import BODY_SIZE, Stalled, body, publish, publish_confirmed, publish_paced, wait_progress
 from pamqp import commands as spec
+from pamqp import frame as pframe
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
 from procinfo import rss_bytes
-from wire import BrokerError, BrokerURL, RawConnection, publish_frames
+from wire import BrokerError, BrokerURL, RawConnection, publish_frames, stamp
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,8 @@ class Sizes:
     dlx: int = 100_000
     latency_seconds: float = 10.0
     latency_rate: int = 2_000
+    lateness_seconds: float = 5.0
+    lateness_rate: int = 500
     mem_messages: int = 1_000_000
     mem_conns: int = 1_000
     stall: float = 15.0
@@ -51,6 +56,7 @@ QUICK = Sizes(
     fanout=2_000,
     dlx=10_000,
     latency_seconds=2.0,
+    lateness_seconds=1.5,
     mem_messages=50_000,
     mem_conns=100,
     stall=5.0,
@@ -337,6 +343,71 @@ async def latency(ctx: Context) -> Outcome:
 
 
 # ------------------------------------------------------------------------------------------------
+# expiry lateness (TTL -> DLX -> DLQ consumer)
+# ------------------------------------------------------------------------------------------------
+EXACT_TTLS_MS = (400, 300, 200, 100, 50)  # long ones first: in head mode the short ones would wait
+
+
+def _expiring_publish(queue: str, ttl_ms: int | None, deadline: float) -> bytes:
+    """A publish whose body starts with its own expiry deadline (``perf_counter`` seconds), so the
+    DLQ consumer's ``now - stamp`` is the expiry lateness."""
+    props = spec.Basic.Properties(expiration=str(ttl_ms) if ttl_ms is not None else None)
+    payload = stamp(deadline) + b"x" * (BODY_SIZE - 8)
+    return (
+        pframe.marshal(spec.Basic.Publish(exchange="", routing_key=queue), 1)
+        + pframe.marshal(ContentHeader(0, len(payload), props), 1)
+        + pframe.marshal(ContentBody(payload), 1)
+    )
+
+
+async def _lateness(ctx: Context, exact: bool) -> Outcome:
+    sizes = ctx.sizes
+    async with Session(ctx, "late-exact" if exact else "late-head") as s:
+        if exact and (s.control is None or s.control.server_properties.get("product") != "OtterMQ"):
+            return Outcome({"p50": None, "p99": None}, "n/a: x-ottermq-exact-ttl is an ottermq extension")
+        dead = await s.exchange("dlx", "fanout")
+        dlq = await s.queue("dlq")
+        await s.bind(dlq, dead)
+        args: dict[str, Any] = {"x-dead-letter-exchange": dead}
+        if exact:
+            args["x-ottermq-exact-ttl"] = True
+        else:
+            args["x-message-ttl"] = 200
+        src = await s.queue("src", arguments=args)
+        consumer = await s.connect()
+        await consumer.consume(1, dlq, no_ack=True, latency=True)
+        pub = await s.publisher()
+        rate, sent, t0 = sizes.lateness_rate, 0, time.perf_counter()
+        while True:
+            now = time.perf_counter()
+            if now - t0 >= sizes.lateness_seconds:
+                break
+            due = int((now - t0) * rate) + 1
+            frames = []
+            while sent < due:
+                ttl = EXACT_TTLS_MS[sent % len(EXACT_TTLS_MS)] if exact else None
+                frames.append(_expiring_publish(src, ttl, now + (ttl if ttl is not None else 200) / 1000))
+                sent += 1
+            if frames:
+                pub.write(b"".join(frames))
+            await asyncio.sleep(0.001)
+        await wait_progress(
+            consumer.until("delivered", sent), lambda: consumer.delivered, sizes.stall, "lateness: delivered"
+        )
+        assert consumer.latencies is not None
+        samples = sorted(consumer.latencies[len(consumer.latencies) // 10 :])
+        return Outcome({"p50": 1000 * percentile(samples, 50), "p99": 1000 * percentile(samples, 99)})
+
+
+async def late_head(ctx: Context) -> Outcome:
+    return await _lateness(ctx, exact=False)
+
+
+async def late_exact(ctx: Context) -> Outcome:
+    return await _lateness(ctx, exact=True)
+
+
+# ------------------------------------------------------------------------------------------------
 # memory
 # ------------------------------------------------------------------------------------------------
 async def settled_rss(pid: int | None, window: float = 2.0, max_wait: float = 30.0) -> int | None:
@@ -464,6 +535,18 @@ SCENARIOS: dict[str, Scenario] = {
             latency,
             (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
             "publish->deliver latency at a fixed 2k msgs/s",
+        ),
+        Scenario(
+            "late-head",
+            late_head,
+            (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
+            "expiry lateness, x-message-ttl=200 head-of-queue expiry, DLQ consumer (500 msgs/s)",
+        ),
+        Scenario(
+            "late-exact",
+            late_exact,
+            (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
+            "expiry lateness, x-ottermq-exact-ttl, per-message TTLs 400..50 ms interleaved (ottermq only)",
         ),
         Scenario(
             "mem-conn",

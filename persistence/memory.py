@@ -14,6 +14,8 @@ Rules:
 - ``after_commit(cb)`` joins the current batch if it holds anything, else the batch in flight,
   else fires on the next loop turn with ``True``. Callbacks run in registration order with the
   batch's outcome; a failed batch is logged and reported as ``ok=False``, and later batches go on.
+- Reads (``load_definitions``, ``iter_messages``) first wait for the writes queued before them,
+  so a caller reads its own writes (what failed to commit is not there).
 - Ids: queue ids from a counter (a redeclared name keeps its id); message id =
   ``(queue_id << SEQ_BITS) | seq`` where seq is the record's seq, or the queue's previous seq + 1
   when the record's is not above it (then ``record.seq`` is updated to match).
@@ -163,6 +165,13 @@ class BatchingStore:
         self.after_commit(done)
         if not await future:
             raise StoreError("the store could not commit queued writes (see the log)")
+
+    async def _settle(self) -> None:
+        """Wait until everything queued so far is committed or failed (reads see their own writes)."""
+        if self.pending or self._task is not None:
+            future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self.after_commit(lambda ok: None if future.done() else future.set_result(ok))
+            await future
 
     async def _drain(self) -> None:
         """Flush, then wait for a batch queued by the callbacks themselves; log failures."""
@@ -463,7 +472,8 @@ class MemoryStore(BatchingStore):
 
     # -- reads ----------------------------------------------------------------------------------
     async def load_definitions(self) -> Definitions:
-        """Everything committed, in the SQLite store's order."""
+        """Everything committed (after the writes queued so far), in the SQLite store's order."""
+        await self._settle()
         return s.definitions(
             [r for _, r in sorted(self._vhosts.items())],
             [r for _, r in sorted(self._users.items())],
@@ -475,6 +485,7 @@ class MemoryStore(BatchingStore):
 
     async def iter_messages(self, queue_id: int, chunk: int = 10000) -> AsyncIterator[list[MessageRecord]]:
         """The queue's committed messages in seq order, ``chunk`` rows at a time."""
+        await self._settle()
         rows = sorted(self._messages.get(queue_id, {}).items())
         for start in range(0, len(rows), chunk):
             yield s.message_records(queue_id, (row for _, row in rows[start:start + chunk]))

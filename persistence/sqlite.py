@@ -17,10 +17,11 @@ Rules:
 - ``<file>.lock`` (``flock``) keeps a second broker out of the same data file; external readers
   (``sqlite3`` CLI, backups) still work while the broker runs.
 - Reads (``load_definitions``, ``iter_messages``, ``stats``) run on the same connection, between
-  batches; they see committed data only (``flush()`` first to include queued writes).
+  batches. ``load_definitions`` and ``iter_messages`` first wait for the writes queued before them.
 
-aiosqlite: ``Connection._execute(fn, *args)`` (run ``fn`` on the connection's worker thread) and
-``Connection._conn`` (the ``sqlite3.Connection``) are private but have been stable for years;
+aiosqlite: ``Connection._execute(fn, *args)`` (run ``fn`` on the connection's worker thread),
+``Connection._conn`` (the ``sqlite3.Connection``) and ``Connection._thread`` (made a daemon) are
+private but have been stable for years;
 this module is written against aiosqlite >=0.20,<0.23 (0.22.1 tested). Check ``_call`` when
 upgrading past that range.
 """
@@ -108,6 +109,9 @@ class SQLiteStore(BatchingStore):
         db: aiosqlite.Connection | None = None
         try:
             db = aiosqlite.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT)
+            # A store never closed (a crash on the way out) must not keep the process alive; dying
+            # mid-commit is safe, as with kill -9 (SQLite rolls the transaction back).
+            db._thread.daemon = True
             await db
             queues, last_seq = await _call(db, _open_database, db._conn, path, self.synchronous)
         except BaseException as exc:
@@ -155,7 +159,9 @@ class SQLiteStore(BatchingStore):
 
     # -- reads ----------------------------------------------------------------------------------
     async def load_definitions(self) -> Definitions:
-        """Every committed vhost, user, permission, exchange, queue and binding."""
+        """Every committed vhost, user, permission, exchange, queue and binding (after the writes
+        queued so far)."""
+        await self._settle()
         db, raw = self._connection()
         return await _call(db, _read_definitions, raw)
 
@@ -165,6 +171,7 @@ class SQLiteStore(BatchingStore):
         Each chunk is one keyset query (``id > last id``) on the queue's rowid range, so no
         statement stays open between chunks and writes may run in between.
         """
+        await self._settle()
         low, high = schema.queue_range(queue_id)
         after = low
         while True:
@@ -268,7 +275,8 @@ def _give_back_free_pages(conn: sqlite3.Connection) -> None:
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         if free >= VACUUM_MIN_FREE_PAGES and free * 4 > pages:
-            conn.execute(f"PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})").fetchall()
+            # one page per sqlite3_step: execute() stops after the first, executescript() runs to the end
+            conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_STEP_PAGES});")
     except sqlite3.Error as exc:
         log.warning("incremental vacuum failed: %s", exc)
 

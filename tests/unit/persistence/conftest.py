@@ -7,9 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import ottermq.persistence.sqlite as sqlite_module
+import pytest
 from ottermq.persistence import MemoryStore, SQLiteStore
 from ottermq.persistence.memory import BatchingStore
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from ottermq.persistence import (
     BindingRecord,
     ExchangeRecord,
@@ -34,7 +33,7 @@ def message(queue_id: int, seq: int, body: bytes = b"x" * 100, **fields: Any) ->
     return MessageRecord(queue_id=queue_id, seq=seq, body=body, **fields)
 
 
-async def messages(store: MemoryStore | SQLiteStore, queue_id: int, chunk: int = 10000) -> list[MessageRecord]:
+async def messages(store: MemoryStore | SQLiteStore, queue_id: int, chunk: int = 100) -> list[MessageRecord]:
     return [m async for batch in store.iter_messages(queue_id, chunk) for m in batch]
 
 
@@ -182,7 +181,8 @@ def test_message_round_trip_every_field(new_store: Factory) -> None:
         records = [
             message(q, 1),
             message(q, 2, body=b"", exchange="", routing_key="ключ", props=b"\x00\x00"),
-            message(q, 3, deadline=1_700_000_060_000, extra_keys=("cc1", "bcc"), delivered=True, delivery_count=3),
+            message(q, 3, deadline=1_700_000_060_000, extra_keys=("cc1", "bcc"), delivered=True,
+                    delivery_count=3),
             message(q, 4, body=bytes(range(256)) * 40, delivered=True),
         ]
         for r in records:
@@ -340,6 +340,10 @@ def test_purge_queue(new_store: Factory) -> None:
     run(main)
 
 
+def boom(ok: bool) -> None:
+    raise RuntimeError("callback bug")
+
+
 def test_callbacks_fire_in_order_after_their_batch(new_store: Factory) -> None:
     async def main() -> None:
         store = new_store()
@@ -353,7 +357,7 @@ def test_callbacks_fire_in_order_after_their_batch(new_store: Factory) -> None:
         store.after_commit(lambda ok: events.append(("declared", ok)))
         store.insert_message(message(q, 1))
         store.after_commit(lambda ok: events.append(("published", ok)))
-        store.after_commit(lambda ok: 1 / 0)  # a failing callback is logged, the others still run
+        store.after_commit(boom)  # a failing callback is logged, the others still run
         store.after_commit(lambda ok: events.append(("last", ok)))
         await store.flush()
         assert events[1:] == [("declared", True), ("published", True), ("last", True)]
@@ -438,6 +442,21 @@ def test_stats_count_messages(new_store: Factory) -> None:
         stats = await store.stats()
         assert stats["messages"] == 5 and stats["queues"] == 1 and stats["pending"] == 0
         assert stats["bytes_on_disk"] >= 0 and stats["batches"] >= 1
+        await store.close()
+
+    run(main)
+
+
+def test_reads_wait_for_queued_writes(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        store.put_vhost(VHostRecord("/"))
+        q = store.put_queue(QueueRecord("/", "q"))
+        store.insert_message(message(q, 1))
+        assert [v.name for v in (await store.load_definitions()).vhosts] == ["/"]
+        store.insert_message(message(q, 2))
+        assert [m.seq for m in await messages(store, q)] == [1, 2]
         await store.close()
 
     run(main)
