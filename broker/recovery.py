@@ -12,16 +12,18 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
 from ottermq.amqp.errors import AMQPError
 from ottermq.amqp.props import quick_props
 from ottermq.amqp.table import decode_table
 from ottermq.persistence.hook import DurableHook
-from ottermq.persistence.store import BindingRecord, Store
+from ottermq.persistence.store import BindingRecord, MessageRecord, Store
 from ottermq.vhost.message import Entry, Message, SelectedMessage, with_delivery_count
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
@@ -33,7 +35,23 @@ log = logging.getLogger(__name__)
 
 
 async def recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, int]:
-    """Load everything durable into ``broker.vhosts``; returns counts for the log."""
+    """Load everything durable into ``broker.vhosts``; returns counts for the log.
+
+    The cyclic GC is paused meanwhile (millions of new, acyclic objects would trigger useless
+    full collections: 1M messages took 9.9 s with it, 4.5 s without) and the recovered objects
+    are then frozen out of future collections.
+    """
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return await _recover(broker, store, hook)
+    finally:
+        gc.freeze()
+        if gc_was_enabled:
+            gc.enable()
+
+
+async def _recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, int]:
     started = time.monotonic()
     defs = await store.load_definitions()
     for record in defs.vhosts:
@@ -102,7 +120,7 @@ async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
     need_priority = bool(queue.args.max_priority)
     limit = queue.args.delivery_limit
     total = 0
-    async for chunk in store.iter_messages(queue_id):
+    async for chunk in _prefetched(store.iter_messages(queue_id)):
         entries: list[Entry] = []
         append = entries.append
         for r in chunk:
@@ -120,6 +138,18 @@ async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
         queue.recover(entries)
         total += len(entries)
     return total
+
+
+async def _prefetched(chunks: AsyncIterator[list[MessageRecord]]) -> AsyncIterator[list[MessageRecord]]:
+    """Fetch the next chunk (in the store's thread) while the caller works on the current one."""
+    pending: asyncio.Future[list[MessageRecord]] = asyncio.ensure_future(anext(chunks))
+    while True:
+        try:
+            chunk = await pending
+        except StopAsyncIteration:
+            return
+        pending = asyncio.ensure_future(anext(chunks))
+        yield chunk
 
 
 def attach(vhost: VHost, hook: DurableHook) -> None:

@@ -12,8 +12,9 @@ Rules:
   pending cancels both; ``mark_delivered`` on a pending insert rewrites the insert;
   ``mark_delivered``/``touch_queue`` keep only the last op per id (moved to its latest position).
 - ``after_commit(cb)`` joins the current batch if it holds anything, else the batch in flight,
-  else fires on the next loop turn with ``True``. Callbacks run in registration order with the
-  batch's outcome; a failed batch is logged and reported as ``ok=False``, and later batches go on.
+  else (everything queued before it is settled) fires on the next loop turn with ``True``.
+  Callbacks run in registration order with their batch's outcome; a failed batch is logged and
+  reported as ``ok=False``, and later batches go on.
 - Reads (``load_definitions``, ``iter_messages``) first wait for the writes queued before them,
   so a caller reads its own writes (what failed to commit is not there).
 - Ids: queue ids from a counter (a redeclared name keeps its id); message id =
@@ -144,9 +145,7 @@ class BatchingStore:
             self._callbacks.append(callback)
         elif self._inflight_callbacks is not None:
             self._inflight_callbacks.append(callback)
-        elif self._task is not None:  # between batches (callbacks firing): the task loops once more
-            self._callbacks.append(callback)
-        else:
+        else:  # everything queued before is committed (or failed and was reported)
             loop = self._loop or asyncio.get_running_loop()
             loop.call_soon(_fire, callback, True)
 
@@ -287,6 +286,8 @@ class BatchingStore:
         Raises:
             StoreError: unknown queue id (not put, or deleted), or the queue used all 2**44 seqs.
         """
+        if self._task is None:
+            self._kick()
         qid = record.queue_id
         last = self._last_seq.get(qid)
         if last is None:
@@ -298,8 +299,6 @@ class BatchingStore:
             raise StoreError(f"queue id {qid} has used all {s.SEQ_MASK} message seqs")
         self._last_seq[qid] = record.seq = seq
         mid = record.id = (qid << s.SEQ_BITS) | seq
-        if self._task is None:
-            self._kick()
         ops = self._ops
         self._inserts[mid] = len(ops)
         keys = record.extra_keys
@@ -418,6 +417,7 @@ class MemoryStore(BatchingStore):
         """Bind to the running loop; after a close, reload ids as the SQLite store does."""
         self._loop = asyncio.get_running_loop()
         self._closed = False
+        await self._settle()  # writes queued before open() keep their ids
         last_seq = {qid: max(rows, default=0) & s.SEQ_MASK for qid, rows in self._messages.items()}
         self._load_ids(((qid, r[1], r[2]) for qid, r in sorted(self._queues.items())), last_seq)
 

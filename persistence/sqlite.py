@@ -52,6 +52,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+if not all(hasattr(aiosqlite.Connection, name) for name in ("_execute", "_conn")):  # pragma: no cover
+    raise ImportError(
+        f"ottermq.persistence.sqlite needs aiosqlite's Connection._execute and ._conn (aiosqlite "
+        f">=0.20,<0.23); aiosqlite {getattr(aiosqlite, '__version__', '?')} lacks them"
+    )
+
 T = TypeVar("T")
 
 DB_FILENAME = "ottermq.db"  # used when the store is given a directory
@@ -248,6 +254,7 @@ def _executemany(conn: sqlite3.Connection, statement: str, params: list[tuple[An
 def _write_batch(conn: sqlite3.Connection, ops: list[Op | None], maintain: bool) -> None:
     """One batch, one transaction: consecutive ops with the same statement share an executemany
     (message inserts and deletes ``MULTI_ROWS`` rows per statement)."""
+    schema.rollback(conn)  # a transaction left open by a failed rollback must not wedge the store
     conn.execute("BEGIN IMMEDIATE")
     try:
         for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
