@@ -167,3 +167,28 @@ def test_memory_alarm_without_capability_only_stops_reading(client, broker):
     assert not client.transport.reading
     broker.set_alarm(False)
     assert client.transport.reading
+
+
+def _amqplain(login: str, password: str) -> str:
+    from ottermq.amqp.table import encode_table
+
+    return encode_table({"LOGIN": login, "PASSWORD": password})[4:].decode("latin-1")
+
+
+def test_amqplain_login(make_client):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.frames()
+    c.send(0, spec.Connection.StartOk(mechanism="AMQPLAIN", response=_amqplain("guest", "guest")))
+    c.expect(spec.Connection.Tune)
+
+
+def test_amqplain_bad_password_is_refused(make_client):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.frames()
+    c.send(0, spec.Connection.StartOk(
+        client_properties={"capabilities": {"authentication_failure_close": True}},
+        mechanism="AMQPLAIN", response=_amqplain("guest", "wrong")))
+    close = c.expect(spec.Connection.Close)
+    assert close.reply_code == 403 and "AMQPLAIN" in close.reply_text
