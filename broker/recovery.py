@@ -130,7 +130,7 @@ async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
                 message = SelectedMessage(message, r.props, tuple(r.extra_keys))
             if r.delivery_count and limit is not None:
                 message = with_delivery_count(message, r.delivery_count)
-            entry = Entry(message, r.seq, r.deadline)
+            entry = Entry(message, r.seq, r.deadline, r.enqueued_at)
             entry.redelivered = r.delivered
             entry.delivery_count = r.delivery_count
             entry.store_id = r.id

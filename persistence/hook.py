@@ -75,7 +75,8 @@ class DurableHook:
         entry.store_id = self.store.insert_message(
             MessageRecord(
                 queue.store_id, entry.seq, message.exchange, message.routing_key, message.raw_props,
-                message.body, self.clock(), entry.deadline, message.extra_keys, entry.redelivered,
+                message.body, entry.enqueued_at or self.clock(), entry.deadline, message.extra_keys,
+                entry.redelivered,
                 entry.delivery_count,
             )
         )

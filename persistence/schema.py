@@ -9,8 +9,10 @@ Rules:
   refused with a ``StoreError`` naming it; the file is never deleted, replaced or written.
 - A message's id is its rowid and its key: ``(queue_id << SEQ_BITS) | seq``. A queue's messages are
   one contiguous rowid range (``queue_range``), so recovery is a range scan in seq order and a delete
-  by id is a rowid lookup, with no secondary index (about 20 bytes per message less than an
-  ``id`` + ``(queue_id, seq)`` index layout, see the measurements in the store's report).
+  by id is a rowid lookup, with no secondary index. Measured for 100k 100-byte messages (routing
+  key "orders", 3 property bytes): 137.3 bytes/message on disk, against 155.4 for an ``id`` rowid
+  plus a ``(queue_id, seq)`` index and 152.2 for a ``WITHOUT ROWID`` table keyed by
+  ``(queue_id, seq)`` (which would also spill 1-4 KB bodies to overflow pages).
 - Every write statement below is one op kind: the store queues ``(statement, params)`` tuples and
   ``MemoryStore`` applies the very same tuples to dicts, so both stores share one op stream and the
   same row codecs (``*_record`` functions).

@@ -80,11 +80,14 @@ class Message:
 class Entry:
     """A message's place in one queue."""
 
-    __slots__ = ("message", "seq", "redelivered", "deadline", "delivery_count", "store_id", "state")
+    __slots__ = (
+        "message", "seq", "redelivered", "deadline", "delivery_count", "store_id", "state", "enqueued_at"
+    )
 
-    def __init__(self, message: Message, seq: int, deadline: int | None = None) -> None:
+    def __init__(self, message: Message, seq: int, deadline: int | None = None, enqueued_at: int = 0) -> None:
         self.message = message
         self.seq = seq
+        self.enqueued_at = enqueued_at  # epoch ms (time in queue, dead-letter archive)
         self.redelivered = False
         self.deadline = deadline  # epoch ms, or None: never expires
         self.delivery_count = 0  # returns so far (x-delivery-limit)

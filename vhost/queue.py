@@ -259,6 +259,7 @@ class Queue:
         "_delivery_limit",
         "store",
         "store_id",
+        "_last_now",
     )
 
     def __init__(
@@ -301,6 +302,7 @@ class Queue:
         # durable queues get a MessageStore (broker/wiring.py); store_id is the queue's row
         self.store: MessageStore | None = None
         self.store_id = 0
+        self._last_now = 0
         if args.expires is not None:
             self.touch()
 
@@ -324,10 +326,13 @@ class Queue:
                     self.sink.dead_letter(self, [Entry(message, 0)], MAXLEN)
                 return None
         self._seq += 1
-        entry = Entry(message, self._seq)
-        now = 0
+        now = self.ttl.now()
+        if now == self._last_now:
+            now = self._last_now  # one int object per millisecond, shared by its entries
+        else:
+            self._last_now = now
+        entry = Entry(message, self._seq, None, now)
         if message.expiration is not None or self.args.message_ttl is not None:
-            now = self.ttl.now()
             entry.deadline = self.ttl.expires_at(now, self.args.message_ttl, message.expiration)
         if message.persistent and self.store is not None:
             self.store.message_added(self, entry)
