@@ -36,8 +36,15 @@ conformance: install
 	bash .ci/rabbitmq.sh "$(RABBIT_URL)"
 	AMQP_URL="$(RABBIT_URL)" $(BIN)/pytest e2e -m "not extension"
 
+# Side by side with RabbitMQ when one answers at RABBIT_URL (interleaved A B A B), else ottermq
+# alone; then the storage benchmark (1M persistent messages: throughput, disk, recovery).
 bench: install
-	$(BIN)/python benchmarks/run.py
+	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
+	  $(BIN)/python benchmarks/run.py --compare "$(RABBIT_URL)"; \
+	else \
+	  $(BIN)/python benchmarks/run.py; \
+	fi
+	cd benchmarks && ../$(BIN)/python recovery.py --messages 1000000
 
 lint: install
 	$(BIN)/ruff check $(PKGS) tests e2e benchmarks

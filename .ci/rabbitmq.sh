@@ -3,6 +3,8 @@
 # Reuses one that is already running (e.g. from an earlier CI run); otherwise starts Debian's
 # rabbitmq-server detached and waits until it accepts AMQP connections.
 set -euo pipefail
+check_only=0
+if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi   # only report whether one answers
 url="${1:-amqp://guest:guest@127.0.0.1:5672/%2F}"
 port=$(python3 -c 'import sys,urllib.parse as u; print(u.urlparse(sys.argv[1]).port or 5672)' "$url")
 answers() {
@@ -19,6 +21,7 @@ except OSError:
 PY
 }
 if answers; then echo "RabbitMQ already answering on port $port"; exit 0; fi
+if [ "$check_only" = 1 ]; then echo "no broker answering on port $port"; exit 1; fi
 if ! command -v rabbitmq-server >/dev/null 2>&1; then
   echo "rabbitmq-server is not installed: apt-get install rabbitmq-server (CI does this in .ci/run)" >&2
   exit 1
