@@ -70,6 +70,7 @@ var scenarios = map[string]scenario{
 	"return":          {"NotifyReturn for mandatory unroutable publishes", returnFlags},
 	"close":           {"NotifyClose for a channel error (passive declare of a missing queue)", closeFlags},
 	"table-roundtrip": {"every amqp091-go field type survives a round trip in message headers", tableFlags},
+	"publish":         {"publish one confirmed message with every field type in its headers", publishFlags},
 }
 
 func usage() {

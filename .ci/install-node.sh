@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Make sure Node.js, npm and the pinned amqplib are present for e2e/test_node_client.py and
+# e2e/test_mixed_clients.py. Idempotent: does nothing when e2e/node/node_modules already holds what
+# e2e/node/package-lock.json pins.
+#
+# Node: the machine's own `node` and `npm` are used when present (amqplib 2.x needs Node >= 18). Only when
+# one is missing are Debian's packages installed: bookworm ships nodejs 18.20 and npm 9.2. Debian's npm
+# conflicts with NodeSource's nodejs (which bundles its own npm), so npm is never added beside a node
+# that is not Debian's.
+# amqplib: `npm ci` from the committed lockfile, through the npm registry only (no install scripts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NODE_DIR=e2e/node
+MIN_NODE_MAJOR=18
+
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
+apt_install() {
+  echo "install-node: apt-get install $*"
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+if ! command -v node >/dev/null 2>&1; then
+  echo "install-node: node not found"
+  apt_install nodejs npm
+elif ! command -v npm >/dev/null 2>&1; then
+  if dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q nodesource; then
+    echo "install-node: NodeSource's nodejs is installed without npm; reinstall it (it bundles npm)" >&2
+    exit 1
+  fi
+  echo "install-node: npm not found"
+  apt_install npm
+fi
+if [ "$(node_major)" -lt "$MIN_NODE_MAJOR" ]; then
+  echo "install-node: node $(node --version) is older than $MIN_NODE_MAJOR (amqplib's minimum)" >&2
+  exit 1
+fi
+
+want=$(node -p "require('./$NODE_DIR/package-lock.json').packages['node_modules/amqplib'].version")
+have=$(node -p "try { require('./$NODE_DIR/node_modules/amqplib/package.json').version } catch { '' }")
+if [ "$have" = "$want" ] && [ "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
+  echo "install-node: node $(node --version), npm $(npm --version 2>/dev/null), amqplib $have already installed"
+  exit 0
+fi
+echo "install-node: npm ci in $NODE_DIR (amqplib $want; installed: ${have:-none})"
+npm ci --prefix "$NODE_DIR" --ignore-scripts --no-audit --no-fund --loglevel=error
+echo "install-node: node $(node --version), npm $(npm --version 2>/dev/null), amqplib $want installed"
