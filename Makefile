@@ -15,7 +15,7 @@ export PYTHONSAFEPATH := 1
 $(STAMP): pyproject.toml $(PKGS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install -q -e '.[dev,spark,tools]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -191,12 +191,12 @@ class Channel:
             # Queued messages share equal routing keys and property octets: one object each
             # instead of one per message (~90 bytes per queued message).
             interned = self._interned
-            key = interned.get(routing_key)
-            if key is None:
+            rk = interned.get(routing_key)
+            if rk is None:
                 if len(interned) >= INTERN_MAX:
                     interned.clear()
-                key = interned[routing_key] = routing_key
-            self._publish = (exchange, key, mandatory, immediate)
+                rk = interned[routing_key] = routing_key
+            self._publish = (exchange, rk, mandatory, immediate)
             self._body_size = -1
             return
         if key == BASIC_ACK:
@@ -621,7 +621,7 @@ class Channel:
     def on_basic_qos(self, m: spec.Basic.Qos) -> None:
         if m.prefetch_size:
             raise AMQPNotImplemented(f"prefetch_size!=0 ({m.prefetch_size})")
-        if m.global_:
+        if m.global_ or self.conn.spec_qos:  # spec_qos: see AMQPConnection._on_start_ok
             self.global_prefetch = m.prefetch_count
         else:
             self.prefetch = m.prefetch_count

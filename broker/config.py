@@ -91,6 +91,18 @@ class Settings(BaseSettings):
         description="Memory alarm threshold: fraction of RAM if <= 1, else bytes (RabbitMQ: 0.4)",
     )
     handshake_timeout: Duration = Field(10.0, gt=0)
+    dlx_archive_dir: Path | None = Field(
+        None, description="Dead-letter archive directory (JSON Lines); empty = no archive"
+    )
+    dlx_archive_max_bytes: int = Field(
+        67108864, ge=4096, description="Archive file size before a new file is started (bytes)"
+    )
+    dlx_archive_body_bytes: int = Field(
+        0, ge=0, description="Body bytes archived per dead letter (base64); 0 = bodies not archived"
+    )
+    dlx_archive_queue: int = Field(
+        100000, ge=1, description="Dead letters buffered for the archive writer before new ones are lost"
+    )
     log_level: str = Field(
         "INFO", validation_alias=AliasChoices("LOG_LEVEL", "OTTERMQ_LOG_LEVEL", "log_level")
     )

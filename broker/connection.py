@@ -86,6 +86,7 @@ class AMQPConnection(asyncio.Protocol):
         self.vhost: VHost = None  # type: ignore[assignment]  # set at connection.open
         self.client_properties: dict[str, Any] = {}
         self.consumer_cancel_notify = False
+        self.spec_qos = False
         self._auth_failure_close = False
         self.exclusive_queues: set[Queue] = set()
         self.paused = False  # transport buffer full: no deliveries, no reading
@@ -282,6 +283,11 @@ class AMQPConnection(asyncio.Protocol):
             self.consumer_cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
             self._auth_failure_close = bool(capabilities.get("authentication_failure_close"))
             self._blocked_capable = bool(capabilities.get("connection.blocked"))
+        # kombu (Celery's transport, on py-amqp) picks the meaning of basic.qos "global" from the
+        # server's product: for anything but RabbitMQ it assumes the AMQP spec, where global=false
+        # limits the whole channel. Give py-amqp clients that meaning; everyone else gets
+        # RabbitMQ's (global=false: per new consumer).
+        self.spec_qos = self.client_properties.get("product") == "py-amqp"
         mechanism = method.mechanism
         username, password = self._credentials(mechanism, method.response)
         user = None

@@ -1,16 +1,24 @@
-"""The one place that chooses implementations from settings: TTL manager and dead-letter sink."""
+"""The one place that chooses implementations from settings: TTL manager, dead-letter sink, archive."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
-from ottermq.dlx.deadletter import DeadLetterer
+from ottermq.dlx.deadletter import DeadLetterer, death_count
+from ottermq.dlx.xdeath import dead_letter_routing_keys
+from ottermq.persistence.archive import DeadLetterArchive, NullArchive
 from ottermq.ttl.default import DefaultTTLManager
 from ottermq.ttl.manager import TTLManager, wall_clock_ms
 from ottermq.ttl.noop import NoopTTLManager
 from ottermq.vhost.vhost import VHost
 
 from .config import Settings
+
+Archive = DeadLetterArchive | NullArchive
+
+_NULL_ARCHIVE = NullArchive()
+_archives: dict[Path, DeadLetterArchive] = {}
 
 
 def make_ttl_manager(settings: Settings, loop: asyncio.AbstractEventLoop) -> TTLManager:
@@ -20,8 +28,37 @@ def make_ttl_manager(settings: Settings, loop: asyncio.AbstractEventLoop) -> TTL
     return NoopTTLManager()
 
 
-def make_vhost(name: str, settings: Settings, ttl: TTLManager) -> VHost:
-    """A virtual host wired with the TTL manager, the dead-letter sink and length limits."""
+def shared_archive(settings: Settings) -> Archive:
+    """``OTTERMQ_DLX_ARCHIVE_DIR``: the process's dead-letter archive for that directory (one for
+    every vhost, so one writer thread and one file sequence), or a ``NullArchive`` when unset.
+
+    A closed archive is replaced by a new one (a broker started again in the same process).
+    """
+    if settings.dlx_archive_dir is None:
+        return _NULL_ARCHIVE
+    directory = Path(settings.dlx_archive_dir).absolute()
+    archive = _archives.get(directory)
+    if archive is None or archive.closed:
+        archive = _archives[directory] = DeadLetterArchive(
+            directory,
+            routing_keys=dead_letter_routing_keys,
+            death_count=death_count,
+            max_bytes=settings.dlx_archive_max_bytes,
+            body_bytes=settings.dlx_archive_body_bytes,
+            queue_limit=settings.dlx_archive_queue,
+            clock=wall_clock_ms,
+        )
+        archive.start()  # finishes .part files a crash left, before any new dead letter
+    return archive
+
+
+def make_vhost(name: str, settings: Settings, ttl: TTLManager, archive: Archive | None = None) -> VHost:
+    """A virtual host wired with the TTL manager, the dead-letter sink and length limits.
+
+    ``archive`` defaults to :func:`shared_archive`; the broker closes it at shutdown.
+    """
     vhost = VHost(name, settings.max_priority, ttl=ttl, limits=settings.enable_qll)
-    vhost.sink = DeadLetterer(vhost, ttl.now, enabled=settings.enable_dlx)
+    if archive is None:
+        archive = shared_archive(settings)
+    vhost.sink = DeadLetterer(vhost, ttl.now, enabled=settings.enable_dlx, archive=archive)
     return vhost

@@ -8,6 +8,9 @@ Rules (RabbitMQ's ``rabbit_dead_letter``):
   routing key plus ``CC``); a missing DLX exchange drops it (counted, logged at debug).
 - Cycles: a target queue the message already died in is skipped, unless a ``rejected`` death
   lies on the cycle (a consumer decided, so it continues).
+- Every dead letter, routed or dropped, is reported to the archive (``DeadLetterRecorder``) with
+  why it was dropped: ``dlx_disabled``, ``no_dlx``, ``dlx_missing``, ``no_route`` (the DLX routed
+  it nowhere) or ``cycle`` (every target was removed by cycle detection).
 - Dead letters caused while dead-lettering (a DLQ that overflows or expires at once) go to a
   worklist drained by the outermost call: never unbounded recursion.
 """
@@ -16,13 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ottermq.amqp.props import quick_props, rewrite_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.message import Entry, Message, SelectedMessage
 
-from .xdeath import dead_letter_routing_keys, record_death
+from .xdeath import X_DEATH, dead_letter_routing_keys, record_death
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -47,6 +51,46 @@ def is_cycle(queue: str, deaths: list[Any]) -> bool:
     return False
 
 
+class DeadLetterRecorder(Protocol):
+    """Where every dead letter is reported (``persistence.archive.DeadLetterArchive``/``NullArchive``).
+
+    ``record`` runs on the event loop once per death event (the entries one queue dead-letters at
+    once), with every dead letter, routed or dropped, and must be cheap.
+    """
+
+    enabled: bool
+
+    def record(
+        self,
+        time_ms: int,
+        vhost: str,
+        queue: str,
+        reason: str,
+        dlx: str | None,
+        items: list[Any],
+    ) -> None:
+        """``items`` is flat, five values per dead letter: ``message`` (as it died),
+        ``enqueued_at``, ``death_count`` (``None``: unknown), ``dlx_routing_key`` (``None``:
+        dropped before routing), ``drop_reason`` (``None``: routed)."""
+
+
+def death_count(headers: Mapping[str, object] | None, queue: str, reason: str) -> int:
+    """The ``x-death`` ``count`` of ``(queue, reason)`` once a message with ``headers`` dies there.
+
+    1 for a first death there; RabbitMQ's regrouping rules otherwise (``record_death``).
+    """
+    if not headers or X_DEATH not in headers:
+        return 1
+    deaths = record_death(headers, queue, reason, "", [], None, 0, last_death=False).get(X_DEATH)
+    return _front_count(deaths if isinstance(deaths, list) else [])
+
+
+def _front_count(deaths: list[Any]) -> int:
+    front = deaths[0] if deaths else None
+    count = front.get("count") if isinstance(front, dict) else None
+    return int(count) if isinstance(count, int) else 1
+
+
 class DeadLetterer:
     """The vhost's dead-letter sink.
 
@@ -54,17 +98,21 @@ class DeadLetterer:
         vhost: where the DLX exchanges and target queues live.
         clock: epoch-ms clock for ``x-death`` ``time``.
         enabled: ``OTTERMQ_ENABLE_DLX``; when False every dead letter is dropped.
+        archive: told about every dead letter, routed or dropped (``OTTERMQ_DLX_ARCHIVE_DIR``).
     """
 
-    def __init__(self, vhost: VHost, clock: Any, enabled: bool = True) -> None:
+    def __init__(
+        self, vhost: VHost, clock: Any, enabled: bool = True, archive: DeadLetterRecorder | None = None
+    ) -> None:
         self.vhost = vhost
         self.clock = clock
         self.enabled = enabled
+        self.archive = archive if archive is not None and archive.enabled else None
         self.dropped = 0
         self.routed = 0
         self._work: deque[tuple[Queue, list[Entry], str]] = deque()
         self._busy = False
-        self._cache: dict[tuple[Any, ...], tuple[bytes, list[Any]]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[bytes, list[Any], int]] = {}
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         """Dead-letter ``entries`` that left ``queue`` for ``reason``."""
@@ -83,25 +131,34 @@ class DeadLetterer:
         log.debug("dropped %d dead letter(s) from queue '%s' (%s): %s", count, queue.name, reason, why)
 
     def _process(self, queue: Queue, entries: list[Entry], reason: str) -> None:
+        now_ms = self.clock()
         dlx_name = queue.args.dead_letter_exchange
-        if not self.enabled:
-            self._drop(queue, len(entries), reason, "dead-lettering disabled")
-            return
-        if dlx_name is None:
-            self._drop(queue, len(entries), reason, "no dead-letter exchange")
-            return
         vhost = self.vhost
         exchange = None
-        if dlx_name:
-            exchange = vhost.exchanges.get(dlx_name)
-            if exchange is None:
-                self._drop(queue, len(entries), reason, f"dead-letter exchange '{dlx_name}' not found")
-                return
+        if not self.enabled:
+            drop, why = "dlx_disabled", "dead-lettering disabled"
+        elif dlx_name is None:
+            drop, why = "no_dlx", "no dead-letter exchange"
+        elif dlx_name and (exchange := vhost.exchanges.get(dlx_name)) is None:
+            drop, why = "dlx_missing", f"dead-letter exchange '{dlx_name}' not found"
+        else:
+            drop = None
+        archive = self.archive
+        if drop is not None:
+            self._drop(queue, len(entries), reason, why)
+            if archive is not None:
+                archive.record(
+                    now_ms, vhost.name, queue.name, reason, dlx_name,
+                    [x for entry in entries for x in (entry.message, entry.enqueued_at, None, None, drop)],
+                )
+            return
+        assert dlx_name is not None
         dlrk = queue.args.dead_letter_routing_key
-        now_s = self.clock() // 1000
+        now_s = now_ms // 1000
         cache = self._cache
         if len(cache) > 1024:
             cache.clear()
+        archived: list[Any] = []  # flat: message, enqueued_at, death_count, dlx_routing_key, drop_reason
         for entry in entries:
             message = entry.message
             # The new properties depend only on these: dead letters from one queue with the same
@@ -110,7 +167,7 @@ class DeadLetterer:
             rewritten = cache.get(key)
             if rewritten is None:
                 rewritten = cache[key] = self._rewrite(message, queue.name, reason, now_s, dlrk)
-            raw, deaths = rewritten
+            raw, deaths, count = rewritten
             if dlrk is not None:
                 routing_keys = [dlrk]
             else:  # every key it was published with: CC and BCC too (RabbitMQ)
@@ -123,20 +180,29 @@ class DeadLetterer:
                 targets = vhost.route(exchange, dead, routing_keys[1:])
             else:
                 targets = vhost.route(exchange, dead)
-            if reason != "rejected" and deaths:
+            routed = bool(targets)
+            if reason != "rejected" and deaths and targets:
                 targets = [q for q in targets if not is_cycle(q.name, deaths)]
             if not targets:
                 self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
+                if archive is not None:
+                    lost_to = "cycle" if routed else "no_route"
+                    archived += (message, entry.enqueued_at, count, routing_keys[0], lost_to)
                 continue
             self.routed += 1
+            if archive is not None:
+                archived += (message, entry.enqueued_at, count, routing_keys[0], None)
             for target in targets:
                 target.enqueue(dead)
+        if archived and archive is not None:
+            archive.record(now_ms, vhost.name, queue.name, reason, dlx_name, archived)
 
     @staticmethod
     def _rewrite(
         message: Message, queue: str, reason: str, now_s: int, dlrk: str | None
-    ) -> tuple[bytes, list[Any]]:
-        """The dead letter's property octets and its ``x-death`` list (for cycle detection)."""
+    ) -> tuple[bytes, list[Any], int]:
+        """The dead letter's property octets, its ``x-death`` list (for cycle detection) and the
+        ``count`` of this death."""
         headers = message.headers
         keys = dead_letter_routing_keys(message.routing_key, headers)
         expiration = quick_props(message.raw_props)[2]
@@ -144,5 +210,6 @@ class DeadLetterer:
             headers, queue, reason, message.exchange, keys, expiration, now_s, strip_cc=dlrk is not None
         )
         raw = rewrite_props(message.raw_props, encode_table(new_headers), drop_expiration=True)
-        deaths = new_headers.get("x-death")
-        return raw, deaths if isinstance(deaths, list) else []
+        deaths = new_headers.get(X_DEATH)
+        deaths = deaths if isinstance(deaths, list) else []
+        return raw, deaths, _front_count(deaths)

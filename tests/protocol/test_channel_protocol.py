@@ -155,3 +155,33 @@ def test_prefetch_size_is_not_implemented_540(client):
     client.send(1, spec.Basic.Qos(prefetch_size=1000))
     close = client.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - prefetch_size!=0 (1000)")
+
+
+def _consume_with_prefetch(make_client, product: str, first: int, then: int) -> int:
+    """Deliveries a live consumer gets after basic.qos(global=False) is raised from first to then."""
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.send(0, spec.Connection.StartOk(client_properties={"product": product}, mechanism="PLAIN",
+                                      response="\0guest\0guest"))
+    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+           spec.Connection.Open(virtual_host="/"))
+    c.open_channel(1)
+    declare(c, "pq")
+    c.send(1, spec.Basic.Qos(prefetch_count=first))
+    c.send(1, spec.Basic.Consume(queue="pq"))
+    for i in range(5):
+        c.publish(1, "", "pq", b"%d" % i)
+    c.frames()
+    c.send(1, spec.Basic.Qos(prefetch_count=then))
+    return first + len([f for _, f in c.frames() if isinstance(f, spec.Basic.Deliver)])
+
+
+def test_qos_global_false_is_per_consumer_as_rabbitmq(make_client):
+    # RabbitMQ: a new per-consumer limit does not apply to an existing consumer
+    assert _consume_with_prefetch(make_client, "pika", 1, 3) == 1
+
+
+def test_qos_global_false_is_channel_wide_for_kombu(make_client):
+    # kombu assumes the AMQP spec's meaning from any broker not named RabbitMQ (Celery's ETA tasks
+    # raise the prefetch of a live consumer this way)
+    assert _consume_with_prefetch(make_client, "py-amqp", 1, 3) == 3

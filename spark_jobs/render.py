@@ -1,0 +1,289 @@
+"""Turn the report's collected tables into summary.json, report.md, PNG charts and a console summary.
+
+Plain Python over lists of row dicts (Spark is not used here). matplotlib is imported only by :func:`charts`
+and is optional: without it the charts are skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ottermq.spark_jobs.schema import REASONS, SCHEMA_VERSION
+
+__all__ = ["charts", "console", "format_ms", "markdown", "summary"]
+
+log = logging.getLogger(__name__)
+
+Rows = list[dict[str, Any]]
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_ms(ms: float | None) -> str:
+    """A duration in ms for people: ``850 ms``, ``1.5 s``, ``2.0 min``, ``3.2 h``, ``1.1 d``."""
+    if ms is None:
+        return "–"
+    sign, value = ("-" if ms < 0 else ""), abs(float(ms))
+    for limit, unit, div in (
+        (1_000, "ms", 1),
+        (60_000, "s", 1_000),
+        (3_600_000, "min", 60_000),
+        (86_400_000, "h", 3_600_000),
+    ):
+        if value < limit:
+            return f"{sign}{value / div:.0f} {unit}" if unit == "ms" else f"{sign}{value / div:.1f} {unit}"
+    return f"{sign}{value / 86_400_000:.1f} d"
+
+
+def _first(rows: Rows) -> dict[str, Any]:
+    return rows[0] if rows else {}
+
+
+def _percentiles(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: row.get(k)
+        for k in ("count", "measurable", "early", "p50_ms", "p90_ms", "p99_ms", "max_ms")
+        if k in row
+    }
+
+
+def summary(
+    counts: Mapping[str, Any],
+    results: Mapping[str, Rows],
+    *,
+    archive: str | Sequence[str],
+    retry_threshold: int,
+    top: int,
+) -> dict[str, Any]:
+    """The JSON summary of a report run."""
+    ov = _first(results.get("overview", []))
+    by_outcome: dict[str, int] = {}
+    by_drop: dict[str, int] = {}
+    for row in results.get("by_outcome", []):
+        by_outcome[row["outcome"]] = by_outcome.get(row["outcome"], 0) + row["count"]
+        if row["drop_reason"] is not None:
+            by_drop[row["drop_reason"]] = by_drop.get(row["drop_reason"], 0) + row["count"]
+
+    def top_rows(name: str) -> Rows:
+        return list(results.get(name, []))[:top]
+
+    return {
+        "archive_schema": SCHEMA_VERSION,
+        "generated_at": _iso(int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)),
+        "archive": archive if isinstance(archive, str) else list(archive),
+        "input": dict(counts),
+        "records": ov.get("records", 0),
+        "bad_lines": counts.get("bad", 0),
+        "first_death": _iso(ov.get("first_ms")),
+        "last_death": _iso(ov.get("last_ms")),
+        "vhosts": ov.get("vhosts", 0),
+        "queues": ov.get("queues", 0),
+        "by_reason": {row["reason"]: row["count"] for row in results.get("by_reason", [])},
+        "by_outcome": by_outcome,
+        "by_drop_reason": by_drop,
+        "time_in_queue_ms": _percentiles(_first(results.get("time_in_queue", []))),
+        "expiry_lateness_ms": _percentiles(_first(results.get("expiry_lateness", []))),
+        "retry_threshold": retry_threshold,
+        "top": {
+            "queues": top_rows("by_queue"),
+            "exchanges": top_rows("by_exchange"),
+            "routing_keys": top_rows("by_routing_key"),
+            "message_ids": top_rows("top_message_ids"),
+            "content_types": top_rows("top_content_types"),
+            "retry_loops": top_rows("retry_loops"),
+            "time_in_queue_by_queue": top_rows("time_in_queue_by_queue"),
+            "header_values": top_rows("top_header_values"),
+        },
+    }
+
+
+def _cell(name: str, value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if name.endswith("_ms") and name not in ("first_ms", "last_ms"):
+        return format_ms(value)
+    if name in ("first_ms", "last_ms"):
+        return str(_iso(value))
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    text = str(value).replace("|", "\\|").replace("\n", " ")
+    return text if text else '`""`'
+
+
+def _table(rows: Rows, limit: int | None = None, total: int | None = None) -> str:
+    if not rows:
+        return "_none_\n"
+    names = list(rows[0])
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    shown = rows[:limit]
+    for row in shown:
+        lines.append("| " + " | ".join(_cell(n, row[n]) for n in names) + " |")
+    more = max(len(rows), total or 0) - len(shown)
+    if more > 0:
+        lines.append(f"\n_{more:,} more rows in the CSV/Parquet table._")
+    return "\n".join(lines) + "\n"
+
+
+_CHART_AFTER = {
+    "by_queue": ("deaths_by_queue.png", "Deaths by queue"),
+    "by_hour": ("deaths_per_hour.png", "Deaths per hour by reason"),
+    "time_in_queue_histogram": ("time_in_queue.png", "Time in queue"),
+}
+
+
+def markdown(
+    summary: Mapping[str, Any],
+    results: Mapping[str, Rows],
+    titles: Mapping[str, str],
+    chart_files: Mapping[str, str],
+    top: int = 20,
+) -> str:
+    """report.md: the input accounting, then every table (long ones cut to ``--top`` rows)."""
+    inp = summary["input"]
+    out = [
+        "# Dead-letter report",
+        "",
+        f"Archive `{summary['archive']}` ({inp.get('format')}), generated {summary['generated_at']}.",
+        "",
+        f"- **{summary['records']:,}** dead letters from {summary['first_death'] or '–'} to "
+        f"{summary['last_death'] or '–'} (UTC), {summary['queues']} queues in {summary['vhosts']} vhosts",
+        f"- {inp.get('lines', 0):,} lines read, **{inp.get('bad', 0):,} skipped**: "
+        f"{inp.get('corrupt', 0):,} corrupt, {inp.get('unsupported', 0):,} unsupported schema, "
+        f"{inp.get('invalid', 0):,} missing required fields",
+        "- time in queue = death time − enqueue time; expiry lateness = death time − (enqueue time + the "
+        "message's own `expiration`), only where the message had one (the queue's `x-message-ttl` is not in "
+        "the archive); `early` = killed before its own expiration by a shorter queue TTL",
+        "",
+    ]
+    if inp.get("bad_files"):
+        out += ["## Skipped lines", "", _table(inp["bad_files"], 20)]
+    for name, rows in results.items():
+        if name == "overview":
+            continue
+        out += [f"## {titles.get(name, name)}", ""]
+        chart = _CHART_AFTER.get(name)
+        if chart and chart[0] in chart_files:
+            out += [f"![{chart[1]}]({chart_files[chart[0]]})", ""]
+        if name == "by_hour" and len(rows) > 48:
+            out += [f"_{len(rows)} hour/reason rows: see the chart and `tables/by_hour.csv`._", ""]
+            continue
+        limit = None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
+        out.append(_table(rows, limit, summary.get("table_rows", {}).get(name)))
+    return "\n".join(out)
+
+
+def console(summary: Mapping[str, Any], out_dir: str) -> str:
+    """A few lines for the terminal."""
+    tiq = summary.get("time_in_queue_ms", {})
+    reasons = ", ".join(f"{k} {v:,}" for k, v in summary.get("by_reason", {}).items()) or "none"
+    outcome = ", ".join(f"{k} {v:,}" for k, v in summary.get("by_outcome", {}).items()) or "none"
+    queues = ", ".join(f"{q['queue']} ({q['count']:,})" for q in summary["top"]["queues"][:5]) or "none"
+    loops = summary.get("table_rows", {}).get("retry_loops", len(summary["top"]["retry_loops"]))
+    lines = [
+        f"dead letters: {summary['records']:,} ({summary['bad_lines']:,} lines skipped)"
+        f"  {summary['first_death'] or '–'} .. {summary['last_death'] or '–'}",
+        f"by reason:    {reasons}",
+        f"outcome:      {outcome}",
+        f"top queues:   {queues}",
+        f"time in queue p50 {format_ms(tiq.get('p50_ms'))}, p99 {format_ms(tiq.get('p99_ms'))}, "
+        f"max {format_ms(tiq.get('max_ms'))}",
+        f"retry loops:  {loops:,} (queue, message id) with death_count >= {summary['retry_threshold']}",
+        f"report:       {out_dir.rstrip('/')}/report.md",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def charts(results: Mapping[str, Rows], top: int = 20) -> dict[str, bytes]:
+    """PNG bytes by file name: deaths per hour stacked by reason, deaths by queue, time-in-queue histogram."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: no charts (pip install 'ottermq[spark]')")
+        return {}
+    out: dict[str, bytes] = {}
+    colours = {"expired": "#f2a541", "rejected": "#d1495b", "maxlen": "#00798c", "delivery_limit": "#30638e"}
+
+    hours = results.get("by_hour", [])
+    if hours:
+        per_reason: dict[str, dict[datetime.datetime, int]] = {}
+        for row in hours:
+            moment = datetime.datetime.strptime(row["hour"], "%Y-%m-%dT%H:00Z")
+            per_reason.setdefault(row["reason"], {})[moment] = row["count"]
+        first = min(min(v) for v in per_reason.values())
+        last = max(max(v) for v in per_reason.values())
+        span = int((last - first).total_seconds() // 3600) + 1
+        xs = [first + datetime.timedelta(hours=i) for i in range(span)]
+        positions = list(range(span))
+        fig, ax = plt.subplots(figsize=(11, 4))
+        bottom = [0] * span
+        ordered = [r for r in REASONS if r in per_reason] + sorted(set(per_reason) - set(REASONS))
+        for reason in ordered:
+            heights = [per_reason[reason].get(x, 0) for x in xs]
+            ax.bar(
+                positions,
+                heights,
+                width=1.0,
+                bottom=bottom,
+                align="edge",
+                label=reason,
+                color=colours.get(reason),
+            )
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        step = max(1, span // 12)
+        ticks = list(range(0, span, step))
+        ax.set_xticks(ticks, [xs[i].strftime("%m-%d %H:00") for i in ticks])
+        ax.set_title("Dead letters per hour (UTC) by reason")
+        ax.set_ylabel("dead letters")
+        ax.legend(loc="upper left", fontsize="small")
+        fig.autofmt_xdate()
+        out["deaths_per_hour.png"] = _png(fig)
+        plt.close(fig)
+
+    queues = results.get("by_queue", [])[:top]
+    if queues:
+        fig, ax = plt.subplots(figsize=(9, 0.35 * len(queues) + 1.5))
+        labels = [q["queue"] if q["vhost"] == "/" else f"{q['vhost']}/{q['queue']}" for q in queues][::-1]
+        left = [0] * len(queues)
+        for reason in REASONS:
+            widths = [q.get(reason) or 0 for q in queues][::-1]
+            ax.barh(labels, widths, left=left, label=reason, color=colours.get(reason))
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        ax.set_title(f"Dead letters by queue (top {len(queues)})")
+        ax.set_xlabel("dead letters")
+        ax.legend(loc="lower right", fontsize="small")
+        out["deaths_by_queue.png"] = _png(fig)
+        plt.close(fig)
+
+    histogram = results.get("time_in_queue_histogram", [])
+    if histogram and any(row["count"] for row in histogram):
+        fig, ax = plt.subplots(figsize=(9, 4))
+        ax.bar([row["label"] for row in histogram], [row["count"] for row in histogram], color="#30638e")
+        ax.set_title("Time in queue before death")
+        ax.set_ylabel("dead letters")
+        out["time_in_queue.png"] = _png(fig)
+        plt.close(fig)
+    return out

@@ -1,0 +1,95 @@
+"""SparkSession set-up shared by the jobs' ``main`` functions.
+
+``--master`` wins; without it the master comes from ``spark-submit`` (or ``PYSPARK_SUBMIT_ARGS``)
+when one launched us, and is ``local[*]`` otherwise. Every session runs in UTC so that anything
+Spark renders as a date or hour matches the archive's UTC directory layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+__all__ = ["add_spark_arguments", "parse_conf", "spark_session"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+
+
+def _launched_by_spark_submit() -> bool:
+    # spark-submit runs the script with a gateway already listening; the pyspark launcher reads
+    # --master from PYSPARK_SUBMIT_ARGS.
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return True
+    return "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+
+
+def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
+    """Turn ``["k=v", ...]`` into a dict.
+
+    Raises:
+        ValueError: an item without ``=``.
+    """
+    conf: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--conf expects KEY=VALUE, got {pair!r}")
+        conf[key.strip()] = value
+    return conf
+
+
+def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--master`` and ``--conf`` to an :class:`argparse.ArgumentParser`."""
+    add = parser.add_argument
+    add(
+        "--master",
+        default=None,
+        help=f"Spark master URL (default: the one spark-submit set, else {DEFAULT_MASTER})",
+    )
+    add(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration, repeatable (e.g. spark.driver.memory=4g)",
+    )
+
+
+@contextmanager
+def spark_session(
+    app_name: str, master: str | None = None, conf: dict[str, str] | None = None
+) -> Iterator[SparkSession]:
+    """Yield a SparkSession; stop it afterwards only if this call started it.
+
+    An already active session (tests, notebooks, an embedding application) is reused as is.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.conf.set("spark.sql.session.timeZone", "UTC")
+        yield active
+        return
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not _launched_by_spark_submit():
+        builder = builder.master(DEFAULT_MASTER)
+    builder = builder.config("spark.sql.session.timeZone", "UTC").config(
+        "spark.ui.showConsoleProgress", "true"
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    origin = "from spark-submit" if _launched_by_spark_submit() else DEFAULT_MASTER
+    log.info("starting Spark (master: %s)", master or origin)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        yield spark
+    finally:
+        spark.stop()

@@ -1,0 +1,177 @@
+"""Small-file I/O on local paths and Hadoop URIs (``file://``, ``hdfs://``, ``s3a://`` ...).
+
+DataFrames are read and written by Spark itself; this module handles what Spark has no writer
+for (``summary.json``, ``report.md``, charts, manifests, replay logs) and the look at an input
+path that decides between JSON Lines and Parquet. Local paths use the standard library; any other
+scheme goes through the Hadoop ``FileSystem`` of the running SparkSession (so the same
+credentials and connectors apply as for the DataFrames).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pyspark.sql import SparkSession
+
+__all__ = [
+    "COMPACT_MARKER",
+    "detect_format",
+    "is_local",
+    "join",
+    "list_files",
+    "local_path",
+    "open_output",
+    "read_bytes",
+    "write_bytes",
+]
+
+#: Written by compact next to its Parquet output; its presence marks a compacted archive.
+COMPACT_MARKER = "_ottermq_compact.json"
+
+_JSON_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def is_local(uri: str) -> bool:
+    """True for plain paths and ``file:`` URIs."""
+    scheme = urlparse(uri).scheme
+    return scheme in ("", "file") or len(scheme) == 1  # a Windows drive letter
+
+
+def local_path(uri: str) -> Path:
+    """The filesystem path of a local path or ``file:`` URI."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    return Path(uri)
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path segments onto a path or URI with ``/``."""
+    out = base.rstrip("/")
+    for part in parts:
+        out += "/" + part.strip("/")
+    return out
+
+
+def _jvm_fs(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    sc: Any = spark.sparkContext
+    path = sc._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(sc._jsc.hadoopConfiguration()), path
+
+
+def write_bytes(spark: SparkSession, uri: str, data: bytes) -> None:
+    """Create or replace the file ``uri`` with ``data`` (parent directories are created)."""
+    if is_local(uri):
+        path = local_path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        return
+    fs, path = _jvm_fs(spark, uri)
+    stream = fs.create(path, True)
+    try:
+        stream.write(bytearray(data))
+    finally:
+        stream.close()
+
+
+class _HadoopWriter:
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> None:
+        self._stream.write(bytearray(data))
+
+
+@contextmanager
+def open_output(spark: SparkSession, uri: str) -> Iterator[Any]:
+    """A writable (``.write(bytes)``) for the file ``uri``, created or replaced when the block ends."""
+    if is_local(uri):
+        path = local_path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as out:
+            yield out
+        os.replace(tmp, path)
+        return
+    fs, path = _jvm_fs(spark, uri)
+    stream = fs.create(path, True)
+    try:
+        yield _HadoopWriter(stream)
+    finally:
+        stream.close()
+
+
+def read_bytes(spark: SparkSession, uri: str) -> bytes:
+    """The content of the file ``uri``.
+
+    Raises:
+        FileNotFoundError: a local file that does not exist (remote: the Hadoop exception).
+    """
+    if is_local(uri):
+        return local_path(uri).read_bytes()
+    fs, path = _jvm_fs(spark, uri)
+    sc: Any = spark.sparkContext
+    stream = fs.open(path)
+    try:
+        return bytes(sc._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+    finally:
+        stream.close()
+
+
+def list_files(spark: SparkSession, uri: str, limit: int = 100_000) -> Iterator[str]:
+    """Files under ``uri`` (a file, a directory walked recursively, or a glob), at most ``limit``."""
+    count = 0
+    if is_local(uri):
+        for match in sorted(glob.glob(str(local_path(uri)))):
+            if os.path.isfile(match):
+                yield match
+                count += 1
+                continue
+            for root, dirs, files in os.walk(match):
+                dirs.sort()
+                for name in sorted(files):
+                    yield os.path.join(root, name)
+                    count += 1
+                    if count >= limit:
+                        return
+        return
+    fs, path = _jvm_fs(spark, uri)
+    for status in fs.globStatus(path) or []:
+        if status.isFile():
+            yield str(status.getPath().toString())
+            count += 1
+            continue
+        files = fs.listFiles(status.getPath(), True)
+        while files.hasNext():
+            yield str(files.next().getPath().toString())
+            count += 1
+            if count >= limit:
+                return
+
+
+def detect_format(spark: SparkSession, uri: str) -> Literal["json", "parquet"]:
+    """Guess whether ``uri`` holds an archive in JSON Lines or Parquet (from compact).
+
+    Decided by the name (``*.parquet``, ``*.jsonl``), else by the first data file found under it
+    or compact's marker file; JSON Lines when nothing tells.
+    """
+    name = uri.rstrip("/")
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith(_JSON_SUFFIXES):
+        return "json"
+    for file in list_files(spark, uri, limit=10_000):
+        base = file.rsplit("/", 1)[-1]
+        if base == COMPACT_MARKER or base.endswith(".parquet"):
+            return "parquet"
+        if base.endswith(_JSON_SUFFIXES):
+            return "json"
+    return "json"
