@@ -85,6 +85,19 @@ def _definitions(action: str, path: str) -> int:
     return 0
 
 
+def _dlq(action: str, rest: list[str]) -> int:
+    """Dispatch ``ottermq dlq ACTION``; the Spark jobs are imported only when asked for."""
+    import importlib
+
+    if action == "export":
+        from . import dlq_cli
+
+        return dlq_cli.main(["export", *rest])
+    jobs = importlib.import_module("ottermq.spark_jobs.cli")  # never imported by the broker itself
+    entry = getattr(jobs, f"{action}_main")
+    return int(entry(rest))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ottermq`` console script and ``python -m ottermq.broker``."""
     parser = argparse.ArgumentParser(prog="ottermq", description="OtterMQ AMQP 0.9.1 broker")
@@ -98,9 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("file", nargs="?", default="-", help="output file (default: stdout)")
     imp = defs_sub.add_parser("import", help="load a RabbitMQ definitions JSON file into the store")
     imp.add_argument("file")
+    dlq = sub.add_parser(
+        "dlq",
+        help="dead letters: export a queue to the archive format, analyse or replay an archive",
+        description="export: read any AMQP queue into archive JSON Lines (broker.dlq_cli); "
+        "report/compact/select/replay: Spark jobs on an archive (needs the 'spark' extra)",
+    )
+    dlq.add_argument("action", choices=["export", "report", "compact", "select", "replay"])
+    dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")
     args = parser.parse_args(argv)
     if args.command in (None, "serve"):
         return _run_server()
+    if args.command == "dlq":
+        return _dlq(args.action, args.args)
     if args.command == "definitions":
         return _definitions(args.action, args.file)
     parser.error(f"unknown command {args.command}")

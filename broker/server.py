@@ -21,7 +21,7 @@ from .config import Settings
 from .connection import AMQPConnection, server_properties
 from .definitions import import_definitions, load_definitions_file
 from .recovery import recover
-from .wiring import make_ttl_manager, make_vhost
+from .wiring import make_ttl_manager, make_vhost, shared_archive
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class Broker:
         self.store: Store = store if store is not None else MemoryStore()
         self.hook = DurableHook(self.store, self.ttl.now)
         self.auth = AuthDB(self.store, loopback_users=settings.loopback_users)
+        self.archive = shared_archive(settings)  # OTTERMQ_DLX_ARCHIVE_DIR, or a null archive
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[AMQPConnection] = set()
         self.server_properties: dict[str, Any] = server_properties(VERSION)
@@ -57,7 +58,7 @@ class Broker:
         """The vhost called ``name``, created (and wired to the store) if missing."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = make_vhost(name, self.settings, self.ttl)
+            vhost = self.vhosts[name] = make_vhost(name, self.settings, self.ttl, self.archive)
             vhost.store = self.hook
         return vhost
 
@@ -131,6 +132,7 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.abort()
         await self.store.close()  # commits what is pending: nothing confirmed is lost
+        await self.archive.close()  # writes buffered dead-letter records, finishes .part files
         log.info("OtterMQ stopped")
 
 

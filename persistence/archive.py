@@ -668,10 +668,6 @@ class DeadLetterArchive:
             if not self._recovered:
                 self._recovered = True
                 self.files.recover()
-            w = self._added - self._taken
-            self._maxw = max(getattr(self, "_maxw", 0), w)
-            self._wakes = getattr(self, "_wakes", 0) + 1
-            if self._wakes % 20 == 0: log.warning("DEBUG max waiting %d wakes %d", self._maxw, self._wakes)
             while True:  # in chunks: bounded memory, one write per chunk and file
                 flat = self._take(CHUNK)
                 if flat:
