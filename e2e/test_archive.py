@@ -3,6 +3,8 @@
 * ``extension`` tests start private brokers with ``OTTERMQ_DLX_ARCHIVE_DIR``, cause one dead letter
   of every reason and every drop reason, stop the broker with SIGTERM and check every field of
   every record (archive schema v1).
+* ``dlq report`` (the console script, a real local Spark run) on a broker-written archive counts
+  every reason and drop reason exactly (also marked ``spark``).
 * ``dlq export`` reads a dead-letter queue of the session broker (ottermq, or RabbitMQ under
   ``AMQP_URL``): browse leaves the queue as it was (messages marked redelivered), drain empties it.
 """
@@ -12,9 +14,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +242,108 @@ def test_archive_directory_that_cannot_be_written_does_not_stop_the_broker(broke
     conn.close()
     assert process.stop() == 0
     assert "dead-letter archive: cannot write" in process.log_tail(200)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ottermq dlq report on what the broker archived (ottermq only; needs pyspark and Java)
+# ---------------------------------------------------------------------------------------------------------
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _require_spark() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        reason = "pyspark is not installed (pip install 'ottermq[spark]')"
+    else:
+        if shutil.which("java") or os.environ.get("JAVA_HOME"):
+            return
+        reason = "Java is not installed (Spark needs a JDK; set JAVA_HOME or put java on PATH)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so this test must run", pytrace=False)
+    pytest.skip(reason)
+
+
+def _ottermq() -> list[str]:
+    script = Path(sys.executable).with_name("ottermq")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ottermq.broker"]
+
+
+@pytest.mark.extension
+@pytest.mark.spark
+def test_report_on_a_broker_written_archive_counts_every_dead_letter(broker_process, tmp_path, poll_until):
+    _require_spark()
+    archive = tmp_path / "archive"
+    process = broker_process({"OTTERMQ_DLX_ARCHIVE_DIR": str(archive)})
+    b = process.start()
+    conn = pika.BlockingConnection(b.params())
+    ch = conn.channel()
+    ch.queue_declare("dlq")
+    ch.queue_declare("ttl", arguments={**dl_to("dlq"), "x-message-ttl": 0})
+    ch.queue_declare("work", arguments=dl_to("wait"))
+    ch.queue_declare("wait", arguments={**dl_to("work"), "x-message-ttl": 1})
+    ch.queue_declare("maxlen", arguments={**dl_to("dlq"), "x-max-length": 2})
+    ch.queue_declare("limited", arguments={**dl_to("dlq"), "x-delivery-limit": 0})
+    ch.queue_declare("no-dlx", arguments={"x-message-ttl": 0})
+    ch.queue_declare("dlx-missing", arguments={"x-dead-letter-exchange": "missing", "x-message-ttl": 0})
+    ch.queue_declare("no-route", arguments={**dl_to("nowhere"), "x-message-ttl": 0})
+    ch.queue_declare("cycle", arguments={"x-dead-letter-exchange": "", "x-message-ttl": 0})
+
+    for i in range(7):  # 7 expired, routed to dlq
+        ch.basic_publish("", "ttl", b"t", props(message_id=f"ttl-{i}", content_type="text/plain"))
+    # a retry loop: rejected in 'work' 4 times, expiring in 'wait' after each (death counts 1..4)
+    ch.basic_publish("", "work", b"job", props(message_id="job-1", content_type="application/json"))
+    for _ in range(4):
+        method = poll_until(lambda: ch.basic_get("work")[0])
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    method = poll_until(lambda: ch.basic_get("work")[0])
+    ch.basic_ack(method.delivery_tag)
+    for i in range(5):  # x-max-length 2, drop-head: 3 maxlen deaths
+        ch.basic_publish("", "maxlen", b"m%d" % i)
+    for i in range(2):  # returned once each with limit 0: 2 delivery_limit deaths
+        ch.basic_publish("", "limited", b"l%d" % i)
+        method = poll_until(lambda: ch.basic_get("limited")[0])
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    drops = {"no-dlx": 4, "dlx-missing": 3, "no-route": 2, "cycle": 1}
+    for queue, n in drops.items():
+        for _ in range(n):
+            ch.basic_publish("", queue, b"d")
+    poll_until(lambda: ch.queue_declare("dlq", passive=True).method.message_count == 7 + 3 + 2)
+    conn.close()
+    assert process.stop() == 0
+
+    records = read_archive(archive)
+    assert len(records) == 7 + 8 + 3 + 2 + 10
+
+    out = tmp_path / "report"
+    result = subprocess.run(
+        [*_ottermq(), "dlq", "report", str(archive), "--out", str(out), "--master", "local[1]"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+
+    assert summary["records"] == 30 and summary["bad_lines"] == 0
+    assert summary["by_reason"] == {"expired": 7 + 4 + 10, "rejected": 4, "maxlen": 3, "delivery_limit": 2}
+    assert summary["by_outcome"] == {"routed": 20, "dropped": 10}
+    assert summary["by_drop_reason"] == {"no_dlx": 4, "dlx_missing": 3, "no_route": 2, "cycle": 1}
+    assert summary["queues"] == 9 and summary["vhosts"] == 1
+    queues = {row["queue"]: row["count"] for row in summary["top"]["queues"]}
+    assert queues == {"ttl": 7, "work": 4, "wait": 4, "maxlen": 3, "limited": 2, **drops}
+    assert queues == dict(Counter(r["queue"] for r in records))
+    # the retry loop: job-1 died with death_count 3 and 4 in 'work' and in 'wait' (threshold 3)
+    loops = {(row["queue"], row["message_id"]): row for row in summary["top"]["retry_loops"]}
+    assert set(loops) == {("work", "job-1"), ("wait", "job-1")}
+    assert all(row["deaths"] == 2 and row["max_death_count"] == 4 for row in loops.values())
+    assert summary["first_death"] is not None and summary["time_in_queue_ms"]["p50_ms"] is not None
+
+    for chart in summary["charts"]:
+        assert (out / chart).read_bytes().startswith(PNG), chart
+    assert {"charts/deaths_per_hour.png", "charts/deaths_by_queue.png"} <= set(summary["charts"])
+    report = (out / "report.md").read_text()
+    assert "delivery_limit" in report and "job-1" in report
+    assert (out / "tables" / "by_reason.csv").exists()
+    assert "30" in result.stdout  # the console summary
 
 
 # ---------------------------------------------------------------------------------------------------------

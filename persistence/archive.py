@@ -48,6 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from decimal import Decimal
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final
 
@@ -610,8 +611,9 @@ class DeadLetterArchive:
             if not room:
                 return
             items, n = items[: room * ITEM_FIELDS], room
-        # one flat, atomic extend: no object per death event for the cyclic GC to track
-        self._buf.extend((time_ms, vhost, queue, reason, dlx, n, *items))
+        # one flat extend (atomic: C-level iteration, no bytecode runs, so the writer cannot
+        # see half an event) and no object per event for the cyclic GC to track
+        self._buf.extend(chain((time_ms, vhost, queue, reason, dlx, n), items))
         self._added += n
         if self._thread is None:
             if self._threaded:
@@ -710,7 +712,8 @@ class DeadLetterArchive:
         log.error(msg, *args, exc_info=exc_info)
 
     def _take(self, budget: int) -> list[Any]:
-        """Whole death events from the buffer, until at least ``budget`` dead letters."""
+        """Death events from the buffer, ``budget`` dead letters at most (a larger event is split:
+        the header of its rest goes back in front of the rest)."""
         buf = self._buf
         popleft = buf.popleft
         out: list[Any] = []
@@ -718,9 +721,13 @@ class DeadLetterArchive:
         while buf and taken < budget:  # record() extends atomically: whole events only
             header = [popleft() for _ in range(6)]
             n = header[5]
+            k = min(n, budget - taken)
+            header[5] = k
             out += header
-            out += [popleft() for _ in range(n * ITEM_FIELDS)]
-            taken += n
+            out += [popleft() for _ in range(k * ITEM_FIELDS)]
+            if k < n:  # record() only appends on the right: the front is ours
+                buf.extendleft(reversed((*header[:5], n - k)))
+            taken += k
         self._taken += taken
         return out
 

@@ -287,11 +287,17 @@ def test_large_backlogs_go_out_in_bounded_chunks(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ArchiveFiles, "_write_chunk", counting)
     a = make(tmp_path)
-    for _ in range(100):
+    for _ in range(10):
         a.record(T0, "/", "q", "expired", None, [message(), 0, 1, None, "no_dlx"] * 100)
+    # one death event of 9000 (a TTL burst) is split between chunks
+    a.record(T0 + 1, "/", "big", "expired", None, [message(), 0, 1, None, "no_dlx"] * 9000)
+    rec(a, t=T0 + 2)
     a.write_pending()
-    assert chunks == [4100, 4100, 1800] and a.written == 10_000
+    assert chunks == [4096, 4096, 1809] and a.written == 10_001 and a.waiting == 0
     a.close_sync()
+    records = lines(files(tmp_path)[0])
+    assert [r["queue"] for r in records] == ["q"] * 1000 + ["big"] * 9000 + ["q"]
+    assert [r["time_ms"] for r in records] == [T0] * 1000 + [T0 + 1] * 9000 + [T0 + 2]
 
 
 def test_rotation_by_size(tmp_path):
