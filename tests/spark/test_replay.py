@@ -1,4 +1,5 @@
-"""Replay: selecting a replay set, rebuilding messages, and republishing them (for real with AMQP_URL)."""
+"""Replay: selecting a replay set, rebuilding messages, and republishing them into a real broker (a private
+ottermq process, or the broker at AMQP_URL)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import datetime
 import io as stdio
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -187,11 +193,33 @@ def test_publish_records_rate_limit(data: Any) -> None:
 
 
 @pytest.fixture
-def amqp_url() -> str:
+def amqp_url(tmp_path: Path) -> Iterator[str]:
+    """``AMQP_URL`` when set (e.g. RabbitMQ under ``make conformance``), else a private ottermq process."""
     url = os.environ.get("AMQP_URL")
-    if not url:
-        pytest.skip("set AMQP_URL (e.g. amqp://guest:guest@127.0.0.1:5672/%2F) to replay into a real broker")
-    return url
+    if url:
+        yield url
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OTTERMQ_BROKER_HOST": "127.0.0.1", "OTTERMQ_BROKER_PORT": str(port),
+           "OTTERMQ_DATA_DIR": str(tmp_path / "data"), "PYTHONSAFEPATH": "1"}  # fmt: skip
+    log = tmp_path / "broker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "ottermq.broker"], env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.05)
+        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_replay_into_a_real_broker(spark: Any, amqp_url: str, archive_dir: Path, tmp_path: Path) -> None:
