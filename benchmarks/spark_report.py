@@ -87,10 +87,13 @@ def main() -> int:
 
     results: list[dict[str, Any]] = []
     conf = {"spark.driver.memory": args.driver_memory, "spark.ui.showConsoleProgress": "false"}
+    archives = {}  # generated before Spark starts: the benchmark measures Spark alone
+    for n in sizes:
+        label = f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k"
+        archives[n] = (label, *_archive(args.workdir / f"jsonl-{label}", n, args.seed, args.regen))
     with spark_session("ottermq-spark-bench", args.master, conf) as spark:
         for n in sizes:
-            label = f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}k"
-            jsonl, gen_s = _archive(args.workdir / f"jsonl-{label}", n, args.seed, args.regen)
+            label, jsonl, gen_s = archives[n]
             row: dict[str, Any] = {"records": n, "jsonl_bytes": _du(jsonl), "generate_s": gen_s}
             parquet = args.workdir / f"parquet-{label}"
             if "compact" not in skip:

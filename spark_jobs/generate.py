@@ -25,6 +25,7 @@ import datetime
 import json
 import logging
 import math
+import multiprocessing
 import os
 import random
 import sys
@@ -388,7 +389,10 @@ def write_archive(
         for chunk in range((n + chunk_size - 1) // chunk_size)
     ]
     if workers > 1 and len(chunks) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # spawn, not fork: a forked child would share (and at exit, close) the Spark gateway's
+        # sockets when a SparkSession is open in this process
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=spawn) as pool:
             results = list(pool.map(_write_chunk, chunks))
     else:
         results = [_write_chunk(chunk) for chunk in chunks]
