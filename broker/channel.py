@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 _PUBLISH_KEY = BASIC_PUBLISH
 KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
+ACCESS_REQUEST = 0x001E000A  # access.request (class 30, method 10)
 INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel
 
 
@@ -212,6 +213,10 @@ class Channel:
             self.on_reject(tag, multiple, requeue)
             return
         if key not in KNOWN_METHODS:
+            if key == ACCESS_REQUEST:
+                # AMQP 0-8's access.request (pamqp knows no class 30): RabbitMQ still grants ticket 1
+                self.conn.send(struct.pack(">BHIHHH", 1, self.number, 6, 30, 11, 1) + b"\xce")
+                return
             raise UnknownMethod(key)
         method = fastpath.decode_method(payload)
         handler = self._handlers.get(type(method))

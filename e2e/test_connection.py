@@ -178,6 +178,16 @@ def test_channel_number_above_channel_max_is_accepted(raw_connect):
     )
 
 
+def test_access_request_gets_ticket_1(raw_connect):
+    # AMQP 0-8's access.request (class 30, unknown to pamqp): RabbitMQ grants ticket 1 and carries on
+    raw = raw_connect()
+    raw.open_channel(1)
+    payload = struct.pack(">HHB", 30, 10, 5) + b"/data" + bytes([0b11111])
+    raw.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    assert raw.recv_raw_frame() == (1, 1, struct.pack(">HHH", 30, 11, 1))
+    assert raw.rpc(1, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk).queue
+
+
 def test_opening_more_channels_than_channel_max_is_530(raw_connect):
     raw = raw_connect(channel_max=2)
     raw.open_channel(1)
