@@ -23,10 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadgen import body, publish_confirmed
 from pamqp import commands as spec
-from procinfo import free_port
-from wire import BrokerURL, RawConnection, publish_frames
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:  # PYTHONSAFEPATH=1 (the Makefile sets it) leaves the script dir out
+    sys.path.insert(0, str(_HERE))
+
+from loadgen import body, publish_confirmed  # noqa: E402
+from procinfo import free_port  # noqa: E402
+from wire import BrokerURL, RawConnection, publish_frames  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
