@@ -4,8 +4,8 @@ What an asyncio application does with RabbitMQ, unchanged: publisher confirms (o
 channels, nacks raise ``DeliveryError``, mandatory returns raise ``PublishError``), ``basic.qos``, consuming
 with ``async with queue.iterator()`` and ``message.process()``, dead-lettering configured through queue
 arguments with ``x-death`` read back from the dead letter, and ``connect_robust`` coming back after a broker
-restart with its topology, its consumers and the persistent messages (a restart can only be done to our own
-process: ``extension``).
+restart with its topology, its consumers and the persistent messages (our own process stopped with SIGTERM,
+or SIGKILL as an extension; under ``AMQP_URL`` a local RabbitMQ restarted with ``rabbitmqctl``).
 
 No pytest-asyncio: each test is a plain function running one coroutine with ``asyncio.run``.
 """
@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-from collections.abc import AsyncIterator, Awaitable
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import aio_pika
@@ -278,24 +280,45 @@ async def poll_get(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# connect_robust across a broker restart (our own process: extension)
+# connect_robust across a broker restart: our own process (SIGTERM, and SIGKILL as an extension), or
+# under AMQP_URL a local RabbitMQ restarted with `rabbitmqctl stop_app` / `start_app`
 # ---------------------------------------------------------------------------------------------------------
-@pytest.mark.extension
-@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_robust_connection_recovers_topology_consumers_and_persistent_messages(broker_process, how):
-    process = broker_process()
-    url = process.start().url
+def _restartable(broker: Any, broker_process: Any, how: str) -> tuple[Any, Callable[[], None]]:
+    """``(broker, restart)``: a private ottermq process, or the local RabbitMQ at ``AMQP_URL``."""
+    if broker.is_ottermq:
+        process = broker_process()
+        b = process.start()
 
-    def restart() -> None:
-        if how == "sigterm":
-            assert process.stop() == 0
-        else:
-            process.kill()
-        process.start()
+        def restart_ottermq() -> None:
+            if how == "sigterm":
+                assert process.stop() == 0
+            else:
+                process.kill()
+            process.start()
+
+        return b, restart_ottermq
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None or broker.host not in ("127.0.0.1", "localhost", "::1"):
+        pytest.skip("restarting the broker at AMQP_URL needs a local rabbitmqctl")
+
+    def restart_rabbitmq() -> None:  # closes every connection (320), then recovers durable state
+        for action in ("stop_app", "start_app"):
+            subprocess.run([ctl, "-q", action], check=True, capture_output=True, timeout=120)
+
+    return broker, restart_rabbitmq
+
+
+@pytest.mark.parametrize("how", ["sigterm", pytest.param("sigkill", marks=pytest.mark.extension)])
+def test_robust_connection_recovers_topology_consumers_and_persistent_messages(
+    broker, broker_process, unique, how
+):
+    b, restart = _restartable(broker, broker_process, how)
+    url = b.url
+    x, backlog_q, live_q = unique("orders"), unique("orders.backlog"), unique("orders.live")
 
     def stored_count(queue: str) -> int:
         """What the restarted broker has in ``queue``, seen by another client (pika)."""
-        conn = pika.BlockingConnection(process.broker.params())
+        conn = pika.BlockingConnection(b.params())
         try:
             return conn.channel().queue_declare(queue, passive=True).method.message_count
         finally:
@@ -308,10 +331,10 @@ def test_robust_connection_recovers_topology_consumers_and_persistent_messages(b
         try:
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=10)
-            orders = await channel.declare_exchange("orders", aio_pika.ExchangeType.TOPIC, durable=True)
-            backlog = await channel.declare_queue("orders.backlog", durable=True)
+            orders = await channel.declare_exchange(x, aio_pika.ExchangeType.TOPIC, durable=True)
+            backlog = await channel.declare_queue(backlog_q, durable=True)
             await backlog.bind(orders, "order.*")
-            live = await channel.declare_queue("orders.live", durable=True)
+            live = await channel.declare_queue(live_q, durable=True)
             await live.bind(orders, "order.*")
             inbox: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = asyncio.Queue()
 
@@ -331,7 +354,7 @@ def test_robust_connection_recovers_topology_consumers_and_persistent_messages(b
 
             await asyncio.to_thread(restart)
             # the confirmed persistent messages are back, before the robust client re-declares anything
-            assert await asyncio.to_thread(stored_count, "orders.backlog") == 3
+            assert await asyncio.to_thread(stored_count, backlog_q) == 3
             await asyncio.wait_for(reconnected.wait(), 10)
 
             got = [await backlog.get(timeout=5) for _ in range(3)]
@@ -357,10 +380,15 @@ def test_robust_connection_recovers_topology_consumers_and_persistent_messages(b
             assert (live_after.body, live_after.redelivered) == (b"after", False)
             assert (await backlog.get(timeout=5)).body == b"after"
         finally:
+            with contextlib.suppress(Exception):
+                cleanup = await connection.channel()
+                for name in (backlog_q, live_q):
+                    await cleanup.queue_delete(name)
+                await cleanup.exchange_delete(x)
             await connection.close()
 
     try:
-        run(scenario(), timeout=30)
+        run(scenario(), timeout=60)
     except BaseException:
-        print(f"broker log tail:\n{process.log_tail()}")
+        print(f"broker log tail:\n{b.log_tail()}")
         raise
