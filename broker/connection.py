@@ -39,7 +39,7 @@ from ottermq.amqp.table import decode_table
 from pamqp import commands as spec
 from pamqp.base import Frame
 
-from .channel import KNOWN_METHODS, Channel, UnknownMethod
+from .channel import ACCESS_REQUEST, KNOWN_METHODS, Channel, UnknownMethod
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import UserRecord
@@ -467,6 +467,8 @@ class AMQPConnection(asyncio.Protocol):
         if frame_type != FRAME_METHOD:
             raise UnexpectedFrame("expected method frame, got non method frame instead")
         key = fastpath.method_key(payload)
+        if key == ACCESS_REQUEST:  # known to RabbitMQ (AMQP 0-8), not to pamqp
+            raise ChannelError("expected 'channel.open'")
         if key not in KNOWN_METHODS:
             raise UnknownMethod(key)
         method = fastpath.decode_method(payload)

@@ -178,14 +178,25 @@ def test_channel_number_above_channel_max_is_accepted(raw_connect):
     )
 
 
+_ACCESS_REQUEST = struct.pack(">HHB", 30, 10, 5) + b"/data" + bytes([0b11111])  # class 30: not in pamqp
+ACCESS_REQUEST_ON_1 = struct.pack(">BHI", 1, 1, len(_ACCESS_REQUEST)) + _ACCESS_REQUEST + b"\xce"
+
+
 def test_access_request_gets_ticket_1(raw_connect):
     # AMQP 0-8's access.request (class 30, unknown to pamqp): RabbitMQ grants ticket 1 and carries on
     raw = raw_connect()
     raw.open_channel(1)
-    payload = struct.pack(">HHB", 30, 10, 5) + b"/data" + bytes([0b11111])
-    raw.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    raw.send(ACCESS_REQUEST_ON_1)
     assert raw.recv_raw_frame() == (1, 1, struct.pack(">HHH", 30, 11, 1))
     assert raw.rpc(1, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk).queue
+
+
+def test_access_request_on_unopened_channel_is_504(raw_connect):
+    raw = raw_connect()
+    raw.send(ACCESS_REQUEST_ON_1)
+    close = raw.expect_close()
+    assert (close.reply_code, close.reply_text) == (504, "CHANNEL_ERROR - expected 'channel.open'")
+    assert (close.class_id, close.method_id) == (30, 10)
 
 
 def test_opening_more_channels_than_channel_max_is_530(raw_connect):
