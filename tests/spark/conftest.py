@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,6 +63,18 @@ def pyspark_installed() -> None:
         import pyspark  # noqa: F401
     except ImportError:
         _skip_or_fail("pyspark is not installed (pip install 'ottermq[spark]')")
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """A function returning a TCP port free on 127.0.0.1 (for brokers and Spark daemons)."""
+
+    def _free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    return _free_port
 
 
 @pytest.fixture(scope="session")

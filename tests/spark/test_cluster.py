@@ -7,23 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytestmark = pytest.mark.spark
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -35,7 +28,9 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: floa
 
 
 @pytest.fixture
-def standalone_cluster(spark: Any, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def standalone_cluster(
+    spark: Any, tmp_path: Path, free_port: Callable[[], int]
+) -> Iterator[tuple[str, dict[str, str]]]:
     """``(master URL, environment)`` of a one-worker standalone cluster (``spark`` checks Java)."""
     import pyspark
 
@@ -45,15 +40,15 @@ def standalone_cluster(spark: Any, tmp_path: Path) -> Iterator[tuple[str, dict[s
            "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONSAFEPATH": "1"}  # fmt: skip
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     spark_class = str(home / "bin" / "spark-class")
-    port = _free_port()
+    port = free_port()
     url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name, args, ready in (
             ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                        "--webui-port", str(_free_port())], "I have been elected leader"),
+                        "--webui-port", str(free_port())], "I have been elected leader"),
             ("worker", ["org.apache.spark.deploy.worker.Worker", url, "--cores", "1", "--memory", "1g",
-                        "--webui-port", str(_free_port())], "Successfully registered with master"),
+                        "--webui-port", str(free_port())], "Successfully registered with master"),
         ):  # fmt: skip
             log = tmp_path / f"{name}.log"
             with log.open("wb") as out:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -193,15 +193,13 @@ def test_publish_records_rate_limit(data: Any) -> None:
 
 
 @pytest.fixture
-def amqp_url(tmp_path: Path) -> Iterator[str]:
+def amqp_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
     """``AMQP_URL`` when set (e.g. RabbitMQ under ``make conformance``), else a private ottermq process."""
     url = os.environ.get("AMQP_URL")
     if url:
         yield url
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "OTTERMQ_BROKER_HOST": "127.0.0.1", "OTTERMQ_BROKER_PORT": str(port),
            "OTTERMQ_DATA_DIR": str(tmp_path / "data"), "PYTHONSAFEPATH": "1"}  # fmt: skip
     log = tmp_path / "broker.log"
