@@ -48,10 +48,15 @@ def erl_binary(data: bytes) -> str:
     return "<<" + ",".join(str(c) for c in data) + ">>"
 
 
+def payload_snippet(ftype: int, payload: bytes) -> str:
+    """RabbitMQ's description of a frame in errors: ``type T, all octets = <<...>>`` (first 16 shown)."""
+    which = "all" if len(payload) <= 16 else "first 16"
+    return f"type {ftype}, {which} octets = {erl_binary(payload[:16])}"
+
+
 def frame_error(ftype: int, payload: bytes, reason: str) -> FrameError:
     """RabbitMQ's frame error: ``type T, all octets = <<...>>: Reason`` (first 16 octets shown)."""
-    which = "all" if len(payload) <= 16 else "first 16"
-    return FrameError(f"type {ftype}, {which} octets = {erl_binary(payload[:16])}: {reason}")
+    return FrameError(f"{payload_snippet(ftype, payload)}: {reason}")
 
 
 class FrameReader:

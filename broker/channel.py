@@ -93,7 +93,7 @@ class ChannelConsumer:
 
     def can_deliver(self) -> bool:
         channel = self.channel
-        if not channel.flow_active or channel.conn.paused or channel.closing:
+        if channel.conn.paused or channel.closing:
             return False
         if self.no_ack:
             return True
@@ -117,7 +117,6 @@ class Channel:
         self.number = number
         self.vhost = conn.vhost
         self.closing = False
-        self.flow_active = True
         self.method_key = 0
         self.last_queue = ""  # most recently declared queue, for empty queue names
         self._write_ok: str | None = None  # exchange last allowed for basic.publish
@@ -178,6 +177,7 @@ class Channel:
         if frame_type != FRAME_METHOD:
             if self.closing:
                 return
+            self.method_key = 0  # RabbitMQ's command assembler reports no method here (class 0/0)
             raise UnexpectedFrame("expected method frame, got non method frame instead")
         key = fastpath.method_key(payload)
         self.method_key = key
@@ -482,10 +482,11 @@ class Channel:
             self.conn.channel_closed(self.number)
 
     def on_channel_flow(self, method: spec.Channel.Flow) -> None:
-        self.flow_active = bool(method.active)
-        self.conn.send_method(self.number, spec.Channel.FlowOk(active=self.flow_active))
-        if self.flow_active:
-            self._kick_consumers()
+        """RabbitMQ 3.x accepts only ``active=true``; pausing deliveries is refused with 540 (a
+        connection error), which amqp091-go's own suite relies on. Consumers use ``basic.qos``."""
+        if not method.active:
+            raise AMQPNotImplemented("active=false")
+        self.conn.send_method(self.number, spec.Channel.FlowOk(active=True))
 
     def _kick_consumers(self) -> None:
         for queue in {c.queue for c in self.consumers.values()}:

@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         description="Memory alarm threshold: fraction of RAM if <= 1, else bytes (RabbitMQ: 0.4)",
     )
     handshake_timeout: Duration = Field(10.0, gt=0)
+    update_secret_verify: bool = Field(
+        False,
+        description="connection.update-secret must carry the user's current password (ottermq extension;"
+        " RabbitMQ's internal users accept any secret, as passwords cannot expire)",
+    )
     dlx_archive_dir: Path | None = Field(
         None, description="Dead-letter archive directory (JSON Lines); empty = no archive"
     )

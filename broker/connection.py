@@ -26,15 +26,15 @@ from ottermq.amqp.errors import (
     AMQPError,
     ChannelError,
     ChannelException,
-    CommandInvalid,
     ConnectionException,
     ConnectionForced,
+    FrameError,
     InternalError,
     NotAllowed,
     UnexpectedFrame,
 )
 from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
-from ottermq.amqp.reader import FrameReader
+from ottermq.amqp.reader import FrameReader, frame_error, payload_snippet
 from ottermq.amqp.table import decode_table
 from pamqp import commands as spec
 from pamqp.base import Frame
@@ -57,12 +57,20 @@ FLUSH_THRESHOLD = 256 * 1024
 WRITE_HIGH_WATER = 1024 * 1024
 
 AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+# RabbitMQ's names for the states, used in its error texts
+STATE_NAMES = ("pre_init", "starting", "tuning", "opening", "running", "closing", "closed")
+SILENT_CLOSE_DELAY = 3.0  # RabbitMQ's ?SILENT_CLOSE_DELAY before dropping a bad handshake
 
+MECHANISMS = ("PLAIN", "AMQPLAIN")
 CONNECTION_CLOSE_KEYS = (0x000A0032, 0x000A0033)  # connection.close, connection.close-ok
 
 
 class _NoMethod(NotAllowed):
     """Raised where RabbitMQ reports class/method ids 0/0 (its error carries method 'none')."""
+
+
+class _NoMethodFrameError(FrameError):
+    """A frame RabbitMQ's reader cannot parse (class/method ids 0/0)."""
 
 
 class AMQPConnection(asyncio.Protocol):
@@ -76,6 +84,7 @@ class AMQPConnection(asyncio.Protocol):
         self.state = AWAIT_HEADER
         self.peer = "?"
         self._header = b""
+        self._pending = b""  # an incomplete handshake frame
         self.reader = FrameReader(FRAME_MIN_SIZE)
         self.channels: dict[int, Channel] = {}
         self.frame_max = FRAME_MIN_SIZE
@@ -121,20 +130,48 @@ class AMQPConnection(asyncio.Protocol):
             return
         self._in_receive = True
         try:
-            if self.state == AWAIT_HEADER:
-                data = self._on_header(data)
+            if self.state < OPEN:
+                if self.state == AWAIT_HEADER:
+                    data = self._on_header(data)
+                data = self._handshake_frames(data)
                 if not data:
                     return
-            frames = self.reader.feed(data)
-            for frame_type, channel, payload in frames:
-                self._on_frame(frame_type, channel, payload)
-                if self.state == CLOSED:
-                    return
-            if self.reader.error is not None and self.state not in (CLOSING, CLOSED):
-                self._close_connection(self.reader.error, 0)
+            self._feed(data)
         finally:
             self._in_receive = False
             self._flush()
+
+    def _feed(self, data: bytes) -> None:
+        for frame_type, channel, payload in self.reader.feed(data):
+            self._on_frame(frame_type, channel, payload)
+            if self.state == CLOSED:
+                return
+        error = self.reader.error
+        if error is not None and self.state not in (CLOSING, CLOSED):
+            if self.state in (AWAIT_START_OK, AWAIT_TUNE_OK):
+                self._silent_close(error.text)
+            else:
+                self._close_connection(error, 0)
+
+    def _handshake_frames(self, data: bytes) -> bytes:
+        """Read handshake frames one at a time: ``tune-ok`` changes the frame size limit for the frames
+        after it, even those that arrived in the same packet. Returns the bytes left once OPEN."""
+        buf = self._pending + data if self._pending else data
+        self._pending = b""
+        pos = 0
+        while AWAIT_HEADER < self.state < OPEN and len(buf) - pos >= 7:
+            size = int.from_bytes(buf[pos + 3 : pos + 7], "big")
+            end = pos + size + 8
+            if size > self.reader.frame_max:
+                end = len(buf)  # the reader reports the oversized frame from its header
+            elif end > len(buf):
+                break
+            self._feed(buf[pos:end])
+            pos = end
+        if AWAIT_HEADER < self.state < OPEN:
+            self._pending = buf[pos:]
+            return b""
+        return buf[pos:] if self.state == OPEN else b""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = CLOSED
@@ -223,7 +260,7 @@ class AMQPConnection(asyncio.Protocol):
                 version_major=0,
                 version_minor=9,
                 server_properties=self.broker.server_properties,
-                mechanisms="PLAIN AMQPLAIN",
+                mechanisms=" ".join(MECHANISMS),
                 locales="en_US",
             ),
         )
@@ -236,45 +273,82 @@ class AMQPConnection(asyncio.Protocol):
             self._abort()
 
     def _on_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
-        if self.state == OPEN:
+        state = self.state
+        if state == OPEN:
             if channel:
                 self._on_channel_frame(frame_type, channel, payload)
             else:
                 self._on_channel0(frame_type, payload)
-            return
-        if self.state == CLOSING:
-            if channel == 0 and frame_type == FRAME_METHOD:
+        elif state == CLOSING:
+            # only Close / Close-Ok are read; anything else (even a malformed frame) is ignored
+            if channel == 0 and frame_type == FRAME_METHOD and len(payload) >= 4:
                 key = fastpath.method_key(payload)
                 if key == CONNECTION_CLOSE_KEYS[1]:
                     self._abort()
                 elif key == CONNECTION_CLOSE_KEYS[0]:
                     self._reply_close_ok()
+        elif state == AWAIT_OPEN:
+            self._on_opening_frame(frame_type, channel, payload)
+        else:
+            self._on_login_frame(frame_type, channel, payload)
+
+    def _on_login_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
+        """AWAIT_START_OK / AWAIT_TUNE_OK: only the expected method is read; any other input closes the
+        socket without a word (RabbitMQ's handshake_error), except a refused login (see _on_start_ok)."""
+        if frame_type == FRAME_HEARTBEAT and channel == 0:
             return
-        # handshake states
-        if frame_type == FRAME_HEARTBEAT:
+        if channel != 0 or frame_type != FRAME_METHOD or len(payload) < 4:
+            self._silent_close(f"unexpected frame {payload_snippet(frame_type, payload)}")
             return
         try:
-            if channel != 0 or frame_type != FRAME_METHOD:
-                raise UnexpectedFrame("expected method frame on channel 0 during handshake")
             method = fastpath.decode_method(payload)
-            if self.state == AWAIT_START_OK and isinstance(method, spec.Connection.StartOk):
-                self._on_start_ok(method)
-            elif self.state == AWAIT_TUNE_OK and isinstance(method, spec.Connection.TuneOk):
+        except FrameError as exc:
+            self._silent_close(exc.text)
+            return
+        if self.state == AWAIT_START_OK and isinstance(method, spec.Connection.StartOk):
+            self._on_start_ok(method)
+        elif self.state == AWAIT_TUNE_OK and isinstance(method, spec.Connection.TuneOk):
+            try:
                 self._on_tune_ok(method)
-            elif self.state == AWAIT_OPEN and isinstance(method, spec.Connection.Open):
-                self._on_open(method)
-            elif isinstance(method, spec.Connection.Close):
-                self._reply_close_ok()
-            else:
-                raise CommandInvalid(f"unexpected method {method.name} during handshake")
+            except AMQPError as exc:
+                self._silent_close(exc.text)
+        else:
+            state = STATE_NAMES[self.state]
+            self._silent_close(f"unexpected method {method.name} in connection state {state}")
+
+    def _on_opening_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
+        """AWAIT_OPEN: errors are answered with Connection.Close, as in the running state."""
+        if frame_type == FRAME_HEARTBEAT and channel == 0:
+            return
+        key = 0
+        try:
+            if channel != 0 or frame_type != FRAME_METHOD:
+                raise UnexpectedFrame(payload_snippet(frame_type, payload))
+            if len(payload) < 4:
+                raise frame_error(frame_type, payload, "unknown_frame")
+            key = fastpath.method_key(payload)
+            if key not in KNOWN_METHODS:
+                raise UnknownMethod(key)
+            method = fastpath.decode_method(payload)
+            if not isinstance(method, spec.Connection.Open):
+                raise ChannelError("unexpected method in connection state opening")
+            self._on_open(method)
+        except UnknownMethod as exc:
+            log.warning("connection %s: %s; dropping the connection", self.peer, exc)
+            self._abort()
         except AMQPError as exc:
-            if self.state in (AWAIT_START_OK,):
-                self._abort()  # nothing negotiated yet: RabbitMQ just closes the socket
-            else:
-                self._close_connection(
-                    exc if isinstance(exc, ConnectionException) else CommandInvalid(exc.text),
-                    fastpath.method_key(payload) if len(payload) >= 4 else 0,
-                )
+            self._close_connection(exc, key)  # on channel 0 even a soft code closes the connection
+
+    def _silent_close(self, reason: str) -> None:
+        """Close the socket without a Connection.Close after ``SILENT_CLOSE_DELAY``, reading nothing more
+        (RabbitMQ: "we don't trust the client at this point - force them to wait")."""
+        log.info("connection %s: handshake error (%s); closing", self.peer, reason)
+        self.state = CLOSED
+        if self.transport is not None:
+            self.transport.pause_reading()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(SILENT_CLOSE_DELAY, self._close_transport)
 
     def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
         self.client_properties = method.client_properties or {}
@@ -289,10 +363,14 @@ class AMQPConnection(asyncio.Protocol):
         # RabbitMQ's (global=false: per new consumer).
         self.spec_qos = self.client_properties.get("product") == "py-amqp"
         mechanism = method.mechanism
+        if mechanism not in MECHANISMS:
+            self._silent_close(f"unknown authentication mechanism '{mechanism}'")
+            return
         username, password = self._credentials(mechanism, method.response)
-        user = None
-        if username is not None:
-            user = self.broker.authenticate(username, password or "", self._peer_host)
+        if username is None or password is None:  # RabbitMQ: a protocol error, not a refused login
+            self._silent_close(f"{mechanism} response invalid")
+            return
+        user = self.broker.authenticate(username, password, self._peer_host)
         if user is None:
             log.warning("connection %s: login refused for user %r (%s)", self.peer, username, mechanism)
             if self._auth_failure_close:
@@ -329,8 +407,9 @@ class AMQPConnection(asyncio.Protocol):
     def _credentials(mechanism: str, response: Any) -> tuple[str | None, str | None]:
         raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) else bytes(response)
         if mechanism == "PLAIN":
+            # RabbitMQ 3.10 reads exactly NUL user NUL password (an authorization identity is refused)
             parts = raw.split(b"\x00")
-            if len(parts) != 3:
+            if len(parts) != 3 or parts[0]:
                 return None, None
             return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
         if mechanism == "AMQPLAIN":
@@ -408,7 +487,9 @@ class AMQPConnection(asyncio.Protocol):
             return
         try:
             if frame_type != FRAME_METHOD:
-                raise UnexpectedFrame(f"type {frame_type}, all octets = <<>>")
+                raise UnexpectedFrame(payload_snippet(frame_type, payload))
+            if len(payload) < 4:
+                raise frame_error(frame_type, payload, "unknown_frame")
             key = fastpath.method_key(payload)
             if key not in KNOWN_METHODS:
                 raise UnknownMethod(key)
@@ -417,23 +498,43 @@ class AMQPConnection(asyncio.Protocol):
                 self._reply_close_ok()
             elif isinstance(method, spec.Connection.CloseOk):
                 self._abort()
-            elif isinstance(method, (spec.Connection.Blocked, spec.Connection.Unblocked)):
-                pass
-            elif key >> 16 == 10:
-                raise CommandInvalid("unimplemented method")
+            elif isinstance(method, spec.Connection.UpdateSecret):
+                self._on_update_secret(method)
             else:
                 raise ChannelError("unexpected method in connection state running")
         except UnknownMethod as exc:
             log.warning("connection %s: %s; dropping the connection", self.peer, exc)
             self._abort()
-        except ConnectionException as exc:
-            self._close_connection(exc, fastpath.method_key(payload) if len(payload) >= 4 else 0)
-        except ChannelException as exc:  # not expected on channel 0; treat as hard
-            self._close_connection(CommandInvalid(exc.text), 0)
+        except AMQPError as exc:  # on channel 0 even a soft code closes the connection
+            key = 0 if isinstance(exc, (UnexpectedFrame, FrameError)) else fastpath.method_key(payload)
+            self._close_connection(exc, key)
+
+    def _on_update_secret(self, method: spec.Connection.UpdateSecret) -> None:
+        """RabbitMQ 3.8+: a client refreshes its credentials (OAuth 2 tokens) on a live connection.
+
+        Internal users cannot expire, so RabbitMQ accepts any secret for them; with
+        ``OTTERMQ_UPDATE_SECRET_VERIFY`` the secret must be the user's current password.
+
+        Raises:
+            NotAllowed: the new secret was refused (the user is gone or the password differs).
+        """
+        if self.settings.update_secret_verify:
+            secret = method.new_secret
+            if isinstance(secret, bytes):
+                secret = secret.decode("utf-8", "replace")
+            if self.broker.authenticate(self.username, secret, self._peer_host) is None:
+                log.error("Secret update was refused for user '%s'", self.username)
+                raise NotAllowed("New secret was refused by one of the backends")
+        self.send_method(0, spec.Connection.UpdateSecretOk())
+        log.info(
+            "connection %s: user '%s' updated secret, reason: %s", self.peer, self.username, method.reason
+        )
 
     def _on_channel_frame(self, frame_type: int, number: int, payload: bytes) -> None:
         channel = self.channels.get(number)
         try:
+            if frame_type == FRAME_METHOD and len(payload) < 4:
+                raise _NoMethodFrameError(payload_snippet(frame_type, payload) + ": unknown_frame")
             if channel is None:
                 self._open_channel(frame_type, number, payload)
                 return
@@ -448,7 +549,7 @@ class AMQPConnection(asyncio.Protocol):
             assert channel is not None
             self._close_channel(channel, exc)
         except ConnectionException as exc:
-            if isinstance(exc, _NoMethod):
+            if isinstance(exc, (_NoMethod, _NoMethodFrameError)):
                 key = 0
             elif channel is not None:
                 key = channel.method_key

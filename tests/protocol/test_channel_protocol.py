@@ -137,18 +137,17 @@ def test_exclusive_queue_locked_for_other_connection(make_client):
     assert b.expect(spec.Channel.Close, 1).reply_code == 404
 
 
-def test_channel_flow_pauses_and_resumes_deliveries(client):
-    declare(client, "fq")
-    client.send(1, spec.Basic.Consume(queue="fq", no_ack=True))
-    client.expect(spec.Basic.ConsumeOk)
-    client.send(1, spec.Channel.Flow(active=False))
-    assert client.expect(spec.Channel.FlowOk).active is False
-    client.publish(1, "", "fq", b"held")
-    assert not [f for _, f in client.frames() if isinstance(f, spec.Basic.Deliver)]
+def test_channel_flow_active_true_is_answered(client):
     client.send(1, spec.Channel.Flow(active=True))
-    frames = client.frames()
-    assert any(isinstance(f, spec.Channel.FlowOk) and f.active for _, f in frames)
-    assert [f for _, f in frames if isinstance(f, spec.Basic.Deliver)]
+    assert client.expect(spec.Channel.FlowOk).active is True
+
+
+def test_channel_flow_active_false_is_not_implemented_540(client):
+    # RabbitMQ 3.x: rabbit_channel refuses active=false; 540 is a hard error
+    client.send(1, spec.Channel.Flow(active=False))
+    close = client.expect(spec.Connection.Close)
+    assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - active=false")
+    assert (close.class_id, close.method_id) == (20, 20)
 
 
 def test_prefetch_size_is_not_implemented_540(client):

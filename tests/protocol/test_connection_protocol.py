@@ -66,14 +66,6 @@ def test_unknown_vhost_is_530(make_client):
     assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - vhost nope not found")
 
 
-def test_frame_max_too_small_is_refused(make_client):
-    c = make_client()
-    c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.send(0, spec.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
-    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=1000, heartbeat=0))
-    assert c.expect(spec.Connection.Close).reply_code == 530
-
-
 def test_silent_client_is_dropped_after_two_heartbeat_intervals(make_client, loop):
     c = make_client()
     c.handshake(heartbeat=2)
