@@ -45,6 +45,8 @@ from ottermq.vhost.vhost import generated_name
 from pamqp import commands as spec
 from pamqp.base import Frame
 
+from .confirms import Confirms
+
 if TYPE_CHECKING:
     from .auth import Permission, ResourceKind
     from .connection import AMQPConnection
@@ -138,6 +140,7 @@ class Channel:
         # publisher side
         self.confirm = False
         self._publish_seq = 0
+        self._confirms = Confirms()
         self.tx = False
         self._tx_publishes: list[tuple[Message, bool, str]] = []
         self._tx_acks: list[tuple[int, bool, str, bool]] = []  # (tag, multiple, kind, requeue)
@@ -334,21 +337,28 @@ class Channel:
                 )
             )
         if self.confirm:
+            seq = self._publish_seq
             if stored:  # confirm once the write is durable
-                seq = self._publish_seq
-                self.conn.broker.store.after_commit(
-                    lambda ok: self._confirm_stored(seq, ok and not refused)
-                )
-            elif refused:
-                self.conn.send(fastpath.encode_nack(self.number, self._publish_seq, False))
+                self._confirms.wait(seq)
+                self.conn.broker.store.after_commit(lambda ok: self._confirm(seq, ok and not refused))
             else:
-                self.conn.send(fastpath.encode_ack(self.number, self._publish_seq, False))
+                self._confirm(seq, not refused)
 
-    def _confirm_stored(self, seq: int, ok: bool) -> None:
+    def _confirm(self, seq: int, ok: bool) -> None:
+        """A publish is confirmed or refused: sent with the others settled in this loop turn."""
+        confirms = self._confirms
+        if not confirms.settled:
+            self.conn.confirms_ready(self)
+        confirms.settle(seq, ok)
+
+    def send_confirms(self) -> None:
+        """Send what was settled since the last call, coalesced (see ``broker.confirms``)."""
+        frames = self._confirms.take()
         if self.closing or self.conn.channels.get(self.number) is not self:
             return
-        encode = fastpath.encode_ack if ok else fastpath.encode_nack
-        self.conn.send(encode(self.number, seq, False))
+        number, send = self.number, self.conn.send
+        for tag, multiple, ack in frames:
+            send((fastpath.encode_ack if ack else fastpath.encode_nack)(number, tag, multiple))
 
     # -- delivering -----------------------------------------------------------------------
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:

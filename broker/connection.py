@@ -104,6 +104,7 @@ class AMQPConnection(asyncio.Protocol):
         self._blocked_capable = False
         self._reading = True
         self._out: list[bytes] = []
+        self._confirming: list[Channel] = []  # channels with settled publisher confirms
         self._out_size = 0
         self._flush_scheduled = False
         self._in_receive = False
@@ -227,8 +228,19 @@ class AMQPConnection(asyncio.Protocol):
     def send_method(self, channel: int, method: Frame) -> None:
         self.send(fastpath.encode_method(channel, method))
 
+    def confirms_ready(self, channel: Channel) -> None:
+        """``channel`` has publisher confirms to send: they go out with this loop turn's output."""
+        self._confirming.append(channel)
+        if not self._flush_scheduled and not self._in_receive:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._confirming:
+            confirming, self._confirming = self._confirming, []
+            for channel in confirming:
+                channel.send_confirms()
         out = self._out
         if not out:
             return

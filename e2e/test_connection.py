@@ -368,3 +368,52 @@ def test_broker_serves_others_while_closing_a_bad_connection(raw_connect, connec
     bodies = [ch.basic_get(q, auto_ack=True)[2] for _ in range(20)]
     assert bodies == [str(i).encode() for i in range(20)]
     assert bad.closed(5)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# connection.update-secret and channel.flow (issue 12, items 1 and 2)
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("secret", ["guest", "an-oauth-token"])
+def test_pika_update_secret_is_accepted_and_the_connection_goes_on(connect, unique, secret):
+    # RabbitMQ's internal users cannot expire: any new secret is accepted (update-secret-ok)
+    conn = connect()
+    conn.update_secret(secret, "token refresh")
+    ch = conn.channel()
+    queue = unique("after-update-secret")
+    ch.queue_declare(queue)
+    ch.basic_publish("", queue, b"still here")
+    method, _props, body = ch.basic_get(queue, auto_ack=True)
+    assert method is not None and body == b"still here"
+
+
+@pytest.mark.extension
+def test_update_secret_verify_refuses_a_wrong_secret(broker_process):
+    b = broker_process({"OTTERMQ_UPDATE_SECRET_VERIFY": "true"}).start()
+    conn = pika.BlockingConnection(b.params())
+    try:
+        conn.update_secret("guest", "same password")  # the real password passes
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            conn.update_secret("wrong", "bad token")
+        assert (info.value.reply_code, info.value.reply_text) == (
+            530, "NOT_ALLOWED - New secret was refused by one of the backends"
+        )
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_update_secret_raw_gets_update_secret_ok(raw_connect):
+    raw = raw_connect()
+    reply = raw.rpc(0, C.Connection.UpdateSecret(new_secret="x", reason="r"), C.Connection.UpdateSecretOk)
+    assert isinstance(reply, C.Connection.UpdateSecretOk)
+    raw.open_channel(1)  # still serving
+
+
+def test_pika_channel_flow_true_is_answered(channel):
+    assert channel.flow(True) is True
+
+
+def test_pika_channel_flow_false_is_not_implemented_540(connect, connection_error):
+    conn = connect()
+    ch = conn.channel()
+    connection_error(lambda: ch.flow(False), 540, "NOT_IMPLEMENTED - active=false")

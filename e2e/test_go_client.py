@@ -335,3 +335,19 @@ def test_table_roundtrip_every_field_type(
     else:
         assert data["extra_headers"] == []
     run.self_check()
+
+
+def test_update_secret_and_channel_flow(run_go: Callable[..., GoRun], unique: Any) -> None:
+    """amqp091-go's UpdateSecret works; Flow(false) gets RabbitMQ 3.x's 540, which the client's own
+    integration suite (TestIntegrationConsumeFlow) type-asserts to skip itself."""
+    run = run_go("flow-secret", unique("go-flow"))
+    data = run.data
+    assert data["update_secret_error"] is None
+    assert data["declare_after_update_error"] is None
+    assert data["flow_true_error"] is None
+    refused = {"type": "*amqp091.Error", "code": 540, "reason": "NOT_IMPLEMENTED - active=false",
+               "server": True, "recover": False}
+    assert data["flow_false_error"] == refused
+    assert data["connection_close"] == refused
+    assert data["connection_is_closed"] is True
+    run.self_check()

@@ -33,13 +33,15 @@ def method(channel: int, frame: Any) -> bytes:
 
 
 def start_ok(response: str = "\0guest\0guest", mechanism: str = "PLAIN", props: Any = None) -> bytes:
-    return method(0, C.Connection.StartOk(client_properties=props or {}, mechanism=mechanism, response=response))
+    start = C.Connection.StartOk(client_properties=props or {}, mechanism=mechanism, response=response)
+    return method(0, start)
 
 
 def tune_ok(channel_max: int = 2047, frame_max: int = 131072) -> bytes:
     return method(0, C.Connection.TuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=0))
 
 
+SHORT = "FRAME_ERROR - type 1, all octets ="
 CLOSE = method(0, C.Connection.Close(200, "bye", 0, 0))
 OPEN = method(0, C.Connection.Open(virtual_host="/"))
 
@@ -70,16 +72,18 @@ TUNING = {
     "channel-open": method(1, C.Channel.Open()),
 }
 # after Tune-Ok, before Open: (bytes, reply code, reply text, class id, method id)
+UNEXPECTED_OPENING = "CHANNEL_ERROR - unexpected method in connection state opening"
+UNEXPECTED_RUNNING = "CHANNEL_ERROR - unexpected method in connection state running"
 OPENING = {
-    "close": (CLOSE, 504, "CHANNEL_ERROR - unexpected method in connection state opening", 10, 50),
-    "tune-ok-twice": (tune_ok(), 504, "CHANNEL_ERROR - unexpected method in connection state opening", 10, 31),
+    "close": (CLOSE, 504, UNEXPECTED_OPENING, 10, 50),
+    "tune-ok-twice": (tune_ok(), 504, UNEXPECTED_OPENING, 10, 31),
     "update-secret": (
         method(0, C.Connection.UpdateSecret(new_secret="guest", reason="r")),
-        504, "CHANNEL_ERROR - unexpected method in connection state opening", 10, 70,
+        504, UNEXPECTED_OPENING, 10, 70,
     ),
     "queue-declare-on-0": (
         method(0, C.Queue.Declare(queue="x")),
-        504, "CHANNEL_ERROR - unexpected method in connection state opening", 50, 10,
+        504, UNEXPECTED_OPENING, 50, 10,
     ),
     "channel-open": (
         method(1, C.Channel.Open()), 505, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>", 0, 0
@@ -157,16 +161,10 @@ def test_errors_while_opening_get_a_connection_close(raw_connect):
 @pytest.mark.parametrize(
     "frame,code,text,ids",
     [
-        (
-            method(0, C.Connection.StartOk(client_properties={}, mechanism="PLAIN", response="\0guest\0guest")),
-            504, "CHANNEL_ERROR - unexpected method in connection state running", (10, 11),
-        ),
-        (
-            method(0, C.Connection.Blocked(reason="x")),
-            504, "CHANNEL_ERROR - unexpected method in connection state running", (10, 60),
-        ),
-        (raw_frame(1, 0, b"\x00\x0a"), 501, "FRAME_ERROR - type 1, all octets = <<0,10>>: unknown_frame", (0, 0)),
-        (raw_frame(1, 1, b"\x00\x3c"), 501, "FRAME_ERROR - type 1, all octets = <<0,60>>: unknown_frame", (0, 0)),
+        (start_ok(), 504, UNEXPECTED_RUNNING, (10, 11)),
+        (method(0, C.Connection.Blocked(reason="x")), 504, UNEXPECTED_RUNNING, (10, 60)),
+        (raw_frame(1, 0, b"\x00\x0a"), 501, f"{SHORT} <<0,10>>: unknown_frame", (0, 0)),
+        (raw_frame(1, 1, b"\x00\x3c"), 501, f"{SHORT} <<0,60>>: unknown_frame", (0, 0)),
         (
             raw_frame(3, 0, b"abcdefghijklmnopqrstuvwxyz"),
             505, 'UNEXPECTED_FRAME - type 3, first 16 octets = <<"abcdefghijklmnop">>', (0, 0),

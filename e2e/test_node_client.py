@@ -276,6 +276,22 @@ def test_confirm_channel_wait_for_confirms(run_node: Callable[..., NodeRun], uni
     run.self_check()
 
 
+def test_confirm_channel_with_many_messages_in_flight_is_multi_acked(
+    run_node: Callable[..., NodeRun], unique: Any
+) -> None:
+    """amqplib's own "multiple confirms" test: 640 publishes in flight on a ConfirmChannel must provoke
+    at least one ``basic.ack multiple=true`` (RabbitMQ acks everything settled together in one frame)."""
+    run = run_node("confirm", unique("node-multi"), "--count", "640")
+    data = run.data
+    assert data["confirm_callbacks"] == [None] * 640
+    assert data["wait_for_confirms"] == "resolved"
+    assert _acked_tags(data["broker_acks"], 1) == list(range(1, 641))
+    multiple = [frame for frame in data["broker_acks"] if frame["multiple"]]
+    assert multiple, "no multiple=true ack for 640 messages in flight"
+    assert len(data["broker_acks"]) < 640
+    run.self_check()
+
+
 def test_ttl_and_expiration_dead_letter_x_death(
     run_node: Callable[..., NodeRun], unique: Any, broker: Any
 ) -> None:

@@ -184,3 +184,51 @@ def test_qos_global_false_is_channel_wide_for_kombu(make_client):
     # kombu assumes the AMQP spec's meaning from any broker not named RabbitMQ (Celery's ETA tasks
     # raise the prefetch of a live consumer this way)
     assert _consume_with_prefetch(make_client, "py-amqp", 1, 3) == 3
+
+
+def _confirm_frames(client) -> list[tuple[str, int, bool]]:
+    return [
+        (type(f).__name__, f.delivery_tag, f.multiple)
+        for _, f in client.frames()
+        if isinstance(f, (spec.Basic.Ack, spec.Basic.Nack))
+    ]
+
+
+def _publish_many(client, routing_key: str, count: int, persistent: bool = False) -> None:
+    props = spec.Basic.Properties(delivery_mode=2 if persistent else 1)
+    frames = []
+    for i in range(count):
+        body = f"m{i}".encode()
+        frames += [spec.Basic.Publish(exchange="", routing_key=routing_key),
+                   pheader.ContentHeader(0, len(body), props), pbody.ContentBody(body)]
+    client.send(1, *frames)  # one data_received: one loop turn
+
+
+def test_confirms_settled_in_one_turn_are_one_multiple_ack(client):
+    declare(client, "cq")
+    client.send(1, spec.Confirm.Select())
+    client.expect(spec.Confirm.SelectOk)
+    _publish_many(client, "cq", 20)
+    assert _confirm_frames(client) == [("Ack", 20, True)]
+
+
+def test_persistent_confirms_wait_for_the_commit_then_coalesce(client, loop):
+    client.send(1, spec.Queue.Declare(queue="dq", durable=True))
+    client.expect(spec.Queue.DeclareOk)
+    client.send(1, spec.Confirm.Select())
+    client.expect(spec.Confirm.SelectOk)
+    _publish_many(client, "dq", 10, persistent=True)
+    loop.run_soon()
+    assert _confirm_frames(client) == [("Ack", 10, True)]
+
+
+def test_a_reject_publish_nack_splits_the_acks(client):
+    args = {"x-max-length": 2, "x-overflow": "reject-publish"}
+    client.send(1, spec.Queue.Declare(queue="full", arguments=args))
+    client.expect(spec.Queue.DeclareOk)
+    client.send(1, spec.Confirm.Select())
+    client.expect(spec.Confirm.SelectOk)
+    _publish_many(client, "full", 4)
+    # 1 and 2 fit, 3 and 4 are refused: acks first (RabbitMQ's order), then the nacks, one by one
+    # because the acks of the same turn are their barrier (rabbit_channel:send_nacks)
+    assert _confirm_frames(client) == [("Ack", 2, True), ("Nack", 3, False), ("Nack", 4, False)]

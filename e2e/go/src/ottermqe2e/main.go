@@ -9,7 +9,8 @@
 //
 //	ottermq-e2e <scenario> -url amqp://guest:guest@127.0.0.1:5672/%2F -prefix e2e.go.1234 [-timeout 5s]
 //
-// Scenarios: pubsub, ttl-dlx, return, close, table-roundtrip (run with -h for their flags).
+// Scenarios: pubsub, ttl-dlx, return, close, table-roundtrip, publish, flow-secret (run with -h for
+// their flags).
 //
 // Every run prints exactly one JSON object on stdout:
 //
@@ -71,6 +72,7 @@ var scenarios = map[string]scenario{
 	"close":           {"NotifyClose for a channel error (passive declare of a missing queue)", closeFlags},
 	"table-roundtrip": {"every amqp091-go field type survives a round trip in message headers", tableFlags},
 	"publish":         {"publish one confirmed message with every field type in its headers", publishFlags},
+	"flow-secret":     {"Connection.UpdateSecret, then Channel.Flow(true) and Flow(false) (540)", flowSecretFlags},
 }
 
 func usage() {
