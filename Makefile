@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install run test unit e2e conformance bench lint typecheck clean
+.PHONY: install clients run test unit e2e conformance bench lint typecheck clean
 
 # Re-install when pyproject changes or a module is added/removed (strict editable installs
 # link files one by one, so new modules need a re-run).
@@ -23,16 +23,23 @@ install: $(STAMP)
 run: install
 	$(BIN)/ottermq
 
-test: install
+# The client programs the e2e suite drives besides pika: amqplib (npm ci from the lockfile) and
+# amqp091-go (Debian's golang-go + golang-github-rabbitmq-amqp091-go-dev; apt-get, as root or via sudo).
+# Both scripts do nothing when everything is already there.
+clients:
+	bash .ci/install-node.sh
+	bash .ci/install-go.sh
+
+test: install clients
 	$(BIN)/pytest
 
 unit: install
 	$(BIN)/pytest tests
 
-e2e: install
+e2e: install clients
 	$(BIN)/pytest e2e
 
-conformance: install
+conformance: install clients
 	bash .ci/rabbitmq.sh "$(RABBIT_URL)"
 	AMQP_URL="$(RABBIT_URL)" $(BIN)/pytest e2e -m "not extension"
 
