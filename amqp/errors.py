@@ -122,3 +122,8 @@ class AMQPNotImplemented(ConnectionException):
 
 class InternalError(ConnectionException):
     reply_code, name = 541, "INTERNAL_ERROR"
+
+
+class ChannelCrashed(InternalError):
+    """Where RabbitMQ's channel process crashes: its reader closes the connection with a bare
+    ``INTERNAL_ERROR`` (541) and class/method ids 0/0. Raise without text."""

@@ -428,6 +428,7 @@ _FIELD_BITS = (
     (0x0008, "s"), (0x0004, "s"),
 )
 HEADERS_BIT = 0x2000
+REPLY_TO_BIT = 0x0200
 EXPIRATION_BIT = 0x0100
 
 
@@ -463,6 +464,14 @@ def split_props(raw_props: bytes) -> tuple[int, dict[int, bytes]]:
     return flags & 0xFFFE, fields
 
 
+def join_props(fields: dict[int, bytes]) -> bytes:
+    """Property flags + property list from ``{flag bit: the field's octets}`` (``split_props``'s form)."""
+    flags = 0
+    for bit in fields:
+        flags |= bit
+    return flags.to_bytes(2, "big") + b"".join(fields[bit] for bit, _ in _FIELD_BITS if bit in fields)
+
+
 def rewrite_props(raw_props: bytes, headers: bytes | None, drop_expiration: bool) -> bytes:
     """Replace the ``headers`` field and optionally drop ``expiration``; keep every other octet.
 
@@ -475,14 +484,41 @@ def rewrite_props(raw_props: bytes, headers: bytes | None, drop_expiration: bool
     Raises:
         FrameError: malformed input properties.
     """
-    flags, fields = split_props(raw_props)
+    fields = split_props(raw_props)[1]
     if headers is None:
         fields.pop(HEADERS_BIT, None)
     else:
         fields[HEADERS_BIT] = headers
     if drop_expiration:
         fields.pop(EXPIRATION_BIT, None)
-    flags = 0
-    for bit in fields:
-        flags |= bit
-    return flags.to_bytes(2, "big") + b"".join(fields[bit] for bit, _ in _FIELD_BITS if bit in fields)
+    return join_props(fields)
+
+
+def get_reply_to(raw_props: bytes) -> str | None:
+    """The ``reply-to`` property, or None when absent.
+
+    Raises:
+        FrameError: truncated or malformed property list, or a value that is not UTF-8.
+    """
+    if len(raw_props) < 2 or not raw_props[0] & (REPLY_TO_BIT >> 8):
+        return None
+    octets = split_props(raw_props)[1][REPLY_TO_BIT]
+    try:
+        return octets[1:].decode("utf-8")
+    except UnicodeDecodeError:
+        raise _truncated() from None
+
+
+def replace_reply_to(raw_props: bytes, reply_to: str) -> bytes:
+    """Set the ``reply-to`` property; every other property keeps its octets (and types).
+
+    Raises:
+        FrameError: malformed input properties.
+        ValueError: ``reply_to`` longer than a shortstr (255 octets).
+    """
+    value = reply_to.encode("utf-8")
+    if len(value) > 255:
+        raise ValueError("reply-to longer than 255 octets")
+    fields = split_props(raw_props)[1]
+    fields[REPLY_TO_BIT] = bytes((len(value),)) + value
+    return join_props(fields)

@@ -46,6 +46,7 @@ from pamqp import commands as spec
 from pamqp.base import Frame
 
 from .confirms import Confirms
+from .reply_to import REPLY_PREFIX, REPLY_QUEUE, ReplyConsumer, fast_reply_to
 
 if TYPE_CHECKING:
     from .auth import Permission, ResourceKind
@@ -132,6 +133,8 @@ class Channel:
         self._received = 0
         # consuming
         self.consumers: dict[str, ChannelConsumer] = {}
+        self.reply: ReplyConsumer | None = None  # direct reply-to consumer (broker/reply_to.py)
+        self.reply_id: str | None = None  # this channel's id in reply addresses, once it has one
         self._unacked: dict[int, tuple[Entry, Queue, ChannelConsumer | None]] = {}
         self._next_tag = 0
         self.unacked_count = 0
@@ -303,6 +306,8 @@ class Channel:
                     f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.vhost.name}'"
                 )
         delivery_mode, priority, expiration, user_id = quick_props(raw_props)
+        if raw_props[0] & 0x02:  # reply-to is set (flag 0x0200): maybe amq.rabbitmq.reply-to
+            raw_props = fast_reply_to(raw_props, self.reply)
         if user_id is not None and user_id != self.conn.username:
             raise PreconditionFailed(
                 f"user_id property set to '{user_id}' but authenticated user was '{self.conn.username}'"
@@ -311,10 +316,13 @@ class Channel:
         message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
         if self.confirm:
             self._publish_seq += 1
+        cc = b"CC" in raw_props  # sender-selected distribution (CC/BCC headers), rare
+        if exchange is None and (cc or routing_key.startswith(REPLY_PREFIX)):
+            self.conn.broker.replies.route(message)  # at publish time, even in tx (as RabbitMQ)
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        if b"CC" in raw_props:  # sender-selected distribution (CC/BCC headers), rare
+        if cc:
             message, keys = sender_selected(message)
             queues = self.vhost.route(exchange, message, keys)
         else:
@@ -382,6 +390,16 @@ class Channel:
                 message.routing_key, message.raw_props, message.body, self.conn.frame_max,
             )
         )
+
+    def deliver_reply(self, consumer: ReplyConsumer, message: Message) -> None:
+        """A direct reply: no ack, no bookkeeping; RabbitMQ sends the next delivery tag unused."""
+        if self.reply is consumer and not self.closing:
+            self.conn.send(
+                fastpath.encode_deliver(
+                    self.number, consumer.tag, self._next_tag + 1, False, message.exchange,
+                    message.routing_key, message.raw_props, message.body, self.conn.frame_max,
+                )
+            )
 
     def server_cancel(self, consumer: ChannelConsumer) -> None:
         """The queue went away: forget the consumer and tell the client if it listens."""
@@ -507,6 +525,8 @@ class Channel:
         self.closing = True
         self._publish = None
         self._body = []
+        self.conn.broker.replies.channel_closed(self)
+        self.reply = None
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:
@@ -561,6 +581,11 @@ class Channel:
     # -- queue class ----------------------------------------------------------------------
     def on_queue_declare(self, m: spec.Queue.Declare) -> None:
         name = m.queue
+        if name.startswith(REPLY_QUEUE):  # all declares of these are passive (RabbitMQ)
+            self.last_queue = name = self.conn.broker.replies.declare(name, self.vhost.name, self)
+            if not m.nowait:
+                self.conn.send(_declare_ok(self.number, name, 0, 1))
+            return
         generated = not name
         if generated:
             if m.passive:
@@ -645,6 +670,13 @@ class Channel:
         self._kick_consumers()
 
     def on_basic_consume(self, m: spec.Basic.Consume) -> None:
+        if (m.queue or self.last_queue) == REPLY_QUEUE:
+            tag = m.consumer_tag or generated_name("amq.ctag-")
+            self.reply = self.conn.broker.replies.consume(self, tag, m.no_ack, self.consumers)
+            self.reply_id = self.reply.channel_id
+            if not m.nowait:
+                self.conn.send_method(self.number, spec.Basic.ConsumeOk(tag))
+            return
         queue = self._queue(m.queue, "read")
         tag = m.consumer_tag or generated_name("amq.ctag-")
         if tag in self.consumers:
@@ -658,7 +690,10 @@ class Channel:
         queue.add_consumer(consumer)
 
     def on_basic_cancel(self, m: spec.Basic.Cancel) -> None:
-        consumer = self.consumers.pop(m.consumer_tag or "", None)
+        if self.reply is not None and m.consumer_tag == self.reply.tag:
+            self.reply = consumer = None
+        else:
+            consumer = self.consumers.pop(m.consumer_tag or "", None)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Basic.CancelOk(m.consumer_tag))
         if consumer is not None:

@@ -4,11 +4,12 @@ Rules (RabbitMQ's ``rabbit_channel:send_confirms_and_nacks`` / ``coalesce_and_se
 - A publish is settled (ack or nack) at once when it needs no disk write, or when the store commit
   holding its writes completes; until then its sequence number is *waiting*.
 - Settled numbers are sent together once per event-loop turn: acks first, then nacks.
-- Of the acks, every number below the *cutoff* is covered by one ``multiple=true`` frame for the
-  highest of them; the others get one ``multiple=false`` frame each. The cutoff is the smallest
-  number still waiting (or one past the highest ack when nothing waits), lowered to the smallest
-  nack settled in the same turn. Nacks are coalesced the same way, with the acks as the barrier.
-  A ``multiple`` frame therefore never covers a number whose fate is not yet known or differs.
+- A lone ack is sent with ``multiple=false``. Otherwise every ack below the *cutoff* is covered
+  by one ``multiple=true`` frame for the highest of them, and the others get one ``multiple=false``
+  frame each. The cutoff is the smallest number still waiting (or one past the highest ack when
+  nothing waits), lowered to the smallest nack settled in the same turn. Nacks are coalesced the
+  same way (even a lone one), with the acks as the barrier. A ``multiple`` frame therefore never
+  covers a number whose fate is not yet known or differs.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class Confirms:
         acks, nacks = self._acks, self._nacks
         self._acks, self._nacks = [], []
         frames: list[Frame] = []
-        if acks:
+        if len(acks) == 1:  # RabbitMQ's send_confirms([MsgSeqNo]): a lone ack is never multiple
+            frames.append((acks[0], False, True))
+        elif acks:
             self._coalesce(acks, nacks, True, frames)
         if nacks:
             self._coalesce(nacks, acks, False, frames)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import (
     AMQPError,
+    ChannelCrashed,
     ChannelError,
     ChannelException,
     ConnectionException,
@@ -561,7 +562,7 @@ class AMQPConnection(asyncio.Protocol):
             assert channel is not None
             self._close_channel(channel, exc)
         except ConnectionException as exc:
-            if isinstance(exc, (_NoMethod, _NoMethodFrameError)):
+            if isinstance(exc, (_NoMethod, _NoMethodFrameError, ChannelCrashed)):
                 key = 0
             elif channel is not None:
                 key = channel.method_key
@@ -683,6 +684,7 @@ def server_properties(version: str) -> dict[str, Any]:
             "per_consumer_qos": True,
             "connection.blocked": True,
             "authentication_failure_close": True,
+            "direct_reply_to": True,
         },
         "cluster_name": "ottermq",
     }

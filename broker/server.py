@@ -21,6 +21,7 @@ from .config import Settings
 from .connection import AMQPConnection, server_properties
 from .definitions import import_definitions, load_definitions_file
 from .recovery import recover
+from .reply_to import ReplyRegistry
 from .wiring import make_ttl_manager, make_vhost, shared_archive
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class Broker:
         self.archive = shared_archive(settings)  # OTTERMQ_DLX_ARCHIVE_DIR, or a null archive
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[AMQPConnection] = set()
+        self.replies = ReplyRegistry()  # direct reply-to consumers, node-wide like RabbitMQ's
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.AbstractServer | None = None
         self.memory_limit = memory_limit(settings.memory_high_watermark)

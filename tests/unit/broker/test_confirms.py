@@ -20,8 +20,12 @@ def test_nothing_settled_sends_nothing():
     assert confirms.take() == []
 
 
-def test_one_ack_with_nothing_waiting_is_multiple_as_rabbitmq_sends_it():
-    assert settle(Confirms(), acks=[1]) == [(1, True, True)]
+def test_a_lone_ack_is_not_multiple_as_rabbitmq_sends_it():
+    assert settle(Confirms(), acks=[1]) == [(1, False, True)]
+
+
+def test_a_lone_nack_is_coalesced_like_any_nacks():
+    assert settle(Confirms(), nacks=[1]) == [(1, True, False)]
 
 
 def test_a_run_of_acks_is_one_multiple_frame():
@@ -32,7 +36,7 @@ def test_a_waiting_publish_stops_the_multiple_ack():
     confirms = Confirms()
     confirms.wait(3)
     assert settle(confirms, acks=[1, 2, 4, 5]) == [(2, True, True), (4, False, True), (5, False, True)]
-    assert settle(confirms, acks=[3]) == [(3, True, True)]
+    assert settle(confirms, acks=[3]) == [(3, False, True)]
 
 
 def test_a_nack_in_the_same_turn_is_a_barrier_for_acks_and_the_reverse():
@@ -41,12 +45,13 @@ def test_a_nack_in_the_same_turn_is_a_barrier_for_acks_and_the_reverse():
 
 
 def test_nacks_below_the_first_ack_coalesce():
-    assert settle(Confirms(), acks=[4], nacks=[1, 2, 3]) == [(4, False, True), (3, True, False)]
+    frames = settle(Confirms(), acks=[4, 5], nacks=[1, 2, 3])
+    assert frames == [(4, False, True), (5, False, True), (3, True, False)]
 
 
 def test_nacks_behind_an_ack_go_one_by_one():
     frames = settle(Confirms(), acks=[1], nacks=[2, 3])
-    assert frames == [(1, True, True), (2, False, False), (3, False, False)]
+    assert frames == [(1, False, True), (2, False, False), (3, False, False)]
 
 
 def test_commits_settling_out_of_order_are_removed_from_waiting():
