@@ -488,7 +488,9 @@ class AMQPConnection(asyncio.Protocol):
             secret: Any = method.new_secret
             if isinstance(secret, bytes):
                 secret = secret.decode("utf-8", "replace")
-            if not isinstance(secret, str) or self.broker.authenticate(self.username, secret, self._peer_host) is None:
+            if not isinstance(secret, str):
+                secret = ""
+            if self.broker.authenticate(self.username, secret, self._peer_host) is None:
                 log.error("Secret update was refused for user '%s'", self.username)
                 raise NotAllowed("New secret was refused by one of the backends")
         self.send_method(0, spec.Connection.UpdateSecretOk())
