@@ -8,11 +8,17 @@ Rules:
   cannot take more (prefetch, flow, a paused connection); the broker calls it again when a
   consumer regains capacity.
 - TTL (RabbitMQ's model): a message's deadline is fixed at enqueue as ``now + min(x-message-ttl,
-  expiration)`` and survives requeue. Ready messages at the head are dropped once
-  ``now >= deadline`` — by a timer armed for the head's deadline and on every take; a message
-  behind a longer-lived head waits for the head. Delivered, unacked messages never expire; a
-  message requeued past its deadline is dead-lettered, not redelivered. A message whose TTL is 0
-  goes to a consumer that can take it at once, or expires.
+  expiration)`` and survives requeue. Only the head is watched: a message behind a longer-lived
+  head waits for the head (and is counted meanwhile). Expired heads are dead-lettered by a timer
+  armed for the head's deadline and, as RabbitMQ's ``drop_expired_msgs``, at once after every
+  operation that changes the head: a take (``basic.get``, delivery), a ``drop-head`` overflow, a
+  requeue, and an enqueue that makes the new message the head. So the counts replies carry
+  (get-ok, and declare-ok/purge-ok/delete-ok after such operations) never include an expired
+  head; declare-ok, purge and delete themselves run no check (RabbitMQ's ``stat``/``purge``/
+  ``delete`` do not), and purge never dead-letters. Priority queues expire in delivery order
+  (highest level first, stopping at the first live head). Delivered, unacked messages never
+  expire; a requeued message past its deadline is dead-lettered once it is at the head, never
+  redelivered. A message whose TTL is 0 goes to a consumer that can take it at once, or expires.
 - Exact TTL (``x-ottermq-exact-ttl``, an ottermq extension): every ready message expires at its
   own deadline wherever it sits, through a deadline heap (O(log n) per message); expired entries
   become tombstones that takes skip.
@@ -233,6 +239,7 @@ class Queue:
         )
 
     def _drop_head_overflow(self) -> None:
+        """``drop-head``: dead-letter heads (``maxlen``) while over the limit, then expired heads."""
         if self._overflow != "drop-head":
             return
         max_len, max_bytes = self._max_len, self._max_bytes
@@ -244,8 +251,8 @@ class Queue:
         ):
             dropped.append(self._take())
         if dropped:
-            self._after_change()
             self._dead(dropped, MAXLEN)
+            self._drop_expired()  # the new head may be past its deadline (RabbitMQ: maybe_drop_head)
 
     def _take(self) -> Entry:
         entry = self._ready.popleft()
@@ -254,12 +261,16 @@ class Queue:
         return entry
 
     def pop(self) -> Entry | None:
-        """Take the head entry for ``basic.get`` (expired heads are dead-lettered first)."""
-        self._expire_heads()
+        """Take the head entry for ``basic.get``.
+
+        Expired heads are dead-lettered before the take (a timer a few ms late) and after it (the
+        new head), so the ``message_count`` that get-ok reports never includes them.
+        """
+        self._drop_expired()
         if not self._ready:
             return None
         entry = self._take()
-        self._after_change()
+        self._drop_expired()
         return entry
 
     def peek(self) -> Entry | None:
@@ -286,21 +297,20 @@ class Queue:
     def requeue(self, entries: list[Entry]) -> None:
         """Return delivered entries to their original positions, marked redelivered.
 
-        Entries past their deadline are dead-lettered as ``expired``; with ``x-delivery-limit``
-        an entry returned more often than the limit is dead-lettered as ``delivery_limit``.
+        Then, as RabbitMQ's ``requeue_and_run``: ``drop-head`` overflow, then expired heads are
+        dead-lettered. An entry past its deadline is therefore dead-lettered (``expired``) if it
+        lands at the head, and otherwise waits (counted) until it gets there. With
+        ``x-delivery-limit`` an entry returned more often than the limit is dead-lettered as
+        ``delivery_limit`` (an expired one is not counted as a return).
         """
         if self.deleted or not entries:
             return
-        expired: list[Entry] = []
         over_limit: list[Entry] = []
         back: list[Entry] = []
         now = self.ttl.now()
         limit = self._delivery_limit
         for entry in entries:
-            if entry.deadline is not None and now >= entry.deadline:
-                expired.append(entry)
-                continue
-            if limit is not None:
+            if limit is not None and (entry.deadline is None or now < entry.deadline):
                 entry.delivery_count += 1
                 if entry.delivery_count > limit:
                     over_limit.append(entry)
@@ -316,11 +326,9 @@ class Queue:
                 for entry in back:
                     if entry.deadline is not None:
                         heapq.heappush(self._heap, (entry.deadline, entry.seq, entry))
-            self._after_change()
             if self._max_len is not None or self._max_bytes is not None:
                 self._drop_head_overflow()  # a requeue into a full queue drops the (new) head
-        if expired:
-            self._dead(expired, EXPIRED)
+            self._drop_expired()
         if over_limit:
             self._dead(over_limit, DELIVERY_LIMIT)
         if back and self.consumers:
@@ -390,23 +398,33 @@ class Queue:
         if expired:
             self._dead(expired, EXPIRED)
 
-    def _expire_heads(self) -> None:
-        head = self._ready.peek()
-        if head is not None and head.deadline is not None:
-            now = self.ttl.now()
-            if now >= head.deadline:
-                self.expire(now)
-
-    def _after_change(self) -> None:
-        """Arm the TTL timer for the earliest deadline that can fire next."""
+    def _next_deadline(self) -> int | None:
+        """The earliest deadline that can fire next: the head's (None without TTL) or the heap's."""
         heap = self._heap
         if heap is not None:
             while heap and heap[0][2].state != READY:
                 heapq.heappop(heap)
-            deadline = heap[0][0] if heap else self._ready.head_deadline()
-        else:
-            deadline = self._ready.head_deadline()
+            if heap:
+                return heap[0][0]
+        return self._ready.head_deadline()
+
+    def _after_change(self) -> None:
+        """Arm the TTL timer for the earliest deadline that can fire next."""
+        deadline = self._next_deadline()
         if deadline is not None:
+            self.ttl.schedule(self, deadline)
+
+    def _drop_expired(self) -> None:
+        """RabbitMQ's ``drop_expired_msgs``, run after every operation that changes the head: heads
+        past their deadline are dead-lettered now, and the timer is armed for the new head.
+        Costs one look at the head's deadline when the queue has no TTL."""
+        deadline = self._next_deadline()
+        if deadline is None:
+            return
+        now = self.ttl.now()
+        if now >= deadline:
+            self.expire(now)
+        else:
             self.ttl.schedule(self, deadline)
 
     # -- queue expiry (x-expires) ------------------------------------------------------------
@@ -486,10 +504,10 @@ class Queue:
                     expired.append(entry)
                     continue
             consumer.deliver(self, entry)
-        if taken:
-            self._after_change()
         if expired:
             self._dead(expired, EXPIRED)
+        if taken:
+            self._drop_expired()  # RabbitMQ's fetch: the new head leaves now if it is past due
 
     def mark_deleted(self) -> list[Consumer]:
         """Flag the queue deleted, drop its messages; returns the consumers to notify."""

@@ -3,7 +3,8 @@
 Rules:
 - Entries are kept in ``seq`` order; a requeue merges entries back into their original positions.
 - Exact-TTL expiries are tombstones (state ``GONE``) left in place and skipped by every read.
-- ``pop_expired``/``head_deadline`` look only at heads (one head per priority level).
+- ``pop_expired``/``head_deadline`` look only at the head: the highest non-empty priority level's
+  first entry (a priority queue expires like one queue read in delivery order).
 """
 
 from __future__ import annotations
@@ -140,9 +141,13 @@ class PriorityReady(Ready):
                 level.requeue(group)
 
     def pop_expired(self, now: int, out: list[Entry]) -> None:
-        for level in self._levels:
+        """Expire from the highest level down, stopping at the first live head (RabbitMQ's
+        ``rabbit_priority_queue:dropwhile``): lower levels wait behind it like any message."""
+        for level in reversed(self._levels):
             level.pop_expired(now, out)
+            if level:
+                return
 
     def head_deadline(self) -> int | None:
-        deadlines = [d for level in self._levels if (d := level.head_deadline()) is not None]
-        return min(deadlines) if deadlines else None
+        head = self.peek()
+        return head.deadline if head is not None else None
