@@ -306,17 +306,15 @@ class Channel:
             )
         ttl = parse_expiration(expiration) if expiration is not None else None
         message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
+        keys = None
+        if b"CC" in raw_props:  # sender-selected distribution (CC/BCC headers), rare
+            message, keys = sender_selected(message)  # 406 here, also in tx mode (as RabbitMQ)
         if self.confirm:
             self._publish_seq += 1
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        if b"CC" in raw_props:  # sender-selected distribution (CC/BCC headers), rare
-            message, keys = sender_selected(message)
-            queues = self.vhost.route(exchange, message, keys)
-        else:
-            queues = self.vhost.route(exchange, message)
-        self._deliver_routed(message, queues, mandatory)
+        self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
 
     def _deliver_routed(self, message: Message, queues: list[Queue], mandatory: bool) -> None:
         refused = stored = False
@@ -711,7 +709,7 @@ class Channel:
             exchange = self.vhost.exchanges.get(exchange_name) if exchange_name else None
             if exchange_name and exchange is None:
                 continue  # exchange deleted since the publish: the message is dropped
-            message, keys = sender_selected(message)
+            keys = list(message.extra_keys)  # CC/BCC, checked and applied at publish
             self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
         for tag, multiple, kind, requeue in acks:
             taken = self._take_unacked(tag, multiple)
