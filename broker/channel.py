@@ -577,9 +577,9 @@ class Channel:
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
         self._allow("write", "queue", self._queue_name(m.queue))
-        self._allow("read", "exchange", m.exchange)
-        if m.exchange == "":
+        if m.exchange == "":  # before read on the exchange, as RabbitMQ's binding_action
             raise AccessRefused("operation not permitted on the default exchange")
+        self._allow("read", "exchange", m.exchange)
         queue = self._queue(m.queue)
         # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
         key = queue.name if not m.queue and not m.routing_key else m.routing_key
@@ -588,13 +588,15 @@ class Channel:
             self.conn.send_method(self.number, spec.Queue.BindOk())
 
     def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
-        self._allow("write", "queue", self._queue_name(m.queue))
-        self._allow("read", "exchange", m.exchange)
+        # RabbitMQ 3.10 binding_action: write on the queue, the default exchange, read on the exchange;
+        # then unbind-ok even when the queue, the exchange or the binding does not exist
+        name = self._queue_name(m.queue)
+        self._allow("write", "queue", name)
         if m.exchange == "":
             raise AccessRefused("operation not permitted on the default exchange")
-        queue = self._queue(m.queue)
-        key = queue.name if not m.queue and not m.routing_key else m.routing_key
-        self.vhost.unbind(m.exchange, ("queue", queue.name), key, m.arguments or {})
+        self._allow("read", "exchange", m.exchange)
+        key = name if not m.queue and not m.routing_key else m.routing_key
+        self.vhost.unbind(m.exchange, ("queue", name), key, m.arguments or {}, self.conn)
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:
