@@ -266,11 +266,21 @@ class Queue:
         Expired heads are dead-lettered before the take (a timer a few ms late) and after it (the
         new head), so the ``message_count`` that get-ok reports never includes them.
         """
-        self._drop_expired()
-        if not self._ready:
+        ready = self._ready
+        head = ready.peek()
+        if head is None:
             return None
+        deadline = head.deadline
+        if deadline is not None:
+            now = self.ttl.now()
+            if now >= deadline:
+                self.expire(now)
+                if not ready:
+                    return None
         entry = self._take()
-        self._drop_expired()
+        head = ready.peek()
+        if (head is not None and head.deadline is not None) or self._heap is not None:
+            self._drop_expired()
         return entry
 
     def peek(self) -> Entry | None:
