@@ -314,20 +314,18 @@ class Channel:
             )
         ttl = parse_expiration(expiration) if expiration is not None else None
         message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
+        keys = None
+        cc = b"CC" in raw_props
+        if cc:  # sender-selected distribution (CC/BCC headers), rare
+            message, keys = sender_selected(message)  # 406 here, also in tx mode (as RabbitMQ)
         if self.confirm:
             self._publish_seq += 1
-        cc = b"CC" in raw_props  # sender-selected distribution (CC/BCC headers), rare
         if exchange is None and (cc or routing_key.startswith(REPLY_PREFIX)):
-            self.conn.broker.replies.route(message)  # at publish time, even in tx (as RabbitMQ)
+            self.conn.broker.replies.route(message, keys)  # at publish time, even in tx (as RabbitMQ)
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        if cc:
-            message, keys = sender_selected(message)
-            queues = self.vhost.route(exchange, message, keys)
-        else:
-            queues = self.vhost.route(exchange, message)
-        self._deliver_routed(message, queues, mandatory)
+        self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
 
     def _deliver_routed(self, message: Message, queues: list[Queue], mandatory: bool) -> None:
         refused = stored = False
@@ -338,6 +336,8 @@ class Channel:
             elif entry.store_id:
                 stored = True
         if not queues and mandatory:
+            if self._confirms.settled:  # earlier publishes' confirms go out before this return
+                self.send_confirms()
             self.conn.send(
                 fastpath.encode_return(
                     self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
@@ -615,9 +615,9 @@ class Channel:
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
         self._allow("write", "queue", self._queue_name(m.queue))
-        self._allow("read", "exchange", m.exchange)
-        if m.exchange == "":
+        if m.exchange == "":  # before read on the exchange, as RabbitMQ's binding_action
             raise AccessRefused("operation not permitted on the default exchange")
+        self._allow("read", "exchange", m.exchange)
         queue = self._queue(m.queue)
         # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
         key = queue.name if not m.queue and not m.routing_key else m.routing_key
@@ -626,13 +626,15 @@ class Channel:
             self.conn.send_method(self.number, spec.Queue.BindOk())
 
     def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
-        self._allow("write", "queue", self._queue_name(m.queue))
-        self._allow("read", "exchange", m.exchange)
+        # RabbitMQ 3.10 binding_action: write on the queue, the default exchange, read on the exchange;
+        # then unbind-ok even when the queue, the exchange or the binding does not exist
+        name = self._queue_name(m.queue)
+        self._allow("write", "queue", name)
         if m.exchange == "":
             raise AccessRefused("operation not permitted on the default exchange")
-        queue = self._queue(m.queue)
-        key = queue.name if not m.queue and not m.routing_key else m.routing_key
-        self.vhost.unbind(m.exchange, ("queue", queue.name), key, m.arguments or {})
+        self._allow("read", "exchange", m.exchange)
+        key = name if not m.queue and not m.routing_key else m.routing_key
+        self.vhost.unbind(m.exchange, ("queue", name), key, m.arguments or {}, self.conn)
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:
@@ -757,7 +759,7 @@ class Channel:
             exchange = self.vhost.exchanges.get(exchange_name) if exchange_name else None
             if exchange_name and exchange is None:
                 continue  # exchange deleted since the publish: the message is dropped
-            message, keys = sender_selected(message)
+            keys = list(message.extra_keys)  # CC/BCC, checked and applied at publish
             self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
         for tag, multiple, kind, requeue in acks:
             taken = self._take_unacked(tag, multiple)

@@ -153,6 +153,9 @@ class Exchange:
         self._link(key, routing_key, dest, args)
         return True
 
+    def has_binding(self, routing_key: str, dest: Destination, arguments: dict[str, Any] | None) -> bool:
+        return (dest, routing_key, _freeze_args(arguments)) in self._bindings
+
     def unbind(self, routing_key: str, dest: Destination, arguments: dict[str, Any] | None) -> bool:
         """Remove a binding. Returns False when it did not exist."""
         key = (dest, routing_key, _freeze_args(arguments))

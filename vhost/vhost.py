@@ -289,13 +289,28 @@ class VHost:
             self._sources.setdefault(dest, set()).add(source)
             self._binding_changed(True, exchange, dest, routing_key, arguments)
 
-    def unbind(self, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
-        """Remove a binding; a missing binding or exchange is not an error (RabbitMQ 3.x)."""
+    def unbind(
+        self,
+        source: str,
+        dest: Destination,
+        routing_key: str,
+        arguments: dict[str, Any],
+        owner: object | None = None,
+    ) -> None:
+        """Remove a binding. As RabbitMQ 3.10, a missing exchange, destination or binding is not an
+        error; an exclusive queue is checked against ``owner`` only when the binding exists.
+
+        Raises:
+            AccessRefused: the default exchange is involved.
+            ResourceLocked: the binding exists and its queue is exclusive to another connection.
+        """
         if source == "" or dest == ("exchange", ""):
             raise AccessRefused("operation not permitted on the default exchange")
         exchange = self.exchanges.get(source)
         if exchange is None:
             return
+        if dest[0] == "queue" and exchange.has_binding(routing_key, dest, arguments):
+            self.get_queue(dest[1], owner)  # 405 for another connection's exclusive queue
         if exchange.unbind(routing_key, dest, arguments):
             self._binding_changed(False, exchange, dest, routing_key, arguments)
             remaining = [b for b in exchange.bindings_list() if b[1] == dest]

@@ -17,7 +17,7 @@ from ottermq.broker.reply_to import (
     new_channel_id,
     split_suffix,
 )
-from ottermq.vhost.message import Message
+from ottermq.vhost.message import Message, sender_selected
 from pamqp import commands, header
 
 
@@ -129,7 +129,8 @@ def test_route_delivers_each_named_consumer_once_in_key_order() -> None:
     registry.route(message(ca.address))
     assert [tag for tag, _ in a.got] == ["a"] and b.got == []
     props = raw_props(headers={"CC": [cb.address, ca.address, "plain-queue"], "BCC": [cb.address]})
-    registry.route(message(ca.address, props))
+    selected, keys = sender_selected(message(ca.address, props))
+    registry.route(selected, keys)
     assert len(a.got) == 2 and len(b.got) == 1
     delivered = b.got[0][1]
     assert delivered.routing_key == ca.address  # the publish's routing key, as RabbitMQ
