@@ -41,7 +41,7 @@ from ottermq.amqp.fastpath import (
 from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.vhost.message import Entry, Message, sender_selected
 from ottermq.vhost.queue import Queue
-from ottermq.vhost.vhost import generated_name
+from ottermq.vhost.vhost import PublishResult, generated_name
 from pamqp import commands as spec
 from pamqp.base import Frame
 
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 _PUBLISH_KEY = BASIC_PUBLISH
 KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
 ACCESS_REQUEST = 0x001E000A  # access.request (class 30, method 10)
+TX_COMMIT = 0x005A0014  # tx.commit (class 90, method 20)
 INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel
 
 
@@ -68,6 +69,12 @@ class UnknownMethod(Exception):
 
     def __init__(self, key: int) -> None:
         super().__init__(f"unknown method id: class {key >> 16}, method {key & 0xFFFF}")
+
+
+def _withdraw(stored: list[tuple[Queue, Entry]]) -> None:
+    """Entries whose store write failed leave their queues (``Queue.withdraw``)."""
+    for queue, entry in stored:
+        queue.withdraw(entry)
 
 
 def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
@@ -325,32 +332,38 @@ class Channel:
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
+        self._published(message, self.vhost.publish(exchange, message), mandatory)
 
-    def _deliver_routed(self, message: Message, queues: list[Queue], mandatory: bool) -> None:
-        refused = stored = False
-        for queue in queues:
-            entry = queue.enqueue(message)
-            if entry is None:
-                refused = True  # reject-publish overflow
-            elif entry.store_id:
-                stored = True
-        if not queues and mandatory:
-            if self._confirms.settled:  # earlier publishes' confirms go out before this return
-                self.send_confirms()
-            self.conn.send(
-                fastpath.encode_return(
-                    self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                    message.raw_props, message.body, self.conn.frame_max,
-                )
-            )
-        if self.confirm:
-            seq = self._publish_seq
-            if stored:  # confirm once the write is durable
+    def _published(self, message: Message, result: PublishResult, mandatory: bool) -> None:
+        """The protocol side of ``VHost.publish``: basic.return, then the confirm (after the store
+        commit when the message was written; a failed commit withdraws it and nacks)."""
+        if mandatory and not result.routed:
+            self._return_unroutable(message)
+        stored = result.stored
+        seq = self._publish_seq if self.confirm else 0
+        if stored is not None:  # confirm once the write is durable
+            if seq:
                 self._confirms.wait(seq)
-                self.conn.broker.store.after_commit(lambda ok: self._confirm(seq, ok and not refused))
-            else:
-                self._confirm(seq, not refused)
+            refused = result.refused
+            self.conn.broker.store.after_commit(lambda ok: self._on_stored(ok, seq, refused, stored))
+        elif seq:
+            self._confirm(seq, not result.refused)
+
+    def _on_stored(self, ok: bool, seq: int, refused: bool, stored: list[tuple[Queue, Entry]]) -> None:
+        if not ok:  # not on disk: not in memory either (unless a consumer already has it)
+            _withdraw(stored)
+        if seq:
+            self._confirm(seq, ok and not refused)
+
+    def _return_unroutable(self, message: Message) -> None:
+        if self._confirms.settled:  # earlier publishes' confirms go out before this return
+            self.send_confirms()
+        self.conn.send(
+            fastpath.encode_return(
+                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
+                message.raw_props, message.body, self.conn.frame_max,
+            )
+        )
 
     def _confirm(self, seq: int, ok: bool) -> None:
         """A publish is confirmed or refused: sent with the others settled in this loop turn."""
@@ -755,23 +768,40 @@ class Channel:
             raise PreconditionFailed("channel is not transactional")
         publishes, self._tx_publishes = self._tx_publishes, []
         acks, self._tx_acks = self._tx_acks, []
+        refused = False
+        stored: list[tuple[Queue, Entry]] = []
         for message, mandatory, exchange_name in publishes:
             exchange = self.vhost.exchanges.get(exchange_name) if exchange_name else None
             if exchange_name and exchange is None:
                 continue  # exchange deleted since the publish: the message is dropped
-            keys = list(message.extra_keys)  # CC/BCC, checked and applied at publish
-            self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
+            result = self.vhost.publish(exchange, message)  # CC/BCC were checked at publish
+            if mandatory and not result.routed:
+                self._return_unroutable(message)
+            refused = refused or result.refused
+            if result.stored is not None:
+                stored += result.stored
         for tag, multiple, kind, requeue in acks:
             taken = self._take_unacked(tag, multiple)
             if kind == "ack":
                 self._acked(taken)
             else:
                 self._reject(taken, requeue)
+        if refused:  # RabbitMQ: a queue refused part of the transaction (what fit stays)
+            raise PreconditionFailed("partial tx completion")
         store = self.conn.broker.store
         if store.pending:  # a commit is durable once its writes are (RabbitMQ: after fsync)
-            store.after_commit(lambda ok: self._send_if_open(spec.Tx.CommitOk()))
+            store.after_commit(lambda ok: self._on_tx_stored(ok, stored))
         else:
             self.conn.send_method(self.number, spec.Tx.CommitOk())
+
+    def _on_tx_stored(self, ok: bool, stored: list[tuple[Queue, Entry]]) -> None:
+        if ok:
+            self._send_if_open(spec.Tx.CommitOk())
+            return
+        _withdraw(stored)  # memory agrees with the store: the transaction's messages are not in
+        if not self.closing and self.conn.channels.get(self.number) is self:
+            self.method_key = TX_COMMIT
+            self.conn.close_channel(self, PreconditionFailed("partial tx completion"))
 
     def _send_if_open(self, method: Frame) -> None:
         if not self.closing and self.conn.channels.get(self.number) is self:

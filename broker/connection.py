@@ -555,6 +555,11 @@ class AMQPConnection(asyncio.Protocol):
         """Forget a channel after the close handshake completed."""
         self.channels.pop(number, None)
 
+    def close_channel(self, channel: Channel, exc: ChannelException) -> None:
+        """Close ``channel`` with ``exc`` outside frame handling (e.g. a failed store commit)."""
+        self._close_channel(channel, exc)
+        self._flush()
+
     def _close_channel(self, channel: Channel, exc: ChannelException) -> None:
         key = channel.method_key
         log.info("channel %s on %s closed: %s", channel.number, self.peer, exc.reply_text)

@@ -51,6 +51,23 @@ def is_cycle(queue: str, deaths: list[Any]) -> bool:
     return False
 
 
+class _CycleFilter:
+    """``VHost.publish``'s ``accept`` for one dead letter: drops target queues that close a cycle
+    and remembers that it did (the archive's ``cycle`` drop reason)."""
+
+    __slots__ = ("deaths", "cut")
+
+    def __init__(self, deaths: list[Any]) -> None:
+        self.deaths = deaths
+        self.cut = False
+
+    def accept(self, queue: Queue) -> bool:
+        if is_cycle(queue.name, self.deaths):
+            self.cut = True
+            return False
+        return True
+
+
 class DeadLetterRecorder(Protocol):
     """Where every dead letter is reported (``persistence.archive.DeadLetterArchive``/``NullArchive``).
 
@@ -177,23 +194,17 @@ class DeadLetterer:
             )
             if len(routing_keys) > 1:
                 dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
-                targets = vhost.route(exchange, dead, routing_keys[1:])
-            else:
-                targets = vhost.route(exchange, dead)
-            routed = bool(targets)
-            if reason != "rejected" and deaths and targets:
-                targets = [q for q in targets if not is_cycle(q.name, deaths)]
-            if not targets:
+            cycles = _CycleFilter(deaths) if reason != "rejected" and deaths else None
+            result = vhost.publish(exchange, dead, cycles.accept if cycles is not None else None)
+            if not result.routed:
                 self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
                 if archive is not None:
-                    lost_to = "cycle" if routed else "no_route"
+                    lost_to = "cycle" if cycles is not None and cycles.cut else "no_route"
                     archived += (message, entry.enqueued_at, count, routing_keys[0], lost_to)
                 continue
             self.routed += 1
             if archive is not None:
                 archived += (message, entry.enqueued_at, count, routing_keys[0], None)
-            for target in targets:
-                target.enqueue(dead)
         if archived and archive is not None:
             archive.record(now_ms, vhost.name, queue.name, reason, dlx_name, archived)
 

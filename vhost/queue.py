@@ -364,6 +364,21 @@ class Queue:
         if entry.store_id and self.store is not None:
             self.store.message_delivered(entry)
 
+    def withdraw(self, entry: Entry) -> bool:
+        """Take back a ready entry whose store write failed, so memory agrees with the store (its
+        publisher gets a nack). An entry already delivered stays with its consumer.
+
+        Returns:
+            Whether the entry was still ready and is now gone.
+        """
+        if entry.state != READY or self.deleted:
+            return False
+        self._ready.discard(entry)
+        self.ready_bytes -= len(entry.message.body)
+        entry.store_id = 0
+        self._after_change()
+        return True
+
     def reject(self, entries: list[Entry]) -> None:
         """Dead-letter delivered entries rejected with ``requeue=false`` (reason ``rejected``)."""
         if entries and not self.deleted:
