@@ -322,3 +322,24 @@ def test_version_and_help(tmp_path):
     assert "broker using that directory must be stopped" in text and "non-durable" in text
     code, lines = run_broker(tmp_path, args=("definitions", "export", "--help"))
     assert "(default: -)" in " ".join(lines)
+
+
+def test_password_changed_with_definitions_import(broker_process, tmp_path):
+    """README "Changing a password": ottermq definitions import of a users entry, broker stopped."""
+    process = broker_process()
+    process.start()
+    defs = tmp_path / "defs.json"
+    defs.write_text('{"users": [{"name": "guest", "password": "new-secret", "tags": ["administrator"]}]}')
+    env = dict(os.environ, PYTHONSAFEPATH="1", OTTERMQ_DATA_DIR=str(process.data_dir))
+    command = [sys.executable, "-m", "ottermq.broker", "definitions", "import", str(defs)]
+    running = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert running.returncode == 1 and "stop the broker first" in running.stderr
+    assert process.stop() == 0
+    stopped = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert stopped.returncode == 0, stopped.stderr
+    b = process.start()
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(b.params())  # guest/guest no more
+    conn = pika.BlockingConnection(b.params(credentials=pika.PlainCredentials("guest", "new-secret")))
+    conn.channel().queue_declare("still-allowed")  # permissions kept
+    conn.close()
