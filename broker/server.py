@@ -198,7 +198,12 @@ class Broker:
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
-        await server.start_serving()
+        try:
+            await server.start_serving()
+        except OSError as exc:  # listen() lost a race for the port to another process since bind
+            raise StartupError(
+                "broker_port", settings.broker_port, os_cause(exc), "set OTTERMQ_BROKER_PORT to a free port"
+            ) from None
         addresses = ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in server.sockets)
         log.info("OtterMQ %s listening on %s", VERSION, addresses)
         self.check_memory()
