@@ -418,6 +418,8 @@ class Channel:
         """The queue went away: forget the consumer and tell the client if it listens."""
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
+            log.info("consumer '%s' on channel %d of %s cancelled by the broker: queue '%s' deleted",
+                     consumer.tag, self.number, self.conn.peer, consumer.queue.name)  # fmt: skip
             if self.conn.consumer_cancel_notify and not self.closing:
                 self.conn.send_method(self.number, spec.Basic.Cancel(consumer.tag, nowait=True))
 

@@ -132,7 +132,7 @@ class AMQPConnection(asyncio.Protocol):
         self._peer_host = peer[0] if peer else ""
         self.broker.connections.add(self)
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
-        log.debug("connection from %s", self.peer)
+        log.info("accepting AMQP connection %s", self.peer)
 
     def data_received(self, data: bytes) -> None:
         self._recv_flag = True
@@ -186,7 +186,11 @@ class AMQPConnection(asyncio.Protocol):
             self._timer = None
         self._release()
         self.broker.connections.discard(self)
-        log.debug("connection %s closed", self.peer)
+        if self.vhost is not None:  # RabbitMQ logs the close of opened connections at info
+            log.info("closing AMQP connection %s (vhost '%s', user '%s')", self._label(), self.vhost.name,
+                     self.username)  # fmt: skip
+        else:
+            log.debug("connection %s closed", self.peer)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -443,6 +447,8 @@ class AMQPConnection(asyncio.Protocol):
             raise NotAllowed(f"vhost {method.virtual_host} not found")
         self.broker.auth.check_vhost(self.user, vhost.name)
         self.vhost = vhost
+        log.info("connection %s: user '%s' authenticated and granted access to vhost '%s'", self._label(),
+                 self.username, vhost.name)  # fmt: skip
         self._to(RUNNING)
         self.send_method(0, spec.Connection.OpenOk())
         if self.broker.alarm:
@@ -452,6 +458,11 @@ class AMQPConnection(asyncio.Protocol):
             self._timer = None
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+    def _label(self) -> str:
+        """The peer, with the client-provided ``connection_name`` when there is one (as RabbitMQ)."""
+        name = self.client_properties.get("connection_name")
+        return f"{self.peer} - {name}" if name else self.peer
 
     # -- heartbeats -----------------------------------------------------------------------
     def _heartbeat_tick(self) -> None:
