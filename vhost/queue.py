@@ -375,7 +375,7 @@ class Queue:
             return False
         self._ready.discard(entry)
         self.ready_bytes -= len(entry.message.body)
-        entry.store_id = 0
+        self.forget([entry])  # the store retries the failed insert: this delete follows it
         self._after_change()
         return True
 
