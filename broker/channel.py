@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 _PUBLISH_KEY = BASIC_PUBLISH
 KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
 ACCESS_REQUEST = 0x001E000A  # access.request (class 30, method 10)
-TX_COMMIT = 0x005A0014  # tx.commit (class 90, method 20)
+TX_COMMIT = spec.Tx.Commit.index
+_CLOSE_KEYS = (spec.Channel.Close.index, spec.Channel.CloseOk.index)  # read after Channel.Close
 INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel
 
 
@@ -196,7 +197,7 @@ class Channel:
         self.method_key = key
         if self.closing:
             # after Channel.Close only Close / Close-Ok matter
-            if key in (0x00140028, 0x00140029):
+            if key in _CLOSE_KEYS:
                 method = fastpath.decode_method(payload)
                 self._handlers[type(method)](method)
             return

@@ -66,8 +66,8 @@ from pamqp import commands as spec
 from pamqp.base import Frame
 
 KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
-CONNECTION_CLOSE = 0x000A0032
-CONNECTION_CLOSE_OK = 0x000A0033
+CONNECTION_CLOSE = spec.Connection.Close.index
+CONNECTION_CLOSE_OK = spec.Connection.CloseOk.index
 
 
 class State(enum.IntEnum):
