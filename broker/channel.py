@@ -25,7 +25,6 @@ from ottermq.amqp.errors import (
     ChannelError,
     CommandInvalid,
     NotAllowed,
-    NotFound,
     PreconditionFailed,
     UnexpectedFrame,
 )
@@ -34,22 +33,20 @@ from ottermq.amqp.fastpath import (
     BASIC_NACK,
     BASIC_PUBLISH,
     BASIC_REJECT,
-    FRAME_BODY,
-    FRAME_HEADER,
     FRAME_METHOD,
 )
-from ottermq.amqp.props import parse_expiration, quick_props
-from ottermq.vhost.message import Entry, Message, sender_selected
+from ottermq.vhost.message import Entry, Message
 from ottermq.vhost.queue import Queue
-from ottermq.vhost.vhost import PublishResult, generated_name
+from ottermq.vhost.vhost import generated_name
 from pamqp import commands as spec
 from pamqp.base import Frame
 
 from .confirms import Confirms
-from .reply_to import REPLY_PREFIX, REPLY_QUEUE, ReplyConsumer, fast_reply_to
+from .publishing import INTERN_MAX, PublisherMethods, _withdraw
+from .reply_to import REPLY_QUEUE, ReplyConsumer
+from .topology import TopologyMethods
 
 if TYPE_CHECKING:
-    from .auth import Permission, ResourceKind
     from .connection import AMQPConnection
 
 log = logging.getLogger(__name__)
@@ -59,7 +56,6 @@ KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
 ACCESS_REQUEST = 0x001E000A  # access.request (class 30, method 10)
 TX_COMMIT = spec.Tx.Commit.index
 _CLOSE_KEYS = (spec.Channel.Close.index, spec.Channel.CloseOk.index)  # read after Channel.Close
-INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel
 
 
 class UnknownMethod(Exception):
@@ -70,20 +66,6 @@ class UnknownMethod(Exception):
 
     def __init__(self, key: int) -> None:
         super().__init__(f"unknown method id: class {key >> 16}, method {key & 0xFFFF}")
-
-
-def _withdraw(stored: list[tuple[Queue, Entry]]) -> None:
-    """Entries whose store write failed leave their queues (``Queue.withdraw``)."""
-    for queue, entry in stored:
-        queue.withdraw(entry)
-
-
-def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
-    """queue.declare-ok, encoded here because pamqp rejects names RabbitMQ allows (e.g. ``*``)."""
-    name = queue.encode()
-    counts = struct.pack(">II", message_count, consumer_count)
-    payload = struct.pack(">HHB", 50, 11, len(name)) + name + counts
-    return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
 
 
 class ChannelConsumer:
@@ -120,8 +102,9 @@ class ChannelConsumer:
         self.channel.server_cancel(self)
 
 
-class Channel:
-    """State of one open channel on a connection."""
+class Channel(PublisherMethods, TopologyMethods):
+    """State of one open channel on a connection (publishing in ``broker.publishing``, exchange.*
+    and queue.* methods in ``broker.topology``)."""
 
     def __init__(self, conn: AMQPConnection, number: int) -> None:
         self.conn = conn
@@ -237,150 +220,6 @@ class Channel:
         if handler is None:
             raise CommandInvalid("unimplemented method")
         handler(method)
-
-    def _on_content(self, frame_type: int, payload: bytes) -> None:
-        if self._body_size < 0:
-            if frame_type != FRAME_HEADER:
-                self._publish = None
-                raise UnexpectedFrame(
-                    "expected content header for class 60, got non content header frame instead"
-                )
-            class_id, body_size, raw_props = fastpath.decode_header(payload)
-            if class_id != 60:
-                self._publish = None
-                raise UnexpectedFrame(
-                    f"expected content header for class 60, got one for class {class_id} instead"
-                )
-            limit = self.conn.settings.max_message_size
-            if body_size > limit:
-                self._publish = None
-                raise PreconditionFailed(
-                    f"message size {body_size} is larger than configured max size {limit}"
-                )
-            props = self._interned_props.get(raw_props)
-            if props is None:
-                if len(self._interned_props) >= INTERN_MAX:
-                    self._interned_props.clear()
-                props = self._interned_props[raw_props] = raw_props
-            self._props = props
-            self._body_size = body_size
-            self._received = 0
-            if body_size == 0:
-                self._finish_publish(b"")
-            return
-        if frame_type != FRAME_BODY:
-            self._publish = None
-            raise UnexpectedFrame(
-                "expected content body, got non content body frame instead"
-            )
-        self._received += len(payload)
-        if self._received == self._body_size and not self._body:
-            self._finish_publish(payload)
-            return
-        self._body.append(payload)
-        if self._received >= self._body_size:
-            body = b"".join(self._body)
-            self._body = []
-            if self._received > self._body_size:
-                self._publish = None
-                raise UnexpectedFrame("content body exceeds the size in its content header")
-            self._finish_publish(body)
-
-    # -- publishing -----------------------------------------------------------------------
-    def _finish_publish(self, body: bytes) -> None:
-        publish = self._publish
-        assert publish is not None
-        self._publish = None
-        self.method_key = _PUBLISH_KEY
-        if self.closing:
-            return
-        conn = self.conn
-        if not conn.has_published:
-            conn.has_published = True
-            if conn.alarm_blocked:
-                conn.update_reading()
-        exchange_name, routing_key, mandatory, immediate = publish
-        if immediate:
-            raise AMQPNotImplemented("immediate=true")
-        raw_props = self._props
-        if exchange_name != self._write_ok:
-            self._allow("write", "exchange", exchange_name)
-            self._write_ok = exchange_name
-        exchange = None
-        if exchange_name:
-            exchange = self.vhost.get_exchange(exchange_name)
-            if exchange.internal:
-                raise AccessRefused(
-                    f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.vhost.name}'"
-                )
-        delivery_mode, priority, expiration, user_id = quick_props(raw_props)
-        if raw_props[0] & 0x02:  # reply-to is set (flag 0x0200): maybe amq.rabbitmq.reply-to
-            raw_props = fast_reply_to(raw_props, self.reply)
-        if user_id is not None and user_id != self.conn.username:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{self.conn.username}'"
-            )
-        ttl = parse_expiration(expiration) if expiration is not None else None
-        message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
-        keys = None
-        cc = b"CC" in raw_props
-        if cc:  # sender-selected distribution (CC/BCC headers), rare
-            message, keys = sender_selected(message)  # 406 here, also in tx mode (as RabbitMQ)
-        if self.confirm:
-            self._publish_seq += 1
-        if exchange is None and (cc or routing_key.startswith(REPLY_PREFIX)):
-            self.conn.broker.replies.route(message, keys)  # at publish time, even in tx (as RabbitMQ)
-        if self.tx:
-            self._tx_publishes.append((message, mandatory, exchange_name))
-            return
-        self._published(message, self.vhost.publish(exchange, message), mandatory)
-
-    def _published(self, message: Message, result: PublishResult, mandatory: bool) -> None:
-        """The protocol side of ``VHost.publish``: basic.return, then the confirm (after the store
-        commit when the message was written; a failed commit withdraws it and nacks)."""
-        if mandatory and not result.routed:
-            self._return_unroutable(message)
-        stored = result.stored
-        seq = self._publish_seq if self.confirm else 0
-        if stored is not None:  # confirm once the write is durable
-            if seq:
-                self._confirms.wait(seq)
-            refused = result.refused
-            self.conn.broker.store.after_commit(lambda ok: self._on_stored(ok, seq, refused, stored))
-        elif seq:
-            self._confirm(seq, not result.refused)
-
-    def _on_stored(self, ok: bool, seq: int, refused: bool, stored: list[tuple[Queue, Entry]]) -> None:
-        if not ok:  # not on disk: not in memory either (unless a consumer already has it)
-            _withdraw(stored)
-        if seq:
-            self._confirm(seq, ok and not refused)
-
-    def _return_unroutable(self, message: Message) -> None:
-        if self._confirms.settled:  # earlier publishes' confirms go out before this return
-            self.send_confirms()
-        self.conn.send(
-            fastpath.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.raw_props, message.body, self.conn.frame_max,
-            )
-        )
-
-    def _confirm(self, seq: int, ok: bool) -> None:
-        """A publish is confirmed or refused: sent with the others settled in this loop turn."""
-        confirms = self._confirms
-        if not confirms.settled:
-            self.conn.confirms_ready(self)
-        confirms.settle(seq, ok)
-
-    def send_confirms(self) -> None:
-        """Send what was settled since the last call, coalesced (see ``broker.confirms``)."""
-        frames = self._confirms.take()
-        if self.closing or self.conn.channels.get(self.number) is not self:
-            return
-        number, send = self.number, self.conn.send
-        for tag, multiple, ack in frames:
-            send((fastpath.encode_ack if ack else fastpath.encode_nack)(number, tag, multiple))
 
     # -- delivering -----------------------------------------------------------------------
     def deliver(self, consumer: ChannelConsumer, queue: Queue, entry: Entry) -> None:
@@ -548,133 +387,6 @@ class Channel:
         for consumer in consumers:
             self.vhost.consumer_removed(consumer.queue, consumer)
         self.requeue_all()
-
-    # -- permissions (RabbitMQ's checks, made before existence checks) -------------------------
-    def _allow(self, permission: Permission, kind: ResourceKind, name: str) -> None:
-        self.conn.broker.auth.check(self.conn.user, self.vhost.name, permission, kind, name or "amq.default")
-
-    def _queue_name(self, name: str) -> str:
-        if not name:
-            if not self.last_queue:
-                raise NotFound("no previously declared queue")
-            return self.last_queue
-        return name
-
-    # -- exchange class -------------------------------------------------------------------
-    def on_exchange_declare(self, m: spec.Exchange.Declare) -> None:
-        if not m.passive:
-            self._allow("configure", "exchange", m.exchange)
-            ae = (m.arguments or {}).get("alternate-exchange")
-            if isinstance(ae, str) and m.exchange not in self.vhost.exchanges:
-                self._allow("read", "exchange", m.exchange)
-                self._allow("write", "exchange", ae)
-        self.vhost.declare_exchange(
-            m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal, m.arguments
-        )
-        if not m.nowait:
-            self.conn.send_method(self.number, spec.Exchange.DeclareOk())
-
-    def on_exchange_delete(self, m: spec.Exchange.Delete) -> None:
-        self._allow("configure", "exchange", m.exchange)
-        self.vhost.delete_exchange(m.exchange, m.if_unused)
-        if not m.nowait:
-            self.conn.send_method(self.number, spec.Exchange.DeleteOk())
-
-    def on_exchange_bind(self, m: spec.Exchange.Bind) -> None:
-        self._allow("write", "exchange", m.destination)
-        self._allow("read", "exchange", m.source)
-        self.vhost.bind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
-        if not m.nowait:
-            self.conn.send_method(self.number, spec.Exchange.BindOk())
-
-    def on_exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
-        self._allow("write", "exchange", m.destination)
-        self._allow("read", "exchange", m.source)
-        self.vhost.unbind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
-        if not m.nowait:
-            self.conn.send_method(self.number, spec.Exchange.UnbindOk())
-
-    # -- queue class ----------------------------------------------------------------------
-    def on_queue_declare(self, m: spec.Queue.Declare) -> None:
-        name = m.queue
-        if name.startswith(REPLY_QUEUE):  # all declares of these are passive (RabbitMQ)
-            self.last_queue = name = self.conn.broker.replies.declare(name, self.vhost.name, self)
-            if not m.nowait:
-                self.conn.send(_declare_ok(self.number, name, 0, 1))
-            return
-        generated = not name
-        if generated:
-            if m.passive:
-                raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
-            name = generated_name("amq.gen-")
-        if not m.passive:
-            self._allow("configure", "queue", name)
-            dlx = (m.arguments or {}).get("x-dead-letter-exchange")
-            if isinstance(dlx, str) and name not in self.vhost.queues:
-                self._allow("read", "queue", name)
-                self._allow("write", "exchange", dlx)
-        queue = self.vhost.declare_queue(
-            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments, self.conn, generated
-        )
-        queue.touch()
-        if m.exclusive and queue.owner is self.conn:
-            self.conn.exclusive_queues.add(queue)
-        self.last_queue = name
-        if not m.nowait:
-            self.conn.send(_declare_ok(self.number, name, queue.message_count, len(queue.consumers)))
-
-    def _queue(self, name: str, permission: Permission | None = None) -> Queue:
-        name = self._queue_name(name)
-        if permission is not None:
-            self._allow(permission, "queue", name)
-        return self.vhost.get_queue(name, self.conn)
-
-    def on_queue_bind(self, m: spec.Queue.Bind) -> None:
-        self._allow("write", "queue", self._queue_name(m.queue))
-        if m.exchange == "":  # before read on the exchange, as RabbitMQ's binding_action
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._allow("read", "exchange", m.exchange)
-        queue = self._queue(m.queue)
-        # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
-        key = queue.name if not m.queue and not m.routing_key else m.routing_key
-        self.vhost.bind(m.exchange, ("queue", queue.name), key, m.arguments or {})
-        if not m.nowait:
-            self.conn.send_method(self.number, spec.Queue.BindOk())
-
-    def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
-        # RabbitMQ 3.10 binding_action: write on the queue, the default exchange, read on the exchange;
-        # then unbind-ok even when the queue, the exchange or the binding does not exist
-        name = self._queue_name(m.queue)
-        self._allow("write", "queue", name)
-        if m.exchange == "":
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._allow("read", "exchange", m.exchange)
-        key = name if not m.queue and not m.routing_key else m.routing_key
-        self.vhost.unbind(m.exchange, ("queue", name), key, m.arguments or {}, self.conn)
-        self.conn.send_method(self.number, spec.Queue.UnbindOk())
-
-    def on_queue_purge(self, m: spec.Queue.Purge) -> None:
-        count = self._queue(m.queue, "read").purge()
-        if not m.nowait:
-            self.conn.send_method(self.number, spec.Queue.PurgeOk(count))
-
-    def on_queue_delete(self, m: spec.Queue.Delete) -> None:
-        name = m.queue or self.last_queue
-        self._allow("configure", "queue", name)
-        if name not in self.vhost.queues:
-            # deleting a missing queue succeeds in RabbitMQ 3.x
-            if not m.nowait:
-                self.conn.send_method(self.number, spec.Queue.DeleteOk(0))
-            return
-        queue = self._queue(name)
-        if m.if_unused and queue.consumers:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' in use")
-        if m.if_empty and queue.message_count:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' not empty")
-        count = self.vhost.delete_queue(queue)
-        self.conn.exclusive_queues.discard(queue)
-        if not m.nowait:
-            self.conn.send_method(self.number, spec.Queue.DeleteOk(count))
 
     # -- basic class ----------------------------------------------------------------------
     def on_basic_qos(self, m: spec.Basic.Qos) -> None:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
+    from .publishing import PublisherMethods
     from .server import Broker
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ class AMQPConnection(asyncio.Protocol):
         self._blocked_capable = False
         self._reading = True
         self._out: list[bytes] = []
-        self._confirming: list[Channel] = []  # channels with settled publisher confirms
+        self._confirming: list[PublisherMethods] = []  # channels with settled publisher confirms
         self._out_size = 0
         self._flush_scheduled = False
         self._in_receive = False
@@ -237,7 +238,7 @@ class AMQPConnection(asyncio.Protocol):
     def send_method(self, channel: int, method: Frame) -> None:
         self.send(fastpath.encode_method(channel, method))
 
-    def confirms_ready(self, channel: Channel) -> None:
+    def confirms_ready(self, channel: PublisherMethods) -> None:
         """``channel`` has publisher confirms to send: they go out with this loop turn's output."""
         self._confirming.append(channel)
         if not self._flush_scheduled and not self._in_receive:
