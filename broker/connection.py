@@ -148,6 +148,12 @@ class AMQPConnection(asyncio.Protocol):
                 if not data:
                     return
             self._feed(data)
+        except Exception:  # a bug of ours: it must not escape into the event loop
+            log.exception("connection %s: internal error", self.peer)
+            if self.state is OPENING or self.state is RUNNING:
+                self._close_connection(InternalError("internal error"), 0)
+            else:
+                self._abort()
         finally:
             self._in_receive = False
             self._flush()

@@ -216,3 +216,21 @@ def test_update_secret_verify_refuses_a_wrong_secret_with_530(make_client):
         530, "NOT_ALLOWED - New secret was refused by one of the backends"
     )
     assert (close.class_id, close.method_id) == (10, 70)
+
+
+def test_a_bug_in_a_handler_closes_541_and_never_escapes(client, monkeypatch):
+    def broken(method):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(client.conn, "_on_update_secret", broken)
+    client.send(0, spec.Connection.UpdateSecret(new_secret="s", reason="r"))  # must not raise
+    close = client.expect(spec.Connection.Close)
+    assert (close.reply_code, close.reply_text) == (541, "INTERNAL_ERROR - internal error")
+
+
+def test_a_bug_during_the_handshake_drops_the_socket(make_client, monkeypatch):
+    c = make_client()
+    monkeypatch.setattr(c.conn, "_on_start_ok", lambda method: 1 / 0)
+    c.send_raw(HEADER)
+    c.send_raw(start_ok())  # must not raise
+    assert c.transport.closed
