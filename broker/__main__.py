@@ -50,7 +50,8 @@ def _definitions(action: str, path: str) -> int:
         import_definitions,
         load_definitions_file,
     )
-    from .server import lock_data_dir, open_store
+    from .server import lock_data_dir
+    from .wiring import open_store
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")

@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ottermq.persistence.archive import NullArchive
-from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.memory import MemoryStore
-from ottermq.persistence.sqlite import SQLiteStore
 from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
 from ottermq.vhost.vhost import VHost
 
@@ -40,7 +38,7 @@ from .connection import AMQPConnection, server_properties
 from .definitions import DefinitionsError, import_definitions, load_definitions_file
 from .recovery import recover
 from .reply_to import ReplyRegistry
-from .wiring import Archive, make_ttl_manager, make_vhost, shared_archive
+from .wiring import Archive, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +90,7 @@ class Broker:
         self.loop = loop
         self.ttl = make_ttl_manager(settings, loop)
         self.store: Store = store if store is not None else MemoryStore()
-        self.hook = DurableHook(self.store, self.ttl.now)
+        self.hook = make_hook(self.store, self.ttl)
         self.auth = AuthDB(self.store, loopback_users=settings.loopback_users)
         # OTTERMQ_DLX_ARCHIVE_DIR, or a null archive
         self.archive = shared_archive(settings) if archive is None else archive
@@ -245,13 +243,6 @@ def process_rss() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-def open_store(settings: Settings) -> Store:
-    """The configured store: SQLite under ``OTTERMQ_DATA_DIR`` (default) or memory."""
-    if settings.store == "memory":
-        return MemoryStore()
-    return SQLiteStore(settings.data_dir / "ottermq.db", synchronous=settings.sync.upper())
 
 
 def lock_data_dir(data_dir: Path) -> int:

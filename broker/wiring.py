@@ -1,4 +1,5 @@
-"""The one place that chooses implementations from settings: TTL manager, dead-letter sink, archive."""
+"""The one place that chooses implementations from settings: store, durable hook, TTL manager,
+dead-letter sink, archive."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from pathlib import Path
 from ottermq.dlx.deadletter import DeadLetterer, death_count
 from ottermq.dlx.xdeath import dead_letter_routing_keys
 from ottermq.persistence.archive import DeadLetterArchive, NullArchive
+from ottermq.persistence.hook import DurableHook
+from ottermq.persistence.memory import MemoryStore
+from ottermq.persistence.sqlite import SQLiteStore
+from ottermq.persistence.store import Store
 from ottermq.ttl.default import DefaultTTLManager
 from ottermq.ttl.manager import TTLManager, wall_clock_ms
 from ottermq.ttl.noop import NoopTTLManager
@@ -22,6 +27,18 @@ Archive = DeadLetterArchive | NullArchive
 
 _NULL_ARCHIVE = NullArchive()
 _archives: dict[Path, DeadLetterArchive] = {}
+
+
+def open_store(settings: Settings) -> Store:
+    """``OTTERMQ_STORE``: SQLite under ``OTTERMQ_DATA_DIR`` (default) or memory."""
+    if settings.store == "memory":
+        return MemoryStore()
+    return SQLiteStore(settings.data_dir / "ottermq.db", synchronous=settings.sync.upper())
+
+
+def make_hook(store: Store, ttl: TTLManager) -> DurableHook:
+    """What durable queues write through: the store, stamped with the TTL manager's clock."""
+    return DurableHook(store, ttl.now)
 
 
 def make_ttl_manager(settings: Settings, loop: asyncio.AbstractEventLoop) -> TTLManager:
