@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 
-from pamqp import commands, header
+from pamqp import commands
 
 from .errors import FrameError, PreconditionFailed
 from .table import decode_table
@@ -161,7 +161,7 @@ def decode_properties(raw_props: bytes) -> commands.Basic.Properties:
     """
     props = commands.Basic.Properties()
     try:
-        offset, flags = header.ContentHeader._get_flags(raw_props)
+        flags, offset = _flags(raw_props)  # basic's properties are all in the first flag word
         props.unmarshal(flags, raw_props[offset:])
     except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError, ...
         raise FrameError(f"cannot decode content header properties: {exc}") from exc
