@@ -2,15 +2,15 @@
 
 Rules:
 - One connection: a plain ``sqlite3`` connection, opened, used and closed on the store's own
-  single worker thread (a ``ThreadPoolExecutor(max_workers=1)`` named ``ottermq-sqlite``); every
-  write and every read that must see the store's own writes runs there, one
-  ``loop.run_in_executor`` call each (``SQLiteStore._call``), in submission order.
-- Group commit (see ``memory.BatchingStore``): each batch is ONE transaction run by ONE executor
+  worker thread (``worker.Worker``, named ``ottermq-sqlite``); every write and every read that
+  must see the store's own writes runs there, one ``Worker.call`` each (``SQLiteStore._call``),
+  in submission order.
+- Group commit (see ``memory.BatchingStore``): each batch is ONE transaction run by ONE worker
   call: ``_write_batch`` on the worker thread does ``BEGIN IMMEDIATE``, one ``executemany`` per
   run of consecutive ops with the same statement (so queue order is kept: a queue deleted and
   redeclared, or a dead-letter move, lands exactly as queued), ``COMMIT``. Never one call per
   message: each call is a thread round trip.
-- ``after_commit`` callbacks fire on the event loop once their batch's executor call has
+- ``after_commit`` callbacks fire on the event loop once their batch's worker call has
   returned (the transaction is committed or rolled back), in registration order; a failed batch
   (``sqlite3.Error`` such as "database or disk is full") is rolled back, logged and reported to
   its callbacks as ``ok=False`` (see ``memory.BatchingStore._run``), and later batches go on.
@@ -29,10 +29,9 @@ Rules:
   needs no ordering with the writes: it reads through a short-lived read-only connection and its
   ``count(*)`` scan never holds up a commit.
 - ``close`` commits what is queued, closes the connection on its thread (the last connection
-  checkpoints and removes the WAL), then shuts the executor down and joins its thread. A store
-  never closed does not keep the process alive: ``concurrent.futures`` stops idle workers at
-  interpreter exit (a batch already running finishes first; ``kill -9`` mid-commit is safe, SQLite
-  rolls the transaction back).
+  checkpoints and removes the WAL), then stops the worker and joins its thread. A store never
+  closed does not keep the process alive (the thread is a daemon); dying mid-commit is safe, as
+  with ``kill -9`` (SQLite rolls the transaction back).
 
 aiosqlite (public API only): ``stats`` uses ``aiosqlite.connect`` in ``async with`` on a
 read-only URI, with ``execute_fetchall``. The writer is not an aiosqlite connection because
@@ -50,7 +49,6 @@ import logging
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from itertools import chain, groupby
 from operator import itemgetter
 from pathlib import Path
@@ -61,6 +59,7 @@ import aiosqlite
 from . import schema
 from .memory import BatchingStore, Op
 from .store import Definitions, MessageRecord, StoreError
+from .worker import Worker
 
 if sys.platform != "win32":
     import fcntl
@@ -103,8 +102,8 @@ class SQLiteStore(BatchingStore):
         self.synchronous = synchronous.upper()
         if self.synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None  # used on the executor's thread only
+        self._worker: Worker | None = None
+        self._conn: sqlite3.Connection | None = None  # used on the worker's thread only
         self._lock: IO[bytes] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -114,7 +113,7 @@ class SQLiteStore(BatchingStore):
         Raises:
             StoreError: newer schema, corrupt or non-SQLite file, file in use, I/O error.
         """
-        if self._executor is not None:
+        if self._worker is not None:
             raise StoreError(f"{self.path} is already open")
         if self.path.is_dir():
             self.path = self.path / DB_FILENAME
@@ -125,32 +124,29 @@ class SQLiteStore(BatchingStore):
             raise StoreError(f"cannot create data dir {path.parent}: {exc}") from exc
         schema.check_header(path)
         self._lock = _lock(path)
-        loop = asyncio.get_running_loop()
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=THREAD_NAME)
+        worker = Worker(THREAD_NAME)
         conn: sqlite3.Connection | None = None
         try:
-            conn = await loop.run_in_executor(executor, _connect, path)
-            queues, last_seq = await loop.run_in_executor(
-                executor, _open_database, conn, path, self.synchronous
-            )
+            conn = await worker.call(_connect, path)
+            queues, last_seq = await worker.call(_open_database, conn, path, self.synchronous)
         except BaseException as exc:
             if conn is not None:
-                executor.submit(conn.close)  # runs before the shutdown below returns
-            executor.shutdown(wait=True)
+                worker.call(conn.close)  # runs before stop() returns
+            worker.stop()
             self._unlock()
             if isinstance(exc, sqlite3.Error | OSError):
                 raise StoreError(f"cannot open data file {path}: {exc}") from exc
             raise
-        self._executor, self._conn = executor, conn
-        self._loop = loop
+        self._worker, self._conn = worker, conn
+        self._loop = asyncio.get_running_loop()
         self._closed = False
         self._load_ids(queues, last_seq)
         log.info("opened %s (%d durable queues, synchronous=%s)", path, len(queues), self.synchronous)
 
     async def close(self) -> None:
         """Commit what is queued (failures are logged), then close the file and release the lock."""
-        executor, conn = self._executor, self._conn
-        if executor is None or conn is None:
+        worker, conn = self._worker, self._conn
+        if worker is None or conn is None:
             return
         await self._drain()
         self._closed = True
@@ -159,8 +155,8 @@ class SQLiteStore(BatchingStore):
         except sqlite3.Error as exc:
             log.error("closing %s: %s", self.path, exc)
         finally:
-            self._executor = self._conn = self._loop = None
-            executor.shutdown(wait=True)  # the thread is idle: this joins it at once
+            self._worker = self._conn = self._loop = None
+            worker.stop()  # nothing is queued: this joins the thread at once
             self._unlock()
 
     def _unlock(self) -> None:
@@ -184,10 +180,9 @@ class SQLiteStore(BatchingStore):
         Raises:
             StoreError: the store is not open; whatever ``fn`` raises.
         """
-        executor, loop = self._executor, self._loop
-        if executor is None or loop is None:
+        if self._worker is None:
             raise StoreError("the store is not open")
-        return await loop.run_in_executor(executor, fn, *args)
+        return await self._worker.call(fn, *args)
 
     # -- commit -----------------------------------------------------------------------------------
     async def _commit(self, ops: list[Op | None]) -> None:
