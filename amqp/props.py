@@ -1,10 +1,16 @@
 """Lazy access to ``Basic`` content-header properties, kept as the raw octets the publisher sent.
 
 The broker forwards ``raw_props`` (property flags + property list) untouched and only looks
-inside for what it needs: :func:`quick_props` walks the flags once per publish to pull out
-``delivery-mode``, ``priority``, ``expiration`` and ``user-id``; :func:`get_headers` decodes the
-``headers`` table (headers exchange, dead-lettering); :func:`decode_properties` is the full pamqp
-decode for the rare paths that need every field.
+inside for what it needs. Every walk over the property list is derived from one table,
+:data:`PROPERTIES` (flag bit, name, field codec, in wire order):
+
+- :func:`quick_props` (every publish) pulls ``delivery-mode``, ``priority``, ``expiration`` and
+  ``user-id`` and checks the whole list; :func:`get_headers` decodes the ``headers`` table
+  (headers exchange, dead-lettering); :func:`split_props` gives every present field's octets.
+  All three are straight-line code generated from the table (``_compile_walk``).
+- On :func:`split_props` and :func:`join_props` are built the rewrites (new ``headers``, no
+  ``expiration``, another ``reply-to``; every other octet kept) and the dead-letter archive's reader.
+- :func:`decode_properties` is the full pamqp decode for the rare paths that need every field.
 
 Property flag bits (AMQP 0-9-1 ``basic`` class), most significant first:
 
@@ -25,24 +31,37 @@ skipped, as pamqp does).
 
 :func:`parse_expiration` reproduces RabbitMQ 3.10's validation of the ``expiration`` property and
 its ``PRECONDITION_FAILED`` reply text byte for byte, including how Erlang's ``~p`` wraps long
-terms onto several lines.
+terms onto several lines (printed by :mod:`ottermq.amqp.erlang`).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from pamqp import commands
 
+from .erlang import Atom, Charlist, indentation, pretty_term, to_wire
 from .errors import FrameError, PreconditionFailed
 from .table import decode_table
 
 __all__ = [
+    "EXPIRATION_BIT",
+    "HEADERS_BIT",
     "MAX_EXPIRATION_MS",
+    "PROPERTIES",
+    "PROPERTY_FLAGS",
+    "REPLY_TO_BIT",
     "decode_properties",
     "get_headers",
+    "get_reply_to",
+    "join_props",
     "parse_expiration",
     "quick_props",
+    "replace_reply_to",
+    "rewrite_props",
+    "split_props",
 ]
 
 _U32 = struct.Struct(">I")
@@ -67,8 +86,115 @@ def _flags(raw: bytes) -> tuple[int, int]:
     return flags, pos
 
 
-def quick_props(raw_props: bytes) -> tuple[int, int | None, str | None, str | None]:
-    """Pull the properties the broker acts on out of raw property octets.
+# --- the property table and the walks derived from it --------------------------------------------
+
+
+class Codec(NamedTuple):
+    """How one AMQP field type is laid out, as Python source over ``raw`` and ``pos``."""
+
+    name: str
+    end: str
+    """Expression: the offset just after the field that starts at ``pos``."""
+    read: str
+    """Statements binding ``{field}`` to the field's value and moving ``pos`` past it."""
+
+
+SHORTSTR = Codec(
+    "shortstr",
+    "pos + 1 + raw[pos]",
+    'end = pos + 1 + raw[pos]\n{field} = raw[pos + 1 : end].decode("utf-8")\npos = end',
+)
+TABLE = Codec("table", "pos + 4 + _U32.unpack_from(raw, pos)[0]", "{field}, pos = decode_table(raw, pos)")
+OCTET = Codec("octet", "pos + 1", "{field} = raw[pos]\npos += 1")
+TIMESTAMP = Codec("timestamp", "pos + 8", "{field} = _U64.unpack_from(raw, pos)[0]\npos += 8")
+
+PROPERTIES: tuple[tuple[int, str, Codec], ...] = (
+    (0x8000, "content_type", SHORTSTR),
+    (0x4000, "content_encoding", SHORTSTR),
+    (0x2000, "headers", TABLE),
+    (0x1000, "delivery_mode", OCTET),
+    (0x0800, "priority", OCTET),
+    (0x0400, "correlation_id", SHORTSTR),
+    (0x0200, "reply_to", SHORTSTR),
+    (0x0100, "expiration", SHORTSTR),
+    (0x0080, "message_id", SHORTSTR),
+    (0x0040, "timestamp", TIMESTAMP),
+    (0x0020, "type", SHORTSTR),
+    (0x0010, "user_id", SHORTSTR),
+    (0x0008, "app_id", SHORTSTR),
+    (0x0004, "cluster_id", SHORTSTR),
+)
+"""The ``basic`` properties in wire order: ``(flag bit, name, codec)``."""
+
+PROPERTY_FLAGS = {name: bit for bit, name, _ in PROPERTIES}
+HEADERS_BIT = PROPERTY_FLAGS["headers"]
+REPLY_TO_BIT = PROPERTY_FLAGS["reply_to"]
+EXPIRATION_BIT = PROPERTY_FLAGS["expiration"]
+
+
+def _compile_walk(
+    name: str, take: dict[str, str] | None, result: str, empty: str, until: str | None = None
+) -> Any:
+    """Generate a straight-line walk over ``PROPERTIES``, as dataclasses generates ``__init__``.
+
+    Every present field is stepped over with its codec's ``end``. A field named in ``take``
+    (name -> its value when absent) is bound to a local of that name by its codec's ``read``;
+    ``take=None`` instead keeps every field's octets in ``fields`` (flag bit -> octets). The walk
+    returns ``empty`` when no property (or not ``until``) is present, stops after field ``until``
+    (else it checks the whole list) and returns ``result``. Truncated octets raise ``FrameError``.
+    One ``if`` per flag and no loop: ``quick_props`` runs on every publish.
+    """
+    gate = PROPERTY_FLAGS[until] if until else 0xFFFE
+    lines = [
+        f"def {name}(raw_props):",
+        "    flags, pos = _flags(raw_props)",
+        f"    if not flags & {gate:#06x}:",
+        f"        return {empty}",
+        "    raw = raw_props",
+        *(f"    {local} = {value}" for local, value in (take or {"fields": "{}"}).items()),
+        "    try:",
+    ]
+    check_end = ["if pos > len(raw):", "    raise _truncated()"]
+    for bit, field, codec in PROPERTIES:
+        lines.append(f"        if flags & {bit:#06x}:  # {field}, {codec.name}")
+        if take is None:
+            step = [f"end = {codec.end}", f"fields[{bit:#06x}] = raw[pos:end]", "pos = end"]
+        elif field in take:
+            step = codec.read.format(field=field).split("\n")
+        else:
+            step = [f"pos = {codec.end}"]
+        if field == until:
+            step += [*check_end, f"return {result}"]
+        lines += ["            " + line for line in step]
+        if field == until:
+            break
+    lines += [
+        "    except (IndexError, struct.error, UnicodeDecodeError):",
+        "        raise _truncated() from None",
+        *("    " + line for line in check_end),
+        f"    return {result}",
+    ]
+    namespace: dict[str, Any] = {
+        "_flags": _flags,
+        "_truncated": _truncated,
+        "_U32": _U32,
+        "_U64": _U64,
+        "struct": struct,
+        "decode_table": decode_table,
+    }
+    exec(compile("\n".join(lines), f"<ottermq.amqp.props.{name}>", "exec"), namespace)
+    return namespace[name]
+
+
+_U64 = struct.Struct(">Q")
+
+quick_props: Callable[[bytes], tuple[int, int | None, str | None, str | None]] = _compile_walk(
+    "quick_props",
+    {"delivery_mode": "0", "priority": "None", "expiration": "None", "user_id": "None"},
+    "delivery_mode, priority, expiration, user_id",
+    "0, None, None, None",
+)
+quick_props.__doc__ = """Pull the properties the broker acts on out of raw property octets.
 
     Args:
         raw_props: property flags + property list, as in the content header after byte 12.
@@ -81,58 +207,11 @@ def quick_props(raw_props: bytes) -> tuple[int, int | None, str | None, str | No
     Raises:
         FrameError: truncated property list or a shortstr that is not valid UTF-8.
     """
-    flags, pos = _flags(raw_props)
-    if not flags & 0xFFFE:
-        return 0, None, None, None
-    raw = raw_props
-    delivery_mode = 0
-    priority: int | None = None
-    expiration: str | None = None
-    user_id: str | None = None
-    try:
-        if flags & 0x8000:  # content-type
-            pos += 1 + raw[pos]
-        if flags & 0x4000:  # content-encoding
-            pos += 1 + raw[pos]
-        if flags & 0x2000:  # headers
-            pos += 4 + _U32.unpack_from(raw, pos)[0]
-        if flags & 0x1000:
-            delivery_mode = raw[pos]
-            pos += 1
-        if flags & 0x0800:
-            priority = raw[pos]
-            pos += 1
-        if flags & 0x0400:  # correlation-id
-            pos += 1 + raw[pos]
-        if flags & 0x0200:  # reply-to
-            pos += 1 + raw[pos]
-        if flags & 0x0100:
-            end = pos + 1 + raw[pos]
-            expiration = raw[pos + 1 : end].decode("utf-8")
-            pos = end
-        if flags & 0x0080:  # message-id
-            pos += 1 + raw[pos]
-        if flags & 0x0040:  # timestamp
-            pos += 8
-        if flags & 0x0020:  # type
-            pos += 1 + raw[pos]
-        if flags & 0x0010:
-            end = pos + 1 + raw[pos]
-            user_id = raw[pos + 1 : end].decode("utf-8")
-            pos = end
-        if flags & 0x0008:  # app-id
-            pos += 1 + raw[pos]
-        if flags & 0x0004:  # cluster-id
-            pos += 1 + raw[pos]
-    except (IndexError, struct.error, UnicodeDecodeError):
-        raise _truncated() from None
-    if pos > len(raw):
-        raise _truncated()
-    return delivery_mode, priority, expiration, user_id
 
-
-def get_headers(raw_props: bytes) -> dict[str, object] | None:
-    """Decode the ``headers`` property with the type-preserving table codec.
+get_headers: Callable[[bytes], dict[str, object] | None] = _compile_walk(
+    "get_headers", {"headers": "None"}, "headers", "None", until="headers"
+)
+get_headers.__doc__ = """Decode the ``headers`` property with the type-preserving table codec.
 
     Returns:
         The headers table, or ``None`` when the property is absent.
@@ -140,17 +219,18 @@ def get_headers(raw_props: bytes) -> dict[str, object] | None:
     Raises:
         FrameError: truncated or malformed property list / table.
     """
-    flags, pos = _flags(raw_props)
-    if not flags & 0x2000:
-        return None
-    try:
-        if flags & 0x8000:
-            pos += 1 + raw_props[pos]
-        if flags & 0x4000:
-            pos += 1 + raw_props[pos]
-    except IndexError:
-        raise _truncated() from None
-    return decode_table(raw_props, pos)[0]
+
+split_props: Callable[[bytes], tuple[int, dict[int, bytes]]] = _compile_walk(
+    "split_props", None, "flags & 0xFFFE, fields", "0, {}"
+)
+split_props.__doc__ = """Split raw properties into ``(flags, {flag bit: the field's octets})``, in wire order.
+
+    A shortstr or table field keeps its length prefix. Continuation flag words (none are defined
+    for ``basic``) are dropped from ``flags``.
+
+    Raises:
+        FrameError: truncated or malformed property list.
+    """
 
 
 def decode_properties(raw_props: bytes) -> commands.Basic.Properties:
@@ -172,9 +252,6 @@ def decode_properties(raw_props: bytes) -> commands.Basic.Properties:
 
 MAX_EXPIRATION_MS = 315_360_000_000
 """Largest ``expiration`` RabbitMQ 3.10 accepts: ten years in milliseconds."""
-
-_REPLY_PREFIX_LEN = len(PreconditionFailed.name) + 3  # "PRECONDITION_FAILED - "
-
 
 def parse_expiration(value: str) -> int:
     """Validate a message's ``expiration`` property the way RabbitMQ 3.10 does.
@@ -204,15 +281,15 @@ def parse_expiration(value: str) -> int:
         stop += 1
     term: object
     if stop == start:
-        term = _Atom("no_integer")
+        term = Atom("no_integer")
     elif stop < len(raw):
-        term = (_Atom("leftover_string"), raw[stop:])
+        term = (Atom("leftover_string"), Charlist(raw[stop:].decode("latin-1")))
     else:
         ms = int(raw)
         if ms < 0:
-            term = (_Atom("value_negative"), ms)
+            term = (Atom("value_negative"), ms)
         elif ms > MAX_EXPIRATION_MS:
-            term = (_Atom("value_too_large"), ms)
+            term = (Atom("value_too_large"), ms)
         else:
             return ms
     raise PreconditionFailed(_rabbit_text(raw, term))
@@ -221,247 +298,14 @@ def parse_expiration(value: str) -> int:
 def _rabbit_text(raw: bytes, term: object) -> str:
     """``rabbit_misc:format("invalid expiration '~s': ~p", ...)`` as sent on the wire.
 
-    Erlang formats the binary and the term as Latin-1 characters (one per octet) and the reply
-    text is the resulting octets, cut to 252 octets + ``...`` when the whole close text would
-    exceed 255.
+    Erlang formats the binary and the term as Latin-1 characters (one per octet); the reply text
+    is those octets (``AMQPError.reply_text`` cuts it to 255 octets as RabbitMQ does).
     """
     prefix = "invalid expiration '" + raw.decode("latin-1") + "': "
-    column = 0
-    for ch in prefix:  # io_lib_format:indentation/2
-        if ch == "\n":
-            column = 0
-        elif ch == "\t":
-            column = (column + 8) // 8 * 8
-        else:
-            column += 1
-    out = (prefix + _erl_print(term, column + 1)).encode("latin-1")
-    if _REPLY_PREFIX_LEN + len(out) > 255:
-        out = out[: 252 - _REPLY_PREFIX_LEN] + b"..."
-    return out.decode("utf-8", "ignore")
+    return to_wire(prefix + pretty_term(term, indentation(prefix) + 1))
 
 
-# --- a port of the subset of Erlang's io_lib_pretty that ~p uses for these terms ----------------
-# Intermediate form: (kind, payload, length). Atomic items carry their text; lists and tagged
-# tuples carry their element items. Line length 80, no depth or character limit.
-
-
-class _Atom(str):
-    """An Erlang atom (printed bare)."""
-
-
-class _NoGood(Exception):
-    """io_lib_pretty's ``throw(no_good)``."""
-
-
-_Item = tuple[int, object, int]
-_ATOMIC, _LIST, _TAGGED = 0, 1, 2
-_LL = 80
-_ESCAPES = {
-    0x22: '\\"',
-    0x5C: "\\\\",
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x09: "\\t",
-    0x0B: "\\v",
-    0x08: "\\b",
-    0x0C: "\\f",
-    0x1B: "\\e",
-}
-
-
-def _printable_latin1(data: bytes) -> bool:
-    return all(32 <= c <= 126 or 160 <= c or c in (8, 9, 10, 11, 12, 13, 27) for c in data)
-
-
-def _intermediate(term: object) -> _Item:
-    if isinstance(term, (str, int)):  # atoms and integers
-        text = str(term)
-        return _ATOMIC, text, len(text)
-    if isinstance(term, bytes):  # an Erlang list of octets
-        if _printable_latin1(term):
-            text = '"' + "".join(_ESCAPES.get(c, chr(c)) for c in term) + '"'
-            return _ATOMIC, text, len(text)
-        items = [_intermediate(c) for c in term]
-        return _LIST, items, 1 + sum(item[2] + 1 for item in items)
-    assert isinstance(term, tuple)
-    items = [_intermediate(e) for e in term]
-    return _TAGGED, items, 1 + sum(item[2] + 1 for item in items)
-
-
-def _write(item: _Item) -> str:
-    kind, payload, _ = item
-    if kind == _ATOMIC:
-        return payload  # type: ignore[return-value]
-    inner = ",".join(_write(e) for e in payload)  # type: ignore[attr-defined]
-    return f"[{inner}]" if kind == _LIST else f"{{{inner}}}"
-
-
-def _fits(item: _Item, col: int, m: int, ld: int, w: int) -> bool:
-    return item[2] < _LL - col - ld and item[2] + w + ld <= m
-
-
-def _tail_fits(item: _Item, col: int, m: int, ld1: int, w: int) -> bool:
-    if item[0] != _ATOMIC:
-        return False
-    elen = 1 + item[2]
-    if ld1 == 0:
-        return elen + 1 < _LL - col and w + elen + 1 <= m
-    return elen < _LL - col - ld1 and w + elen + ld1 <= m
-
-
-def _erl_print(term: object, col: int) -> str:
-    """``io_lib_pretty:print(Term, Col, 80, -1)`` for atoms, integers, octet lists, tuples."""
-    item = _intermediate(term)
-    if item[0] == _ATOMIC or item[2] < _LL - col:
-        return _write(item)
-    m = item[2]
-    tind = 1
-    for attempt in (-1, 4):
-        try:
-            tind = _cind(item, col, m, attempt, 0, 0)
-            break
-        except _NoGood:
-            pass
-    return _pp(item, col, m, tind, col - 1, 0, 0)
-
-
-def _pp(item: _Item, col: int, m: int, tind: int, ind: int, ld: int, w: int) -> str:
-    if _fits(item, col, m, ld, w):
-        return _write(item)
-    kind, payload = item[0], item[1]
-    if kind == _LIST:
-        return "[" + _pp_list(payload, col + 1, m, tind, ind + 1, ld, w + 1) + "]"  # type: ignore[arg-type]
-    if kind == _TAGGED:
-        items: list[_Item] = payload  # type: ignore[assignment]
-        tag, rest = items[0], items[1:]
-        tlen = tag[2]
-        tag_ind = tlen + 2
-        tcol = col + tag_ind
-        if 0 < tind < tag_ind:
-            body = _pp_tail(rest, col + tind, tcol, m, tind, ind + tind, ld, w + 1 + tlen)
-        else:
-            body = "," + _pp_list(rest, tcol, m, tind, ind + tag_ind, ld, w + 2 + tlen)
-        return "{" + _write(tag) + body + "}"
-    return payload  # type: ignore[return-value]
-
-
-def _pp_list(items: list[_Item], col0: int, m: int, tind: int, ind: int, ld: int, w: int) -> str:
-    first, rest = items[0], items[1:]
-    text, width = _pp_element(first, col0, m, tind, ind, 0 if rest else ld + 1, w)
-    return text + _pp_tail(rest, col0, col0 + width, m, tind, ind, ld, w + width)
-
-
-def _pp_tail(items: list[_Item], col0: int, col: int, m: int, tind: int, ind: int, ld: int, w: int) -> str:
-    out = []
-    last = len(items) - 1
-    for i, item in enumerate(items):
-        ld1 = ld + 1 if i == last else 0
-        if _tail_fits(item, col, m, ld1, w):
-            out.append("," + _write(item))
-            col += 1 + item[2]
-            w += 1 + item[2]
-        else:
-            text, width = _pp_element(item, col0, m, tind, ind, ld1, 0)
-            out.append(",\n" + " " * ind + text)
-            col, w = col0 + width, width
-    return "".join(out)
-
-
-def _pp_element(item: _Item, col: int, m: int, tind: int, ind: int, ld: int, w: int) -> tuple[str, int]:
-    if item[0] == _ATOMIC and _fits(item, col, m, ld, w):
-        return _write(item), item[2]
-    return _pp(item, col, m, tind, ind, ld, w), _LL
-
-
-def _cind(item: _Item, col: int, m: int, ind: int, ld: int, w: int) -> int:
-    if _fits(item, col, m, ld, w):
-        return ind
-    kind, payload = item[0], item[1]
-    if kind == _LIST:
-        return _cind_list(payload, col + 1, m, ind, ld, w + 1)  # type: ignore[arg-type]
-    if kind == _TAGGED:
-        items: list[_Item] = payload  # type: ignore[assignment]
-        tlen = items[0][2]
-        tag_ind = tlen + 2
-        tcol = col + tag_ind
-        if 0 < ind < tag_ind:
-            col1 = col + ind
-            if m + col1 <= _LL or col1 <= _LL // 2:
-                return _cind_tail(items[1:], col1, tcol, m, ind, ld, w + 1 + tlen)
-            raise _NoGood
-        if m + tcol < _LL or tcol < _LL // 2:
-            return _cind_list(items[1:], tcol, m, ind, ld, w + 2 + tlen)
-        raise _NoGood
-    return ind
-
-
-def _cind_list(items: list[_Item], col0: int, m: int, ind: int, ld: int, w: int) -> int:
-    rest = items[1:]
-    width = _cind_element(items[0], col0, m, ind, 0 if rest else ld + 1, w)
-    return _cind_tail(rest, col0, col0 + width, m, ind, ld, w + width)
-
-
-def _cind_tail(items: list[_Item], col0: int, col: int, m: int, ind: int, ld: int, w: int) -> int:
-    last = len(items) - 1
-    for i, item in enumerate(items):
-        ld1 = ld + 1 if i == last else 0
-        if _tail_fits(item, col, m, ld1, w):
-            col += 1 + item[2]
-            w += 1 + item[2]
-        else:
-            width = _cind_element(item, col0, m, ind, ld1, 0)
-            col, w = col0 + width, width
-    return ind
-
-
-def _cind_element(item: _Item, col: int, m: int, ind: int, ld: int, w: int) -> int:
-    if item[0] == _ATOMIC and _fits(item, col, m, ld, w):
-        return item[2]
-    _cind(item, col, m, ind, ld, w)
-    return _LL
-
-
-# --- rewriting (dead-lettering) -------------------------------------------------------------------
-_FIELD_BITS = (
-    (0x8000, "s"), (0x4000, "s"), (0x2000, "t"), (0x1000, "o"), (0x0800, "o"), (0x0400, "s"),
-    (0x0200, "s"), (0x0100, "s"), (0x0080, "s"), (0x0040, "q"), (0x0020, "s"), (0x0010, "s"),
-    (0x0008, "s"), (0x0004, "s"),
-)
-HEADERS_BIT = 0x2000
-REPLY_TO_BIT = 0x0200
-EXPIRATION_BIT = 0x0100
-
-
-def split_props(raw_props: bytes) -> tuple[int, dict[int, bytes]]:
-    """Split raw properties into ``(flags, {flag bit: the field's octets})``.
-
-    Continuation flag words (none defined for ``basic``) are dropped.
-
-    Raises:
-        FrameError: truncated or malformed property list.
-    """
-    flags, pos = _flags(raw_props)
-    fields: dict[int, bytes] = {}
-    raw = raw_props
-    try:
-        for bit, kind in _FIELD_BITS:
-            if not flags & bit:
-                continue
-            if kind == "s":
-                end = pos + 1 + raw[pos]
-            elif kind == "t":
-                end = pos + 4 + _U32.unpack_from(raw, pos)[0]
-            elif kind == "o":
-                end = pos + 1
-            else:
-                end = pos + 8
-            if end > len(raw):
-                raise _truncated()
-            fields[bit] = raw[pos:end]
-            pos = end
-    except (IndexError, struct.error):
-        raise _truncated() from None
-    return flags & 0xFFFE, fields
+# --- rewriting (dead-lettering, direct reply-to) -------------------------------------------------
 
 
 def join_props(fields: dict[int, bytes]) -> bytes:
@@ -469,7 +313,7 @@ def join_props(fields: dict[int, bytes]) -> bytes:
     flags = 0
     for bit in fields:
         flags |= bit
-    return flags.to_bytes(2, "big") + b"".join(fields[bit] for bit, _ in _FIELD_BITS if bit in fields)
+    return flags.to_bytes(2, "big") + b"".join(fields[bit] for bit, _, _ in PROPERTIES if bit in fields)
 
 
 def rewrite_props(raw_props: bytes, headers: bytes | None, drop_expiration: bool) -> bytes:

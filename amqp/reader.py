@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 
+from .erlang import binary_text
 from .errors import FrameError
 
 __all__ = ["FrameReader", "RawFrame"]
@@ -36,22 +37,10 @@ _VALID_TYPE = tuple(t in (1, 2, 3, 8) for t in range(256))
 _FRAME_END = 0xCE
 
 
-_PRINTABLE = frozenset([*range(32, 127), *range(160, 256), 8, 9, 10, 11, 12, 13, 27])
-_ESCAPES = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x0B: "\\v",
-            0x08: "\\b", 0x0C: "\\f", 0x1B: "\\e"}
-
-
-def erl_binary(data: bytes) -> str:
-    """Erlang's ``~p`` of a binary: ``<<"text">>`` when printable (Latin-1), else ``<<1,2,3>>``."""
-    if data and all(c in _PRINTABLE for c in data):
-        return '<<"' + "".join(_ESCAPES.get(c, chr(c)) for c in data) + '">>'
-    return "<<" + ",".join(str(c) for c in data) + ">>"
-
-
 def payload_snippet(ftype: int, payload: bytes) -> str:
     """RabbitMQ's description of a frame in errors: ``type T, all octets = <<...>>`` (first 16 shown)."""
     which = "all" if len(payload) <= 16 else "first 16"
-    return f"type {ftype}, {which} octets = {erl_binary(payload[:16])}"
+    return f"type {ftype}, {which} octets = {binary_text(payload[:16])}"
 
 
 def frame_error(ftype: int, payload: bytes, reason: str) -> FrameError:

@@ -68,6 +68,7 @@ __all__ = [
     "decode_table",
     "encode_table",
     "encode_table_into",
+    "field_type",
 ]
 
 
@@ -272,6 +273,40 @@ def decode_array(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
         value, pos = _decode_value(data, pos, end)
         values.append(value)
     return values, end
+
+
+_TYPE_NAMES: dict[bytes, str] = {
+    b"b": "byte", b"B": "unsignedbyte", b"s": "short", b"u": "unsignedshort", b"I": "signedint",
+    b"i": "unsignedint", b"l": "long", b"T": "timestamp", b"f": "float", b"S": "longstr",
+}
+
+
+def field_type(value: object) -> str:
+    """RabbitMQ's name for the field type of a decoded value (``rabbit_binary_parser``'s atoms:
+    ``longstr``, ``signedint``, ``long``, ``table``, ``array``, ``void``, ...), as it appears in
+    error texts such as ``{unacceptable_type_in_header,"CC",longstr}``."""
+    if isinstance(value, bool):
+        return "bool"
+    tag = getattr(value, "tag", None)
+    if isinstance(tag, bytes):
+        return _TYPE_NAMES[tag]
+    if isinstance(value, str):
+        return "longstr"
+    if isinstance(value, int):
+        return "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, Decimal):
+        return "decimal"
+    if isinstance(value, Mapping):
+        return "table"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, bytes | bytearray):
+        return "binary"
+    if value is None:
+        return "void"
+    raise TypeError(f"not a field-table value: {type(value).__name__}")
 
 
 # --- encoding ---------------------------------------------------------------------------------

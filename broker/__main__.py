@@ -7,18 +7,22 @@ import asyncio
 import logging
 import sys
 
-from .config import load_settings
+from . import VERSION
+from .config import load_settings, settings_help, unknown_variables
 
 
 def _run_server() -> int:
     settings = load_settings()
     logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper(), logging.INFO),
+        level=getattr(logging, settings.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from ottermq.persistence.store import StoreError
-
-    from .server import serve
+    # aiosqlite logs every call it hands its thread at DEBUG: that would drown LOG_LEVEL=DEBUG.
+    logging.getLogger("aiosqlite").setLevel(max(logging.WARNING, logging.root.level))
+    log = logging.getLogger("ottermq")
+    for warning in unknown_variables():
+        log.warning("%s", warning)
+    from .server import StartupError, serve
 
     try:
         try:
@@ -27,8 +31,8 @@ def _run_server() -> int:
             asyncio.run(serve(settings))
         else:
             uvloop.run(serve(settings))
-    except StoreError as exc:
-        logging.getLogger("ottermq").error("cannot start: %s", exc)
+    except StartupError as exc:
+        log.error("cannot start: %s", exc)
         return 1
     return 0
 
@@ -46,7 +50,7 @@ def _definitions(action: str, path: str) -> int:
         import_definitions,
         load_definitions_file,
     )
-    from .server import VERSION, lock_data_dir, open_store
+    from .server import lock_data_dir, open_store
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -100,22 +104,57 @@ def _dlq(action: str, rest: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ottermq`` console script and ``python -m ottermq.broker``."""
-    parser = argparse.ArgumentParser(prog="ottermq", description="OtterMQ AMQP 0.9.1 broker")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="ottermq", description="OtterMQ AMQP 0.9.1 broker", formatter_class=fmt
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("serve", help="run the broker (default)")
+    sub.add_parser(
+        "serve",
+        help="run the broker (default)",
+        description="Run the broker. Settings come from the environment and ./.env (see .env.example);"
+        " a bad value stops start-up naming the variable.",
+        epilog="settings (NAME=default):\n" + settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    stopped = (
+        "Works on the store in OTTERMQ_DATA_DIR, so the broker using that directory must be stopped"
+        " (the data dir is locked while it runs)."
+    )
     defs = sub.add_parser(
-        "definitions", help="export/import RabbitMQ definitions JSON (users, vhosts, permissions, topology)"
+        "definitions",
+        help="export/import RabbitMQ definitions JSON (users, vhosts, permissions, topology)",
+        description="Export or import RabbitMQ definitions JSON. " + stopped,
+        formatter_class=fmt,
     )
     defs_sub = defs.add_subparsers(dest="action", required=True)
-    export = defs_sub.add_parser("export", help="write the stored definitions as RabbitMQ JSON")
-    export.add_argument("file", nargs="?", default="-", help="output file (default: stdout)")
-    imp = defs_sub.add_parser("import", help="load a RabbitMQ definitions JSON file into the store")
-    imp.add_argument("file")
+    export = defs_sub.add_parser(
+        "export",
+        help="write the stored definitions as RabbitMQ JSON",
+        description="Write the stored definitions as RabbitMQ JSON. " + stopped,
+        formatter_class=fmt,
+    )
+    export.add_argument("file", nargs="?", default="-", help="output file; - is stdout")
+    imp = defs_sub.add_parser(
+        "import",
+        help="load a RabbitMQ definitions JSON file into the store",
+        description="Load a RabbitMQ definitions JSON file into the store: users (with their"
+        " passwords), vhosts and permissions are created or replaced; durable exchanges, queues and"
+        " bindings are added (existing ones are left unchanged). Skipped with a warning: non-durable"
+        " queues and exchanges, amq.* names and the default exchange, non-classic queues, bindings"
+        " of skipped entities, policies, parameters and topic permissions. " + stopped
+        + " To load a file at every start instead, set OTTERMQ_DEFINITIONS_FILE.",
+        formatter_class=fmt,
+    )
+    imp.add_argument("file", help="RabbitMQ definitions JSON (rabbitmqctl export_definitions)")
     dlq = sub.add_parser(
         "dlq",
         help="dead letters: export a queue to the archive format, analyse or replay an archive",
-        description="export: read any AMQP queue into archive JSON Lines (broker.dlq_cli); "
-        "report/compact/select/replay: Spark jobs on an archive (needs the 'spark' extra)",
+        description="export: read any AMQP queue into archive JSON Lines (broker.dlq_cli; the broker"
+        " keeps running); report/compact/select/replay: Spark jobs on an archive (needs the 'spark'"
+        " extra)",
+        formatter_class=fmt,
     )
     dlq.add_argument("action", choices=["export", "report", "compact", "select", "replay"])
     dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")

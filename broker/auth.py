@@ -323,6 +323,14 @@ class AuthDB:
                 self.set_permissions(settings.username, name, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
         return first_boot
 
+    def password_differs(self, username: str, password: str) -> bool:
+        """True when ``username`` is stored and ``password`` is not its password (so a changed
+        ``OTTERMQ_PASSWORD`` has no effect, as RabbitMQ's ``default_pass`` after the first boot)."""
+        user = self.users.get(username)
+        if user is None or not user.password_hash:
+            return False
+        return not check_password(password, user.password_hash, user.hashing_algorithm)
+
     # -- authentication and authorisation ----------------------------------------------------
     def authenticate(self, username: str, password: str, peer_host: str) -> UserRecord | None:
         """The user if ``password`` is right and the address is allowed, else None.

@@ -41,7 +41,7 @@ from ottermq.amqp.fastpath import (
 from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.vhost.message import Entry, Message, sender_selected
 from ottermq.vhost.queue import Queue
-from ottermq.vhost.vhost import generated_name
+from ottermq.vhost.vhost import PublishResult, generated_name
 from pamqp import commands as spec
 from pamqp.base import Frame
 
@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 _PUBLISH_KEY = BASIC_PUBLISH
 KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
 ACCESS_REQUEST = 0x001E000A  # access.request (class 30, method 10)
+TX_COMMIT = spec.Tx.Commit.index
+_CLOSE_KEYS = (spec.Channel.Close.index, spec.Channel.CloseOk.index)  # read after Channel.Close
 INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel
 
 
@@ -68,6 +70,12 @@ class UnknownMethod(Exception):
 
     def __init__(self, key: int) -> None:
         super().__init__(f"unknown method id: class {key >> 16}, method {key & 0xFFFF}")
+
+
+def _withdraw(stored: list[tuple[Queue, Entry]]) -> None:
+    """Entries whose store write failed leave their queues (``Queue.withdraw``)."""
+    for queue, entry in stored:
+        queue.withdraw(entry)
 
 
 def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
@@ -189,7 +197,7 @@ class Channel:
         self.method_key = key
         if self.closing:
             # after Channel.Close only Close / Close-Ok matter
-            if key in (0x00140028, 0x00140029):
+            if key in _CLOSE_KEYS:
                 method = fastpath.decode_method(payload)
                 self._handlers[type(method)](method)
             return
@@ -314,43 +322,49 @@ class Channel:
             )
         ttl = parse_expiration(expiration) if expiration is not None else None
         message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
+        keys = None
+        cc = b"CC" in raw_props
+        if cc:  # sender-selected distribution (CC/BCC headers), rare
+            message, keys = sender_selected(message)  # 406 here, also in tx mode (as RabbitMQ)
         if self.confirm:
             self._publish_seq += 1
-        cc = b"CC" in raw_props  # sender-selected distribution (CC/BCC headers), rare
         if exchange is None and (cc or routing_key.startswith(REPLY_PREFIX)):
-            self.conn.broker.replies.route(message)  # at publish time, even in tx (as RabbitMQ)
+            self.conn.broker.replies.route(message, keys)  # at publish time, even in tx (as RabbitMQ)
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        if cc:
-            message, keys = sender_selected(message)
-            queues = self.vhost.route(exchange, message, keys)
-        else:
-            queues = self.vhost.route(exchange, message)
-        self._deliver_routed(message, queues, mandatory)
+        self._published(message, self.vhost.publish(exchange, message), mandatory)
 
-    def _deliver_routed(self, message: Message, queues: list[Queue], mandatory: bool) -> None:
-        refused = stored = False
-        for queue in queues:
-            entry = queue.enqueue(message)
-            if entry is None:
-                refused = True  # reject-publish overflow
-            elif entry.store_id:
-                stored = True
-        if not queues and mandatory:
-            self.conn.send(
-                fastpath.encode_return(
-                    self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                    message.raw_props, message.body, self.conn.frame_max,
-                )
-            )
-        if self.confirm:
-            seq = self._publish_seq
-            if stored:  # confirm once the write is durable
+    def _published(self, message: Message, result: PublishResult, mandatory: bool) -> None:
+        """The protocol side of ``VHost.publish``: basic.return, then the confirm (after the store
+        commit when the message was written; a failed commit withdraws it and nacks)."""
+        if mandatory and not result.routed:
+            self._return_unroutable(message)
+        stored = result.stored
+        seq = self._publish_seq if self.confirm else 0
+        if stored is not None:  # confirm once the write is durable
+            if seq:
                 self._confirms.wait(seq)
-                self.conn.broker.store.after_commit(lambda ok: self._confirm(seq, ok and not refused))
-            else:
-                self._confirm(seq, not refused)
+            refused = result.refused
+            self.conn.broker.store.after_commit(lambda ok: self._on_stored(ok, seq, refused, stored))
+        elif seq:
+            self._confirm(seq, not result.refused)
+
+    def _on_stored(self, ok: bool, seq: int, refused: bool, stored: list[tuple[Queue, Entry]]) -> None:
+        if not ok:  # not on disk: not in memory either (unless a consumer already has it)
+            _withdraw(stored)
+        if seq:
+            self._confirm(seq, ok and not refused)
+
+    def _return_unroutable(self, message: Message) -> None:
+        if self._confirms.settled:  # earlier publishes' confirms go out before this return
+            self.send_confirms()
+        self.conn.send(
+            fastpath.encode_return(
+                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
+                message.raw_props, message.body, self.conn.frame_max,
+            )
+        )
 
     def _confirm(self, seq: int, ok: bool) -> None:
         """A publish is confirmed or refused: sent with the others settled in this loop turn."""
@@ -405,6 +419,8 @@ class Channel:
         """The queue went away: forget the consumer and tell the client if it listens."""
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
+            log.info("consumer '%s' on channel %d of %s cancelled by the broker: queue '%s' deleted",
+                     consumer.tag, self.number, self.conn.peer, consumer.queue.name)  # fmt: skip
             if self.conn.consumer_cancel_notify and not self.closing:
                 self.conn.send_method(self.number, spec.Basic.Cancel(consumer.tag, nowait=True))
 
@@ -615,9 +631,9 @@ class Channel:
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
         self._allow("write", "queue", self._queue_name(m.queue))
-        self._allow("read", "exchange", m.exchange)
-        if m.exchange == "":
+        if m.exchange == "":  # before read on the exchange, as RabbitMQ's binding_action
             raise AccessRefused("operation not permitted on the default exchange")
+        self._allow("read", "exchange", m.exchange)
         queue = self._queue(m.queue)
         # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
         key = queue.name if not m.queue and not m.routing_key else m.routing_key
@@ -626,13 +642,15 @@ class Channel:
             self.conn.send_method(self.number, spec.Queue.BindOk())
 
     def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
-        self._allow("write", "queue", self._queue_name(m.queue))
-        self._allow("read", "exchange", m.exchange)
+        # RabbitMQ 3.10 binding_action: write on the queue, the default exchange, read on the exchange;
+        # then unbind-ok even when the queue, the exchange or the binding does not exist
+        name = self._queue_name(m.queue)
+        self._allow("write", "queue", name)
         if m.exchange == "":
             raise AccessRefused("operation not permitted on the default exchange")
-        queue = self._queue(m.queue)
-        key = queue.name if not m.queue and not m.routing_key else m.routing_key
-        self.vhost.unbind(m.exchange, ("queue", queue.name), key, m.arguments or {})
+        self._allow("read", "exchange", m.exchange)
+        key = name if not m.queue and not m.routing_key else m.routing_key
+        self.vhost.unbind(m.exchange, ("queue", name), key, m.arguments or {}, self.conn)
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:
@@ -753,23 +771,40 @@ class Channel:
             raise PreconditionFailed("channel is not transactional")
         publishes, self._tx_publishes = self._tx_publishes, []
         acks, self._tx_acks = self._tx_acks, []
+        refused = False
+        stored: list[tuple[Queue, Entry]] = []
         for message, mandatory, exchange_name in publishes:
             exchange = self.vhost.exchanges.get(exchange_name) if exchange_name else None
             if exchange_name and exchange is None:
                 continue  # exchange deleted since the publish: the message is dropped
-            message, keys = sender_selected(message)
-            self._deliver_routed(message, self.vhost.route(exchange, message, keys), mandatory)
+            result = self.vhost.publish(exchange, message)  # CC/BCC were checked at publish
+            if mandatory and not result.routed:
+                self._return_unroutable(message)
+            refused = refused or result.refused
+            if result.stored is not None:
+                stored += result.stored
         for tag, multiple, kind, requeue in acks:
             taken = self._take_unacked(tag, multiple)
             if kind == "ack":
                 self._acked(taken)
             else:
                 self._reject(taken, requeue)
+        if refused:  # RabbitMQ: a queue refused part of the transaction (what fit stays)
+            raise PreconditionFailed("partial tx completion")
         store = self.conn.broker.store
         if store.pending:  # a commit is durable once its writes are (RabbitMQ: after fsync)
-            store.after_commit(lambda ok: self._send_if_open(spec.Tx.CommitOk()))
+            store.after_commit(lambda ok: self._on_tx_stored(ok, stored))
         else:
             self.conn.send_method(self.number, spec.Tx.CommitOk())
+
+    def _on_tx_stored(self, ok: bool, stored: list[tuple[Queue, Entry]]) -> None:
+        if ok:
+            self._send_if_open(spec.Tx.CommitOk())
+            return
+        _withdraw(stored)  # memory agrees with the store: the transaction's messages are not in
+        if not self.closing and self.conn.channels.get(self.number) is self:
+            self.method_key = TX_COMMIT
+            self.conn.close_channel(self, PreconditionFailed("partial tx completion"))
 
     def _send_if_open(self, method: Frame) -> None:
         if not self.closing and self.conn.channels.get(self.number) is self:

@@ -4,16 +4,23 @@ This is the only module that reads the environment. Values follow OtterMQ's vari
 RabbitMQ's protocol defaults. Booleans accept Go's spellings (``1``, ``t``, ``TRUE``, ``false``…),
 durations accept plain seconds or Go-style units (``500ms``, ``30s``, ``5m``, ``1h``), an empty
 value counts as unset, and a bad value stops start-up with a message naming the variable.
+An ``OTTERMQ_*`` variable that is no setting (a typo) is reported by :func:`unknown_variables`.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any
 
+from dotenv import dotenv_values
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError
+from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -40,7 +47,22 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+def parse_log_level(value: Any) -> Any:
+    """``debug``/``Info``/... -> ``DEBUG``/``INFO``/...
+
+    Raises:
+        ValueError: not one of :data:`LOG_LEVELS`.
+    """
+    if isinstance(value, str):
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} (any case)")
+        return level
+    return value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+LogLevel = Annotated[str, BeforeValidator(parse_log_level)]
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
 
 
@@ -58,21 +80,25 @@ class Settings(BaseSettings):
     )
 
     broker_host: str = Field("", description="Interface to listen on; empty = all interfaces")
-    broker_port: int = Field(5672, ge=0, le=65535)
-    data_dir: Path = Path("data")
+    broker_port: int = Field(5672, ge=0, le=65535, description="AMQP port")
+    data_dir: Path = Field(Path("data"), description="Where durable state (SQLite) lives")
     heartbeat_interval: Duration = Field(60.0, ge=0, description="Heartbeat the server proposes (s)")
-    channel_max: int = Field(2047, ge=0, le=65535)
-    frame_max: int = Field(131072, ge=4096, le=2**31 - 1)
-    username: str = "guest"
-    password: str = "guest"
-    vhosts: CommaList = Field(default_factory=lambda: ["/"])
+    channel_max: int = Field(2047, ge=0, le=65535, description="Channels per connection")
+    frame_max: int = Field(131072, ge=4096, le=2**31 - 1, description="Largest frame (bytes)")
+    username: str = Field("guest", description="Default user, created at the first start only")
+    password: str = Field(
+        "guest", description="Its password (first start only; see README 'Changing a password')"
+    )
+    vhosts: CommaList = Field(
+        default_factory=lambda: ["/"], description="Comma-separated vhosts created if missing"
+    )
     loopback_users: CommaList = Field(
         default_factory=lambda: ["guest"], description="Users allowed to log in only from loopback"
     )
     max_priority: int = Field(255, ge=1, le=255, description="Highest x-max-priority accepted")
-    enable_ttl: bool = True
-    enable_dlx: bool = True
-    enable_qll: bool = True
+    enable_ttl: bool = Field(True, description="Message TTL and queue expiry")
+    enable_dlx: bool = Field(True, description="Dead-lettering")
+    enable_qll: bool = Field(True, description="Queue length limits")
     max_message_size: int = Field(134217728, ge=1, description="Largest accepted body (bytes)")
     store: str = Field(
         "sqlite", pattern="^(sqlite|memory)$", description="sqlite (durable, default) or memory"
@@ -90,7 +116,7 @@ class Settings(BaseSettings):
         gt=0,
         description="Memory alarm threshold: fraction of RAM if <= 1, else bytes (RabbitMQ: 0.4)",
     )
-    handshake_timeout: Duration = Field(10.0, gt=0)
+    handshake_timeout: Duration = Field(10.0, gt=0, description="Time to finish the AMQP handshake")
     update_secret_verify: bool = Field(
         False,
         description="connection.update-secret must carry the user's current password (ottermq extension;"
@@ -108,9 +134,64 @@ class Settings(BaseSettings):
     dlx_archive_queue: int = Field(
         100000, ge=1, description="Dead letters buffered for the archive writer before new ones are lost"
     )
-    log_level: str = Field(
-        "INFO", validation_alias=AliasChoices("LOG_LEVEL", "OTTERMQ_LOG_LEVEL", "log_level")
+    log_level: LogLevel = Field(
+        "INFO",
+        validation_alias=AliasChoices("LOG_LEVEL", "OTTERMQ_LOG_LEVEL", "log_level"),
+        description=f"{', '.join(LOG_LEVELS)} (any case)",
     )
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a ``Settings`` field (``broker_port`` -> ``OTTERMQ_BROKER_PORT``)."""
+    if field.lower() == "log_level" or field == "LOG_LEVEL":  # the alias pydantic reports
+        return "LOG_LEVEL"
+    return f"OTTERMQ_{field.upper()}"
+
+
+KNOWN_VARIABLES = frozenset({env_name(f) for f in Settings.model_fields} | {"OTTERMQ_LOG_LEVEL"})
+
+
+def unknown_variables(env_file: str | Path | None = ".env") -> list[str]:
+    """Warnings for ``OTTERMQ_*`` variables in the environment or ``env_file`` that are no
+    setting (pydantic-settings ignores them silently), each naming the closest known one.
+    """
+    sources: list[tuple[str, list[str]]] = [("the environment", list(os.environ))]
+    if env_file is not None and Path(env_file).is_file():
+        sources.append((str(env_file), list(dotenv_values(env_file))))
+    warnings = []
+    for where, names in sources:
+        for name in sorted(names):
+            upper = name.upper()
+            if not upper.startswith("OTTERMQ_") or upper in KNOWN_VARIABLES:
+                continue
+            suffixes = {known.removeprefix("OTTERMQ_"): known for known in sorted(KNOWN_VARIABLES)}
+            close = difflib.get_close_matches(upper.removeprefix("OTTERMQ_"), suffixes, n=1, cutoff=0.5)
+            hint = f"; did you mean {suffixes[close[0]]}?" if close else " (see ottermq serve --help)"
+            warnings.append(f"unknown setting {name} in {where} is ignored{hint}")
+    return warnings
+
+
+def settings_help() -> str:
+    """Every setting as ``NAME=default  description``, for ``ottermq serve --help``."""
+    lines = []
+    for field, info in Settings.model_fields.items():
+        if info.default_factory is not None:
+            default: Any = info.default_factory()  # type: ignore[call-arg]
+        else:
+            default = "" if info.default is PydanticUndefined else info.default
+        if isinstance(default, bool):
+            default = str(default).lower()
+        elif isinstance(default, list):
+            default = ",".join(default)
+        elif default is None:
+            default = ""
+        elif isinstance(default, float) and default.is_integer():
+            default = int(default)
+        text = f"  {env_name(field)}={default}"
+        if info.description:
+            text += f"\n      {info.description}"
+        lines.append(text)
+    return "\n".join(lines)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -125,6 +206,6 @@ def load_settings(**overrides: Any) -> Settings:
         problems = []
         for err in exc.errors():
             field = str(err["loc"][0]) if err["loc"] else "?"
-            var = "LOG_LEVEL" if field == "log_level" else f"OTTERMQ_{field.upper()}"
+            var = env_name(field)
             problems.append(f"{var}: {err['msg']} (got {err.get('input')!r})")
         raise SystemExit("invalid configuration:\n  " + "\n  ".join(problems)) from None

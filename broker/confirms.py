@@ -3,7 +3,9 @@
 Rules (RabbitMQ's ``rabbit_channel:send_confirms_and_nacks`` / ``coalesce_and_send``):
 - A publish is settled (ack or nack) at once when it needs no disk write, or when the store commit
   holding its writes completes; until then its sequence number is *waiting*.
-- Settled numbers are sent together once per event-loop turn: acks first, then nacks.
+- Settled numbers are sent together once per event-loop turn: acks first, then nacks. A
+  ``basic.return`` sends what is settled before it first, so confirms of earlier publishes never
+  come after the return of a later one (the channel calls ``take`` early for that).
 - A lone ack is sent with ``multiple=false``. Otherwise every ack below the *cutoff* is covered
   by one ``multiple=true`` frame for the highest of them, and the others get one ``multiple=false``
   frame each. The cutoff is the smallest number still waiting (or one past the highest ack when

@@ -1,17 +1,20 @@
-"""One client connection: handshake, channel table, heartbeats, closes, output batching.
+"""One client connection: the asyncio adapter around the state machine in ``broker.states``.
 
-Rules (connection state machine):
-- AWAIT_HEADER: the first 8 bytes must be ``AMQP\\x00\\x00\\x09\\x01``; anything else gets our header
-  back and the socket is closed.
-- AWAIT_START_OK -> AWAIT_TUNE_OK -> AWAIT_OPEN -> OPEN, each driven by one channel-0 method; a
-  failed login answers 403 (when the client announced ``authentication_failure_close``) and closes.
-- OPEN: channel 0 carries connection methods and heartbeats; other channels go to ``Channel``.
+Rules:
+- Bytes in: the protocol header, then frames cut by ``FrameReader``. Before RUNNING frames are cut
+  one at a time, because Tune-Ok changes the frame size limit for the frames after it.
+- Each frame goes through ``states.route`` (the table of what a frame means in each state); this
+  module only carries out the step: a handler for the expected connection method, the channel's
+  own rules for channel frames, or ``_fail`` -- the one place an error becomes a silent close
+  (STARTING, TUNING) or a Connection.Close (OPENING, RUNNING). State changes go through ``_to``,
+  which checks ``states.TRANSITIONS``.
 - A ``ChannelException`` closes its channel (the channel then ignores all but Close/Close-Ok);
   a ``ConnectionException`` sends ``Connection.Close`` and moves to CLOSING, where only Close-Ok
   (or Close) is read, and the socket is closed on Close-Ok or after ``CLOSE_TIMEOUT``.
 - Anything else raised while handling a frame is logged and closes the connection with 541.
 - Output is appended to a buffer flushed once per event-loop turn (or when it grows large);
-  when the transport's buffer is full the connection stops delivering and stops reading.
+  publisher confirms settled during the turn are coalesced into it just before the write. When
+  the transport's buffer is full the connection stops delivering and stops reading.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ottermq.amqp import fastpath
@@ -35,12 +39,13 @@ from ottermq.amqp.errors import (
     UnexpectedFrame,
 )
 from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
-from ottermq.amqp.reader import FrameReader, frame_error, payload_snippet
+from ottermq.amqp.reader import FrameReader, payload_snippet
 from ottermq.amqp.table import decode_table
 from pamqp import commands as spec
 from pamqp.base import Frame
 
 from .channel import ACCESS_REQUEST, KNOWN_METHODS, Channel, UnknownMethod
+from .states import Routed, State, Step, check_transition, route
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import UserRecord
@@ -57,13 +62,11 @@ CLOSE_TIMEOUT = 3.0
 FLUSH_THRESHOLD = 256 * 1024
 WRITE_HIGH_WATER = 1024 * 1024
 
-AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
-# RabbitMQ's names for the states, used in its error texts
-STATE_NAMES = ("pre_init", "starting", "tuning", "opening", "running", "closing", "closed")
+AWAIT_HEADER, STARTING, TUNING, OPENING = State.AWAIT_HEADER, State.STARTING, State.TUNING, State.OPENING
+RUNNING, CLOSING, CLOSED = State.RUNNING, State.CLOSING, State.CLOSED
 SILENT_CLOSE_DELAY = 3.0  # RabbitMQ's ?SILENT_CLOSE_DELAY before dropping a bad handshake
 
 MECHANISMS = ("PLAIN", "AMQPLAIN")
-CONNECTION_CLOSE_KEYS = (0x000A0032, 0x000A0033)  # connection.close, connection.close-ok
 
 
 class _NoMethod(NotAllowed):
@@ -83,6 +86,7 @@ class AMQPConnection(asyncio.Protocol):
         self.loop = broker.loop
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
+        self._steps = self._step_table()
         self.peer = "?"
         self._header = b""
         self._pending = b""  # an incomplete handshake frame
@@ -114,6 +118,10 @@ class AMQPConnection(asyncio.Protocol):
         self._silent_ticks = 0
         self._timer: asyncio.TimerHandle | None = None
 
+    def _to(self, state: State) -> None:
+        """Move to ``state`` (``broker.states.TRANSITIONS`` says which moves exist)."""
+        self.state = check_transition(self.state, state)
+
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
@@ -124,16 +132,16 @@ class AMQPConnection(asyncio.Protocol):
         self._peer_host = peer[0] if peer else ""
         self.broker.connections.add(self)
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
-        log.debug("connection from %s", self.peer)
+        log.info("accepting AMQP connection %s", self.peer)
 
     def data_received(self, data: bytes) -> None:
         self._recv_flag = True
-        if self.state == CLOSED:
+        if self.state is CLOSED:
             return
         self._in_receive = True
         try:
-            if self.state < OPEN:
-                if self.state == AWAIT_HEADER:
+            if self.state < RUNNING:
+                if self.state is AWAIT_HEADER:
                     data = self._on_header(data)
                 data = self._handshake_frames(data)
                 if not data:
@@ -146,22 +154,18 @@ class AMQPConnection(asyncio.Protocol):
     def _feed(self, data: bytes) -> None:
         for frame_type, channel, payload in self.reader.feed(data):
             self._on_frame(frame_type, channel, payload)
-            if self.state == CLOSED:
+            if self.state is CLOSED:
                 return
-        error = self.reader.error
-        if error is not None and self.state not in (CLOSING, CLOSED):
-            if self.state in (AWAIT_START_OK, AWAIT_TUNE_OK):
-                self._silent_close(error.text)
-            else:
-                self._close_connection(error, 0)
+        if self.reader.error is not None:
+            self._fail(self.reader.error, 0)
 
     def _handshake_frames(self, data: bytes) -> bytes:
         """Read handshake frames one at a time: ``tune-ok`` changes the frame size limit for the frames
-        after it, even those that arrived in the same packet. Returns the bytes left once OPEN."""
+        after it, even those that arrived in the same packet. Returns the bytes left once RUNNING."""
         buf = self._pending + data if self._pending else data
         self._pending = b""
         pos = 0
-        while AWAIT_HEADER < self.state < OPEN and len(buf) - pos >= 7:
+        while AWAIT_HEADER < self.state < RUNNING and len(buf) - pos >= 7:
             size = int.from_bytes(buf[pos + 3 : pos + 7], "big")
             end = pos + size + 8
             if size > self.reader.frame_max:
@@ -170,19 +174,23 @@ class AMQPConnection(asyncio.Protocol):
                 break
             self._feed(buf[pos:end])
             pos = end
-        if AWAIT_HEADER < self.state < OPEN:
+        if AWAIT_HEADER < self.state < RUNNING:
             self._pending = buf[pos:]
             return b""
-        return buf[pos:] if self.state == OPEN else b""
+        return buf[pos:] if self.state is RUNNING else b""
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.state = CLOSED
+        self._to(CLOSED)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._release()
         self.broker.connections.discard(self)
-        log.debug("connection %s closed", self.peer)
+        if self.vhost is not None:  # RabbitMQ logs the close of opened connections at info
+            log.info("closing AMQP connection %s (vhost '%s', user '%s')", self._label(), self.vhost.name,
+                     self.username)  # fmt: skip
+        else:
+            log.debug("connection %s closed", self.peer)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -197,7 +205,7 @@ class AMQPConnection(asyncio.Protocol):
     def update_reading(self) -> None:
         """Read from the socket unless its output is backed up or the memory alarm blocks us."""
         want = not self.paused and not (self.alarm_blocked and self.has_published)
-        if want == self._reading or self.transport is None or self.state == CLOSED:
+        if want == self._reading or self.transport is None or self.state is CLOSED:
             return
         self._reading = want
         if want:
@@ -207,7 +215,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def set_blocked(self, blocked: bool, reason: str) -> None:
         """Memory alarm: publishers stop being read; capable clients are told (connection.blocked)."""
-        if blocked == self.alarm_blocked or self.state != OPEN:
+        if blocked == self.alarm_blocked or self.state is not RUNNING:
             self.alarm_blocked = blocked
             return
         self.alarm_blocked = blocked
@@ -266,7 +274,7 @@ class AMQPConnection(asyncio.Protocol):
             self._flush()
             self._abort()
             return b""
-        self.state = AWAIT_START_OK
+        self._to(STARTING)
         self.send_method(
             0,
             spec.Connection.Start(
@@ -281,82 +289,58 @@ class AMQPConnection(asyncio.Protocol):
 
     def _handshake_timeout(self) -> None:
         self._timer = None
-        if self.state < OPEN:
+        if self.state < RUNNING:
             log.info("connection %s: handshake timeout", self.peer)
             self._abort()
 
     def _on_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
-        state = self.state
-        if state == OPEN:
-            if channel:
-                self._on_channel_frame(frame_type, channel, payload)
-            else:
-                self._on_channel0(frame_type, payload)
-        elif state == CLOSING:
-            # only Close / Close-Ok are read; anything else (even a malformed frame) is ignored
-            if channel == 0 and frame_type == FRAME_METHOD and len(payload) >= 4:
-                key = fastpath.method_key(payload)
-                if key == CONNECTION_CLOSE_KEYS[1]:
-                    self._abort()
-                elif key == CONNECTION_CLOSE_KEYS[0]:
-                    self._reply_close_ok()
-        elif state == AWAIT_OPEN:
-            self._on_opening_frame(frame_type, channel, payload)
-        else:
-            self._on_login_frame(frame_type, channel, payload)
+        if self.state is RUNNING and channel:  # route()'s first row, inlined: the hot path
+            self._on_channel_frame(frame_type, channel, payload)
+            return
+        routed = route(self.state, frame_type, channel, payload)
+        step = routed.step
+        if step is not Step.IGNORE:
+            self._steps[step](routed)
 
-    def _on_login_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
-        """AWAIT_START_OK / AWAIT_TUNE_OK: only the expected method is read; any other input closes the
-        socket without a word (RabbitMQ's handshake_error), except a refused login (see _on_start_ok)."""
-        if frame_type == FRAME_HEARTBEAT and channel == 0:
-            return
-        if channel != 0 or frame_type != FRAME_METHOD or len(payload) < 4:
-            self._silent_close(f"unexpected frame {payload_snippet(frame_type, payload)}")
-            return
-        try:
-            method = fastpath.decode_method(payload)
-        except FrameError as exc:
-            self._silent_close(exc.text)
-            return
-        if self.state == AWAIT_START_OK and isinstance(method, spec.Connection.StartOk):
-            self._on_start_ok(method)
-        elif self.state == AWAIT_TUNE_OK and isinstance(method, spec.Connection.TuneOk):
-            try:
-                self._on_tune_ok(method)
-            except AMQPError as exc:
-                self._silent_close(exc.text)
-        else:
-            state = STATE_NAMES[self.state]
-            self._silent_close(f"unexpected method {method.name} in connection state {state}")
+    def _step_table(self) -> dict[Step, Callable[[Routed], None]]:
+        return {
+            Step.CHANNEL: lambda r: None,  # handled inline in _on_frame
+            Step.START_OK: lambda r: self._on_start_ok(cast(spec.Connection.StartOk, r.method)),
+            Step.TUNE_OK: lambda r: self._guarded(self._on_tune_ok, r),
+            Step.OPEN: lambda r: self._guarded(self._on_open, r),
+            Step.UPDATE_SECRET: lambda r: self._guarded(self._on_update_secret, r),
+            Step.CLOSE: lambda r: self._reply_close_ok(),
+            Step.CLOSE_OK: lambda r: self._abort(),
+            Step.SILENT: lambda r: self._silent_close(r.reason),
+            Step.ERROR: lambda r: self._fail(cast(AMQPError, r.error), r.key),
+            Step.ABORT: self._on_abort_step,
+        }
 
-    def _on_opening_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
-        """AWAIT_OPEN: errors are answered with Connection.Close, as in the running state."""
-        if frame_type == FRAME_HEARTBEAT and channel == 0:
-            return
-        key = 0
+    def _guarded(self, handler: Callable[[Any], None], routed: Routed) -> None:
         try:
-            if channel != 0 or frame_type != FRAME_METHOD:
-                raise UnexpectedFrame(payload_snippet(frame_type, payload))
-            if len(payload) < 4:
-                raise frame_error(frame_type, payload, "unknown_frame")
-            key = fastpath.method_key(payload)
-            if key not in KNOWN_METHODS:
-                raise UnknownMethod(key)
-            method = fastpath.decode_method(payload)
-            if not isinstance(method, spec.Connection.Open):
-                raise ChannelError("unexpected method in connection state opening")
-            self._on_open(method)
-        except UnknownMethod as exc:
-            log.warning("connection %s: %s; dropping the connection", self.peer, exc)
-            self._abort()
+            handler(routed.method)
         except AMQPError as exc:
-            self._close_connection(exc, key)  # on channel 0 even a soft code closes the connection
+            self._fail(exc, routed.key)
+
+    def _on_abort_step(self, routed: Routed) -> None:
+        log.warning("connection %s: %s; dropping the connection", self.peer, routed.reason)
+        self._abort()
+
+    def _fail(self, exc: AMQPError, key: int) -> None:
+        """The one place a connection-level error becomes what RabbitMQ sends: nothing before the
+        tune is agreed (a silent close), a Connection.Close after (on channel 0 even a soft code
+        closes the connection), nothing more once closing."""
+        state = self.state
+        if state is STARTING or state is TUNING:
+            self._silent_close(exc.text)
+        elif state is OPENING or state is RUNNING:
+            self._close_connection(exc, key)
 
     def _silent_close(self, reason: str) -> None:
         """Close the socket without a Connection.Close after ``SILENT_CLOSE_DELAY``, reading nothing more
         (RabbitMQ: "we don't trust the client at this point - force them to wait")."""
         log.info("connection %s: handshake error (%s); closing", self.peer, reason)
-        self.state = CLOSED
+        self._to(CLOSED)
         if self.transport is not None:
             self.transport.pause_reading()
         if self._timer is not None:
@@ -398,7 +382,7 @@ class AMQPConnection(asyncio.Protocol):
                         0,
                     ),
                 )
-                self.state = CLOSING
+                self._to(CLOSING)
                 self._flush()
                 self._set_close_timer()
             else:
@@ -406,7 +390,7 @@ class AMQPConnection(asyncio.Protocol):
             return
         self.user = user
         self.username = user.name
-        self.state = AWAIT_TUNE_OK
+        self._to(TUNING)
         self.send_method(
             0,
             spec.Connection.Tune(
@@ -455,7 +439,7 @@ class AMQPConnection(asyncio.Protocol):
         self.reader.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
-        self.state = AWAIT_OPEN
+        self._to(OPENING)
 
     def _on_open(self, method: spec.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
@@ -463,7 +447,9 @@ class AMQPConnection(asyncio.Protocol):
             raise NotAllowed(f"vhost {method.virtual_host} not found")
         self.broker.auth.check_vhost(self.user, vhost.name)
         self.vhost = vhost
-        self.state = OPEN
+        log.info("connection %s: user '%s' authenticated and granted access to vhost '%s'", self._label(),
+                 self.username, vhost.name)  # fmt: skip
+        self._to(RUNNING)
         self.send_method(0, spec.Connection.OpenOk())
         if self.broker.alarm:
             self.set_blocked(True, "low on memory")
@@ -473,10 +459,15 @@ class AMQPConnection(asyncio.Protocol):
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
+    def _label(self) -> str:
+        """The peer, with the client-provided ``connection_name`` when there is one (as RabbitMQ)."""
+        name = self.client_properties.get("connection_name")
+        return f"{self.peer} - {name}" if name else self.peer
+
     # -- heartbeats -----------------------------------------------------------------------
     def _heartbeat_tick(self) -> None:
         self._timer = None
-        if self.state != OPEN:
+        if self.state is not RUNNING:
             return
         if not self._sent_flag:
             self.send(HEARTBEAT)
@@ -495,33 +486,6 @@ class AMQPConnection(asyncio.Protocol):
         self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
     # -- open state -----------------------------------------------------------------------
-    def _on_channel0(self, frame_type: int, payload: bytes) -> None:
-        if frame_type == FRAME_HEARTBEAT:
-            return
-        try:
-            if frame_type != FRAME_METHOD:
-                raise UnexpectedFrame(payload_snippet(frame_type, payload))
-            if len(payload) < 4:
-                raise frame_error(frame_type, payload, "unknown_frame")
-            key = fastpath.method_key(payload)
-            if key not in KNOWN_METHODS:
-                raise UnknownMethod(key)
-            method = fastpath.decode_method(payload)
-            if isinstance(method, spec.Connection.Close):
-                self._reply_close_ok()
-            elif isinstance(method, spec.Connection.CloseOk):
-                self._abort()
-            elif isinstance(method, spec.Connection.UpdateSecret):
-                self._on_update_secret(method)
-            else:
-                raise ChannelError("unexpected method in connection state running")
-        except UnknownMethod as exc:
-            log.warning("connection %s: %s; dropping the connection", self.peer, exc)
-            self._abort()
-        except AMQPError as exc:  # on channel 0 even a soft code closes the connection
-            key = 0 if isinstance(exc, (UnexpectedFrame, FrameError)) else fastpath.method_key(payload)
-            self._close_connection(exc, key)
-
     def _on_update_secret(self, method: spec.Connection.UpdateSecret) -> None:
         """RabbitMQ 3.8+: a client refreshes its credentials (OAuth 2 tokens) on a live connection.
 
@@ -532,9 +496,11 @@ class AMQPConnection(asyncio.Protocol):
             NotAllowed: the new secret was refused (the user is gone or the password differs).
         """
         if self.settings.update_secret_verify:
-            secret = method.new_secret
+            secret: Any = method.new_secret
             if isinstance(secret, bytes):
                 secret = secret.decode("utf-8", "replace")
+            if not isinstance(secret, str):
+                secret = ""
             if self.broker.authenticate(self.username, secret, self._peer_host) is None:
                 log.error("Secret update was refused for user '%s'", self.username)
                 raise NotAllowed("New secret was refused by one of the backends")
@@ -570,10 +536,10 @@ class AMQPConnection(asyncio.Protocol):
                 key = fastpath.method_key(payload)
             else:
                 key = 0
-            self._close_connection(exc, key)
+            self._fail(exc, key)
         except Exception:
             log.exception("connection %s: internal error on channel %s", self.peer, number)
-            self._close_connection(InternalError("internal error"), channel.method_key if channel else 0)
+            self._fail(InternalError("internal error"), channel.method_key if channel else 0)
 
     def _open_channel(self, frame_type: int, number: int, payload: bytes) -> None:
         if frame_type == FRAME_HEARTBEAT:
@@ -600,6 +566,11 @@ class AMQPConnection(asyncio.Protocol):
         """Forget a channel after the close handshake completed."""
         self.channels.pop(number, None)
 
+    def close_channel(self, channel: Channel, exc: ChannelException) -> None:
+        """Close ``channel`` with ``exc`` outside frame handling (e.g. a failed store commit)."""
+        self._close_channel(channel, exc)
+        self._flush()
+
     def _close_channel(self, channel: Channel, exc: ChannelException) -> None:
         key = channel.method_key
         log.info("channel %s on %s closed: %s", channel.number, self.peer, exc.reply_text)
@@ -609,11 +580,11 @@ class AMQPConnection(asyncio.Protocol):
         )
 
     def _close_connection(self, exc: AMQPError, key: int) -> None:
-        if self.state in (CLOSING, CLOSED):
+        if self.state is CLOSING or self.state is CLOSED:
             return
         log.warning("closing connection %s: %s", self.peer, exc.reply_text)
         self.send_method(0, spec.Connection.Close(exc.reply_code, exc.reply_text, key >> 16, key & 0xFFFF))
-        self.state = CLOSING
+        self._to(CLOSING)
         self._release()
         self._flush()
         self._set_close_timer()
@@ -624,7 +595,7 @@ class AMQPConnection(asyncio.Protocol):
         self._release()
         self.send_method(0, spec.Connection.CloseOk())
         self._flush()
-        self.state = CLOSED
+        self._to(CLOSED)
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self.loop.call_later(CLOSE_TIMEOUT, self._close_transport)
@@ -641,10 +612,10 @@ class AMQPConnection(asyncio.Protocol):
 
     def force_close(self, reason: str) -> None:
         """Server-initiated close (shutdown): 320 CONNECTION_FORCED."""
-        if self.state == OPEN:
+        if self.state is RUNNING:
             forced = ConnectionForced(f"broker forced connection closure with reason '{reason}'")
             self._close_connection(forced, 0)
-        elif self.state != CLOSED:
+        elif self.state is not CLOSED:
             self._abort()
 
     def _release(self) -> None:
@@ -661,9 +632,9 @@ class AMQPConnection(asyncio.Protocol):
                 self.vhost.delete_queue(queue)
 
     def _abort(self) -> None:
-        if self.state != CLOSED:
+        if self.state is not CLOSED:
             self._flush()
-        self.state = CLOSED
+        self._to(CLOSED)
         if self.transport is not None:
             self.transport.close()
 

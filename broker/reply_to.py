@@ -32,7 +32,7 @@ from typing import Protocol
 
 from ottermq.amqp.errors import ChannelCrashed, NotAllowed, NotFound, PreconditionFailed
 from ottermq.amqp.props import get_reply_to, replace_reply_to
-from ottermq.vhost.message import Message, sender_selected
+from ottermq.vhost.message import Message
 
 REPLY_QUEUE = "amq.rabbitmq.reply-to"
 REPLY_PREFIX = REPLY_QUEUE + "."
@@ -208,17 +208,15 @@ class ReplyRegistry:
                 return name
         raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
 
-    def route(self, message: Message) -> None:
+    def route(self, message: Message, extra_keys: list[str] | None = None) -> None:
         """Deliver a message published to the default exchange to the reply consumers its routing
-        key and ``CC``/``BCC`` keys name; the other keys are left to the queues.
+        key and ``CC``/``BCC`` keys (``extra_keys``, from ``sender_selected``) name; the other keys
+        are left to the queues.
 
         Raises:
             ChannelCrashed: a key's suffix is malformed (keys sorted before it were delivered).
         """
-        keys = [message.routing_key]
-        if b"CC" in message.raw_props:
-            message, extra = sender_selected(message)
-            keys.extend(extra or ())
+        keys = [message.routing_key, *(extra_keys or ())]
         for key in sorted(set(keys)):
             if key.startswith(REPLY_PREFIX):
                 live = self.lookup(key[len(REPLY_PREFIX):])

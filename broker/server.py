@@ -1,32 +1,74 @@
-"""Broker start-up, serving and graceful shutdown."""
+"""Broker start-up, serving and graceful shutdown.
+
+Start-up order (``serve``), so that a broker that cannot start leaves nothing behind:
+
+1. read ``OTTERMQ_DEFINITIONS_FILE`` (read only);
+2. bind the listening sockets, not yet accepting (``start_serving=False``): a port in use stops
+   here, before anything exists on disk;
+3. check ``OTTERMQ_DLX_ARCHIVE_DIR`` is writable (creating it), lock ``OTTERMQ_DATA_DIR`` (creating
+   it);
+4. open the store, import the definitions, seed the defaults, recover durable state;
+5. start accepting connections.
+
+Every failure of 1-4 is a :class:`StartupError`: one line naming the setting, its value, the cause
+and what to do (``cannot start: OTTERMQ_BROKER_PORT=5672: address already in use (...)``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import logging
 import os
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from ottermq.persistence.archive import NullArchive
 from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.sqlite import SQLiteStore
-from ottermq.persistence.store import Store, StoreError, UserRecord
+from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
 from ottermq.vhost.vhost import VHost
 
+from . import VERSION
 from .auth import AuthDB
-from .config import Settings
+from .config import Settings, env_name
 from .connection import AMQPConnection, server_properties
-from .definitions import import_definitions, load_definitions_file
+from .definitions import DefinitionsError, import_definitions, load_definitions_file
 from .recovery import recover
 from .reply_to import ReplyRegistry
-from .wiring import make_ttl_manager, make_vhost, shared_archive
+from .wiring import Archive, make_ttl_manager, make_vhost, shared_archive
 
 log = logging.getLogger(__name__)
 
-VERSION = "0.1.0"
+
+
+class StartupError(Exception):
+    """The broker cannot start; ``str()`` is one line: ``SETTING=value: cause (what to do)``.
+
+    Args:
+        field: the ``Settings`` field at fault (``broker_port``).
+        value: its value.
+        cause: what went wrong, in a few words.
+        fix: what to do about it (optional).
+    """
+
+    def __init__(self, field: str, value: object, cause: str, fix: str = "") -> None:
+        self.setting = env_name(field)
+        text = f"{self.setting}={'' if value is None else value}: {cause}"
+        super().__init__(f"{text} ({fix})" if fix else text)
+
+
+def os_cause(exc: OSError) -> str:
+    """``[Errno 98] error while attempting to bind ...`` -> ``address already in use``."""
+    if isinstance(exc, FileExistsError):  # mkdir on a file
+        return "not a directory"
+    if exc.errno:  # uvloop's strerror is a whole sentence
+        return os.strerror(exc.errno).lower()
+    return (exc.strerror or str(exc)).lower()
 
 
 class Broker:
@@ -35,10 +77,16 @@ class Broker:
     Args:
         settings: the loaded configuration.
         loop: the running event loop.
+        store: the store (default: a ``MemoryStore``).
+        archive: the dead-letter archive (default: ``shared_archive(settings)``, which starts it).
     """
 
     def __init__(
-        self, settings: Settings, loop: asyncio.AbstractEventLoop, store: Store | None = None
+        self,
+        settings: Settings,
+        loop: asyncio.AbstractEventLoop,
+        store: Store | None = None,
+        archive: Archive | None = None,
     ) -> None:
         self.settings = settings
         self.loop = loop
@@ -46,12 +94,13 @@ class Broker:
         self.store: Store = store if store is not None else MemoryStore()
         self.hook = DurableHook(self.store, self.ttl.now)
         self.auth = AuthDB(self.store, loopback_users=settings.loopback_users)
-        self.archive = shared_archive(settings)  # OTTERMQ_DLX_ARCHIVE_DIR, or a null archive
+        # OTTERMQ_DLX_ARCHIVE_DIR, or a null archive
+        self.archive = shared_archive(settings) if archive is None else archive
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[AMQPConnection] = set()
         self.replies = ReplyRegistry()  # direct reply-to consumers, node-wide like RabbitMQ's
         self.server_properties: dict[str, Any] = server_properties(VERSION)
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self.memory_limit = memory_limit(settings.memory_high_watermark)
         self.alarm = False
         self._memory_timer: asyncio.TimerHandle | None = None
@@ -89,33 +138,73 @@ class Broker:
         """Check credentials; loopback-only users are refused from other addresses."""
         return self.auth.authenticate(username, password, peer_host)
 
-    async def start(self) -> None:
-        """Open the store, recover durable state, then listen."""
-        await self.store.open()
-        if self.settings.definitions_file is not None:
-            await import_definitions(self.store, load_definitions_file(self.settings.definitions_file))
-            log.info("imported definitions from %s", self.settings.definitions_file)
-        defs = await self.store.load_definitions()
-        self.auth.load(defs)
-        if self.auth.seed_defaults(self.settings):
-            log.info(
-                "first start: created user '%s' and vhosts %s", self.settings.username, self.settings.vhosts
-            )
-        await self.store.flush()
+    async def listen(self) -> asyncio.Server:
+        """Bind the listening sockets without accepting yet (``start`` does that at the end).
+
+        Raises:
+            StartupError: the address is in use or cannot be bound.
+        """
+        if self._server is None:
+            settings = self.settings
+            try:
+                self._server = await self.loop.create_server(
+                    lambda: AMQPConnection(self),
+                    host=settings.broker_host or None,
+                    port=settings.broker_port,
+                    reuse_address=True,
+                    backlog=1024,
+                    start_serving=False,
+                )
+            except OSError as exc:
+                fix = "set OTTERMQ_BROKER_PORT to a free port" if exc.errno == errno.EADDRINUSE else ""
+                if settings.broker_host and exc.errno == errno.EADDRNOTAVAIL:
+                    raise StartupError("broker_host", settings.broker_host, os_cause(exc)) from None
+                raise StartupError("broker_port", settings.broker_port, os_cause(exc), fix) from None
+        return self._server
+
+    async def start(self, definitions: Definitions | None = None) -> None:
+        """Bind (if ``listen`` was not called), open the store, import ``definitions`` (default:
+        read ``OTTERMQ_DEFINITIONS_FILE``), recover durable state, then accept connections.
+
+        Raises:
+            StartupError: the port, the data dir or the definitions file is unusable.
+        """
+        settings = self.settings
+        server = await self.listen()
+        if definitions is None and settings.definitions_file is not None:
+            definitions = read_definitions(settings)
+        try:
+            await self.store.open()
+            if definitions is not None:
+                await import_definitions(self.store, definitions)
+                log.info("imported definitions from %s", settings.definitions_file)
+            defs = await self.store.load_definitions()
+            self.auth.load(defs)
+            if self.auth.seed_defaults(settings):
+                log.info("first start: created user '%s' and vhosts %s", settings.username, settings.vhosts)
+            elif "password" in settings.model_fields_set and self.auth.password_differs(
+                settings.username, settings.password
+            ):
+                log.warning(
+                    "OTTERMQ_PASSWORD is not the stored password of user '%s' and is ignored: the default"
+                    " user is created at the first start only (see README 'Changing a password')",
+                    settings.username,
+                )
+            await self.store.flush()
+        except StoreError as exc:
+            raise StartupError("data_dir", settings.data_dir, str(exc)) from None
+        except DefinitionsError as exc:
+            raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
-        host = self.settings.broker_host or None
-        self._server = await self.loop.create_server(
-            lambda: AMQPConnection(self),
-            host=host,
-            port=self.settings.broker_port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        addresses = ", ".join(
-            f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in self._server.sockets
-        )
+        try:
+            await server.start_serving()
+        except OSError as exc:  # listen() lost a race for the port to another process since bind
+            raise StartupError(
+                "broker_port", settings.broker_port, os_cause(exc), "set OTTERMQ_BROKER_PORT to a free port"
+            ) from None
+        addresses = ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in server.sockets)
         log.info("OtterMQ %s listening on %s", VERSION, addresses)
         self.check_memory()
 
@@ -166,10 +255,12 @@ def open_store(settings: Settings) -> Store:
 
 
 def lock_data_dir(data_dir: Path) -> int:
-    """Take an exclusive lock on the data dir so two brokers never share one store.
+    """Take an exclusive lock on the data dir (created if missing) so two brokers never share one
+    store.
 
     Raises:
         StoreError: another process holds the lock.
+        OSError: the directory cannot be created or written (a file, no permission).
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -177,19 +268,99 @@ def lock_data_dir(data_dir: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise StoreError(f"data dir {data_dir} is in use by another OtterMQ process") from None
+        raise StoreError(f"data dir {data_dir} is {_in_use(data_dir)}") from None
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
     return fd
 
 
+def _in_use(data_dir: Path) -> str:
+    """``in use by another OtterMQ process (pid N)``: the holder writes its pid into ``.lock``."""
+    try:
+        holder = (data_dir / ".lock").read_text("ascii", "replace").strip()
+    except OSError:
+        holder = ""
+    return "in use by another OtterMQ process" + (f" (pid {holder})" if holder.isdigit() else "")
+
+
+def prepare_data_dir(settings: Settings) -> int | None:
+    """Lock ``OTTERMQ_DATA_DIR`` (sqlite store only); returns the lock's descriptor.
+
+    Raises:
+        StartupError: the directory is a file, not writable, or in use.
+    """
+    if settings.store != "sqlite":
+        return None
+    try:
+        return lock_data_dir(settings.data_dir)
+    except StoreError:
+        raise StartupError(
+            "data_dir", settings.data_dir, _in_use(settings.data_dir),
+            "stop it, or set OTTERMQ_DATA_DIR to another directory",
+        ) from None
+    except OSError as exc:
+        raise StartupError(
+            "data_dir", settings.data_dir, os_cause(exc), "set OTTERMQ_DATA_DIR to a writable directory"
+        ) from None
+
+
+def check_archive_dir(settings: Settings) -> None:
+    """Create ``OTTERMQ_DLX_ARCHIVE_DIR`` if missing and check a file can be written there.
+
+    Raises:
+        StartupError: it cannot.
+    """
+    directory = settings.dlx_archive_dir
+    if directory is None:
+        return
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise StartupError(
+            "dlx_archive_dir", directory, os_cause(exc),
+            "set OTTERMQ_DLX_ARCHIVE_DIR to a writable directory, or empty for no archive",
+        ) from None
+
+
+def read_definitions(settings: Settings) -> Definitions | None:
+    """Parse ``OTTERMQ_DEFINITIONS_FILE`` (None when unset); reads only.
+
+    Raises:
+        StartupError: missing, unreadable or invalid file.
+    """
+    path = settings.definitions_file
+    if path is None:
+        return None
+    try:
+        return load_definitions_file(path)
+    except DefinitionsError as exc:
+        cause = str(exc)
+        if isinstance(exc.__context__, OSError):
+            cause = os_cause(exc.__context__)
+        raise StartupError("definitions_file", path, cause) from None
+
+
 async def serve(settings: Settings) -> None:
-    """Run the broker until SIGTERM/SIGINT; a second signal exits at once."""
+    """Run the broker until SIGTERM/SIGINT; a second signal exits at once.
+
+    Raises:
+        StartupError: the broker cannot start (see the module rules); nothing was served.
+    """
     loop = asyncio.get_running_loop()
-    if settings.store == "sqlite":
-        lock_data_dir(settings.data_dir)
-    broker = Broker(settings, loop, open_store(settings))
-    await broker.start()
+    definitions = read_definitions(settings)
+    # Constructing the broker and its store touches no file; the archive starts once checked.
+    broker = Broker(settings, loop, open_store(settings), archive=NullArchive())
+    server = await broker.listen()
+    try:
+        check_archive_dir(settings)  # before the data dir: a failure here leaves no store behind
+        prepare_data_dir(settings)
+        broker.archive = shared_archive(settings)
+        await broker.start(definitions)
+    except BaseException:
+        server.close()
+        raise
     stop = asyncio.Event()
 
     def on_signal(signum: int) -> None:

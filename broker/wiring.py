@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from ottermq.dlx.deadletter import DeadLetterer, death_count
@@ -14,6 +15,8 @@ from ottermq.ttl.noop import NoopTTLManager
 from ottermq.vhost.vhost import VHost
 
 from .config import Settings
+
+log = logging.getLogger(__name__)
 
 Archive = DeadLetterArchive | NullArchive
 
@@ -49,6 +52,9 @@ def shared_archive(settings: Settings) -> Archive:
             clock=wall_clock_ms,
         )
         archive.start()  # finishes .part files a crash left, before any new dead letter
+        size = settings.dlx_archive_body_bytes
+        bodies = f"first {size} body bytes" if size else "no bodies"
+        log.info("dead-letter archive on: every dead letter is written to %s (%s)", directory, bodies)
     return archive
 
 

@@ -5,7 +5,8 @@ Rules (RabbitMQ's ``rabbit_dead_letter``):
   ``expiration`` property removed and every other property and the body kept byte for byte.
 - It is published to ``x-dead-letter-exchange`` (``""`` is the default exchange) with
   ``x-dead-letter-routing-key`` if set, else with the message's original routing keys (its
-  routing key plus ``CC``); a missing DLX exchange drops it (counted, logged at debug).
+  routing key plus ``CC``); a missing DLX exchange drops it (counted, and a warning at most every
+  ``WARN_EVERY_MS`` per vhost, with the count since the last one); other drops are logged at debug.
 - Cycles: a target queue the message already died in is skipped, unless a ``rejected`` death
   lies on the cycle (a consumer decided, so it continues).
 - Every dead letter, routed or dropped, is reported to the archive (``DeadLetterRecorder``) with
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+WARN_EVERY_MS = 10_000  # at most one "dead-letter exchange not found" warning per vhost this often
+
 
 def is_cycle(queue: str, deaths: list[Any]) -> bool:
     """True when dead-lettering into ``queue`` closes a cycle with no ``rejected`` death on it.
@@ -49,6 +52,23 @@ def is_cycle(queue: str, deaths: list[Any]) -> bool:
         if death.get("queue") == queue:
             return all(d.get("reason") != "rejected" for d in cycle)
     return False
+
+
+class _CycleFilter:
+    """``VHost.publish``'s ``accept`` for one dead letter: drops target queues that close a cycle
+    and remembers that it did (the archive's ``cycle`` drop reason)."""
+
+    __slots__ = ("deaths", "cut")
+
+    def __init__(self, deaths: list[Any]) -> None:
+        self.deaths = deaths
+        self.cut = False
+
+    def accept(self, queue: Queue) -> bool:
+        if is_cycle(queue.name, self.deaths):
+            self.cut = True
+            return False
+        return True
 
 
 class DeadLetterRecorder(Protocol):
@@ -113,6 +133,8 @@ class DeadLetterer:
         self._work: deque[tuple[Queue, list[Entry], str]] = deque()
         self._busy = False
         self._cache: dict[tuple[Any, ...], tuple[bytes, list[Any], int]] = {}
+        self._missing_unreported = 0  # dropped for a missing DLX since the last warning
+        self._missing_warn_at = 0  # epoch ms before which no new warning is logged
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         """Dead-letter ``entries`` that left ``queue`` for ``reason``."""
@@ -130,6 +152,20 @@ class DeadLetterer:
         self.dropped += count
         log.debug("dropped %d dead letter(s) from queue '%s' (%s): %s", count, queue.name, reason, why)
 
+    def _warn_missing(self, queue: Queue, count: int, dlx_name: str, now_ms: int) -> None:
+        """Rate-limited: a queue's DLX does not exist (RabbitMQ drops these silently)."""
+        self._missing_unreported += count
+        if now_ms < self._missing_warn_at:
+            return
+        log.warning(
+            "dropped %d dead letter(s) since the last warning: dead-letter exchange '%s' of queue '%s'"
+            " in vhost '%s' not found (declare it, or change x-dead-letter-exchange; reported at most"
+            " every %d s)",
+            self._missing_unreported, dlx_name, queue.name, self.vhost.name, WARN_EVERY_MS // 1000,
+        )  # fmt: skip
+        self._missing_unreported = 0
+        self._missing_warn_at = now_ms + WARN_EVERY_MS
+
     def _process(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         now_ms = self.clock()
         dlx_name = queue.args.dead_letter_exchange
@@ -146,6 +182,9 @@ class DeadLetterer:
         archive = self.archive
         if drop is not None:
             self._drop(queue, len(entries), reason, why)
+            if drop == "dlx_missing":
+                assert dlx_name is not None
+                self._warn_missing(queue, len(entries), dlx_name, now_ms)
             if archive is not None:
                 archive.record(
                     now_ms, vhost.name, queue.name, reason, dlx_name,
@@ -177,23 +216,17 @@ class DeadLetterer:
             )
             if len(routing_keys) > 1:
                 dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
-                targets = vhost.route(exchange, dead, routing_keys[1:])
-            else:
-                targets = vhost.route(exchange, dead)
-            routed = bool(targets)
-            if reason != "rejected" and deaths and targets:
-                targets = [q for q in targets if not is_cycle(q.name, deaths)]
-            if not targets:
+            cycles = _CycleFilter(deaths) if reason != "rejected" and deaths else None
+            result = vhost.publish(exchange, dead, cycles.accept if cycles is not None else None)
+            if not result.routed:
                 self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
                 if archive is not None:
-                    lost_to = "cycle" if routed else "no_route"
+                    lost_to = "cycle" if cycles is not None and cycles.cut else "no_route"
                     archived += (message, entry.enqueued_at, count, routing_keys[0], lost_to)
                 continue
             self.routed += 1
             if archive is not None:
                 archived += (message, entry.enqueued_at, count, routing_keys[0], None)
-            for target in targets:
-                target.enqueue(dead)
         if archived and archive is not None:
             archive.record(now_ms, vhost.name, queue.name, reason, dlx_name, archived)
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import aio_pika
 import aio_pika.abc
 import aio_pika.exceptions
+import aio_pika.patterns
 import pika
 import pytest
 from pamqp.commands import Basic
@@ -138,6 +139,27 @@ def test_nack_from_full_reject_publish_queue_raises_delivery_error(broker, uniqu
 # ---------------------------------------------------------------------------------------------------------
 # consuming: queue.iterator(), message.process(), basic.qos
 # ---------------------------------------------------------------------------------------------------------
+def test_rpc_pattern_call_and_close(broker, unique):
+    """aio-pika's RPC: close() cancels the consumer of its auto-delete result queue (so the queue is gone)
+    and then unbinds it from ``rpc.dlx``, which RabbitMQ 3.10 answers with unbind-ok."""
+    method = unique("rpc.method")
+
+    async def scenario() -> None:
+        async with connected(broker.url) as connection:
+            channel = await connection.channel()
+            rpc = await aio_pika.patterns.RPC.create(channel)
+
+            async def double(*, x: int) -> int:
+                return x * 2
+
+            await rpc.register(method, double, auto_delete=True)
+            assert await rpc.call(method, kwargs={"x": 21}) == 42
+            await rpc.close()
+            assert not channel.is_closed  # no channel error from the unbind
+
+    run(scenario())
+
+
 def test_async_iterator_with_process_acks_and_requeues(broker, unique):
     q = unique("iter")
 

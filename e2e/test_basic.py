@@ -642,6 +642,22 @@ def test_tx_acks_take_effect_on_commit_only(connect, unique):
     assert ch.basic_get(q) == (None, None, None)
 
 
+def test_tx_commit_with_a_refused_publish_is_406_partial_tx_completion(
+    connect, unique, channel_error, poll_until
+):
+    conn = connect()
+    tx = conn.channel()
+    q = unique("q")
+    tx.queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    tx.tx_select()
+    tx.basic_publish("", q, b"fits")
+    tx.basic_publish("", q, b"refused")
+    channel_error(tx.tx_commit, 406, "PRECONDITION_FAILED - partial tx completion")
+    observer = conn.channel()
+    assert poll_until(lambda: observer.basic_get(q, auto_ack=True)[2]) == b"fits"  # what fit stays
+    assert observer.basic_get(q) == (None, None, None)
+
+
 @pytest.mark.parametrize("op", ["tx_commit", "tx_rollback"])
 def test_tx_without_select_is_406(channel, channel_error, op):
     channel_error(getattr(channel, op), 406, "PRECONDITION_FAILED - channel is not transactional")

@@ -169,8 +169,10 @@ def test_errors_while_opening_get_a_connection_close(raw_connect):
             raw_frame(3, 0, b"abcdefghijklmnopqrstuvwxyz"),
             505, 'UNEXPECTED_FRAME - type 3, first 16 octets = <<"abcdefghijklmnop">>', (0, 0),
         ),
+        # ~p prints the octets c3 a9 as two Latin-1 characters and sends them back as octets
+        (raw_frame(3, 0, "é".encode()), 505, 'UNEXPECTED_FRAME - type 3, all octets = <<"é">>', (0, 0)),
     ],
-    ids=["start-ok", "client-blocked", "short-method-0", "short-method-1", "body-on-0"],
+    ids=["start-ok", "client-blocked", "short-method-0", "short-method-1", "body-on-0", "utf8-body-on-0"],
 )
 def test_bad_frames_on_a_running_connection(raw_connect, frame, code, text, ids):
     raw = raw_connect()

@@ -4,11 +4,14 @@ graceful shutdown on SIGTERM/SIGINT, configuration errors. Each test runs a priv
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pika
 import pytest
@@ -126,4 +129,217 @@ def test_dotenv_file_is_read(broker_process, tmp_path):
     for i in range(2):
         ch.basic_publish("", "short", b"%d" % i)
     assert count(ch, "short") == 2
+    conn.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# what an operator meets at start-up: one line per problem, non-zero exit, nothing left on disk
+# --------------------------------------------------------------------------------------------------------
+def run_broker(tmp_path, timeout: float = 30, args: tuple[str, ...] = (), **settings: str):
+    """Run ``python -m ottermq.broker`` in ``tmp_path`` until it exits (it must not start)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTTERMQ_") and k != "LOG_LEVEL"}
+    env.update(PYTHONSAFEPATH="1", OTTERMQ_BROKER_HOST="127.0.0.1", **settings)
+    result = subprocess.run(
+        [sys.executable, "-m", "ottermq.broker", *args],
+        env=env, cwd=tmp_path, capture_output=True, timeout=timeout, text=True,
+    )  # fmt: skip
+    return result.returncode, (result.stdout + result.stderr).strip().splitlines()
+
+
+def single_error(lines: list[str]) -> str:
+    """The one ``cannot start:`` line, with the timestamp and logger cut off."""
+    assert len(lines) == 1, "\n".join(lines)
+    assert " ERROR ottermq: cannot start: " in lines[0], lines[0]
+    return lines[0].split(" ERROR ottermq: cannot start: ", 1)[1]
+
+
+def test_port_in_use_is_one_line_and_creates_nothing(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, lines = run_broker(
+            tmp_path, OTTERMQ_BROKER_PORT=str(port), OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+            OTTERMQ_DLX_ARCHIVE_DIR=str(tmp_path / "archive"),
+        )  # fmt: skip
+    assert code != 0
+    assert single_error(lines) == (
+        f"OTTERMQ_BROKER_PORT={port}: address already in use (set OTTERMQ_BROKER_PORT to a free port)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no data dir, no archive dir
+
+
+@pytest.mark.parametrize("kind", ["file", "below a file", "unwritable"])
+def test_unusable_data_dir_is_one_line(tmp_path, kind):
+    (tmp_path / "file").write_text("")
+    if kind == "file":
+        data_dir, cause = tmp_path / "file", "not a directory"
+    elif kind == "below a file":
+        data_dir, cause = tmp_path / "file" / "data", "not a directory"
+    elif os.geteuid() != 0:
+        (tmp_path / "ro").mkdir(mode=0o500)
+        data_dir, cause = tmp_path / "ro" / "data", "permission denied"
+    else:  # root ignores file modes; sysfs refuses new directories even to root
+        data_dir, cause = Path("/sys/ottermq-e2e-data"), None
+    code, lines = run_broker(tmp_path, OTTERMQ_BROKER_PORT="0", OTTERMQ_DATA_DIR=str(data_dir))
+    assert code != 0
+    text = single_error(lines)
+    assert text.startswith(f"OTTERMQ_DATA_DIR={data_dir}: ")
+    assert text.endswith(" (set OTTERMQ_DATA_DIR to a writable directory)")
+    if cause is not None:
+        assert text == f"OTTERMQ_DATA_DIR={data_dir}: {cause} (set OTTERMQ_DATA_DIR to a writable directory)"
+
+
+def test_missing_definitions_file_is_one_line_and_creates_nothing(tmp_path):
+    code, lines = run_broker(
+        tmp_path, OTTERMQ_BROKER_PORT="0", OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+        OTTERMQ_DEFINITIONS_FILE="definitions.json",
+    )  # fmt: skip
+    assert code != 0
+    assert single_error(lines) == "OTTERMQ_DEFINITIONS_FILE=definitions.json: no such file or directory"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unwritable_archive_dir_is_reported_at_startup(tmp_path):
+    (tmp_path / "file").write_text("")
+    code, lines = run_broker(
+        tmp_path, OTTERMQ_BROKER_PORT="0", OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+        OTTERMQ_DLX_ARCHIVE_DIR=str(tmp_path / "file"),
+    )  # fmt: skip
+    assert code != 0
+    assert single_error(lines) == (
+        f"OTTERMQ_DLX_ARCHIVE_DIR={tmp_path / 'file'}: not a directory"
+        " (set OTTERMQ_DLX_ARCHIVE_DIR to a writable directory, or empty for no archive)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no data dir either
+
+
+def test_unknown_log_level_stops_startup(tmp_path):
+    code, lines = run_broker(tmp_path, LOG_LEVEL="VERBOSE")
+    assert code != 0
+    assert lines == [
+        "invalid configuration:",
+        "  LOG_LEVEL: Value error, must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (any case)"
+        " (got 'VERBOSE')",
+    ]
+
+
+def test_typo_in_a_setting_is_a_warning_naming_the_right_one(broker_process):
+    process = broker_process({"OTTERMQ_BROKER_PROT": "5673"})
+    (process.tmp / ".env").write_text("OTTERMQ_DLX_ARCHIVE_DRI=archive\n")
+    process.start()
+    log = process.log_tail(200)
+    assert (
+        "WARNING ottermq: unknown setting OTTERMQ_BROKER_PROT in the environment is ignored;"
+        " did you mean OTTERMQ_BROKER_PORT?"
+    ) in log
+    assert (
+        "WARNING ottermq: unknown setting OTTERMQ_DLX_ARCHIVE_DRI in .env is ignored;"
+        " did you mean OTTERMQ_DLX_ARCHIVE_DIR?"
+    ) in log
+
+
+def test_changed_password_is_ignored_with_a_warning(broker_process):
+    first = broker_process({"OTTERMQ_PASSWORD": "first-secret"})
+    first.start()
+    assert first.stop() == 0
+    second = broker_process({"OTTERMQ_PASSWORD": "second-secret"}, data_dir=first.data_dir)
+    b = second.start()
+    log = second.log_tail(200)
+    assert "second-secret" not in log and "first-secret" not in log
+    assert (
+        "WARNING ottermq.broker.server: OTTERMQ_PASSWORD is not the stored password of user 'guest' and is"
+        " ignored: the default user is created at the first start only (see README 'Changing a password')"
+    ) in log
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(b.params(credentials=pika.PlainCredentials("guest", "second-secret")))
+    conn = pika.BlockingConnection(b.params(credentials=pika.PlainCredentials("guest", "first-secret")))
+    conn.close()
+
+
+def test_info_log_follows_a_connection_like_rabbitmq(broker_process, poll_until):
+    process = broker_process({"OTTERMQ_DLX_ARCHIVE_DIR": "archive"})
+    b = process.start()
+    conn = pika.BlockingConnection(b.params(client_properties={"connection_name": "orders-app"}))
+    ch = conn.channel()
+    ch.queue_declare("doomed")
+    ch.basic_consume("doomed", lambda *a: None, consumer_tag="c1")
+    other, och = open_channel(b)
+    och.queue_delete("doomed")
+    other.close()
+    conn.process_data_events(time_limit=0.2)  # take the basic.cancel
+    ch.queue_declare("work", arguments={"x-dead-letter-exchange": "no-such-dlx", "x-message-ttl": 0})
+    for _ in range(3):
+        ch.basic_publish("", "work", b"x")
+    conn.close()
+    poll_until(lambda: " - orders-app (vhost '/', user 'guest')" in process.log_tail(200))
+    log = process.log_tail(200)
+    peer = re.search(r"connection (127\.0\.0\.1:\d+) - orders-app: user", log).group(1)  # type: ignore[union-attr]
+    expected = [
+        f"INFO ottermq.broker.connection: accepting AMQP connection {peer}",
+        f"INFO ottermq.broker.connection: connection {peer} - orders-app: user 'guest' authenticated and"
+        " granted access to vhost '/'",
+        f"INFO ottermq.broker.channel: consumer 'c1' on channel 1 of {peer} cancelled by the broker:"
+        " queue 'doomed' deleted",
+        "WARNING ottermq.dlx.deadletter: dropped 1 dead letter(s) since the last warning: dead-letter"
+        " exchange 'no-such-dlx' of queue 'work' in vhost '/' not found (declare it, or change"
+        " x-dead-letter-exchange; reported at most every 10 s)",
+        f"INFO ottermq.broker.connection: closing AMQP connection {peer} - orders-app (vhost '/',"
+        " user 'guest')",
+    ]
+    for line in expected:
+        assert line in log
+    assert log.count("dead-letter exchange 'no-such-dlx'") == 1  # rate-limited: 3 drops, 1 warning
+    assert "INFO ottermq.broker.wiring: dead-letter archive on: every dead letter is written to" in log
+    assert "aiosqlite" not in log
+
+
+def test_debug_log_has_no_aiosqlite_chatter(broker_process):
+    process = broker_process({"LOG_LEVEL": "debug"})
+    b = process.start()
+    conn, ch = open_channel(b)
+    ch.queue_declare("durable", durable=True)
+    ch.basic_publish("", "durable", b"x", pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    assert process.stop() == 0
+    log = process.log_tail(500)
+    assert " DEBUG " in log
+    assert "aiosqlite" not in log
+
+
+def test_version_and_help(tmp_path):
+    code, lines = run_broker(tmp_path, args=("--version",))
+    assert (code, lines) == (0, ["ottermq 0.1.0"])
+    code, lines = run_broker(tmp_path, args=("serve", "--help"))
+    text = "\n".join(lines)
+    assert code == 0
+    example = (Path(__file__).resolve().parents[1] / ".env.example").read_text().splitlines()
+    for line in example:
+        if "=" in line and not line.startswith("#"):
+            assert f"  {line}\n" in text + "\n"  # every setting with its default
+    code, lines = run_broker(tmp_path, args=("definitions", "import", "--help"))
+    text = " ".join(lines)
+    assert "broker using that directory must be stopped" in text and "non-durable" in text
+    code, lines = run_broker(tmp_path, args=("definitions", "export", "--help"))
+    assert "(default: -)" in " ".join(lines)
+
+
+def test_password_changed_with_definitions_import(broker_process, tmp_path):
+    """README "Changing a password": ottermq definitions import of a users entry, broker stopped."""
+    process = broker_process()
+    process.start()
+    defs = tmp_path / "defs.json"
+    defs.write_text('{"users": [{"name": "guest", "password": "new-secret", "tags": ["administrator"]}]}')
+    env = dict(os.environ, PYTHONSAFEPATH="1", OTTERMQ_DATA_DIR=str(process.data_dir))
+    command = [sys.executable, "-m", "ottermq.broker", "definitions", "import", str(defs)]
+    running = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert running.returncode == 1 and "stop the broker first" in running.stderr
+    assert process.stop() == 0
+    stopped = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert stopped.returncode == 0, stopped.stderr
+    b = process.start()
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(b.params())  # guest/guest no more
+    conn = pika.BlockingConnection(b.params(credentials=pika.PlainCredentials("guest", "new-secret")))
+    conn.channel().queue_declare("still-allowed")  # permissions kept
     conn.close()

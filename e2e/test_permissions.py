@@ -423,6 +423,24 @@ def test_binding_permissions(
     )
 
 
+def test_unbind_checks_permissions_then_answers_ok_for_what_is_missing(
+    target: Target, admin: Any, restricted: Callable[[], Any], channel_error: Callable[..., Any]
+) -> None:
+    """RabbitMQ's binding_action order: write on the queue, the default exchange, read on the exchange;
+    then queue.unbind succeeds although neither the queue nor the exchange exists."""
+    q_none, q_w, x_none, x_r = target.name(), target.name(WRITE), target.name(), target.name(READ)
+    default = "ACCESS_REFUSED - operation not permitted on the default exchange"
+    channel_error(lambda: restricted().queue_unbind(q_none, "", "k"), 403, target.refused("queue", q_none))
+    for verb in ("queue_bind", "queue_unbind"):  # before read on amq.default
+        channel_error(lambda verb=verb: getattr(restricted(), verb)(q_w, "", "k"), 403, default)
+    channel_error(
+        lambda: restricted().queue_unbind(q_w, x_none, "k"), 403, target.refused("exchange", x_none)
+    )
+    restricted().queue_unbind(q_w, x_r, "k")  # neither exists: unbind-ok
+    admin.exchange_declare(x_r, "direct")
+    restricted().queue_unbind(q_w, x_r, "k")
+
+
 def test_publish_consume_get_purge(
     target: Target, admin: Any, restricted: Callable[[], Any], channel_error: Callable[..., Any]
 ) -> None:

@@ -310,6 +310,69 @@ def test_unbind_nonexistent_binding_is_ok(channel, unique):
     channel.queue_unbind(q, unique("no-exchange"), "k")  # RabbitMQ 3.10: also ok for a missing exchange
 
 
+def test_unbind_missing_queue_is_ok(connect, unique):
+    """RabbitMQ 3.10 answers unbind-ok for a missing queue (aio-pika's RPC cleanup relies on it)."""
+    conn = connect()
+    ch = conn.channel()
+    x = unique("x")
+    ch.exchange_declare(x, "direct")
+    ch.queue_unbind(unique("no-queue"), x, "k")
+    ch.queue_unbind(unique("no-queue"), unique("no-exchange"), "k")
+    ch.queue_unbind(unique("no-queue"), "amq.default", "k")  # only the name "" is the default exchange
+    assert ch.is_open and conn.is_open
+
+
+@pytest.mark.parametrize("queue", ["existing", "missing"])
+def test_unbind_from_the_default_exchange_is_403(channel, unique, channel_error, queue):
+    q = unique("q")
+    if queue == "existing":
+        channel.queue_declare(q, exclusive=True)
+    channel_error(
+        lambda: channel.queue_unbind(q, "", routing_key=q),
+        403,
+        "ACCESS_REFUSED - operation not permitted on the default exchange",
+    )
+
+
+def test_unbind_with_empty_queue_name_and_none_declared_is_404(channel, unique, channel_error):
+    x = unique("x")
+    channel.exchange_declare(x, "direct")
+    channel_error(lambda: channel.queue_unbind("", x, "k"), 404, "NOT_FOUND - no previously declared queue")
+
+
+def test_unbind_empty_queue_and_key_mean_the_last_declared_queue(channel, unique):
+    x, q = unique("x"), unique("q")
+    channel.exchange_declare(x, "direct")
+    channel.queue_declare(q, exclusive=True)
+    channel.queue_bind(q, x, q)
+    channel.queue_unbind("", x, "")  # queue and routing key both the last declared queue
+    channel.basic_publish(x, q, b"unbound")
+    assert drain(channel, q) == []
+
+
+def test_unbind_of_another_connections_exclusive_queue_is_405_only_if_the_binding_exists(
+    connect, unique, channel_error
+):
+    owner = connect().channel()
+    x, q = unique("x"), unique("q")
+    owner.exchange_declare(x, "direct")
+    owner.queue_declare(q, exclusive=True)
+    owner.queue_bind(q, x, "k")
+    other = connect()
+    ch = other.channel()
+    ch.queue_unbind(q, x, "not-bound")  # no binding: ok, exclusivity is not checked
+    ch.queue_unbind(q, unique("no-exchange"), "k")
+    channel_error(
+        lambda: ch.queue_unbind(q, x, "k"),
+        405,
+        f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}' in {VHOST}. It could be "
+        "originally declared on another connection or the exclusive property value does not match that "
+        "of the original declaration.",
+    )
+    owner.basic_publish(x, "k", b"still-bound")
+    assert drain(owner, q) == [b"still-bound"]
+
+
 def test_bind_to_missing_exchange_is_404(channel, unique, channel_error):
     q, x = unique("q"), unique("missing")
     channel.queue_declare(q, exclusive=True)

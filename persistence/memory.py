@@ -14,7 +14,13 @@ Rules:
 - ``after_commit(cb)`` joins the current batch if it holds anything, else the batch in flight,
   else (everything queued before it is settled) fires on the next loop turn with ``True``.
   Callbacks run in registration order with their batch's outcome; a failed batch is logged and
-  reported as ``ok=False``, and later batches go on.
+  reported as ``ok=False``.
+- A failed batch is not forgotten: its ops go back to the front of the next batch, which is tried
+  after a pause (``RETRY_MIN`` doubling to ``RETRY_MAX``), so memory and store agree again once the
+  disk recovers. The broker answers the failure itself (a nack, a failed transaction) and takes
+  back what it refused by queueing deletes behind the retried inserts; removals it cannot take
+  back (acks, dead-letter moves) reach the disk with the retry. Only ``close()`` gives up: the
+  ops of a batch that fails while closing are logged as lost.
 - Reads (``load_definitions``, ``iter_messages``) first wait for the writes queued before them,
   so a caller reads its own writes (what failed to commit is not there).
 - Ids: queue ids from a counter (a redeclared name keeps its id); message id =
@@ -48,6 +54,7 @@ from .store import (
 log = logging.getLogger(__name__)
 
 Op = tuple[str, tuple[Any, ...]]
+RETRY_MIN, RETRY_MAX = 0.05, 2.0  # pause before a failed batch is tried again (s)
 
 
 class BatchingStore:
@@ -74,6 +81,8 @@ class BatchingStore:
         self._next_queue_id = 1
         self.batches = 0
         self.failed_batches = 0
+        self._retry_delay = 0.0
+        self._closing = False
 
     # -- engine ---------------------------------------------------------------------------------
     async def _commit(self, ops: list[Op | None]) -> None:
@@ -121,8 +130,25 @@ class BatchingStore:
                     self.batches += 1
                 for callback in callbacks:
                     _fire(callback, ok)
+                if ok:
+                    self._retry_delay = 0.0
+                elif self._closing:
+                    log.error("store: closing; %d ops of the failed batch are not written", live)
+                else:
+                    self._requeue([op for op in ops if op is not None])
+                    self._retry_delay = min(max(self._retry_delay * 2, RETRY_MIN), RETRY_MAX)
+                    await asyncio.sleep(self._retry_delay)
         finally:
             self._task = None
+
+    def _requeue(self, failed: list[Op | None]) -> None:
+        """Put a failed batch's ops in front of the ops queued since (indexes shift by its length)."""
+        n = len(failed)
+        self._ops = failed + self._ops
+        self._inserts = {k: i + n for k, i in self._inserts.items()}
+        self._marks = {k: i + n for k, i in self._marks.items()}
+        self._touches = {k: i + n for k, i in self._touches.items()}
+        log.warning("store: the %d ops of the failed batch go first in the next one", n)
 
     def _add(self, statement: str, params: tuple[Any, ...]) -> None:
         if self._task is None:
@@ -173,13 +199,16 @@ class BatchingStore:
             await future
 
     async def _drain(self) -> None:
-        """Flush, then wait for a batch queued by the callbacks themselves; log failures."""
+        """Flush, then wait for a batch queued by the callbacks themselves; log failures (a batch
+        failing now is not retried: closing must end)."""
+        self._closing = True
         try:
             await self.flush()
         except StoreError as exc:
             log.error("closing the store: %s", exc)
         while self._task is not None:
             await asyncio.shield(self._task)
+        self._closing = False  # a reopened store retries again
 
     # -- Store: definitions -------------------------------------------------------------------------
     def put_vhost(self, record: VHostRecord) -> None:

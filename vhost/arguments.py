@@ -18,7 +18,8 @@ Rules (every text below was read back from RabbitMQ 3.10.8; see ``tests/unit/vho
 - Error texts name AMQP types (``signedint``, ``longstr``, ...): values decoded by
   ``ottermq.amqp.table`` carry their wire tag; plain values are inferred the way pika encodes them
   (``int`` -> ``signedint``, ``long`` outside 32 bits, ``str`` -> ``longstr``, ``bytes`` ->
-  ``binary``, ``float`` -> ``double``). ``types`` mappings (key -> type name) override both.
+  ``binary``, ``float`` -> ``double``; see ``values.amqp_type_name``). ``types`` mappings (key ->
+  type name) override both.
 
 ottermq extensions (RabbitMQ 3.10 accepts the first and rejects the second on classic queues):
 - ``x-ottermq-exact-ttl`` (bool, default false): expire messages at their deadline even when they
@@ -28,14 +29,14 @@ ottermq extensions (RabbitMQ 3.10 accepts the first and rejects the second on cl
 
 from __future__ import annotations
 
-import calendar
-import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from ottermq.amqp.errors import PreconditionFailed
+
+# the value helpers live in .values; re-exported here for callers of the older layout
+from .values import amqp_type_name, erl_binary, erl_equal, erl_term, freeze_value, longstr_text
 
 __all__ = [
     "EQUIVALENCE_KEYS",
@@ -116,72 +117,6 @@ _TYPE_CLASS = {
 Types = Mapping[str, str] | None
 
 
-# ---------------------------------------------------------------------------------------------
-# AMQP field values as RabbitMQ sees them
-# ---------------------------------------------------------------------------------------------
-_TAG_NAMES = {
-    b"t": "bool",
-    b"b": "byte",
-    b"B": "unsignedbyte",
-    b"s": "short",
-    b"u": "unsignedshort",
-    b"I": "signedint",
-    b"i": "unsignedint",
-    b"l": "long",
-    b"L": "long",
-    b"f": "float",
-    b"d": "double",
-    b"D": "decimal",
-    b"S": "longstr",
-    b"T": "timestamp",
-    b"F": "table",
-    b"A": "array",
-    b"x": "binary",
-    b"V": "void",
-}
-
-
-def amqp_type_name(value: object) -> str:
-    """RabbitMQ's name for the AMQP type of a decoded field value.
-
-    Values from ``ottermq.amqp.table`` carry their wire tag (a ``tag`` class attribute); for plain
-    values the type is inferred the way pika encodes them.
-    """
-    tag = getattr(type(value), "tag", None)
-    if tag is not None:
-        return _TAG_NAMES.get(tag, "unknown")
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, str):
-        return "longstr"
-    if isinstance(value, bytes | bytearray | memoryview):
-        return "binary"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, Decimal):
-        return "decimal"
-    if isinstance(value, datetime.datetime):
-        return "timestamp"
-    if isinstance(value, Mapping):
-        return "table"
-    if isinstance(value, list | tuple):
-        return "array"
-    if value is None:
-        return "void"
-    return type(value).__name__
-
-
-def longstr_text(value: object) -> str:
-    """The text of a longstr value (a ``str``, or raw bytes that are not valid UTF-8)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "surrogateescape")
-    return str(value)
-
-
 def _type_of(key: str, value: object, types: Types) -> str:
     if types is not None:
         name = types.get(key)
@@ -190,226 +125,10 @@ def _type_of(key: str, value: object, types: Types) -> str:
     return amqp_type_name(value)
 
 
-def _epoch(value: datetime.datetime) -> int:
-    return calendar.timegm(value.utctimetuple())
-
-
-def _as_bytes(value: str | bytes | bytearray | memoryview) -> bytes:
-    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
-
-
-def _decimal_parts(value: Decimal) -> tuple[int, int]:
-    """``(scale, unscaled)`` as RabbitMQ keeps an AMQP decimal."""
-    sign, digits, exponent = value.as_tuple()
-    if not isinstance(exponent, int):  # NaN / Infinity cannot be encoded anyway
-        return (0, 0)
-    unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
-    if exponent > 0:
-        return (0, unscaled * 10**exponent)
-    return (-exponent, unscaled)
-
-
-def _kind(value: object) -> str:
-    """Erlang-level kind: values of different kinds are never ``==``."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float | datetime.datetime):
-        return "number"
-    if isinstance(value, str | bytes | bytearray | memoryview):
-        return "binary"
-    if isinstance(value, Decimal):
-        return "decimal"
-    if isinstance(value, Mapping | list | tuple):
-        return "list"
-    if value is None:
-        return "void"
-    return "other"
-
-
-def erl_equal(a: object, b: object, exact: bool = False) -> bool:
-    """Erlang ``==`` (or ``=:=`` with ``exact``) between two decoded field values.
-
-    Numbers compare by value across ``int``/``float``/timestamp (``=:=`` keeps ints and floats
-    apart), ``str`` equals ``bytes`` with the same UTF-8 bytes, booleans equal only booleans,
-    decimals equal decimals with the same scale and digits, and an empty table equals an empty
-    array (both are Erlang's ``[]``). Inside tables and arrays RabbitMQ also compares the AMQP
-    types (``amqp_type_name``: the wire tag when the value carries one, else pika's inference),
-    and table keys in order.
-    """
-    ta, tb = type(a), type(b)
-    if ta is tb and (ta is str or ta is int or ta is bytes or ta is bool):
-        return a == b
-    if isinstance(a, int) and isinstance(b, int) and ta is not bool and tb is not bool:
-        return a == b  # any integer widths, timestamps included
-    kind = _kind(a)
-    if kind != _kind(b):
-        return False
-    if kind == "number":
-        x = _epoch(a) if isinstance(a, datetime.datetime) else a
-        y = _epoch(b) if isinstance(b, datetime.datetime) else b
-        if exact and isinstance(x, float) != isinstance(y, float):
-            return False
-        return bool(x == y)
-    if isinstance(a, _BINARY) and isinstance(b, _BINARY):
-        return _as_bytes(a) == _as_bytes(b)
-    if isinstance(a, Decimal) and isinstance(b, Decimal):
-        return _decimal_parts(a) == _decimal_parts(b)
-    if kind == "list":
-        return _list_equal(_items(a), _items(b), isinstance(a, Mapping), isinstance(b, Mapping))
-    return bool(a == b)
-
-
-_BINARY = (str, bytes, bytearray, memoryview)
-
-
-def _items(value: object) -> list[Any]:
-    if isinstance(value, Mapping):
-        return list(value.items())
-    if isinstance(value, list | tuple):
-        return list(value)
-    return []
-
-
-def _list_equal(a_items: list[Any], b_items: list[Any], a_table: bool, b_table: bool) -> bool:
-    if not a_items and not b_items:
-        return True
-    if a_table != b_table or len(a_items) != len(b_items):
-        return False
-    if a_table:
-        pairs = zip(a_items, b_items, strict=True)
-        return all(ka == kb and _nested_equal(va, vb) for (ka, va), (kb, vb) in pairs)
-    return all(_nested_equal(x, y) for x, y in zip(a_items, b_items, strict=True))
-
-
-def _nested_equal(a: object, b: object) -> bool:
-    """Inside tables and arrays RabbitMQ compares ``{Type, Value}``: the AMQP types must match."""
-    return amqp_type_name(a) == amqp_type_name(b) and erl_equal(a, b, exact=True)
-
-
-def freeze_value(value: object) -> object:
-    """A hashable identity for a field value, as RabbitMQ compares stored (typed) terms:
-    ``1``, ``True``, ``1.0`` and ``"1"`` differ; nested tables keep their key order."""
-    type_name = amqp_type_name(value)
-    if isinstance(value, Mapping):
-        return (type_name, tuple((k, freeze_value(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return (type_name, tuple(freeze_value(v) for v in value))
-    if isinstance(value, bytes | bytearray | memoryview):
-        return (type_name, bytes(value))
-    if isinstance(value, Decimal):
-        return (type_name, _decimal_parts(value))
-    if isinstance(value, datetime.datetime):
-        return (type_name, _epoch(value))
-    if isinstance(value, bool | int | float | str) or value is None:
-        return (type_name, value)
-    return (type_name, erl_term(value))
-
-
-# ---------------------------------------------------------------------------------------------
-# Erlang term formatting (io_lib ~p / ~tp), for reply texts that embed values
-# ---------------------------------------------------------------------------------------------
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v", "\b": "\\b", "\f": "\\f", "\x1b": "\\e"}
-
-
-def _printable(text: str) -> bool:
-    for ch in text:
-        code = ord(ch)
-        if not (32 <= code <= 126 or 160 <= code <= 255 or ch in _ESCAPES):
-            return False
-    return True
-
-
-def erl_binary(value: str | bytes | bytearray | memoryview, unicode: bool = False) -> str:
-    """``<<"...">>`` or ``<<1,2>>`` as Erlang's ``~p`` (``~tp`` with ``unicode``) prints a binary.
-
-    Printable text keeps its original UTF-8 bytes; invalid UTF-8 is shown as Latin-1.
-    """
-    raw = _as_bytes(value)
-    if not raw:
-        return "<<>>"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("latin-1")
-        checked = text
-    else:
-        checked = text if unicode else raw.decode("latin-1")
-    if not _printable(checked):
-        return "<<" + ",".join(str(byte) for byte in raw) + ">>"
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    for char, escape in _ESCAPES.items():
-        escaped = escaped.replace(char, escape)
-    return f'<<"{escaped}">>'
-
-
-def _erl_float(value: float) -> str:
-    """Erlang's shortest round-trip float text (``1.0e20``, ``0.1``, ``1.0e-7``)."""
-    if value == 0:
-        return "-0.0" if str(value).startswith("-") else "0.0"
-    if value != value or value in (float("inf"), float("-inf")):
-        return repr(value)
-    sign, digits_t, exponent = Decimal(repr(value)).as_tuple()
-    digits = "".join(map(str, digits_t))
-    assert isinstance(exponent, int)
-    stripped = digits.rstrip("0")
-    place = exponent + len(digits) - len(stripped)
-    digits = stripped or "0"
-    length = len(digits)
-    exp = place + length - 1
-    exp_text = str(exp)
-    exp_cost = len(exp_text) + 2
-    if place < 0:
-        if exp >= 0:
-            text = digits[: length + place] + "." + digits[length + place :]
-        elif 2 - place - length <= exp_cost:
-            text = "0." + "0" * (-place - length) + digits
-        else:
-            text = _erl_exp(exp_text, digits)
-    else:
-        dot = 1 if length == 1 else 0
-        if exp_cost + dot >= place + 2 and abs(value) < float(1 << 53):
-            text = digits + "0" * place + ".0"
-        else:
-            text = _erl_exp(exp_text, digits)
-    return ("-" if sign else "") + text
-
-
-def _erl_exp(exp_text: str, digits: str) -> str:
-    return digits[0] + "." + (digits[1:] or "0") + "e" + exp_text
-
-
-def erl_term(value: object, unicode: bool = False) -> str:
-    """A decoded field value printed as RabbitMQ's ``~p`` prints its Erlang form (on one line)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _erl_float(value)
-    if isinstance(value, str | bytes | bytearray | memoryview):
-        return erl_binary(value, unicode)
-    if isinstance(value, Decimal):
-        scale, unscaled = _decimal_parts(value)
-        return f"{{{scale},{unscaled}}}"
-    if isinstance(value, datetime.datetime):
-        return str(_epoch(value))
-    if value is None:
-        return "undefined"
-    if isinstance(value, Mapping):
-        rows = (
-            f"{{{erl_binary(str(k), unicode)},{amqp_type_name(v)},{erl_term(v, unicode)}}}"
-            for k, v in value.items()
-        )
-        return "[" + ",".join(rows) + "]"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(f"{{{amqp_type_name(v)},{erl_term(v, unicode)}}}" for v in value) + "]"
-    return repr(value)
-
-
 def _plain(value: object) -> str:
     """Erlang ``~s`` of a binary (its text; invalid UTF-8 shown as Latin-1), else ``~p``."""
     if isinstance(value, str | bytes | bytearray | memoryview):
-        raw = _as_bytes(value)
+        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:

@@ -20,16 +20,10 @@ from typing import Any, ClassVar
 
 from ottermq.amqp.errors import CommandInvalid, PreconditionFailed
 
-from .arguments import (
-    amqp_type_name,
-    assert_args_equivalence,
-    erl_term,
-    freeze_value,
-    longstr_text,
-    parse_exchange_args,
-)
+from .arguments import assert_args_equivalence, parse_exchange_args
 from .headers import HeadersMatcher, validate_binding_args
 from .topic import Destination, TopicTrie
+from .values import amqp_type_name, erl_term, freeze_value, longstr_text
 
 __all__ = [
     "EXCHANGE_TYPES",
@@ -152,6 +146,9 @@ class Exchange:
         self._by_dest.setdefault(dest, set()).add(key)
         self._link(key, routing_key, dest, args)
         return True
+
+    def has_binding(self, routing_key: str, dest: Destination, arguments: dict[str, Any] | None) -> bool:
+        return (dest, routing_key, _freeze_args(arguments)) in self._bindings
 
     def unbind(self, routing_key: str, dest: Destination, arguments: dict[str, Any] | None) -> bool:
         """Remove a binding. Returns False when it did not exist."""

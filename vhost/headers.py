@@ -10,7 +10,7 @@ Rules (checked against RabbitMQ 3.10.8, see ``tests/unit/vhost/test_headers.py``
 - ``all``: every considered binding key must be present with an equal value, so a binding with no
   considered keys matches every message, with or without headers. ``any``: at least one must be;
   a binding with no considered keys matches nothing.
-- Values compare with Erlang ``==`` (``arguments.erl_equal``): the AMQP integer widths do not
+- Values compare with Erlang ``==`` (``values.erl_equal``): the AMQP integer widths do not
   matter and ``1`` equals ``1.0`` and the timestamp 1, but ``1`` never equals ``"1"`` or ``true``,
   ``"1"`` equals the byte array ``b"1"``, and decimals only equal decimals of the same scale.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from ottermq.amqp.errors import PreconditionFailed
 
-from .arguments import amqp_type_name, erl_equal, erl_term, longstr_text
+from .values import amqp_type_name, erl_equal, erl_term, longstr_text
 
 __all__ = ["X_MATCH_MODES", "HeadersMatcher", "headers_match", "validate_binding_args"]
 

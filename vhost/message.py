@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ottermq.amqp.errors import PreconditionFailed
 from ottermq.amqp.props import get_headers, rewrite_props
-from ottermq.amqp.table import LongLong, encode_table
+from ottermq.amqp.table import LongLong, encode_table, field_type
 
 # Entry states
 READY, OUT, GONE = 0, 1, 2
@@ -129,16 +130,25 @@ def sender_selected(message: Message) -> tuple[Message, list[str] | None]:
 
     Returns:
         The message to enqueue (with ``BCC`` removed from its headers, as RabbitMQ does) and the
-        extra routing keys (None when the message has neither header).
+        extra routing keys (None when the message has neither header). Array elements that are
+        not long strings are ignored.
+
+    Raises:
+        PreconditionFailed: ``CC`` or ``BCC`` is not an array (RabbitMQ's ``header_routes``).
     """
     headers = message.headers
     if not headers or ("CC" not in headers and "BCC" not in headers):
         return message, None
     keys: list[str] = []
-    for name in ("CC", "BCC"):
-        value = headers.get(name)
-        if isinstance(value, list):
-            keys.extend(k for k in value if isinstance(k, str))
+    for name in ("CC", "BCC"):  # RabbitMQ's order: a bad CC is reported before a bad BCC
+        if name not in headers:
+            continue
+        value = headers[name]
+        if not isinstance(value, list):
+            raise PreconditionFailed(
+                f'invalid message: {{unacceptable_type_in_header,"{name}",{field_type(value)}}}'
+            )
+        keys.extend(k for k in value if isinstance(k, str))  # other elements are ignored
     raw = message.raw_props
     if "BCC" in headers:
         stripped = {k: v for k, v in headers.items() if k != "BCC"}

@@ -8,11 +8,17 @@ Rules:
   cannot take more (prefetch, flow, a paused connection); the broker calls it again when a
   consumer regains capacity.
 - TTL (RabbitMQ's model): a message's deadline is fixed at enqueue as ``now + min(x-message-ttl,
-  expiration)`` and survives requeue. Ready messages at the head are dropped once
-  ``now >= deadline`` — by a timer armed for the head's deadline and on every take; a message
-  behind a longer-lived head waits for the head. Delivered, unacked messages never expire; a
-  message requeued past its deadline is dead-lettered, not redelivered. A message whose TTL is 0
-  goes to a consumer that can take it at once, or expires.
+  expiration)`` and survives requeue. Only the head is watched: a message behind a longer-lived
+  head waits for the head (and is counted meanwhile). Expired heads are dead-lettered by a timer
+  armed for the head's deadline and, as RabbitMQ's ``drop_expired_msgs``, at once after every
+  operation that changes the head: a take (``basic.get``, delivery), a ``drop-head`` overflow, a
+  requeue, and an enqueue that makes the new message the head. So the counts replies carry
+  (get-ok, and declare-ok/purge-ok/delete-ok after such operations) never include an expired
+  head; declare-ok, purge and delete themselves run no check (RabbitMQ's ``stat``/``purge``/
+  ``delete`` do not), and purge never dead-letters. Priority queues expire in delivery order
+  (highest level first, stopping at the first live head). Delivered, unacked messages never
+  expire; a requeued message past its deadline is dead-lettered once it is at the head, never
+  redelivered. A message whose TTL is 0 goes to a consumer that can take it at once, or expires.
 - Exact TTL (``x-ottermq-exact-ttl``, an ottermq extension): every ready message expires at its
   own deadline wherever it sits, through a deadline heap (O(log n) per message); expired entries
   become tombstones that takes skip.
@@ -28,14 +34,14 @@ Rules:
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
-from .message import GONE, OUT, READY, Entry, Message, with_delivery_count
+from .message import OUT, READY, Entry, Message, with_delivery_count
+from .ready import PriorityReady, Ready
 
 if TYPE_CHECKING:
     from .arguments import QueueArgs
@@ -84,139 +90,6 @@ class DropSink:
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         pass
-
-
-class _Ready:
-    """Ready entries in seq order: one deque (plain queue); tombstones are skipped."""
-
-    __slots__ = ("_q", "_dead")
-
-    def __init__(self) -> None:
-        self._q: deque[Entry] = deque()
-        self._dead = 0  # tombstones (exact-TTL expiries) still in the deque
-
-    def __len__(self) -> int:
-        return len(self._q) - self._dead
-
-    def append(self, entry: Entry) -> None:
-        self._q.append(entry)
-
-    def popleft(self) -> Entry:
-        q = self._q
-        entry = q.popleft()
-        while entry.state == GONE:
-            self._dead -= 1
-            entry = q.popleft()
-        return entry
-
-    def peek(self) -> Entry | None:
-        q = self._q
-        while q and q[0].state == GONE:
-            q.popleft()
-            self._dead -= 1
-        return q[0] if q else None
-
-    def discard(self, entry: Entry) -> None:
-        """Tombstone a ready entry in place (exact TTL)."""
-        entry.state = GONE
-        self._dead += 1
-
-    def clear(self) -> list[Entry]:
-        entries = [e for e in self._q if e.state != GONE]
-        self._q.clear()
-        self._dead = 0
-        return entries
-
-    def __iter__(self) -> Iterator[Entry]:
-        return (e for e in self._q if e.state != GONE)
-
-    def requeue(self, entries: list[Entry]) -> None:
-        self._q = _merge(self._q, entries)
-
-    def pop_expired(self, now: int, out: list[Entry]) -> None:
-        """Move expired head entries into ``out``."""
-        while True:
-            head = self.peek()
-            if head is None or head.deadline is None or now < head.deadline:
-                return
-            out.append(self.popleft())
-
-    def head_deadline(self) -> int | None:
-        head = self.peek()
-        return head.deadline if head is not None else None
-
-
-def _merge(q: deque[Entry], entries: list[Entry]) -> deque[Entry]:
-    entries.sort(key=_seq)
-    if not q or entries[-1].seq < q[0].seq:
-        q.extendleft(reversed(entries))
-        return q
-    return deque(heapq.merge(q, entries, key=_seq))
-
-
-def _seq(entry: Entry) -> int:
-    return entry.seq
-
-
-class _PriorityReady(_Ready):
-    """Ready entries for ``x-max-priority`` queues: one ``_Ready`` per priority, highest first."""
-
-    __slots__ = ("_levels", "_max")
-
-    def __init__(self, max_priority: int) -> None:
-        super().__init__()
-        self._max = max_priority
-        self._levels: list[_Ready] = [_Ready() for _ in range(max_priority + 1)]
-
-    def _level(self, entry: Entry) -> _Ready:
-        priority = entry.message.priority or 0
-        return self._levels[priority if priority <= self._max else self._max]
-
-    def __len__(self) -> int:
-        return sum(len(level) for level in self._levels)
-
-    def append(self, entry: Entry) -> None:
-        self._level(entry).append(entry)
-
-    def popleft(self) -> Entry:
-        for level in reversed(self._levels):
-            if level:
-                return level.popleft()
-        raise IndexError("pop from an empty queue")
-
-    def peek(self) -> Entry | None:
-        for level in reversed(self._levels):
-            head = level.peek()
-            if head is not None:
-                return head
-        return None
-
-    def discard(self, entry: Entry) -> None:
-        self._level(entry).discard(entry)
-
-    def clear(self) -> list[Entry]:
-        return [e for level in reversed(self._levels) for e in level.clear()]
-
-    def __iter__(self) -> Iterator[Entry]:
-        for level in reversed(self._levels):
-            yield from level
-
-    def requeue(self, entries: list[Entry]) -> None:
-        by_level: dict[int, list[Entry]] = {}
-        for entry in entries:
-            by_level.setdefault(id(self._level(entry)), []).append(entry)
-        for level in self._levels:
-            group = by_level.get(id(level))
-            if group:
-                level.requeue(group)
-
-    def pop_expired(self, now: int, out: list[Entry]) -> None:
-        for level in self._levels:
-            level.pop_expired(now, out)
-
-    def head_deadline(self) -> int | None:
-        deadlines = [d for level in self._levels if (d := level.head_deadline()) is not None]
-        return min(deadlines) if deadlines else None
 
 
 class Queue:
@@ -283,7 +156,7 @@ class Queue:
         self.owner = owner
         self.args = args
         self.consumers: list[Consumer] = []
-        self._ready: _Ready = _PriorityReady(args.max_priority) if args.max_priority else _Ready()
+        self._ready: Ready = PriorityReady(args.max_priority) if args.max_priority else Ready()
         self._rr = 0
         self._seq = 0
         self.had_consumer = False
@@ -366,6 +239,7 @@ class Queue:
         )
 
     def _drop_head_overflow(self) -> None:
+        """``drop-head``: dead-letter heads (``maxlen``) while over the limit, then expired heads."""
         if self._overflow != "drop-head":
             return
         max_len, max_bytes = self._max_len, self._max_bytes
@@ -377,8 +251,8 @@ class Queue:
         ):
             dropped.append(self._take())
         if dropped:
-            self._after_change()
             self._dead(dropped, MAXLEN)
+            self._drop_expired()  # the new head may be past its deadline (RabbitMQ: maybe_drop_head)
 
     def _take(self) -> Entry:
         entry = self._ready.popleft()
@@ -387,12 +261,26 @@ class Queue:
         return entry
 
     def pop(self) -> Entry | None:
-        """Take the head entry for ``basic.get`` (expired heads are dead-lettered first)."""
-        self._expire_heads()
-        if not self._ready:
+        """Take the head entry for ``basic.get``.
+
+        Expired heads are dead-lettered before the take (a timer a few ms late) and after it (the
+        new head), so the ``message_count`` that get-ok reports never includes them.
+        """
+        ready = self._ready
+        head = ready.peek()
+        if head is None:
             return None
+        deadline = head.deadline
+        if deadline is not None:
+            now = self.ttl.now()
+            if now >= deadline:
+                self.expire(now)
+                if not ready:
+                    return None
         entry = self._take()
-        self._after_change()
+        head = ready.peek()
+        if (head is not None and head.deadline is not None) or self._heap is not None:
+            self._drop_expired()
         return entry
 
     def peek(self) -> Entry | None:
@@ -419,21 +307,20 @@ class Queue:
     def requeue(self, entries: list[Entry]) -> None:
         """Return delivered entries to their original positions, marked redelivered.
 
-        Entries past their deadline are dead-lettered as ``expired``; with ``x-delivery-limit``
-        an entry returned more often than the limit is dead-lettered as ``delivery_limit``.
+        Then, as RabbitMQ's ``requeue_and_run``: ``drop-head`` overflow, then expired heads are
+        dead-lettered. An entry past its deadline is therefore dead-lettered (``expired``) if it
+        lands at the head, and otherwise waits (counted) until it gets there. With
+        ``x-delivery-limit`` an entry returned more often than the limit is dead-lettered as
+        ``delivery_limit`` (an expired one is not counted as a return).
         """
         if self.deleted or not entries:
             return
-        expired: list[Entry] = []
         over_limit: list[Entry] = []
         back: list[Entry] = []
         now = self.ttl.now()
         limit = self._delivery_limit
         for entry in entries:
-            if entry.deadline is not None and now >= entry.deadline:
-                expired.append(entry)
-                continue
-            if limit is not None:
+            if limit is not None and (entry.deadline is None or now < entry.deadline):
                 entry.delivery_count += 1
                 if entry.delivery_count > limit:
                     over_limit.append(entry)
@@ -449,11 +336,9 @@ class Queue:
                 for entry in back:
                     if entry.deadline is not None:
                         heapq.heappush(self._heap, (entry.deadline, entry.seq, entry))
-            self._after_change()
             if self._max_len is not None or self._max_bytes is not None:
                 self._drop_head_overflow()  # a requeue into a full queue drops the (new) head
-        if expired:
-            self._dead(expired, EXPIRED)
+            self._drop_expired()
         if over_limit:
             self._dead(over_limit, DELIVERY_LIMIT)
         if back and self.consumers:
@@ -478,6 +363,21 @@ class Queue:
         """A stored entry went out to a consumer (it will be recovered as redelivered)."""
         if entry.store_id and self.store is not None:
             self.store.message_delivered(entry)
+
+    def withdraw(self, entry: Entry) -> bool:
+        """Take back a ready entry whose store write failed, so memory agrees with the store (its
+        publisher gets a nack). An entry already delivered stays with its consumer.
+
+        Returns:
+            Whether the entry was still ready and is now gone.
+        """
+        if entry.state != READY or self.deleted:
+            return False
+        self._ready.discard(entry)
+        self.ready_bytes -= len(entry.message.body)
+        self.forget([entry])  # the store retries the failed insert: this delete follows it
+        self._after_change()
+        return True
 
     def reject(self, entries: list[Entry]) -> None:
         """Dead-letter delivered entries rejected with ``requeue=false`` (reason ``rejected``)."""
@@ -523,23 +423,33 @@ class Queue:
         if expired:
             self._dead(expired, EXPIRED)
 
-    def _expire_heads(self) -> None:
-        head = self._ready.peek()
-        if head is not None and head.deadline is not None:
-            now = self.ttl.now()
-            if now >= head.deadline:
-                self.expire(now)
-
-    def _after_change(self) -> None:
-        """Arm the TTL timer for the earliest deadline that can fire next."""
+    def _next_deadline(self) -> int | None:
+        """The earliest deadline that can fire next: the head's (None without TTL) or the heap's."""
         heap = self._heap
         if heap is not None:
             while heap and heap[0][2].state != READY:
                 heapq.heappop(heap)
-            deadline = heap[0][0] if heap else self._ready.head_deadline()
-        else:
-            deadline = self._ready.head_deadline()
+            if heap:
+                return heap[0][0]
+        return self._ready.head_deadline()
+
+    def _after_change(self) -> None:
+        """Arm the TTL timer for the earliest deadline that can fire next."""
+        deadline = self._next_deadline()
         if deadline is not None:
+            self.ttl.schedule(self, deadline)
+
+    def _drop_expired(self) -> None:
+        """RabbitMQ's ``drop_expired_msgs``, run after every operation that changes the head: heads
+        past their deadline are dead-lettered now, and the timer is armed for the new head.
+        Costs one look at the head's deadline when the queue has no TTL."""
+        deadline = self._next_deadline()
+        if deadline is None:
+            return
+        now = self.ttl.now()
+        if now >= deadline:
+            self.expire(now)
+        else:
             self.ttl.schedule(self, deadline)
 
     # -- queue expiry (x-expires) ------------------------------------------------------------
@@ -619,10 +529,10 @@ class Queue:
                     expired.append(entry)
                     continue
             consumer.deliver(self, entry)
-        if taken:
-            self._after_change()
         if expired:
             self._dead(expired, EXPIRED)
+        if taken:
+            self._drop_expired()  # RabbitMQ's fetch: the new head leaves now if it is past due
 
     def mark_deleted(self) -> list[Consumer]:
         """Flag the queue deleted, drop its messages; returns the consumers to notify."""

@@ -27,8 +27,29 @@ from .arguments import (
     parse_queue_args,
 )
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
-from .message import Message
+from .message import Entry, Message
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
+
+
+class PublishResult:
+    """The outcome of ``VHost.publish`` (see there)."""
+
+    __slots__ = ("routed", "refused", "stored")
+
+    def __init__(
+        self, routed: bool, refused: bool, stored: list[tuple[Queue, Entry]] | None = None
+    ) -> None:
+        self.routed = routed  # at least one queue took it or refused it
+        self.refused = refused  # a reject-publish queue refused it
+        self.stored = stored  # (queue, entry) written to the store; None: nothing to wait for
+
+    def __repr__(self) -> str:
+        return f"PublishResult(routed={self.routed}, refused={self.refused}, stored={self.stored!r})"
+
+
+UNROUTED = PublishResult(False, False)
+ROUTED = PublishResult(True, False)
+REFUSED = PublishResult(True, True)
 
 PREDECLARED = (
     ("amq.direct", "direct", False),
@@ -289,13 +310,28 @@ class VHost:
             self._sources.setdefault(dest, set()).add(source)
             self._binding_changed(True, exchange, dest, routing_key, arguments)
 
-    def unbind(self, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]) -> None:
-        """Remove a binding; a missing binding or exchange is not an error (RabbitMQ 3.x)."""
+    def unbind(
+        self,
+        source: str,
+        dest: Destination,
+        routing_key: str,
+        arguments: dict[str, Any],
+        owner: object | None = None,
+    ) -> None:
+        """Remove a binding. As RabbitMQ 3.10, a missing exchange, destination or binding is not an
+        error; an exclusive queue is checked against ``owner`` only when the binding exists.
+
+        Raises:
+            AccessRefused: the default exchange is involved.
+            ResourceLocked: the binding exists and its queue is exclusive to another connection.
+        """
         if source == "" or dest == ("exchange", ""):
             raise AccessRefused("operation not permitted on the default exchange")
         exchange = self.exchanges.get(source)
         if exchange is None:
             return
+        if dest[0] == "queue" and exchange.has_binding(routing_key, dest, arguments):
+            self.get_queue(dest[1], owner)  # 405 for another connection's exclusive queue
         if exchange.unbind(routing_key, dest, arguments):
             self._binding_changed(False, exchange, dest, routing_key, arguments)
             remaining = [b for b in exchange.bindings_list() if b[1] == dest]
@@ -306,6 +342,43 @@ class VHost:
             self._maybe_auto_delete(exchange)
 
     # -- publishing -----------------------------------------------------------------------
+    def publish(
+        self,
+        exchange: Exchange | None,
+        message: Message,
+        accept: Callable[[Queue], bool] | None = None,
+    ) -> PublishResult:
+        """The one publish operation (a channel's publish and tx commit, dead-lettering): route
+        ``message`` from ``exchange`` (None = the default exchange) with its routing key and its
+        ``extra_keys`` (CC/BCC, checked by ``sender_selected`` at publish time), then enqueue it in
+        every queue reached that ``accept`` (if given) lets through.
+
+        Returns:
+            What the caller's protocol needs: whether any queue took it (else a mandatory message
+            is returned), whether a ``reject-publish`` queue refused it (a confirm nack), and the
+            entries written to the store (the confirm waits for their commit; a failed commit
+            withdraws them, see ``Queue.withdraw``).
+        """
+        extra = message.extra_keys
+        queues = self.route(exchange, message, list(extra) if extra else None)
+        if accept is not None:
+            queues = [queue for queue in queues if accept(queue)]
+        if not queues:
+            return UNROUTED
+        refused = False
+        stored: list[tuple[Queue, Entry]] | None = None
+        for queue in queues:
+            entry = queue.enqueue(message)
+            if entry is None:
+                refused = True  # reject-publish overflow
+            elif entry.store_id:
+                if stored is None:
+                    stored = []
+                stored.append((queue, entry))
+        if stored is not None:
+            return PublishResult(True, refused, stored)
+        return REFUSED if refused else ROUTED
+
     def route(
         self, exchange: Exchange | None, message: Message, extra_keys: list[str] | None = None
     ) -> list[Queue]:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
+from ottermq.amqp.errors import FrameError
+from ottermq.amqp.props import PROPERTY_FLAGS, split_props
 from ottermq.amqp.table import (
     Float,
     Long,
@@ -163,43 +165,19 @@ def read_props(raw: bytes) -> tuple[str | None, str | None, str | None, str | No
     Raises:
         ValueError: truncated or malformed octets (``FrameError`` for a bad table).
     """
-    flags = (raw[0] << 8) | raw[1]
-    pos = 2
-    word = flags
-    while word & 1:
-        word = (raw[pos] << 8) | raw[pos + 1]
-        pos += 2
+    try:
+        fields = split_props(raw)[1]
+    except FrameError as exc:
+        raise ValueError(exc.text) from None
 
-    def shortstr() -> str:
-        nonlocal pos
-        end = pos + 1 + raw[pos]
-        if end > len(raw):
-            raise ValueError("truncated property list")
-        text = raw[pos + 1 : end].decode("utf-8", "replace")
-        pos = end
-        return text
+    def shortstr(name: str) -> str | None:
+        octets = fields.get(PROPERTY_FLAGS[name])
+        return None if octets is None else octets[1:].decode("utf-8", "replace")
 
-    content_type = correlation_id = expiration = message_id = None
-    headers: dict[str, object] | None = None
-    if flags & 0x8000:
-        content_type = shortstr()
-    if flags & 0x4000:
-        shortstr()
-    if flags & 0x2000:
-        headers, pos = decode_table(raw, pos)
-    if flags & 0x1000:
-        pos += 1
-    if flags & 0x0800:
-        pos += 1
-    if flags & 0x0400:
-        correlation_id = shortstr()
-    if flags & 0x0200:
-        shortstr()
-    if flags & 0x0100:
-        expiration = shortstr()
-    if flags & 0x0080:
-        message_id = shortstr()
-    return content_type, correlation_id, expiration, message_id, headers
+    table = fields.get(PROPERTY_FLAGS["headers"])
+    headers = None if table is None else decode_table(table, 0)[0]
+    content_type, correlation_id = shortstr("content_type"), shortstr("correlation_id")
+    return content_type, correlation_id, shortstr("expiration"), shortstr("message_id"), headers
 
 
 def _utf8(text: str) -> bytes:

@@ -184,17 +184,26 @@ class InstantStore:
         self.loop = loop
         self.ids = 0
         self.ops: list[tuple[str, Any]] = []
+        self.fail_batches = 0  # the next N batches fail (a full disk): callbacks get ok=False
+        self._callbacks: list[Callable[[bool], None]] = []
 
     @property
     def pending(self) -> int:
         return len(self.ops)
 
     def after_commit(self, callback: Callable[[bool], None]) -> None:
-        self.loop.call_soon(self._commit, callback)
+        if not self._callbacks:
+            self.loop.call_soon(self._commit)
+        self._callbacks.append(callback)
 
-    def _commit(self, callback: Callable[[bool], None]) -> None:
+    def _commit(self) -> None:
+        ok = self.fail_batches <= 0
+        if not ok:
+            self.fail_batches -= 1
         self.ops.clear()
-        callback(True)
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(ok)
 
     def _next(self) -> int:
         self.ids += 1

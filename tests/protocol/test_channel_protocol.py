@@ -232,3 +232,75 @@ def test_a_reject_publish_nack_splits_the_acks(client):
     # 1 and 2 fit, 3 and 4 are refused: acks first (RabbitMQ's order), then the nacks, one by one
     # because the acks of the same turn are their barrier (rabbit_channel:send_nacks)
     assert _confirm_frames(client) == [("Ack", 2, True), ("Nack", 3, False), ("Nack", 4, False)]
+
+
+# -- failures reach the client (a store batch that fails, as on a full disk) ----------------------
+def _durable_confirming(client, name: str, **args) -> None:
+    client.send(1, spec.Queue.Declare(queue=name, durable=True, arguments=args or None))
+    client.expect(spec.Queue.DeclareOk)
+    client.send(1, spec.Confirm.Select())
+    client.expect(spec.Confirm.SelectOk)
+
+
+def _ready(client, name: str) -> int:
+    client.send(1, spec.Queue.Declare(queue=name, passive=True))
+    return client.expect(spec.Queue.DeclareOk).message_count
+
+
+def test_failed_store_commit_nacks_and_withdraws_the_message(client, broker, loop):
+    _durable_confirming(client, "fq")
+    broker.store.fail_batches = 1
+    _publish_many(client, "fq", 3, persistent=True)
+    loop.run_soon()
+    assert _confirm_frames(client) == [("Nack", 3, True)]
+    assert _ready(client, "fq") == 0  # memory agrees with the store: nothing was written
+    _publish_many(client, "fq", 1, persistent=True)
+    loop.run_soon()
+    assert _confirm_frames(client) == [("Ack", 4, False)]
+    assert _ready(client, "fq") == 1
+
+
+def test_failed_store_commit_leaves_a_delivered_message_with_its_consumer(client, broker, loop):
+    _durable_confirming(client, "fq2")
+    client.send(1, spec.Basic.Consume(queue="fq2", consumer_tag="c"))
+    client.expect(spec.Basic.ConsumeOk)
+    broker.store.fail_batches = 1
+    _publish_many(client, "fq2", 1, persistent=True)
+    loop.run_soon()
+    frames = client.frames()
+    assert [type(f).__name__ for _, f in frames if isinstance(f, (spec.Basic.Deliver, spec.Basic.Nack))] == [
+        "Deliver", "Nack"
+    ]
+
+
+def test_failed_store_commit_fails_the_transaction_406(client, broker, loop):
+    client.send(1, spec.Queue.Declare(queue="tq", durable=True))
+    client.expect(spec.Queue.DeclareOk)
+    client.send(1, spec.Tx.Select())
+    client.expect(spec.Tx.SelectOk)
+    _publish_many(client, "tq", 2, persistent=True)
+    broker.store.fail_batches = 1
+    client.send(1, spec.Tx.Commit())
+    loop.run_soon()
+    close = client.expect(spec.Channel.Close)
+    assert (close.reply_code, close.reply_text) == (406, "PRECONDITION_FAILED - partial tx completion")
+    assert (close.class_id, close.method_id) == (90, 20)
+    client.send(1, spec.Channel.CloseOk())
+    client.open_channel(1)
+    assert _ready(client, "tq") == 0
+
+
+def test_tx_with_a_refused_publish_is_406_partial_completion(client):
+    args = {"x-max-length": 1, "x-overflow": "reject-publish"}
+    client.send(1, spec.Queue.Declare(queue="txfull", arguments=args))
+    client.expect(spec.Queue.DeclareOk)
+    client.send(1, spec.Tx.Select())
+    client.expect(spec.Tx.SelectOk)
+    _publish_many(client, "txfull", 2)
+    client.send(1, spec.Tx.Commit())
+    close = client.expect(spec.Channel.Close)
+    assert (close.reply_code, close.reply_text) == (406, "PRECONDITION_FAILED - partial tx completion")
+    assert (close.class_id, close.method_id) == (90, 20)
+    client.send(1, spec.Channel.CloseOk())
+    client.open_channel(1)
+    assert _ready(client, "txfull") == 1  # what fit stays, as in RabbitMQ

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ottermq.broker.connection import OPEN
+from ottermq.broker.states import State
 from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
+
+OPEN = State.RUNNING
 
 
 def test_bad_protocol_header_gets_our_header_and_close(make_client):

@@ -7,10 +7,12 @@ import logging
 import random
 
 import pytest
-from ottermq.broker.connection import CLOSED, CLOSING, OPEN
+from ottermq.broker.states import State
 from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
+
+CLOSED, CLOSING, OPEN = State.CLOSED, State.CLOSING, State.RUNNING
 
 VALID_FRAMES = [
     pframe.marshal(spec.Queue.Declare(queue="fz"), 1),

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from ottermq.broker.config import Settings, load_settings, parse_duration
+from ottermq.broker.config import (
+    Settings,
+    env_name,
+    load_settings,
+    parse_duration,
+    settings_help,
+    unknown_variables,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def env_name(field: str) -> str:
-    return "LOG_LEVEL" if field == "log_level" else f"OTTERMQ_{field.upper()}"
-
-
 def test_env_example_lists_every_setting_with_its_default(monkeypatch):
-    for key in list(__import__("os").environ):
+    for key in list(os.environ):
         if key.startswith("OTTERMQ_") or key == "LOG_LEVEL":
             monkeypatch.delenv(key)
     lines = [line for line in (ROOT / ".env.example").read_text().splitlines() if "=" in line]
@@ -63,3 +67,94 @@ def test_dotenv_file(tmp_path, monkeypatch):
     env = tmp_path / ".env"
     env.write_text("OTTERMQ_CHANNEL_MAX=7\n")
     assert load_settings(_env_file=env).channel_max == 7
+
+
+@pytest.mark.parametrize("value,expected", [("debug", "DEBUG"), ("Warning", "WARNING"), ("error", "ERROR")])
+def test_log_level_any_case(monkeypatch, value, expected):
+    monkeypatch.setenv("LOG_LEVEL", value)
+    assert load_settings(_env_file=None).log_level == expected
+
+
+@pytest.mark.parametrize("var", ["LOG_LEVEL", "OTTERMQ_LOG_LEVEL"])
+def test_unknown_log_level_stops_startup(monkeypatch, var):
+    monkeypatch.delenv("LOG_LEVEL", raising=False)
+    monkeypatch.setenv(var, "VERBOSE")
+    with pytest.raises(SystemExit) as info:
+        load_settings(_env_file=None)
+    text = str(info.value)
+    assert text.startswith("invalid configuration:\n  LOG_LEVEL: ")
+    assert "DEBUG, INFO, WARNING, ERROR, CRITICAL" in text and "'VERBOSE'" in text
+
+
+# One bad value per setting: every one of them must stop start-up naming its variable.
+BAD_VALUES = {
+    "broker_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
+    "broker_port": "65536",
+    "data_dir": None,  # any path; start-up reports an unusable one (StartupError)
+    "heartbeat_interval": "soon",
+    "channel_max": "-1",
+    "frame_max": "100",
+    "username": None,  # any string
+    "password": None,  # any string
+    "vhosts": None,  # any list of names
+    "loopback_users": None,  # any list of names
+    "max_priority": "256",
+    "enable_ttl": "maybe",
+    "enable_dlx": "2",
+    "enable_qll": "yes please",
+    "max_message_size": "0",
+    "store": "postgres",
+    "sync": "OFF",
+    "definitions_file": None,  # any path; start-up reports a missing file (StartupError)
+    "memory_high_watermark": "0",
+    "handshake_timeout": "0",
+    "update_secret_verify": "sometimes",
+    "dlx_archive_dir": None,  # any path; start-up reports an unwritable one (StartupError)
+    "dlx_archive_max_bytes": "10",
+    "dlx_archive_body_bytes": "-1",
+    "dlx_archive_queue": "0",
+    "log_level": "VERBOSE",
+}
+
+
+def test_bad_values_cover_every_setting():
+    assert sorted(BAD_VALUES) == sorted(Settings.model_fields)
+
+
+@pytest.mark.parametrize("field", [f for f, v in BAD_VALUES.items() if v is not None])
+def test_every_bad_value_stops_startup_naming_the_variable(monkeypatch, field):
+    for key in list(os.environ):
+        if key.startswith("OTTERMQ_") or key == "LOG_LEVEL":
+            monkeypatch.delenv(key)
+    monkeypatch.setenv(env_name(field), BAD_VALUES[field])  # type: ignore[arg-type]
+    with pytest.raises(SystemExit) as info:
+        load_settings(_env_file=None)
+    assert str(info.value).startswith(f"invalid configuration:\n  {env_name(field)}: ")
+    assert "(got " in str(info.value)  # the value as read (a duration already in seconds)
+
+
+def test_unknown_variables_name_the_closest_setting(tmp_path, monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("OTTERMQ_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("OTTERMQ_BROKER_PROT", "5673")
+    monkeypatch.setenv("OTTERMQ_LOG_LEVEL", "INFO")  # an accepted spelling of LOG_LEVEL
+    monkeypatch.setenv("OTTERMQ_PORT", "1")
+    env = tmp_path / ".env"
+    env.write_text("OTTERMQ_PASWORD=secret\nOTTERMQ_ZZZ=1\nOTTERMQ_VHOSTS=/\n")
+    ignored = "in the environment is ignored; did you mean"
+    assert unknown_variables(env) == [
+        f"unknown setting OTTERMQ_BROKER_PROT {ignored} OTTERMQ_BROKER_PORT?",
+        f"unknown setting OTTERMQ_PORT {ignored} OTTERMQ_BROKER_PORT?",
+        f"unknown setting OTTERMQ_PASWORD in {env} is ignored; did you mean OTTERMQ_PASSWORD?",
+        f"unknown setting OTTERMQ_ZZZ in {env} is ignored (see ottermq serve --help)",
+    ]
+    assert unknown_variables(tmp_path / "missing.env") == unknown_variables(None)
+
+
+def test_settings_help_lists_every_setting_with_the_env_example_default(monkeypatch):
+    names = [line.strip() for line in settings_help().splitlines() if not line.startswith("      ")]
+    listed = dict(line.split("=", 1) for line in names)
+    example_lines = (ROOT / ".env.example").read_text().splitlines()
+    example = dict(line.split("=", 1) for line in example_lines if "=" in line and not line.startswith("#"))
+    assert listed == example

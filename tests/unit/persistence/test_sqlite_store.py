@@ -282,13 +282,43 @@ def test_dead_letter_move_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.
         store.after_commit(oks.append)
         with pytest.raises(StoreError):
             await store.flush()
-        monkeypatch.setattr(sqlite_module, "_executemany", real)
         assert oks == [False]
-        await store.close()
+        await store.close()  # still failing: closing gives the batch up instead of retrying it
+        monkeypatch.setattr(sqlite_module, "_executemany", real)
         store = SQLiteStore(path)
         await store.open()
-        assert [m.id for m in await messages(store, source)] == [mid]
+        assert [m.id for m in await messages(store, source)] == [mid]  # nothing of the move applied
         assert await messages(store, target) == []
+        await store.close()
+
+    run(main)
+
+
+def test_a_failed_dead_letter_move_lands_whole_with_the_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ottermq.db"
+    source, target = make_db(path, queues=2)
+
+    async def main() -> None:
+        store = SQLiteStore(path)
+        await store.open()
+        mid = store.insert_message(message(source, 1))
+        await store.flush()
+        real = sqlite_module._executemany
+
+        def fail_once(conn: sqlite3.Connection, statement: str, params: list[Any]) -> None:
+            monkeypatch.setattr(sqlite_module, "_executemany", real)
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(sqlite_module, "_executemany", fail_once)
+        store.delete_message(mid)
+        moved = store.insert_message(message(target, 1))
+        with pytest.raises(StoreError):
+            await store.flush()
+        await store.flush()  # the retry commits the whole move
+        assert await messages(store, source) == []
+        assert [m.id for m in await messages(store, target)] == [moved]
         await store.close()
 
     run(main)
@@ -390,15 +420,16 @@ def test_full_disk_fails_the_batch_then_recovers(tmp_path: Path, caplog: pytest.
         with pytest.raises(StoreError):
             await store.flush()
         assert oks == [False]
-        store.put_vhost(VHostRecord("small"))  # fits: the store goes on with the next batch
+        store.put_vhost(VHostRecord("small"))  # queued behind the retried inserts: fails with them
         store.after_commit(oks.append)
-        await store.flush()
-        await sql(store, "PRAGMA max_page_count = 1073741823")
+        with pytest.raises(StoreError):
+            await store.flush()
+        await sql(store, "PRAGMA max_page_count = 1073741823")  # space again
         store.insert_message(message(q, 51))
         store.after_commit(oks.append)
         await store.flush()
-        assert oks == [False, True, True]
-        assert [m.seq for m in await messages(store, q)] == [51]
+        assert oks == [False, False, True]
+        assert [m.seq for m in await messages(store, q)] == list(range(1, 52))  # nothing lost
         await store.close()
 
     with caplog.at_level(logging.ERROR):

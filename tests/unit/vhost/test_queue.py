@@ -248,3 +248,98 @@ def test_priority_queue_orders_and_expires_per_level():
     ttl.advance(10, q)
     assert sink.dead == [("q", "expired", b"high")]
     assert [e.message.body for e in q.ready_entries()] == [b"low"]
+
+
+# -- RabbitMQ's drop_expired_msgs: expired heads leave after every head change -------------------------
+def bodies(entries: Any) -> list[bytes]:
+    return [e.message.body for e in entries]
+
+
+def test_get_drops_the_expired_messages_it_exposes_before_counting():
+    """m2 expired behind a live head: get-ok for m1 counts 0 and m2 is dead-lettered right then."""
+    q, ttl, sink = make()
+    q.enqueue(msg(b"m1"))
+    q.enqueue(msg(b"m2", expiration=1))
+    q.enqueue(msg(b"m3", expiration=1))
+    q.enqueue(msg(b"m4"))
+    q.enqueue(msg(b"m5", expiration=1))
+    ttl.t += 60  # no timer: only the head is watched and it has no TTL
+    assert q.message_count == 5 and sink.dead == []  # declare-ok (stat) runs no check
+    entry = q.pop()
+    assert entry is not None and entry.message.body == b"m1"
+    assert sink.dead == [("q", "expired", b"m2"), ("q", "expired", b"m3")]
+    assert q.message_count == 2  # m4 is live and hides m5
+    assert q.purge() == 2 and sink.dead[2:] == []  # purge counts m5 and never dead-letters
+
+
+def test_delivery_to_a_consumer_drops_the_expired_new_head():
+    q, ttl, sink = make()
+    for body, exp in ((b"m1", None), (b"m2", 1), (b"m3", None)):
+        q.enqueue(msg(body, expiration=exp))
+    ttl.t += 60
+    c = FakeConsumer(capacity=1)
+    q.add_consumer(c)
+    assert bodies(c.got) == [b"m1"]
+    assert sink.dead == [("q", "expired", b"m2")] and q.message_count == 1
+
+
+def test_drop_head_overflow_then_drops_the_expired_new_head():
+    q, ttl, sink = make({"x-max-length": 2})
+    q.enqueue(msg(b"m1"))
+    q.enqueue(msg(b"m2", expiration=1))
+    ttl.t += 60
+    q.enqueue(msg(b"m3"))
+    assert sink.dead == [("q", "maxlen", b"m1"), ("q", "expired", b"m2")]
+    assert bodies(q.ready_entries()) == [b"m3"]
+
+
+def test_expired_message_requeued_behind_a_live_head_waits_counted():
+    """As RabbitMQ: requeue puts it back; it is dead-lettered when it reaches the head, not before."""
+    q, ttl, sink = make()
+    for body, exp in ((b"m0", None), (b"m1", 100), (b"m2", None)):
+        q.enqueue(msg(body, expiration=exp))
+    m0, m1 = q.pop(), q.pop()
+    assert m0 is not None and m1 is not None
+    q.requeue([m0])
+    ttl.advance(200, q)
+    q.requeue([m1])
+    assert sink.dead == [] and q.message_count == 3
+    entry = q.pop()
+    assert entry is not None and entry.message.body == b"m0"
+    assert sink.dead == [("q", "expired", b"m1")] and q.message_count == 1
+
+
+def test_expired_message_requeued_to_the_head_is_dead_lettered_at_once():
+    q, ttl, sink = make()
+    for body, exp in ((b"m0", None), (b"m1", 100), (b"m2", None)):
+        q.enqueue(msg(body, expiration=exp))
+    m0, m1 = q.pop(), q.pop()
+    assert m0 is not None and m1 is not None
+    ttl.advance(200, q)
+    q.requeue([m1])
+    assert sink.dead == [("q", "expired", b"m1")] and q.message_count == 1
+    q.requeue([m0])
+    assert bodies(q.ready_entries()) == [b"m0", b"m2"]
+
+
+def test_priority_queue_expires_in_delivery_order_only():
+    """rabbit_priority_queue: a low-priority message expired behind a live high-priority head waits."""
+    q, ttl, sink = make({"x-max-priority": 5})
+    q.enqueue(msg(b"p0", priority=0, expiration=50))
+    q.enqueue(msg(b"p5", priority=5))
+    ttl.advance(100, q)  # the timer armed for p0 fires, but p5 is the head
+    assert sink.dead == [] and q.message_count == 2
+    entry = q.pop()
+    assert entry is not None and entry.message.body == b"p5"
+    assert sink.dead == [("q", "expired", b"p0")] and q.message_count == 0
+
+
+def test_queue_without_ttl_never_reads_the_clock_on_get_or_dispatch():
+    q, ttl, sink = make()
+    for body in (b"a", b"b", b"c"):
+        q.enqueue(msg(body))
+    reads: list[int] = []
+    ttl.now = lambda: reads.append(1) or ttl.t  # type: ignore[method-assign]
+    q.pop()
+    q.add_consumer(FakeConsumer(capacity=1))
+    assert reads == []
