@@ -40,7 +40,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from pamqp import commands, header
+from pamqp import commands
 
 from .erlang import Atom, Charlist, indentation, pretty_term, to_wire
 from .errors import FrameError, PreconditionFailed
@@ -241,7 +241,7 @@ def decode_properties(raw_props: bytes) -> commands.Basic.Properties:
     """
     props = commands.Basic.Properties()
     try:
-        offset, flags = header.ContentHeader._get_flags(raw_props)
+        flags, offset = _flags(raw_props)  # basic's properties are all in the first flag word
         props.unmarshal(flags, raw_props[offset:])
     except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError, ...
         raise FrameError(f"cannot decode content header properties: {exc}") from exc

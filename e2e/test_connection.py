@@ -140,8 +140,14 @@ def test_unknown_vhost_raw(raw_connect):
 # heartbeats
 # ---------------------------------------------------------------------------------------------------------
 def test_pika_heartbeat_2_keeps_connection_alive(connect):
-    conn = connect(heartbeat=2)
-    assert conn._impl.params.heartbeat == 2
+    proposals: list[int] = []
+
+    def heartbeat(_conn: object, server_proposal: int) -> int:  # pika's public hook: the value it uses
+        proposals.append(server_proposal)
+        return 2
+
+    conn = connect(heartbeat=heartbeat)
+    assert len(proposals) == 1  # the Connection.Tune was seen and 2 s negotiated
     ch = conn.channel()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

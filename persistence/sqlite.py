@@ -1,11 +1,19 @@
-"""``SQLiteStore``: the durable store, one SQLite file in WAL mode behind one aiosqlite connection.
+"""``SQLiteStore``: the durable store, one SQLite file in WAL mode behind one connection on one thread.
 
 Rules:
-- Group commit (see ``memory.BatchingStore``): each batch is ONE transaction run by ONE aiosqlite
-  call: ``_write_batch`` on aiosqlite's worker thread does ``BEGIN IMMEDIATE``, one
-  ``executemany`` per run of consecutive ops with the same statement (so queue order is kept:
-  a queue deleted and redeclared, or a dead-letter move, lands exactly as queued), ``COMMIT``.
-  Never one aiosqlite call per message: each call is a thread round trip.
+- One connection: a plain ``sqlite3`` connection, opened, used and closed on the store's own
+  worker thread (``worker.Worker``, named ``ottermq-sqlite``); every write and every read that
+  must see the store's own writes runs there, one ``Worker.call`` each (``SQLiteStore._call``),
+  in submission order.
+- Group commit (see ``memory.BatchingStore``): each batch is ONE transaction run by ONE worker
+  call: ``_write_batch`` on the worker thread does ``BEGIN IMMEDIATE``, one ``executemany`` per
+  run of consecutive ops with the same statement (so queue order is kept: a queue deleted and
+  redeclared, or a dead-letter move, lands exactly as queued), ``COMMIT``. Never one call per
+  message: each call is a thread round trip.
+- ``after_commit`` callbacks fire on the event loop once their batch's worker call has
+  returned (the transaction is committed or rolled back), in registration order; a failed batch
+  (``sqlite3.Error`` such as "database or disk is full") is rolled back, logged and reported to
+  its callbacks as ``ok=False`` (see ``memory.BatchingStore._run``), and later batches go on.
 - Durability (``synchronous``, from ``OTTERMQ_SYNC``), in WAL mode:
   ``FULL`` (default): the WAL is fsynced at every commit, so a confirmed message survives a power
   loss or OS crash (RabbitMQ's promise for confirms). ``NORMAL``: the WAL is fsynced only at
@@ -16,14 +24,22 @@ Rules:
   newer schema, a non-SQLite or corrupt file raises ``StoreError`` and the file is left untouched.
 - ``<file>.lock`` (``flock``) keeps a second broker out of the same data file; external readers
   (``sqlite3`` CLI, backups) still work while the broker runs.
-- Reads (``load_definitions``, ``iter_messages``, ``stats``) run on the same connection, between
-  batches. ``load_definitions`` and ``iter_messages`` first wait for the writes queued before them.
+- Reads (``load_definitions``, ``iter_messages``) run on the store's connection, between batches,
+  after waiting for the writes queued before them. ``stats`` only reports committed state, so it
+  needs no ordering with the writes: it reads through a short-lived read-only connection and its
+  ``count(*)`` scan never holds up a commit.
+- ``close`` commits what is queued, closes the connection on its thread (the last connection
+  checkpoints and removes the WAL), then stops the worker and joins its thread. A store never
+  closed does not keep the process alive (the thread is a daemon); dying mid-commit is safe, as
+  with ``kill -9`` (SQLite rolls the transaction back).
 
-aiosqlite: ``Connection._execute(fn, *args)`` (run ``fn`` on the connection's worker thread),
-``Connection._conn`` (the ``sqlite3.Connection``) and ``Connection._thread`` (made a daemon) are
-private but have been stable for years;
-this module is written against aiosqlite >=0.20,<0.23 (0.22.1 tested). Check ``_call`` when
-upgrading past that range.
+aiosqlite (public API only): ``stats`` uses ``aiosqlite.connect`` in ``async with`` on a
+read-only URI, with ``execute_fetchall``. The writer is not an aiosqlite connection because
+aiosqlite's public API runs one call per statement (``BEGIN``, each ``executemany``, ``COMMIT``:
+several thread round trips per batch instead of one) and its worker thread is not a daemon, so a
+long-lived connection never closed would hang interpreter exit; a connection scoped to one
+``async with`` is always closed and its thread stopped. Written against aiosqlite >=0.20,<0.23
+(0.22.1 tested).
 """
 
 from __future__ import annotations
@@ -36,13 +52,14 @@ from collections.abc import AsyncIterator, Callable
 from itertools import chain, groupby
 from operator import itemgetter
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
 from . import schema
 from .memory import BatchingStore, Op
 from .store import Definitions, MessageRecord, StoreError
+from .worker import Worker
 
 if sys.platform != "win32":
     import fcntl
@@ -51,12 +68,6 @@ if TYPE_CHECKING:
     from .store import Store
 
 log = logging.getLogger(__name__)
-
-if not all(hasattr(aiosqlite.Connection, name) for name in ("_execute", "_conn")):  # pragma: no cover
-    raise ImportError(
-        f"ottermq.persistence.sqlite needs aiosqlite's Connection._execute and ._conn (aiosqlite "
-        f">=0.20,<0.23); aiosqlite {getattr(aiosqlite, '__version__', '?')} lacks them"
-    )
 
 T = TypeVar("T")
 
@@ -68,6 +79,7 @@ JOURNAL_SIZE_LIMIT = 64 << 20  # the WAL is truncated to this after a checkpoint
 MAINTAIN_EVERY = 128  # batches between free-space checks
 VACUUM_MIN_FREE_PAGES = 2048  # give back free pages once there are this many and they are >1/4 of the file
 VACUUM_STEP_PAGES = 2048
+THREAD_NAME = "ottermq-sqlite"
 
 
 class SQLiteStore(BatchingStore):
@@ -90,8 +102,8 @@ class SQLiteStore(BatchingStore):
         self.synchronous = synchronous.upper()
         if self.synchronous not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
-        self._db: aiosqlite.Connection | None = None
-        self._raw: sqlite3.Connection | None = None
+        self._worker: Worker | None = None
+        self._conn: sqlite3.Connection | None = None  # used on the worker's thread only
         self._lock: IO[bytes] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -101,7 +113,7 @@ class SQLiteStore(BatchingStore):
         Raises:
             StoreError: newer schema, corrupt or non-SQLite file, file in use, I/O error.
         """
-        if self._db is not None:
+        if self._worker is not None:
             raise StoreError(f"{self.path} is already open")
         if self.path.is_dir():
             self.path = self.path / DB_FILENAME
@@ -112,22 +124,20 @@ class SQLiteStore(BatchingStore):
             raise StoreError(f"cannot create data dir {path.parent}: {exc}") from exc
         schema.check_header(path)
         self._lock = _lock(path)
-        db: aiosqlite.Connection | None = None
+        worker = Worker(THREAD_NAME)
+        conn: sqlite3.Connection | None = None
         try:
-            db = aiosqlite.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT)
-            # A store never closed (a crash on the way out) must not keep the process alive; dying
-            # mid-commit is safe, as with kill -9 (SQLite rolls the transaction back).
-            db._thread.daemon = True
-            await db
-            queues, last_seq = await _call(db, _open_database, db._conn, path, self.synchronous)
+            conn = await worker.call(_connect, path)
+            queues, last_seq = await worker.call(_open_database, conn, path, self.synchronous)
         except BaseException as exc:
-            if db is not None:
-                await db.close()
+            if conn is not None:
+                worker.call(conn.close)  # runs before stop() returns
+            worker.stop()
             self._unlock()
             if isinstance(exc, sqlite3.Error | OSError):
                 raise StoreError(f"cannot open data file {path}: {exc}") from exc
             raise
-        self._db, self._raw = db, db._conn
+        self._worker, self._conn = worker, conn
         self._loop = asyncio.get_running_loop()
         self._closed = False
         self._load_ids(queues, last_seq)
@@ -135,17 +145,18 @@ class SQLiteStore(BatchingStore):
 
     async def close(self) -> None:
         """Commit what is queued (failures are logged), then close the file and release the lock."""
-        db = self._db
-        if db is None:
+        worker, conn = self._worker, self._conn
+        if worker is None or conn is None:
             return
         await self._drain()
         self._closed = True
         try:
-            await db.close()  # the last connection checkpoints and removes the WAL
+            await self._call(conn.close)  # the last connection checkpoints and removes the WAL
         except sqlite3.Error as exc:
             log.error("closing %s: %s", self.path, exc)
         finally:
-            self._db = self._raw = self._loop = None
+            self._worker = self._conn = self._loop = None
+            worker.stop()  # nothing is queued: this joins the thread at once
             self._unlock()
 
     def _unlock(self) -> None:
@@ -153,23 +164,37 @@ class SQLiteStore(BatchingStore):
             self._lock.close()  # closing the file releases the flock
             self._lock = None
 
-    def _connection(self) -> tuple[aiosqlite.Connection, sqlite3.Connection]:
-        if self._db is None or self._raw is None:
+    def _connection(self) -> sqlite3.Connection:
+        """The store's ``sqlite3`` connection, to be used only in functions given to ``_call``.
+
+        Raises:
+            StoreError: the store is not open.
+        """
+        if self._conn is None:
             raise StoreError("the store is not open")
-        return self._db, self._raw
+        return self._conn
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the store's worker thread: one round trip, in submission order.
+
+        Raises:
+            StoreError: the store is not open; whatever ``fn`` raises.
+        """
+        if self._worker is None:
+            raise StoreError("the store is not open")
+        return await self._worker.call(fn, *args)
 
     # -- commit -----------------------------------------------------------------------------------
     async def _commit(self, ops: list[Op | None]) -> None:
-        db, raw = self._connection()
-        await _call(db, _write_batch, raw, ops, self.batches % MAINTAIN_EVERY == MAINTAIN_EVERY - 1)
+        conn = self._connection()
+        await self._call(_write_batch, conn, ops, self.batches % MAINTAIN_EVERY == MAINTAIN_EVERY - 1)
 
     # -- reads ----------------------------------------------------------------------------------
     async def load_definitions(self) -> Definitions:
         """Every committed vhost, user, permission, exchange, queue and binding (after the writes
         queued so far)."""
         await self._settle()
-        db, raw = self._connection()
-        return await _call(db, _read_definitions, raw)
+        return await self._call(_read_definitions, self._connection())
 
     async def iter_messages(self, queue_id: int, chunk: int = 10000) -> AsyncIterator[list[MessageRecord]]:
         """The queue's committed messages in seq order, ``chunk`` rows at a time.
@@ -181,8 +206,7 @@ class SQLiteStore(BatchingStore):
         low, high = schema.queue_range(queue_id)
         after = low
         while True:
-            db, raw = self._connection()
-            records = await _call(db, _read_messages, raw, queue_id, after, high, chunk)
+            records = await self._call(_read_messages, self._connection(), queue_id, after, high, chunk)
             if records:
                 yield records
             if len(records) < chunk:
@@ -191,9 +215,16 @@ class SQLiteStore(BatchingStore):
 
     async def stats(self) -> dict[str, int]:
         """``messages``, ``queues``, ``bytes_on_disk`` (db + WAL), ``db_bytes``, ``wal_bytes``,
-        ``free_bytes`` (reusable pages in the file), ``pending``, ``batches``, ``failed_batches``."""
-        db, raw = self._connection()
-        messages, queues, free_pages, page_size = await _call(db, _read_stats, raw)
+        ``free_bytes`` (reusable pages in the file), ``pending``, ``batches``, ``failed_batches``.
+
+        The counters are those of the moment of the call; the rest is the committed state a moment later.
+
+        Raises:
+            StoreError: the store is not open.
+        """
+        self._connection()  # raises when the store is not open
+        counters = {"pending": self.pending, "batches": self.batches, "failed_batches": self.failed_batches}
+        messages, queues, free_pages, page_size = await _read_stats(self.path)
         db_bytes = _size(self.path)
         wal_bytes = _size(self.path.with_name(self.path.name + "-wal"))
         return {
@@ -203,9 +234,7 @@ class SQLiteStore(BatchingStore):
             "db_bytes": db_bytes,
             "wal_bytes": wal_bytes,
             "free_bytes": free_pages * page_size,
-            "pending": self.pending,
-            "batches": self.batches,
-            "failed_batches": self.failed_batches,
+            **counters,
         }
 
     async def checkpoint(self) -> None:
@@ -215,8 +244,7 @@ class SQLiteStore(BatchingStore):
             StoreError: the flush failed.
         """
         await self.flush()
-        db, raw = self._connection()
-        await _call(db, _checkpoint, raw)
+        await self._call(_checkpoint, self._connection())
 
 
 if TYPE_CHECKING:
@@ -225,10 +253,11 @@ if TYPE_CHECKING:
         return store
 
 
-# -- worker-thread functions (run by aiosqlite, one call each) ---------------------------------------
-async def _call(db: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` on the connection's worker thread: one round trip (aiosqlite private API)."""
-    return cast(T, await db._execute(fn, *args))  # type: ignore[no-untyped-call]
+# -- worker-thread functions (run by SQLiteStore._call, one call each) ---------------------------------
+def _connect(path: Path) -> sqlite3.Connection:
+    # autocommit (isolation_level=None): _write_batch issues BEGIN IMMEDIATE/COMMIT itself;
+    # check_same_thread (the default) guards the one-thread rule
+    return sqlite3.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT)
 
 
 def _open_database(
@@ -305,12 +334,19 @@ def _read_messages(
     return schema.message_records(queue_id, rows)
 
 
-def _read_stats(conn: sqlite3.Connection) -> tuple[int, int, int, int]:
-    one: Callable[[str], int] = lambda sql: int(conn.execute(sql).fetchone()[0])  # noqa: E731
-    return (
-        one("SELECT count(*) FROM messages"), one("SELECT count(*) FROM queues"),
-        one("PRAGMA freelist_count"), one("PRAGMA page_size"),
-    )
+async def _read_stats(path: Path) -> tuple[int, int, int, int]:
+    """Counts and page numbers of the committed state, on a read-only aiosqlite connection of its own
+    (a WAL reader: it neither waits for nor holds up the store's commits)."""
+    uri = path.resolve().as_uri() + "?mode=ro"
+    async with aiosqlite.connect(uri, uri=True, timeout=LOCK_TIMEOUT) as db:
+
+        async def one(sql: str) -> int:
+            return int(list(await db.execute_fetchall(sql))[0][0])
+
+        return (
+            await one("SELECT count(*) FROM messages"), await one("SELECT count(*) FROM queues"),
+            await one("PRAGMA freelist_count"), await one("PRAGMA page_size"),
+        )
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:

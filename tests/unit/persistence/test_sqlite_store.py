@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ def run(main: Callable[[], Any]) -> Any:
 
 async def sql(store: SQLiteStore, statement: str) -> list[Any]:
     """Run a statement on the store's own connection (worker thread)."""
-    db, raw = store._connection()
-    return await sqlite_module._call(db, lambda: raw.execute(statement).fetchall())
+    conn = store._connection()
+    return await store._call(lambda: conn.execute(statement).fetchall())
 
 
 def make_db(path: Path, queues: int = 1, per_queue: int = 0) -> list[int]:
@@ -224,13 +225,13 @@ def test_cancelled_insert_never_reaches_sqlite(tmp_path: Path) -> None:
         q = store.put_queue(QueueRecord("/", "q"))
         await store.flush()
         traced: list[str] = []
-        db, raw = store._connection()
-        await sqlite_module._call(db, raw.set_trace_callback, traced.append)
+        conn = store._connection()
+        await store._call(conn.set_trace_callback, traced.append)
         gone = store.insert_message(message(q, 1, body=b"consumed before commit"))
         kept = store.insert_message(message(q, 2))
         store.delete_message(gone)
         await store.flush()
-        await sqlite_module._call(db, raw.set_trace_callback, None)
+        await store._call(conn.set_trace_callback, None)
         writes = [t for t in traced if "messages" in t]
         assert len(writes) == 1 and writes[0].startswith("INSERT INTO messages")
         assert str(kept) in writes[0] and "consumed" not in writes[0]
@@ -362,6 +363,46 @@ def test_kill_9_in_the_middle_of_a_dead_letter_move(tmp_path: Path) -> None:
         await store.close()
 
     run(main)
+
+
+def test_one_worker_thread_joined_at_close(tmp_path: Path) -> None:
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith(sqlite_module.THREAD_NAME)]
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "ottermq.db")
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        for seq in range(1, 50):
+            store.insert_message(message(q, seq))
+            await store.flush()
+        assert len(workers()) == 1
+        await store.close()
+        assert workers() == []
+
+    run(main)
+
+
+def test_a_store_never_closed_does_not_keep_the_process_alive(tmp_path: Path) -> None:
+    child = textwrap.dedent(f"""
+        import asyncio
+        from pathlib import Path
+        from ottermq.persistence import QueueRecord, SQLiteStore
+
+        async def main():
+            store = SQLiteStore(Path({str(tmp_path / "ottermq.db")!r}))
+            await store.open()
+            store.put_queue(QueueRecord("/", "q"))
+            await store.flush()
+            await store.stats()
+
+        asyncio.run(main())
+    """)
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    done = subprocess.run(
+        [sys.executable, "-c", child], cwd=tmp_path, env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr.decode()
 
 
 def test_full_disk_fails_the_batch_then_recovers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
