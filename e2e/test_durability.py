@@ -88,7 +88,12 @@ def test_acked_messages_do_not_come_back(broker_process):
     conn.close()
 
 
-def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered(broker_process):
+def wait_past(epoch_s: float, poll_until) -> None:
+    """Return once the wall clock (which the broker's deadlines use) is past ``epoch_s``."""
+    poll_until(lambda: time.time() > epoch_s, timeout=max(epoch_s - time.time(), 0) + 5)
+
+
+def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered(broker_process, poll_until):
     process = broker_process()
     conn, ch = connect(process.start())
     ch.confirm_delivery()
@@ -98,10 +103,11 @@ def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered
     args = {"x-message-ttl": 60000, "x-dead-letter-exchange": "dlx"}
     ch.queue_declare("work", durable=True, arguments=args)
     ch.basic_publish("", "work", b"short", pika.BasicProperties(delivery_mode=2, expiration="400"))
+    confirmed_at = time.time()  # the broker enqueued it before confirming: its deadline is earlier + 0.4
     ch.basic_publish("", "work", b"long", PERSISTENT)
     conn.close()
     process.stop()
-    time.sleep(0.6)  # "short" lapses while the broker is down
+    wait_past(confirmed_at + 0.45, poll_until)  # "short" lapses while the broker is down
     conn, ch = connect(process.start())
     method, props, body = ch.basic_get("dlq", auto_ack=True)
     assert body == b"short"
@@ -116,17 +122,30 @@ def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered
     conn.close()
 
 
-def test_x_expires_clock_resumes_after_restart(broker_process):
+def test_x_expires_clock_resumes_after_restart(broker_process, poll_until):
+    """The queue's x-expires deadline lapses while the broker is down: it is deleted at once after
+    the restart, well before a clock restarted at boot would delete it (x-expires after recovery)."""
+    expires_ms = 2500
     process = broker_process()
     conn, ch = connect(process.start())
-    ch.queue_declare("exp", durable=True, arguments={"x-expires": 1500})
+    ch.queue_declare("exp", durable=True, arguments={"x-expires": expires_ms})
+    declared_at = time.time()  # declare-ok came back: the deadline is before this + x-expires
     conn.close()
     process.stop()
-    time.sleep(1.6)
-    conn, ch = connect(process.start())
-    time.sleep(0.2)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
-        ch.queue_declare("exp", passive=True)
+    wait_past(declared_at + expires_ms / 1000 + 0.05, poll_until)
+    conn, _ = connect(process.start())
+
+    def gone() -> bool:
+        probe = conn.channel()
+        try:
+            probe.queue_declare("exp", passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            return True
+        probe.close()
+        return False
+
+    poll_until(gone, timeout=expires_ms / 2000)  # a restarted clock needs the whole x-expires
     conn.close()
 
 
@@ -174,7 +193,7 @@ def _confirmed_publisher(
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_kill_9_under_load_loses_no_confirmed_message(broker_process, attempt):
+def test_kill_9_under_load_loses_no_confirmed_message(broker_process, poll_until, attempt):
     process = broker_process()
     b = process.start()
     conn, ch = connect(b)
@@ -189,8 +208,9 @@ def test_kill_9_under_load_loses_no_confirmed_message(broker_process, attempt):
     ]
     for t in threads:
         t.start()
-    time.sleep(random.uniform(0.3, 1.2))
-    process.kill()  # SIGKILL at a random moment
+    target = random.randint(60, 1500)  # the kill comes at a random point of the load
+    poll_until(lambda: errors or sum(map(len, per_thread)) >= target, timeout=30)
+    process.kill()  # SIGKILL
     stop.set()
     for t in threads:
         t.join(10)
