@@ -27,20 +27,11 @@ def connect(broker) -> tuple[pika.BlockingConnection, pika.adapters.blocking_con
     return conn, conn.channel()
 
 
-def drain(ch, q: str) -> list[tuple[bytes, bool]]:
-    out = []
-    while True:
-        method, _props, body = ch.basic_get(q, auto_ack=True)
-        if method is None:
-            return out
-        out.append((body, method.redelivered))
-
-
 def count(ch, q: str) -> int:
     return ch.queue_declare(q, passive=True).method.message_count
 
 
-def test_durable_entities_and_persistent_messages_survive_restart(broker_process):
+def test_durable_entities_and_persistent_messages_survive_restart(broker_process, drain):
     process = broker_process()
     conn, ch = connect(process.start())
     ch.confirm_delivery()
@@ -58,9 +49,11 @@ def test_durable_entities_and_persistent_messages_survive_restart(broker_process
     assert process.stop() == 0
 
     conn, ch = connect(process.start())
-    assert drain(ch, "dq") == [(b"p1", True), (b"p3", False), (b"p0", False), (b"p2", False), (b"p4", False)]
+    assert drain(ch, "dq", redelivered=True) == [
+        (b"p1", True), (b"p3", False), (b"p0", False), (b"p2", False), (b"p4", False)
+    ]
     ch.basic_publish("dx", "a.z", b"routed", PERSISTENT)  # binding survived
-    assert drain(ch, "dq") == [(b"routed", False)]
+    assert drain(ch, "dq", redelivered=True) == [(b"routed", False)]
     for name in ("tq",):
         with pytest.raises(pika.exceptions.ChannelClosedByBroker):
             ch.queue_declare(name, passive=True)
@@ -70,7 +63,7 @@ def test_durable_entities_and_persistent_messages_survive_restart(broker_process
     conn.close()
 
 
-def test_acked_messages_do_not_come_back(broker_process):
+def test_acked_messages_do_not_come_back(broker_process, drain):
     process = broker_process()
     conn, ch = connect(process.start())
     ch.confirm_delivery()
@@ -84,7 +77,7 @@ def test_acked_messages_do_not_come_back(broker_process):
     conn.close()
     process.stop()
     conn, ch = connect(process.start())
-    assert [b for b, _ in drain(ch, "q")] == [b"%d" % i for i in range(4, 10)]
+    assert [b for b, _ in drain(ch, "q", redelivered=True)] == [b"%d" % i for i in range(4, 10)]
     conn.close()
 
 
@@ -93,7 +86,9 @@ def wait_past(epoch_s: float, poll_until) -> None:
     poll_until(lambda: time.time() > epoch_s, timeout=max(epoch_s - time.time(), 0) + 5)
 
 
-def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered(broker_process, poll_until):
+def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered(
+    broker_process, poll_until, drain
+):
     process = broker_process()
     conn, ch = connect(process.start())
     ch.confirm_delivery()
@@ -118,7 +113,7 @@ def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered
     process.stop()
     conn, ch = connect(process.start())
     assert count(ch, "dlq") == 0  # dead-lettered once, not again
-    assert [b for b, _ in drain(ch, "work")] == [b"long"]
+    assert [b for b, _ in drain(ch, "work", redelivered=True)] == [b"long"]
     conn.close()
 
 
@@ -193,7 +188,7 @@ def _confirmed_publisher(
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_kill_9_under_load_loses_no_confirmed_message(broker_process, poll_until, attempt):
+def test_kill_9_under_load_loses_no_confirmed_message(broker_process, poll_until, attempt, drain):
     process = broker_process()
     b = process.start()
     conn, ch = connect(b)
@@ -218,7 +213,7 @@ def test_kill_9_under_load_loses_no_confirmed_message(broker_process, poll_until
     assert len(confirmed) > 50, "the load did not get going"
 
     conn, ch = connect(process.start())  # the store opens cleanly
-    stored = [body for body, _ in drain(ch, "crash")]
+    stored = [body for body, _ in drain(ch, "crash", redelivered=True)]
     assert len(stored) == len(set(stored)), "a message came back twice"
     missing = confirmed - set(stored)
     assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:3]}"
@@ -263,7 +258,7 @@ def test_second_broker_on_the_same_data_dir_is_refused(broker_process):
     assert "in use" in second.log_tail()
 
 
-def test_each_vhost_recovers_its_own_entities(broker_process):
+def test_each_vhost_recovers_its_own_entities(broker_process, drain):
     process = broker_process({"OTTERMQ_VHOSTS": "/,other"})
     b = process.start()
     for vhost, tag in (("/", b"root"), ("other", b"other")):
@@ -280,7 +275,7 @@ def test_each_vhost_recovers_its_own_entities(broker_process):
     for vhost, tag, other in (("/", b"root", "other"), ("other", b"other", "root")):
         conn = pika.BlockingConnection(b.params(virtual_host=vhost))
         ch = conn.channel()
-        assert drain(ch, "shared-name") == [(tag, False)]
+        assert drain(ch, "shared-name", redelivered=True) == [(tag, False)]
         ch.exchange_declare(f"x-{tag.decode()}", passive=True)
         with pytest.raises(pika.exceptions.ChannelClosedByBroker):
             ch.exchange_declare(f"x-{other}", passive=True)
