@@ -202,31 +202,40 @@ def test_definitions_are_written_and_deleted():
 
 # -- the dead-letter move -----------------------------------------------------------------------------
 def test_a_dead_letter_move_lands_in_one_batch():
+    """The move deletes the source row and inserts a row in each target (a fanout DLX, two DLQs:
+    1 delete + 2 inserts, so the stored message count tells every partial outcome apart)."""
+
     async def body(s: Setup) -> None:
-        dlq = s.queue("dlq")
-        work = s.queue("work", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
+        s.vh.declare_exchange("dlx", "fanout", False, True, False, False, None)
+        dlq1, dlq2 = s.queue("dlq1"), s.queue("dlq2")
+        s.vh.bind("dlx", ("queue", "dlq1"), "", {})
+        s.vh.bind("dlx", ("queue", "dlq2"), "", {})
+        work = s.queue("work", **{"x-dead-letter-exchange": "dlx"})
         s.publish("work", b"first")
         s.publish("work", b"second")
         await s.store.flush()
 
-        s.store.fail_batches = 1  # the move's batch fails: neither op may be applied
+        s.store.fail_batches = 1  # the move's batch fails: none of its ops may be applied
         entry = work.pop()
         assert entry is not None
         work.reject([entry])
         with pytest.raises(StoreError):
             await s.store.flush()
-        assert await s.bodies(work) == [b"first", b"second"]
-        assert await s.bodies(dlq) == []
+        stats = await s.store.stats()  # (stats does not wait for the retry)
+        assert (stats["failed_batches"], stats["messages"]) == (1, 2)  # neither 1, 3 nor 4
+        await s.store.flush()  # the store retries the failed batch: now all of it is applied
+        assert await s.bodies(work) == [b"second"]
+        assert await s.bodies(dlq1) == await s.bodies(dlq2) == [b"first"]
 
         batches = s.store.batches
         entry = work.pop()
         assert entry is not None
         work.reject([entry])
         await s.store.flush()
-        assert s.store.batches == batches + 1  # delete and insert in one commit
-        assert await s.bodies(work) == [b"first"]
-        [moved] = await s.rows(dlq)
-        assert moved.body == b"second"
-        assert moved.props == next(iter(dlq.ready_entries())).message.raw_props  # with its x-death
+        assert s.store.batches == batches + 1  # delete and inserts in one commit
+        assert await s.bodies(work) == []
+        rows = await s.rows(dlq1)
+        assert [r.body for r in rows] == [b"first", b"second"]
+        assert rows[1].props == list(dlq1.ready_entries())[1].message.raw_props  # with its x-death
 
     run(body)
