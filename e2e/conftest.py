@@ -19,6 +19,16 @@ so ``from helpers import ...`` cannot work. Every helper is therefore a fixture 
     connection_error  the same for a Connection.Close.
     raw_connect       ``raw_connect(handshake=True, heartbeat=0, ...) -> RawConnection``: AMQP over a plain
                       socket with pamqp, for protocol errors pika cannot express.
+    declare           ``declare(ch, name="q", *, exclusive=False, **arguments) -> queue``: a ``unique`` queue
+                      with these x-arguments.
+    with_dlq          ``with_dlq(ch, name="work", **arguments) -> (queue, dlq)``: a ``unique`` DLQ and a queue
+                      dead-lettering into it through the default exchange.
+    drain             ``drain(ch, queue, redelivered=False)``: every message now in the queue (auto-ack), as
+                      bodies, or ``(body, redelivered)`` pairs.
+    expect_message    ``expect_message(ch, queue, auto_ack=True, timeout=3) -> (method, props, body)``: poll
+                      ``basic.get`` until a message arrives, or fail.
+    nothing_for       ``nothing_for(ch, queue_or_queues, seconds)``: every ``basic.get`` in that window finds
+                      the queue(s) empty (a bounded wait for "nothing arrives").
 
 Reply texts longer than 255 bytes are compared the way RabbitMQ sends them: first 252 bytes + "..."
 (``reply_text``).
@@ -347,6 +357,71 @@ def unique(request: pytest.FixtureRequest, broker: Broker) -> Iterator[Callable[
     finally:
         with contextlib.suppress(Exception):
             conn.close()
+
+
+@pytest.fixture
+def declare(unique: Callable[[str], str]) -> Callable[..., str]:
+    def _declare(ch: Any, name: str = "q", *, exclusive: bool = False, **arguments: Any) -> str:
+        queue = unique(name)
+        ch.queue_declare(queue, exclusive=exclusive, arguments=arguments or None)
+        return queue
+
+    return _declare
+
+
+@pytest.fixture
+def with_dlq(declare: Callable[..., str]) -> Callable[..., tuple[str, str]]:
+    def _with_dlq(ch: Any, name: str = "work", **arguments: Any) -> tuple[str, str]:
+        dlq = declare(ch, "dlq")
+        queue = declare(
+            ch, name, **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **arguments}
+        )
+        return queue, dlq
+
+    return _with_dlq
+
+
+@pytest.fixture
+def drain() -> Callable[..., list[Any]]:
+    def _drain(ch: Any, queue: str, redelivered: bool = False) -> list[Any]:
+        out: list[Any] = []
+        while True:
+            method, _, body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                return out
+            out.append((body, method.redelivered) if redelivered else body)
+
+    return _drain
+
+
+@pytest.fixture
+def expect_message(poll_until: Callable[..., Any]) -> Callable[..., tuple[Any, Any, bytes]]:
+    def _expect_message(
+        ch: Any, queue: str, auto_ack: bool = True, timeout: float = 3
+    ) -> tuple[Any, Any, bytes]:
+        def get() -> Any:
+            got = ch.basic_get(queue, auto_ack=auto_ack)
+            return got if got[0] is not None else None
+
+        return poll_until(get, timeout=timeout)  # type: ignore[no-any-return]
+
+    return _expect_message
+
+
+@pytest.fixture
+def nothing_for() -> Callable[..., None]:
+    def _nothing_for(ch: Any, queues: str | list[str], seconds: float) -> None:
+        names = [queues] if isinstance(queues, str) else queues
+        deadline = time.monotonic() + seconds
+        while True:
+            for queue in names:
+                method, _, body = ch.basic_get(queue, auto_ack=True)
+                assert method is None, f"unexpected message {body!r} in {queue}"
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
+
+    return _nothing_for
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -56,12 +56,6 @@ def collector(poll_until):
     return lambda ch: Collector(ch, poll_until)
 
 
-def declare(ch, unique, name: str = "q", **kwargs) -> str:
-    q = unique(name)
-    ch.queue_declare(q, exclusive=True, **kwargs)
-    return q
-
-
 def message_count(conn, queue: str) -> int:
     ch = conn.channel()
     count = ch.queue_declare(queue, passive=True).method.message_count
@@ -72,8 +66,8 @@ def message_count(conn, queue: str) -> int:
 # ---------------------------------------------------------------------------------------------------------
 # publish / get
 # ---------------------------------------------------------------------------------------------------------
-def test_publish_get_and_get_empty(channel, unique):
-    q = declare(channel, unique)
+def test_publish_get_and_get_empty(channel, declare):
+    q = declare(channel, exclusive=True)
     channel.confirm_delivery()
     for i in range(3):
         channel.basic_publish("", q, b"m%d" % i)
@@ -102,8 +96,8 @@ def test_get_and_consume_missing_queue_is_404(connect, unique, channel_error):
     channel_error(lambda: ch.basic_consume(q, lambda *a: None), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}")
 
 
-def test_consume_with_no_ack(channel, unique, collector):
-    q = declare(channel, unique)
+def test_consume_with_no_ack(channel, collector, declare):
+    q = declare(channel, exclusive=True)
     for i in range(3):
         channel.basic_publish("", q, b"m%d" % i)
     c = collector(channel)
@@ -115,10 +109,10 @@ def test_consume_with_no_ack(channel, unique, collector):
     assert channel.basic_get(q) == (None, None, None)
 
 
-def test_consumer_receives_messages_published_later(connect, unique, collector):
+def test_consumer_receives_messages_published_later(connect, collector, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     c = collector(ch)
     ch.basic_consume(q, c, auto_ack=True)
     publisher = conn.channel()
@@ -126,10 +120,10 @@ def test_consumer_receives_messages_published_later(connect, unique, collector):
     assert c.wait_for(1)[0][2] == b"late"
 
 
-def test_manual_ack(connect, unique, collector):
+def test_manual_ack(connect, collector, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     ch.confirm_delivery()
     ch.basic_publish("", q, b"acked")
     ch.basic_publish("", q, b"unacked")
@@ -159,8 +153,8 @@ def test_unknown_delivery_tag_is_406(channel, channel_error, op):
     )
 
 
-def test_double_ack_is_406(channel, unique, channel_error):
-    q = declare(channel, unique)
+def test_double_ack_is_406(channel, channel_error, declare):
+    q = declare(channel, exclusive=True)
     channel.basic_publish("", q, b"m")
     method, _, _ = channel.basic_get(q)
     channel.basic_ack(method.delivery_tag)
@@ -170,8 +164,8 @@ def test_double_ack_is_406(channel, unique, channel_error):
     )
 
 
-def test_ack_of_auto_acked_delivery_is_406(channel, unique, channel_error):
-    q = declare(channel, unique)
+def test_ack_of_auto_acked_delivery_is_406(channel, channel_error, declare):
+    q = declare(channel, exclusive=True)
     channel.basic_publish("", q, b"m")
     method, _, _ = channel.basic_get(q, auto_ack=True)
     channel.basic_ack(method.delivery_tag)
@@ -180,10 +174,10 @@ def test_ack_of_auto_acked_delivery_is_406(channel, unique, channel_error):
     )
 
 
-def test_ack_on_another_channel_is_406(connect, unique, channel_error):
+def test_ack_on_another_channel_is_406(connect, channel_error, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     ch.basic_publish("", q, b"m")
     method, _, _ = ch.basic_get(q)
     other = conn.channel()
@@ -206,8 +200,8 @@ def test_ack_zero_multiple_with_nothing_outstanding_is_ok(channel, channel_error
 # requeue
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("op", ["nack", "reject"])
-def test_requeue_goes_back_to_original_position_redelivered(channel, unique, op):
-    q = declare(channel, unique)
+def test_requeue_goes_back_to_original_position_redelivered(channel, op, declare):
+    q = declare(channel, exclusive=True)
     for i in range(3):
         channel.basic_publish("", q, b"m%d" % i)
     first, _, _ = channel.basic_get(q)
@@ -219,16 +213,16 @@ def test_requeue_goes_back_to_original_position_redelivered(channel, unique, op)
 
 
 @pytest.mark.parametrize("op", ["nack", "reject"])
-def test_requeue_false_drops_message(channel, unique, op):
-    q = declare(channel, unique)
+def test_requeue_false_drops_message(channel, op, declare):
+    q = declare(channel, exclusive=True)
     channel.basic_publish("", q, b"m")
     method, _, _ = channel.basic_get(q)
     getattr(channel, f"basic_{op}")(method.delivery_tag, requeue=False)
     assert channel.basic_get(q) == (None, None, None)
 
 
-def test_consumer_gets_requeued_message_again(channel, unique, collector):
-    q = declare(channel, unique)
+def test_consumer_gets_requeued_message_again(channel, collector, declare):
+    q = declare(channel, exclusive=True)
     channel.basic_publish("", q, b"m")
     c = collector(channel)
     channel.basic_consume(q, c)
@@ -238,10 +232,10 @@ def test_consumer_gets_requeued_message_again(channel, unique, collector):
     assert (body, second.redelivered, second.delivery_tag) == (b"m", True, 2)
 
 
-def test_multiple_ack(connect, unique):
+def test_multiple_ack(connect, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     for i in range(4):
         ch.basic_publish("", q, b"m%d" % i)
     tags = [ch.basic_get(q)[0].delivery_tag for _ in range(4)]
@@ -253,8 +247,8 @@ def test_multiple_ack(connect, unique):
     assert ch.basic_get(q) == (None, None, None)
 
 
-def test_multiple_nack_requeues_all_up_to_tag(channel, unique):
-    q = declare(channel, unique)
+def test_multiple_nack_requeues_all_up_to_tag(channel, declare):
+    q = declare(channel, exclusive=True)
     for i in range(3):
         channel.basic_publish("", q, b"m%d" % i)
     for _ in range(3):
@@ -265,10 +259,10 @@ def test_multiple_nack_requeues_all_up_to_tag(channel, unique):
     assert channel.basic_get(q) == (None, None, None)  # m2 is still unacked
 
 
-def test_unacked_messages_requeued_when_channel_closes(connect, unique):
+def test_unacked_messages_requeued_when_channel_closes(connect, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     for i in range(2):
         ch.basic_publish("", q, b"m%d" % i)
     ch.basic_get(q)
@@ -298,8 +292,8 @@ def test_unacked_messages_requeued_when_connection_closes(connect, unique, poll_
     assert poll_until(get) == (b"m", True)
 
 
-def test_basic_recover_requeue(channel, unique):
-    q = declare(channel, unique)
+def test_basic_recover_requeue(channel, declare):
+    q = declare(channel, exclusive=True)
     channel.basic_publish("", q, b"m")
     channel.basic_get(q)
     channel.basic_recover(requeue=True)
@@ -308,8 +302,8 @@ def test_basic_recover_requeue(channel, unique):
     assert (body, method.redelivered, method.delivery_tag) == (b"m", True, 2)
 
 
-def test_basic_recover_without_requeue_is_540(channel, unique, connection_error):
-    q = declare(channel, unique)
+def test_basic_recover_without_requeue_is_540(channel, connection_error, declare):
+    q = declare(channel, exclusive=True)
     channel.basic_publish("", q, b"m")
     channel.basic_get(q)
     connection_error(lambda: channel.basic_recover(requeue=False), 540, "NOT_IMPLEMENTED - requeue=false")
@@ -318,8 +312,8 @@ def test_basic_recover_without_requeue_is_540(channel, unique, connection_error)
 # ---------------------------------------------------------------------------------------------------------
 # QoS
 # ---------------------------------------------------------------------------------------------------------
-def test_prefetch_count_limits_unacked_deliveries(channel, unique, collector):
-    q = declare(channel, unique)
+def test_prefetch_count_limits_unacked_deliveries(channel, collector, declare):
+    q = declare(channel, exclusive=True)
     for i in range(5):
         channel.basic_publish("", q, b"m%d" % i)
     channel.basic_qos(prefetch_count=2)
@@ -335,8 +329,8 @@ def test_prefetch_count_limits_unacked_deliveries(channel, unique, collector):
     assert c.bodies == [b"m0", b"m1", b"m2", b"m3", b"m4"]
 
 
-def test_prefetch_applies_per_consumer(channel, unique, collector):
-    qa, qb = declare(channel, unique, "a"), declare(channel, unique, "b")
+def test_prefetch_applies_per_consumer(channel, collector, declare):
+    qa, qb = declare(channel, "a", exclusive=True), declare(channel, "b", exclusive=True)
     for q in (qa, qb):
         for i in range(3):
             channel.basic_publish("", q, b"m%d" % i)
@@ -350,8 +344,8 @@ def test_prefetch_applies_per_consumer(channel, unique, collector):
     assert (len(ca.got), len(cb.got)) == (1, 1)
 
 
-def test_global_qos_is_shared_by_the_channel(channel, unique, collector, poll_until):
-    qa, qb = declare(channel, unique, "a"), declare(channel, unique, "b")
+def test_global_qos_is_shared_by_the_channel(channel, collector, poll_until, declare):
+    qa, qb = declare(channel, "a", exclusive=True), declare(channel, "b", exclusive=True)
     for q in (qa, qb):
         for i in range(3):
             channel.basic_publish("", q, b"m%d" % i)
@@ -371,8 +365,8 @@ def test_global_qos_is_shared_by_the_channel(channel, unique, collector, poll_un
     assert len(ca.got) + len(cb.got) == 2
 
 
-def test_no_ack_consumer_ignores_prefetch(channel, unique, collector):
-    q = declare(channel, unique)
+def test_no_ack_consumer_ignores_prefetch(channel, collector, declare):
+    q = declare(channel, exclusive=True)
     for i in range(5):
         channel.basic_publish("", q, b"m%d" % i)
     channel.basic_qos(prefetch_count=1)
@@ -423,10 +417,10 @@ def test_same_consumer_tag_on_two_channels_is_fine(raw_connect):
 
 
 @pytest.mark.parametrize("first_exclusive", [True, False], ids=["exclusive-first", "exclusive-second"])
-def test_exclusive_consumer_conflict_is_403(connect, unique, channel_error, first_exclusive):
+def test_exclusive_consumer_conflict_is_403(connect, channel_error, first_exclusive, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     ch.basic_consume(q, lambda *a: None, exclusive=first_exclusive)
     other = conn.channel()
     channel_error(
@@ -436,10 +430,10 @@ def test_exclusive_consumer_conflict_is_403(connect, unique, channel_error, firs
     )
 
 
-def test_basic_cancel_stops_deliveries(connect, unique, collector):
+def test_basic_cancel_stops_deliveries(connect, collector, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     c = collector(ch)
     tag = ch.basic_consume(q, c, auto_ack=True)
     ch.basic_publish("", q, b"before")
@@ -542,8 +536,8 @@ def test_immediate_is_540(raw_connect):
     assert close.socket_closed
 
 
-def test_publisher_confirms(channel, unique):
-    q = declare(channel, unique)
+def test_publisher_confirms(channel, unique, declare):
+    q = declare(channel, exclusive=True)
     channel.confirm_delivery()
     channel.basic_publish("", q, b"confirmed")  # raises on nack
     channel.basic_publish("amq.direct", unique("nowhere"), b"unroutable-but-acked")
@@ -592,10 +586,10 @@ def test_raw_confirm_of_returned_message_comes_after_return(raw_connect):
 # ---------------------------------------------------------------------------------------------------------
 # transactions
 # ---------------------------------------------------------------------------------------------------------
-def test_tx_publishes_invisible_until_commit(connect, unique, poll_until):
+def test_tx_publishes_invisible_until_commit(connect, poll_until, declare):
     conn = connect()
     tx = conn.channel()
-    q = declare(tx, unique)
+    q = declare(tx, exclusive=True)
     tx.tx_select()
     tx.basic_publish("", q, b"m0")
     tx.basic_publish("", q, b"m1")
@@ -607,10 +601,10 @@ def test_tx_publishes_invisible_until_commit(connect, unique, poll_until):
     assert poll_until(lambda: observer.basic_get(q, auto_ack=True)[2]) == b"m1"
 
 
-def test_tx_rollback_discards_publishes(connect, unique, poll_until):
+def test_tx_rollback_discards_publishes(connect, poll_until, declare):
     conn = connect()
     tx = conn.channel()
-    q = declare(tx, unique)
+    q = declare(tx, exclusive=True)
     tx.tx_select()
     tx.basic_publish("", q, b"rolled-back")
     tx.tx_rollback()
@@ -621,10 +615,10 @@ def test_tx_rollback_discards_publishes(connect, unique, poll_until):
     assert observer.basic_get(q) == (None, None, None)
 
 
-def test_tx_acks_take_effect_on_commit_only(connect, unique):
+def test_tx_acks_take_effect_on_commit_only(connect, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     ch.basic_publish("", q, b"a")
     ch.basic_publish("", q, b"b")
     tx = conn.channel()
@@ -676,10 +670,10 @@ def test_confirm_and_tx_are_exclusive(connect, channel_error):
 # ---------------------------------------------------------------------------------------------------------
 # message properties and content
 # ---------------------------------------------------------------------------------------------------------
-def test_user_id_must_match_authenticated_user(connect, unique, channel_error):
+def test_user_id_must_match_authenticated_user(connect, channel_error, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     ch.basic_publish("", q, b"ok", pika.BasicProperties(user_id="guest"))
     assert ch.basic_get(q, auto_ack=True)[1].user_id == "guest"
     ch.basic_publish("", q, b"spoofed", pika.BasicProperties(user_id="bob"))
@@ -690,8 +684,8 @@ def test_user_id_must_match_authenticated_user(connect, unique, channel_error):
     )
 
 
-def test_all_properties_survive_round_trip(channel, unique, collector):
-    q = declare(channel, unique)
+def test_all_properties_survive_round_trip(channel, collector, declare):
+    q = declare(channel, exclusive=True)
     headers = {
         "str": "text",
         "unicode": "h\u00e9llo \u2603",
@@ -749,8 +743,8 @@ def test_all_properties_survive_round_trip(channel, unique, collector):
     assert got.headers == expected
 
 
-def test_empty_properties_and_empty_body(channel, unique):
-    q = declare(channel, unique)
+def test_empty_properties_and_empty_body(channel, declare):
+    q = declare(channel, exclusive=True)
     channel.basic_publish("", q, b"")
     method, props, body = channel.basic_get(q, auto_ack=True)
     assert body == b""
@@ -830,26 +824,26 @@ def test_raw_property_bytes_forwarded_unchanged(raw_connect):
     assert (frame_type, payload) == (FRAME_BODY, body)
 
 
-def test_large_message_round_trips(channel, unique):
-    q = declare(channel, unique)
+def test_large_message_round_trips(channel, declare):
+    q = declare(channel, exclusive=True)
     body = bytes(range(256)) * 4096  # 1 MiB, spans many frames
     channel.basic_publish("", q, body)
     method, _, got = channel.basic_get(q, auto_ack=True)
     assert got == body
 
 
-def test_body_split_at_small_frame_max(connect, unique):
+def test_body_split_at_small_frame_max(connect, declare):
     ch = connect(frame_max=4096).channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     body = b"0123456789" * 1000
     ch.basic_publish("", q, body)
     assert ch.basic_get(q, auto_ack=True)[2] == body
 
 
-def test_thousand_messages_keep_order(connect, unique, collector):
+def test_thousand_messages_keep_order(connect, collector, declare):
     conn = connect()
     ch = conn.channel()
-    q = declare(ch, unique)
+    q = declare(ch, exclusive=True)
     expected = [b"%04d" % i for i in range(1000)]
     for body in expected:
         ch.basic_publish("", q, body)

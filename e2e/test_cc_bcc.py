@@ -68,15 +68,6 @@ def assert_closed(conn, code: int, text: str, class_method: tuple[int, int] = (6
     conn.open_channel(2)  # the connection survives a channel error
 
 
-def drain(ch, q: str) -> list[bytes]:
-    bodies = []
-    while True:
-        method, _, body = ch.basic_get(q, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # wrong types
 # ---------------------------------------------------------------------------------------------------------
@@ -165,7 +156,7 @@ def test_cc_and_bcc_arrays_add_routing_keys_and_bcc_is_hidden(channel, unique):
         assert body == b"m" and props.headers == {"CC": [cc], "n": 1}
 
 
-def test_array_elements_that_are_not_strings_are_ignored(raw_connect, channel, unique):
+def test_array_elements_that_are_not_strings_are_ignored(raw_connect, channel, unique, drain):
     main, other = unique("main"), unique("other")
     channel.queue_declare(main)
     channel.queue_declare(other)

@@ -37,56 +37,6 @@ LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reaso
 # ---------------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------------
-def declare(ch, unique, name: str = "q", **arguments) -> str:
-    q = unique(name)
-    ch.queue_declare(q, arguments=arguments)
-    return q
-
-
-def to_dlq(ch, unique, name: str = "work", **arguments) -> tuple[str, str]:
-    """A DLQ and a queue dead-lettering into it through the default exchange."""
-    dlq = declare(ch, unique, "dlq")
-    q = declare(
-        ch, unique, name, **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **arguments}
-    )
-    return q, dlq
-
-
-def drain(ch, q: str) -> list[bytes]:
-    bodies = []
-    while True:
-        method, _, body = ch.basic_get(q, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
-def wait_get(ch, q: str, poll_until, auto_ack: bool = False, timeout: float = 3) -> tuple:
-    """Poll ``basic.get`` until a message arrives: ``(method, properties, body)``."""
-
-    def get():
-        got = ch.basic_get(q, auto_ack=auto_ack)
-        return got if got[0] is not None else None
-
-    return poll_until(get, timeout=timeout)
-
-
-def expect_message(ch, q: str, poll_until, timeout: float = 3) -> tuple:
-    return wait_get(ch, q, poll_until, auto_ack=True, timeout=timeout)
-
-
-def nothing_for(ch, queues: list[str], seconds: float) -> None:
-    """Assert that every queue in ``queues`` stays empty for a short window."""
-    deadline = time.monotonic() + seconds
-    while True:
-        for q in queues:
-            method, _, body = ch.basic_get(q, auto_ack=True)
-            assert method is None, f"unexpected message {body!r} in {q}"
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.02)
-
-
 def deaths(props) -> list[tuple]:
     return [(d["queue"], d["reason"], d["count"]) for d in props.headers["x-death"]]
 
@@ -152,31 +102,33 @@ def test_dead_letter_exchange_need_not_exist_at_declare(channel, unique):
 # reasons
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("op", ["reject", "nack"])
-def test_reject_or_nack_without_requeue_dead_letters_as_rejected(channel, unique, poll_until, op):
-    q, dlq = to_dlq(channel, unique)
+def test_reject_or_nack_without_requeue_dead_letters_as_rejected(channel, op, with_dlq, expect_message):
+    q, dlq = with_dlq(channel)
     channel.basic_publish("", q, b"m")
     method, _, _ = channel.basic_get(q)
     getattr(channel, f"basic_{op}")(method.delivery_tag, requeue=False)
-    _, props, body = expect_message(channel, dlq, poll_until)
+    _, props, body = expect_message(channel, dlq)
     assert body == b"m" and deaths(props) == [(q, "rejected", 1)]
     assert props.headers["x-first-death-reason"] == "rejected"
     check_last_death(props.headers, q, "rejected", "")
 
 
-def test_nack_multiple_dead_letters_every_message_up_to_the_tag(channel, unique, poll_until):
-    q, dlq = to_dlq(channel, unique)
+def test_nack_multiple_dead_letters_every_message_up_to_the_tag(
+    channel, with_dlq, expect_message, nothing_for
+):
+    q, dlq = with_dlq(channel)
     for body in (b"1", b"2", b"3"):
         channel.basic_publish("", q, body)
     tags = [channel.basic_get(q)[0].delivery_tag for _ in range(3)]
     channel.basic_nack(tags[1], multiple=True, requeue=False)
-    got = [expect_message(channel, dlq, poll_until) for _ in range(2)]
+    got = [expect_message(channel, dlq) for _ in range(2)]
     assert [(b, deaths(p)) for _, p, b in got] == [(b"1", [(q, "rejected", 1)]), (b"2", [(q, "rejected", 1)])]
     channel.basic_ack(tags[2])
     nothing_for(channel, [dlq], 0.05)
 
 
-def test_requeue_true_does_not_dead_letter(channel, unique):
-    q, dlq = to_dlq(channel, unique)
+def test_requeue_true_does_not_dead_letter(channel, with_dlq, drain):
+    q, dlq = with_dlq(channel)
     channel.basic_publish("", q, b"m")
     method, _, _ = channel.basic_get(q)
     channel.basic_reject(method.delivery_tag, requeue=True)
@@ -184,8 +136,8 @@ def test_requeue_true_does_not_dead_letter(channel, unique):
     assert drain(channel, dlq) == []
 
 
-def test_purge_and_delete_never_dead_letter(channel, unique):
-    q, dlq = to_dlq(channel, unique)
+def test_purge_and_delete_never_dead_letter(channel, with_dlq, nothing_for):
+    q, dlq = with_dlq(channel)
     channel.confirm_delivery()
     for body in (b"a", b"b"):
         channel.basic_publish("", q, body)
@@ -199,7 +151,7 @@ def test_purge_and_delete_never_dead_letter(channel, unique):
 # routing the dead letter
 # ---------------------------------------------------------------------------------------------------------
 @pytest.fixture
-def routed(channel, unique):
+def routed(channel, unique, declare):
     """A direct DLX with one queue per binding key, and a source queue bound to ``src`` as ``orig``."""
 
     def _routed(keys: list[str], **arguments) -> tuple[str, str, dict[str, str]]:
@@ -208,9 +160,9 @@ def routed(channel, unique):
         channel.exchange_declare(src, "direct")
         queues = {}
         for key in keys:
-            queues[key] = declare(channel, unique, key)
+            queues[key] = declare(channel, key)
             channel.queue_bind(queues[key], dlx, key)
-        q = declare(channel, unique, "work", **{"x-dead-letter-exchange": dlx, **arguments})
+        q = declare(channel, "work", **{"x-dead-letter-exchange": dlx, **arguments})
         channel.queue_bind(q, src, "orig")
         return q, src, queues
 
@@ -224,65 +176,67 @@ def publish_and_reject(channel, exchange: str, q: str, headers: dict | None = No
     return props.headers
 
 
-def test_without_dead_letter_routing_key_the_original_key_is_used(channel, unique, poll_until, routed):
+def test_without_dead_letter_routing_key_the_original_key_is_used(
+    channel, routed, expect_message, nothing_for
+):
     q, src, queues = routed(["orig", "other"])
     publish_and_reject(channel, src, q)
-    method, props, _ = expect_message(channel, queues["orig"], poll_until)
+    method, props, _ = expect_message(channel, queues["orig"])
     assert method.routing_key == "orig"
     assert props.headers["x-death"][0]["exchange"] == src
     assert props.headers["x-death"][0]["routing-keys"] == ["orig"]
     nothing_for(channel, [queues["other"]], 0.05)
 
 
-def test_dead_letter_routing_key_replaces_the_original_key(channel, unique, poll_until, routed):
+def test_dead_letter_routing_key_replaces_the_original_key(channel, routed, expect_message, nothing_for):
     q, src, queues = routed(["orig", "dl"], **{"x-dead-letter-routing-key": "dl"})
     publish_and_reject(channel, src, q)
-    method, props, _ = expect_message(channel, queues["dl"], poll_until)
+    method, props, _ = expect_message(channel, queues["dl"])
     assert method.routing_key == "dl"
     assert props.headers["x-death"][0]["routing-keys"] == ["orig"]  # what the message was published with
     nothing_for(channel, [queues["orig"]], 0.05)
 
 
-def test_cc_and_bcc_route_the_dead_letter_but_bcc_never_shows(channel, unique, poll_until, routed):
+def test_cc_and_bcc_route_the_dead_letter_but_bcc_never_shows(channel, routed, expect_message, nothing_for):
     q, src, queues = routed(["orig", "c1", "b1", "none"])
     seen = publish_and_reject(channel, src, q, {"CC": ["c1"], "BCC": ["b1"], "app": "v"})
     assert seen == {"CC": ["c1"], "app": "v"}  # BCC is stripped at publish
     for key in ("orig", "c1", "b1"):
-        _, props, body = expect_message(channel, queues[key], poll_until)
+        _, props, body = expect_message(channel, queues[key])
         assert body == b"m"
         assert props.headers["CC"] == ["c1"] and "BCC" not in props.headers
         assert props.headers["x-death"][0]["routing-keys"] == ["orig", "c1"]
     nothing_for(channel, list(queues.values()), 0.05)
 
 
-def test_dead_letter_routing_key_ignores_and_removes_cc(channel, unique, poll_until, routed):
+def test_dead_letter_routing_key_ignores_and_removes_cc(channel, routed, expect_message, nothing_for):
     q, src, queues = routed(["orig", "c1", "b1", "dl"], **{"x-dead-letter-routing-key": "dl"})
     publish_and_reject(channel, src, q, {"CC": ["c1"], "BCC": ["b1"]})
-    _, props, _ = expect_message(channel, queues["dl"], poll_until)
+    _, props, _ = expect_message(channel, queues["dl"])
     assert "CC" not in props.headers and "BCC" not in props.headers
     assert props.headers["x-death"][0]["routing-keys"] == ["orig", "c1"]
     nothing_for(channel, [queues["orig"], queues["c1"], queues["b1"]], 0.05)
 
 
-def test_missing_dead_letter_exchange_drops_the_message(channel, unique, poll_until):
+def test_missing_dead_letter_exchange_drops_the_message(channel, unique, declare, drain, expect_message):
     dlx = unique("dlx")
-    q = declare(channel, unique, "work", **{"x-dead-letter-exchange": dlx})
+    q = declare(channel, "work", **{"x-dead-letter-exchange": dlx})
     reject_one(channel, q, b"lost")
     channel.confirm_delivery()  # a round trip: the channel survived the drop
     assert drain(channel, q) == []
     # the DLX is looked up when a message dies: declared later, it is used from then on
     channel.exchange_declare(dlx, "fanout")
-    dlq = declare(channel, unique, "dlq")
+    dlq = declare(channel, "dlq")
     channel.queue_bind(dlq, dlx)
     reject_one(channel, q, b"found")
-    assert expect_message(channel, dlq, poll_until)[2] == b"found"
+    assert expect_message(channel, dlq)[2] == b"found"
     assert drain(channel, dlq) == []
 
 
-def test_dead_letter_exchange_without_matching_binding_drops(channel, unique):
+def test_dead_letter_exchange_without_matching_binding_drops(channel, unique, declare, drain):
     dlx = unique("dlx")
     channel.exchange_declare(dlx, "direct")
-    q = declare(channel, unique, "work", **{"x-dead-letter-exchange": dlx})
+    q = declare(channel, "work", **{"x-dead-letter-exchange": dlx})
     reject_one(channel, q)
     channel.confirm_delivery()
     assert drain(channel, q) == []
@@ -291,10 +245,10 @@ def test_dead_letter_exchange_without_matching_binding_drops(channel, unique):
 # ---------------------------------------------------------------------------------------------------------
 # x-death
 # ---------------------------------------------------------------------------------------------------------
-def test_x_death_content_with_expiration(channel, unique, poll_until):
-    q, dlq = to_dlq(channel, unique)
+def test_x_death_content_with_expiration(channel, with_dlq, expect_message):
+    q, dlq = with_dlq(channel)
     reject_one(channel, q, expiration="60000", headers={"user": "kept"})
-    _, props, _ = expect_message(channel, dlq, poll_until)
+    _, props, _ = expect_message(channel, dlq)
     assert props.expiration is None
     headers = props.headers
     (entry,) = headers["x-death"]
@@ -317,21 +271,20 @@ def test_x_death_content_with_expiration(channel, unique, poll_until):
     check_last_death(headers, q, "rejected", "")
 
 
-def test_retry_loop_through_rejection_increments_counts(channel, unique, poll_until):
+def test_retry_loop_through_rejection_increments_counts(channel, unique, declare, expect_message):
     """work --rejected--> retry (TTL) --expired--> work: counts go up, the latest death is first."""
     retryx = unique("retryx")
     channel.exchange_declare(retryx, "fanout")
-    work = declare(channel, unique, "work", **{"x-dead-letter-exchange": retryx})
+    work = declare(channel, "work", **{"x-dead-letter-exchange": retryx})
     retry = declare(
         channel,
-        unique,
         "retry",
         **{"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": work},
     )
     channel.queue_bind(retry, retryx)
     channel.basic_publish("", work, b"job")
     for n in (1, 2, 3):
-        method, props, _ = wait_get(channel, work, poll_until)
+        method, props, _ = expect_message(channel, work, auto_ack=False)
         if n > 1:
             assert deaths(props) == [(retry, "expired", n - 1), (work, "rejected", n - 1)]
             assert (props.headers["x-first-death-queue"], props.headers["x-first-death-reason"]) == (
@@ -341,28 +294,28 @@ def test_retry_loop_through_rejection_increments_counts(channel, unique, poll_un
             assert props.headers["x-death"][0]["exchange"] == retryx
             check_last_death(props.headers, retry, "expired", retryx)
         channel.basic_reject(method.delivery_tag, requeue=False)
-    _, props, _ = wait_get(channel, work, poll_until, auto_ack=True)
+    _, props, _ = expect_message(channel, work)
     assert deaths(props) == [(retry, "expired", 3), (work, "rejected", 3)]
 
 
-def test_cycle_without_rejection_is_dropped(channel, unique, poll_until):
+def test_cycle_without_rejection_is_dropped(channel, unique, declare, expect_message, nothing_for):
     """q1 --expired--> q2 --expired--> q1 closes a cycle: the message goes around once, then is dropped."""
     fx1, fx2 = unique("fx1"), unique("fx2")
     channel.exchange_declare(fx1, "fanout")
     channel.exchange_declare(fx2, "fanout")
-    q1 = declare(channel, unique, "q1", **{"x-message-ttl": 50, "x-dead-letter-exchange": fx1})
-    q2 = declare(channel, unique, "q2", **{"x-message-ttl": 50, "x-dead-letter-exchange": fx2})
-    observer = declare(channel, unique, "observer")
+    q1 = declare(channel, "q1", **{"x-message-ttl": 50, "x-dead-letter-exchange": fx1})
+    q2 = declare(channel, "q2", **{"x-message-ttl": 50, "x-dead-letter-exchange": fx2})
+    observer = declare(channel, "observer")
     channel.queue_bind(q2, fx1)
     channel.queue_bind(q1, fx2)
     channel.queue_bind(observer, fx2)
     channel.basic_publish("", q1, b"loop")
-    _, props, body = expect_message(channel, observer, poll_until)
+    _, props, body = expect_message(channel, observer)
     assert body == b"loop" and deaths(props) == [(q2, "expired", 1), (q1, "expired", 1)]
     nothing_for(channel, [q1, q2, observer], 0.3)  # not back in q1, not around again
 
 
-def test_expiry_back_into_the_same_queue_is_dropped(channel, unique, poll_until):
+def test_expiry_back_into_the_same_queue_is_dropped(channel, unique, poll_until, nothing_for):
     q = unique("self")
     channel.queue_declare(
         q, arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": q}
@@ -373,15 +326,15 @@ def test_expiry_back_into_the_same_queue_is_dropped(channel, unique, poll_until)
     nothing_for(channel, [q], 0.2)
 
 
-def test_rejection_back_into_the_same_queue_continues(channel, unique, poll_until):
+def test_rejection_back_into_the_same_queue_continues(channel, unique, expect_message):
     q = unique("self")
     channel.queue_declare(q, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q})
     channel.basic_publish("", q, b"m")
     for n in (1, 2, 3):
-        method, props, _ = wait_get(channel, q, poll_until)
+        method, props, _ = expect_message(channel, q, auto_ack=False)
         assert n == 1 or deaths(props) == [(q, "rejected", n - 1)]
         channel.basic_reject(method.delivery_tag, requeue=False)
-    _, props, body = wait_get(channel, q, poll_until, auto_ack=True)
+    _, props, body = expect_message(channel, q)
     assert body == b"m" and deaths(props) == [(q, "rejected", 3)]
 
 
@@ -606,13 +559,13 @@ def _redeliver_until_dead(conn, ch, q: str, dlq: str, poll_until) -> tuple[list,
     return seen, dead_letter
 
 
-def test_quorum_queue_delivery_limit_reference(broker, connect, unique, poll_until):
+def test_quorum_queue_delivery_limit_reference(broker, connect, unique, poll_until, declare):
     """What ottermq's classic-queue x-delivery-limit mirrors: RabbitMQ quorum queues."""
     if broker.is_ottermq:
         pytest.skip("quorum queues are RabbitMQ's; this pins the semantics the extension copies")
     conn = connect()
     ch = conn.channel()
-    dlq = declare(ch, unique, "dlq")
+    dlq = declare(ch, "dlq")
     q = unique("qq")
     ch.queue_declare(
         q,
@@ -631,11 +584,11 @@ def test_quorum_queue_delivery_limit_reference(broker, connect, unique, poll_unt
 
 
 @pytest.mark.extension
-def test_classic_queue_delivery_limit(connect, unique, poll_until):
+def test_classic_queue_delivery_limit(connect, poll_until, with_dlq):
     """ottermq: ``x-delivery-limit: 2`` on a classic queue behaves like a quorum queue's."""
     conn = connect()
     ch = conn.channel()
-    q, dlq = to_dlq(ch, unique, **{"x-delivery-limit": 2})
+    q, dlq = with_dlq(ch, **{"x-delivery-limit": 2})
     seen, (_, props, body) = _redeliver_until_dead(conn, ch, q, dlq, poll_until)
     assert seen == [(False, None), (True, 1), (True, 2)]
     assert body == b"poison" and deaths(props) == [(q, "delivery_limit", 1)]

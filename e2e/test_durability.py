@@ -27,20 +27,11 @@ def connect(broker) -> tuple[pika.BlockingConnection, pika.adapters.blocking_con
     return conn, conn.channel()
 
 
-def drain(ch, q: str) -> list[tuple[bytes, bool]]:
-    out = []
-    while True:
-        method, _props, body = ch.basic_get(q, auto_ack=True)
-        if method is None:
-            return out
-        out.append((body, method.redelivered))
-
-
 def count(ch, q: str) -> int:
     return ch.queue_declare(q, passive=True).method.message_count
 
 
-def test_durable_entities_and_persistent_messages_survive_restart(broker_process):
+def test_durable_entities_and_persistent_messages_survive_restart(broker_process, drain):
     process = broker_process()
     conn, ch = connect(process.start())
     ch.confirm_delivery()
@@ -58,9 +49,11 @@ def test_durable_entities_and_persistent_messages_survive_restart(broker_process
     assert process.stop() == 0
 
     conn, ch = connect(process.start())
-    assert drain(ch, "dq") == [(b"p1", True), (b"p3", False), (b"p0", False), (b"p2", False), (b"p4", False)]
+    assert drain(ch, "dq", redelivered=True) == [
+        (b"p1", True), (b"p3", False), (b"p0", False), (b"p2", False), (b"p4", False)
+    ]
     ch.basic_publish("dx", "a.z", b"routed", PERSISTENT)  # binding survived
-    assert drain(ch, "dq") == [(b"routed", False)]
+    assert drain(ch, "dq", redelivered=True) == [(b"routed", False)]
     for name in ("tq",):
         with pytest.raises(pika.exceptions.ChannelClosedByBroker):
             ch.queue_declare(name, passive=True)
@@ -70,7 +63,7 @@ def test_durable_entities_and_persistent_messages_survive_restart(broker_process
     conn.close()
 
 
-def test_acked_messages_do_not_come_back(broker_process):
+def test_acked_messages_do_not_come_back(broker_process, drain):
     process = broker_process()
     conn, ch = connect(process.start())
     ch.confirm_delivery()
@@ -84,11 +77,18 @@ def test_acked_messages_do_not_come_back(broker_process):
     conn.close()
     process.stop()
     conn, ch = connect(process.start())
-    assert [b for b, _ in drain(ch, "q")] == [b"%d" % i for i in range(4, 10)]
+    assert [b for b, _ in drain(ch, "q", redelivered=True)] == [b"%d" % i for i in range(4, 10)]
     conn.close()
 
 
-def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered(broker_process):
+def wait_past(epoch_s: float, poll_until) -> None:
+    """Return once the wall clock (which the broker's deadlines use) is past ``epoch_s``."""
+    poll_until(lambda: time.time() > epoch_s, timeout=max(epoch_s - time.time(), 0) + 5)
+
+
+def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered(
+    broker_process, poll_until, drain
+):
     process = broker_process()
     conn, ch = connect(process.start())
     ch.confirm_delivery()
@@ -98,10 +98,11 @@ def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered
     args = {"x-message-ttl": 60000, "x-dead-letter-exchange": "dlx"}
     ch.queue_declare("work", durable=True, arguments=args)
     ch.basic_publish("", "work", b"short", pika.BasicProperties(delivery_mode=2, expiration="400"))
+    confirmed_at = time.time()  # the broker enqueued it before confirming: its deadline is earlier + 0.4
     ch.basic_publish("", "work", b"long", PERSISTENT)
     conn.close()
     process.stop()
-    time.sleep(0.6)  # "short" lapses while the broker is down
+    wait_past(confirmed_at + 0.45, poll_until)  # "short" lapses while the broker is down
     conn, ch = connect(process.start())
     method, props, body = ch.basic_get("dlq", auto_ack=True)
     assert body == b"short"
@@ -112,21 +113,34 @@ def test_ttl_keeps_counting_across_restart_and_lapsed_messages_are_dead_lettered
     process.stop()
     conn, ch = connect(process.start())
     assert count(ch, "dlq") == 0  # dead-lettered once, not again
-    assert [b for b, _ in drain(ch, "work")] == [b"long"]
+    assert [b for b, _ in drain(ch, "work", redelivered=True)] == [b"long"]
     conn.close()
 
 
-def test_x_expires_clock_resumes_after_restart(broker_process):
+def test_x_expires_clock_resumes_after_restart(broker_process, poll_until):
+    """The queue's x-expires deadline lapses while the broker is down: it is deleted at once after
+    the restart, well before a clock restarted at boot would delete it (x-expires after recovery)."""
+    expires_ms = 2500
     process = broker_process()
     conn, ch = connect(process.start())
-    ch.queue_declare("exp", durable=True, arguments={"x-expires": 1500})
+    ch.queue_declare("exp", durable=True, arguments={"x-expires": expires_ms})
+    declared_at = time.time()  # declare-ok came back: the deadline is before this + x-expires
     conn.close()
     process.stop()
-    time.sleep(1.6)
-    conn, ch = connect(process.start())
-    time.sleep(0.2)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker):
-        ch.queue_declare("exp", passive=True)
+    wait_past(declared_at + expires_ms / 1000 + 0.05, poll_until)
+    conn, _ = connect(process.start())
+
+    def gone() -> bool:
+        probe = conn.channel()
+        try:
+            probe.queue_declare("exp", passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            return True
+        probe.close()
+        return False
+
+    poll_until(gone, timeout=expires_ms / 2000)  # a restarted clock needs the whole x-expires
     conn.close()
 
 
@@ -174,7 +188,7 @@ def _confirmed_publisher(
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_kill_9_under_load_loses_no_confirmed_message(broker_process, attempt):
+def test_kill_9_under_load_loses_no_confirmed_message(broker_process, poll_until, attempt, drain):
     process = broker_process()
     b = process.start()
     conn, ch = connect(b)
@@ -189,8 +203,9 @@ def test_kill_9_under_load_loses_no_confirmed_message(broker_process, attempt):
     ]
     for t in threads:
         t.start()
-    time.sleep(random.uniform(0.3, 1.2))
-    process.kill()  # SIGKILL at a random moment
+    target = random.randint(60, 1500)  # the kill comes at a random point of the load
+    poll_until(lambda: errors or sum(map(len, per_thread)) >= target, timeout=30)
+    process.kill()  # SIGKILL
     stop.set()
     for t in threads:
         t.join(10)
@@ -198,7 +213,7 @@ def test_kill_9_under_load_loses_no_confirmed_message(broker_process, attempt):
     assert len(confirmed) > 50, "the load did not get going"
 
     conn, ch = connect(process.start())  # the store opens cleanly
-    stored = [body for body, _ in drain(ch, "crash")]
+    stored = [body for body, _ in drain(ch, "crash", redelivered=True)]
     assert len(stored) == len(set(stored)), "a message came back twice"
     missing = confirmed - set(stored)
     assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:3]}"
@@ -243,7 +258,7 @@ def test_second_broker_on_the_same_data_dir_is_refused(broker_process):
     assert "in use" in second.log_tail()
 
 
-def test_each_vhost_recovers_its_own_entities(broker_process):
+def test_each_vhost_recovers_its_own_entities(broker_process, drain):
     process = broker_process({"OTTERMQ_VHOSTS": "/,other"})
     b = process.start()
     for vhost, tag in (("/", b"root"), ("other", b"other")):
@@ -260,7 +275,7 @@ def test_each_vhost_recovers_its_own_entities(broker_process):
     for vhost, tag, other in (("/", b"root", "other"), ("other", b"other", "root")):
         conn = pika.BlockingConnection(b.params(virtual_host=vhost))
         ch = conn.channel()
-        assert drain(ch, "shared-name") == [(tag, False)]
+        assert drain(ch, "shared-name", redelivered=True) == [(tag, False)]
         ch.exchange_declare(f"x-{tag.decode()}", passive=True)
         with pytest.raises(pika.exceptions.ChannelClosedByBroker):
             ch.exchange_declare(f"x-{other}", passive=True)

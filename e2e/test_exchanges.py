@@ -13,16 +13,6 @@ import pytest
 VHOST = "vhost '/'"
 
 
-def drain(ch, queue: str) -> list[bytes]:
-    """All message bodies currently in ``queue`` (auto-ack)."""
-    bodies = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
 @pytest.mark.parametrize("kind", ["direct", "fanout", "topic", "headers"])
 def test_declare_each_type_and_passive_redeclare(channel, unique, kind):
     x = unique(kind)
@@ -148,7 +138,7 @@ def test_delete_if_unused(connect, unique, channel_error):
     )
 
 
-def test_delete_exchange_removes_its_bindings(channel, unique):
+def test_delete_exchange_removes_its_bindings(channel, unique, drain):
     x, q = unique("x"), unique("q")
     channel.queue_declare(q, exclusive=True)
     channel.exchange_declare(x, "fanout")
@@ -180,7 +170,7 @@ def test_auto_delete_exchange_without_bindings_stays(channel, unique):
 # ---------------------------------------------------------------------------------------------------------
 # default exchange
 # ---------------------------------------------------------------------------------------------------------
-def test_default_exchange_routes_by_queue_name(channel, unique):
+def test_default_exchange_routes_by_queue_name(channel, unique, drain):
     q = unique("q")
     channel.queue_declare(q, exclusive=True)
     channel.basic_publish("", q, b"hello")
@@ -248,7 +238,7 @@ def test_publish_to_missing_exchange_is_404(connect, unique, channel_error):
 # ---------------------------------------------------------------------------------------------------------
 # routing
 # ---------------------------------------------------------------------------------------------------------
-def test_direct_routing(channel, unique):
+def test_direct_routing(channel, unique, drain):
     x, qa, qb = unique("x"), unique("a"), unique("b")
     channel.exchange_declare(x, "direct")
     for q in (qa, qb):
@@ -262,7 +252,7 @@ def test_direct_routing(channel, unique):
     assert drain(channel, qb) == [b"green"]
 
 
-def test_fanout_ignores_routing_key(channel, unique):
+def test_fanout_ignores_routing_key(channel, unique, drain):
     x, qa, qb = unique("x"), unique("a"), unique("b")
     channel.exchange_declare(x, "fanout")
     for q in (qa, qb):
@@ -273,7 +263,7 @@ def test_fanout_ignores_routing_key(channel, unique):
     assert drain(channel, qb) == [b"m"]
 
 
-def test_same_queue_bound_twice_gets_one_copy(channel, unique):
+def test_same_queue_bound_twice_gets_one_copy(channel, unique, drain):
     x, q = unique("x"), unique("q")
     channel.exchange_declare(x, "topic")
     channel.queue_declare(q, exclusive=True)
@@ -299,7 +289,7 @@ def test_same_queue_bound_twice_gets_one_copy(channel, unique):
         ("", [""], ["a"]),
     ],
 )
-def test_topic_routing(channel, unique, pattern, matches, misses):
+def test_topic_routing(channel, unique, pattern, matches, misses, drain):
     x, q = unique("x"), unique("q")
     channel.exchange_declare(x, "topic")
     channel.queue_declare(q, exclusive=True)
@@ -309,7 +299,7 @@ def test_topic_routing(channel, unique, pattern, matches, misses):
     assert drain(channel, q) == [k.encode() for k in matches]
 
 
-def test_headers_exchange_x_match(channel, unique):
+def test_headers_exchange_x_match(channel, unique, drain):
     x, q_all, q_any, q_default = unique("x"), unique("all"), unique("any"), unique("default")
     channel.exchange_declare(x, "headers")
     for q in (q_all, q_any, q_default):
@@ -331,7 +321,7 @@ def test_headers_exchange_x_match(channel, unique):
     assert drain(channel, q_any) == [b"both", b"format", b"type-only"]
 
 
-def test_headers_exchange_empty_binding_and_value_types(channel, unique):
+def test_headers_exchange_empty_binding_and_value_types(channel, unique, drain):
     x, q_empty, q_int, q_void = unique("x"), unique("empty"), unique("int"), unique("void")
     channel.exchange_declare(x, "headers")
     for q in (q_empty, q_int, q_void):
@@ -348,7 +338,7 @@ def test_headers_exchange_empty_binding_and_value_types(channel, unique):
     assert drain(channel, q_void) == [b"flag"]
 
 
-def test_exchange_to_exchange_binding_routes(channel, unique):
+def test_exchange_to_exchange_binding_routes(channel, unique, drain):
     src, dst, q = unique("src"), unique("dst"), unique("q")
     channel.exchange_declare(src, "topic")
     channel.exchange_declare(dst, "fanout")
@@ -363,7 +353,7 @@ def test_exchange_to_exchange_binding_routes(channel, unique):
     assert drain(channel, q) == []
 
 
-def test_exchange_binding_cycle_delivers_once(channel, unique):
+def test_exchange_binding_cycle_delivers_once(channel, unique, drain):
     a, b, q = unique("a"), unique("b"), unique("q")
     channel.exchange_declare(a, "fanout")
     channel.exchange_declare(b, "fanout")
@@ -383,7 +373,7 @@ def test_bind_exchange_to_missing_exchange_is_404(channel, unique, channel_error
     )
 
 
-def test_internal_exchange_cannot_be_published_to(connect, unique, channel_error):
+def test_internal_exchange_cannot_be_published_to(connect, unique, channel_error, drain):
     ch = connect().channel()
     internal, front, q = unique("internal"), unique("front"), unique("q")
     ch.exchange_declare(internal, "fanout", internal=True)
@@ -401,7 +391,7 @@ def test_internal_exchange_cannot_be_published_to(connect, unique, channel_error
     )
 
 
-def test_alternate_exchange_receives_unroutable(connect, unique):
+def test_alternate_exchange_receives_unroutable(connect, unique, drain):
     ch = connect().channel()
     main, ae, q_main, q_ae = unique("main"), unique("ae"), unique("qmain"), unique("qae")
     ch.exchange_declare(ae, "fanout")

@@ -22,29 +22,6 @@ import pytest
 VHOST = "vhost '/'"
 
 
-def declare(ch, unique, name: str = "q", **arguments) -> str:
-    q = unique(name)
-    ch.queue_declare(q, arguments=arguments)
-    return q
-
-
-def with_dlq(ch, unique, **arguments) -> tuple[str, str]:
-    dlq = declare(ch, unique, "dlq")
-    q = declare(
-        ch, unique, "work", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **arguments}
-    )
-    return q, dlq
-
-
-def drain(ch, q: str) -> list[bytes]:
-    bodies = []
-    while True:
-        method, _, body = ch.basic_get(q, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
 def dead_letters(ch, dlq: str, poll_until, n: int) -> list[tuple[bytes, list[tuple]]]:
     """Wait for ``n`` dead letters in ``dlq``, then check that no more follow for a short while."""
     got: list[tuple] = []
@@ -116,14 +93,14 @@ def test_invalid_length_arguments_are_406(channel, unique, channel_error, argume
 # ---------------------------------------------------------------------------------------------------------
 # drop-head
 # ---------------------------------------------------------------------------------------------------------
-def test_max_length_drops_the_head_without_dlx(confirmed, unique):
-    q = declare(confirmed, unique, **{"x-max-length": 2})
+def test_max_length_drops_the_head_without_dlx(confirmed, declare, drain):
+    q = declare(confirmed, **{"x-max-length": 2})
     assert publish_all(confirmed, q, [b"1", b"2", b"3"]) == ["ack"] * 3
     assert drain(confirmed, q) == [b"2", b"3"]
 
 
-def test_drop_head_dead_letters_the_head_as_maxlen(confirmed, unique, poll_until):
-    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 2, "x-overflow": "drop-head"})
+def test_drop_head_dead_letters_the_head_as_maxlen(confirmed, poll_until, with_dlq, drain):
+    q, dlq = with_dlq(confirmed, **{"x-max-length": 2, "x-overflow": "drop-head"})
     publish_all(confirmed, q, [b"1", b"2", b"3", b"4"], expiration="60000")
     assert drain(confirmed, q) == [b"3", b"4"]
     dead = []
@@ -135,8 +112,8 @@ def test_drop_head_dead_letters_the_head_as_maxlen(confirmed, unique, poll_until
     assert dead == [(b"1", "maxlen", "maxlen"), (b"2", "maxlen", "maxlen")]
 
 
-def test_max_length_bytes_counts_body_bytes_only(confirmed, unique, poll_until):
-    q, dlq = with_dlq(confirmed, unique, **{"x-max-length-bytes": 10})
+def test_max_length_bytes_counts_body_bytes_only(confirmed, poll_until, with_dlq, drain):
+    q, dlq = with_dlq(confirmed, **{"x-max-length-bytes": 10})
     big_headers = {"h": "x" * 500}  # properties don't count
     publish_all(confirmed, q, [b"aaaa", b"bbbb", b"cc"], headers=big_headers)
     assert dead_letters(confirmed, dlq, poll_until, 0) == []  # exactly 10 bytes: fits
@@ -145,22 +122,22 @@ def test_max_length_bytes_counts_body_bytes_only(confirmed, unique, poll_until):
     assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"aaaa", [(q, "maxlen", 1)])]
 
 
-def test_message_larger_than_max_length_bytes_pushes_everything_out(confirmed, unique, poll_until):
-    q, dlq = with_dlq(confirmed, unique, **{"x-max-length-bytes": 5})
+def test_message_larger_than_max_length_bytes_pushes_everything_out(confirmed, poll_until, with_dlq, drain):
+    q, dlq = with_dlq(confirmed, **{"x-max-length-bytes": 5})
     publish_all(confirmed, q, [b"abc", b"0123456789"])
     assert drain(confirmed, q) == []
     assert [body for body, _ in dead_letters(confirmed, dlq, poll_until, 2)] == [b"abc", b"0123456789"]
 
 
-def test_max_length_zero_dead_letters_every_message(confirmed, unique, poll_until):
-    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 0})
+def test_max_length_zero_dead_letters_every_message(confirmed, poll_until, with_dlq, drain):
+    q, dlq = with_dlq(confirmed, **{"x-max-length": 0})
     assert publish_all(confirmed, q, [b"z"]) == ["ack"]
     assert drain(confirmed, q) == []
     assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"z", [(q, "maxlen", 1)])]
 
 
-def test_unacked_messages_do_not_count(confirmed, unique, poll_until):
-    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 1})
+def test_unacked_messages_do_not_count(confirmed, poll_until, with_dlq, drain):
+    q, dlq = with_dlq(confirmed, **{"x-max-length": 1})
     publish_all(confirmed, q, [b"A"])
     method, _, _ = confirmed.basic_get(q)
     publish_all(confirmed, q, [b"B"])  # A is out for delivery: B fits
@@ -175,28 +152,28 @@ def test_unacked_messages_do_not_count(confirmed, unique, poll_until):
 # ---------------------------------------------------------------------------------------------------------
 # reject-publish / reject-publish-dlx
 # ---------------------------------------------------------------------------------------------------------
-def test_reject_publish_nacks_the_confirming_publisher(confirmed, unique, poll_until):
-    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+def test_reject_publish_nacks_the_confirming_publisher(confirmed, poll_until, with_dlq, drain):
+    q, dlq = with_dlq(confirmed, **{"x-max-length": 1, "x-overflow": "reject-publish"})
     assert publish_all(confirmed, q, [b"1", b"2", b"3"]) == ["ack", "nack", "nack"]
     assert drain(confirmed, q) == [b"1"]
     assert dead_letters(confirmed, dlq, poll_until, 0) == []  # never dead-lettered
 
 
-def test_reject_publish_raises_nack_error_in_pika(confirmed, unique):
-    q = declare(confirmed, unique, **{"x-max-length": 0, "x-overflow": "reject-publish"})
+def test_reject_publish_raises_nack_error_in_pika(confirmed, declare):
+    q = declare(confirmed, **{"x-max-length": 0, "x-overflow": "reject-publish"})
     with pytest.raises(pika.exceptions.NackError):
         confirmed.basic_publish("", q, b"m")
     assert confirmed.is_open
 
 
-def test_reject_publish_by_bytes(confirmed, unique):
-    q = declare(confirmed, unique, **{"x-max-length-bytes": 5, "x-overflow": "reject-publish"})
+def test_reject_publish_by_bytes(confirmed, declare, drain):
+    q = declare(confirmed, **{"x-max-length-bytes": 5, "x-overflow": "reject-publish"})
     assert publish_all(confirmed, q, [b"abc", b"de", b"f"]) == ["ack", "ack", "nack"]
     assert drain(confirmed, q) == [b"abc", b"de"]
 
 
-def test_reject_publish_without_confirms_drops_silently(channel, unique):
-    q = declare(channel, unique, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+def test_reject_publish_without_confirms_drops_silently(channel, declare, drain):
+    q = declare(channel, **{"x-max-length": 1, "x-overflow": "reject-publish"})
     channel.basic_publish("", q, b"1")
     channel.basic_publish("", q, b"2")  # refused, and nobody is told
     channel.confirm_delivery()  # from here on: a marker that the queue has seen "1" and "2"
@@ -206,18 +183,18 @@ def test_reject_publish_without_confirms_drops_silently(channel, unique):
     assert drain(channel, q) == [b"1"]
 
 
-def test_reject_publish_makes_room_again_after_consuming(confirmed, unique):
-    q = declare(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+def test_reject_publish_makes_room_again_after_consuming(confirmed, declare, drain):
+    q = declare(confirmed, **{"x-max-length": 1, "x-overflow": "reject-publish"})
     assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
     assert drain(confirmed, q) == [b"1"]
     assert publish_all(confirmed, q, [b"3"]) == ["ack"]
 
 
-def test_one_full_queue_nacks_even_if_another_queue_took_the_message(confirmed, unique):
+def test_one_full_queue_nacks_even_if_another_queue_took_the_message(confirmed, unique, declare, drain):
     fanout = unique("fanout")
     confirmed.exchange_declare(fanout, "fanout")
-    full = declare(confirmed, unique, "full", **{"x-max-length": 0, "x-overflow": "reject-publish"})
-    room = declare(confirmed, unique, "room")
+    full = declare(confirmed, "full", **{"x-max-length": 0, "x-overflow": "reject-publish"})
+    room = declare(confirmed, "room")
     confirmed.queue_bind(full, fanout)
     confirmed.queue_bind(room, fanout)
     with pytest.raises(pika.exceptions.NackError):
@@ -226,14 +203,14 @@ def test_one_full_queue_nacks_even_if_another_queue_took_the_message(confirmed, 
     assert drain(confirmed, full) == []
 
 
-def test_reject_publish_dlx_nacks_and_dead_letters_the_new_message(confirmed, unique, poll_until):
-    q, dlq = with_dlq(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
+def test_reject_publish_dlx_nacks_and_dead_letters_the_new_message(confirmed, poll_until, with_dlq, drain):
+    q, dlq = with_dlq(confirmed, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
     assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
     assert drain(confirmed, q) == [b"1"]
     assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"2", [(q, "maxlen", 1)])]
 
 
-def test_reject_publish_dlx_without_dlx_just_nacks(confirmed, unique):
-    q = declare(confirmed, unique, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
+def test_reject_publish_dlx_without_dlx_just_nacks(confirmed, declare, drain):
+    q = declare(confirmed, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
     assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
     assert drain(confirmed, q) == [b"1"]

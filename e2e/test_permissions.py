@@ -24,7 +24,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -170,20 +169,6 @@ def rabbit_users(request: pytest.FixtureRequest) -> Iterator[Any]:
             rabbitmqctl("delete_user", user)
 
 
-@pytest.fixture(scope="session")
-def ottermq_definitions_supported() -> bool:
-    """Whether ottermq's settings know ``definitions_file`` (asked in a child: e2e imports no ottermq)."""
-    probe = "from ottermq.broker.config import Settings; print('definitions_file' in Settings.model_fields)"
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
-        check=False,
-    )
-    return result.stdout.strip() == "True"
-
-
 @pytest.fixture
 def target(
     rabbit_users: Any,
@@ -194,8 +179,6 @@ def target(
         broker = rabbit_users
         made = Target(broker.host, broker.port, broker.vhost, broker.params)
     else:
-        if not request.getfixturevalue("ottermq_definitions_supported"):
-            pytest.skip("ottermq has no OTTERMQ_DEFINITIONS_FILE yet")
         path = tmp_path / "definitions.json"
         path.write_text(json.dumps(ottermq_definitions()), encoding="utf-8")
         process = request.getfixturevalue("broker_process")({"OTTERMQ_DEFINITIONS_FILE": str(path)})

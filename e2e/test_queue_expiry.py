@@ -137,7 +137,7 @@ def test_unacked_messages_do_not_keep_the_queue_alive(channel, unique, poll_unti
 # ---------------------------------------------------------------------------------------------------------
 # what happens to the messages
 # ---------------------------------------------------------------------------------------------------------
-def test_messages_of_an_expired_queue_are_not_dead_lettered(channel, unique, poll_until, exists):
+def test_messages_of_an_expired_queue_are_not_dead_lettered(channel, unique, poll_until, exists, nothing_for):
     dlq = unique("dlq")
     channel.queue_declare(dlq)
     q = unique("q")
@@ -148,10 +148,7 @@ def test_messages_of_an_expired_queue_are_not_dead_lettered(channel, unique, pol
     for i in range(3):
         channel.basic_publish("", q, b"m%d" % i)
     expire_time(exists, q, poll_until, time.monotonic())
-    deadline = time.monotonic() + 0.2
-    while time.monotonic() < deadline:
-        assert channel.basic_get(dlq, auto_ack=True)[0] is None
-        time.sleep(0.02)
+    nothing_for(channel, dlq, 0.2)
     assert channel.queue_declare(dlq, passive=True).method.message_count == 0
 
 

@@ -11,15 +11,6 @@ import pytest
 VHOST = "vhost '/'"
 
 
-def drain(ch, queue: str) -> list[bytes]:
-    bodies = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
 def queue_exists(conn, queue: str) -> bool:
     ch = conn.channel()
     try:
@@ -113,7 +104,7 @@ def test_redeclare_with_different_argument_is_406(channel, unique, channel_error
     )
 
 
-def test_long_reply_text_is_truncated_to_255_bytes(channel, unique, channel_error):
+def test_long_reply_text_is_truncated_to_255_bytes(channel, channel_error):
     q = "e2e.long." + "x" * 240
     err = channel_error(
         lambda: channel.queue_declare(q, passive=True), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}"
@@ -131,7 +122,7 @@ def test_passive_declare_ignores_flags(channel, unique):
 # ---------------------------------------------------------------------------------------------------------
 # exclusive / auto-delete
 # ---------------------------------------------------------------------------------------------------------
-def test_exclusive_queue_is_locked_for_other_connections(connect, unique, channel_error):
+def test_exclusive_queue_is_locked_for_other_connections(connect, unique, channel_error, drain):
     owner = connect().channel()
     q = unique("excl")
     owner.queue_declare(q, exclusive=True)
@@ -198,7 +189,7 @@ def test_auto_delete_queue_deleted_when_consumer_channel_closes(connect, unique,
 # ---------------------------------------------------------------------------------------------------------
 # purge / delete
 # ---------------------------------------------------------------------------------------------------------
-def test_purge_returns_count(channel, unique):
+def test_purge_returns_count(channel, unique, drain):
     q = unique("q")
     channel.queue_declare(q, exclusive=True)
     channel.confirm_delivery()  # counts must include every publish
@@ -209,7 +200,7 @@ def test_purge_returns_count(channel, unique):
     assert drain(channel, q) == []
 
 
-def test_purge_keeps_unacked_messages(channel, unique):
+def test_purge_keeps_unacked_messages(channel, unique, drain):
     q = unique("q")
     channel.queue_declare(q, exclusive=True)
     for i in range(3):
@@ -278,7 +269,7 @@ def test_delete_if_unused(connect, unique, channel_error):
 # ---------------------------------------------------------------------------------------------------------
 # bindings
 # ---------------------------------------------------------------------------------------------------------
-def test_bind_and_unbind(channel, unique):
+def test_bind_and_unbind(channel, unique, drain):
     x, q = unique("x"), unique("q")
     channel.exchange_declare(x, "direct")
     channel.queue_declare(q, exclusive=True)
@@ -291,7 +282,7 @@ def test_bind_and_unbind(channel, unique):
     assert drain(channel, q) == []
 
 
-def test_bind_with_arguments_is_a_distinct_binding(channel, unique):
+def test_bind_with_arguments_is_a_distinct_binding(channel, unique, drain):
     x, q = unique("x"), unique("q")
     channel.exchange_declare(x, "direct")
     channel.queue_declare(q, exclusive=True)
@@ -340,7 +331,7 @@ def test_unbind_with_empty_queue_name_and_none_declared_is_404(channel, unique, 
     channel_error(lambda: channel.queue_unbind("", x, "k"), 404, "NOT_FOUND - no previously declared queue")
 
 
-def test_unbind_empty_queue_and_key_mean_the_last_declared_queue(channel, unique):
+def test_unbind_empty_queue_and_key_mean_the_last_declared_queue(channel, unique, drain):
     x, q = unique("x"), unique("q")
     channel.exchange_declare(x, "direct")
     channel.queue_declare(q, exclusive=True)
@@ -351,7 +342,7 @@ def test_unbind_empty_queue_and_key_mean_the_last_declared_queue(channel, unique
 
 
 def test_unbind_of_another_connections_exclusive_queue_is_405_only_if_the_binding_exists(
-    connect, unique, channel_error
+    connect, unique, channel_error, drain
 ):
     owner = connect().channel()
     x, q = unique("x"), unique("q")
@@ -386,7 +377,7 @@ def test_bind_missing_queue_is_404(channel, unique, channel_error):
     )
 
 
-def test_queue_delete_removes_bindings(channel, unique):
+def test_queue_delete_removes_bindings(channel, unique, drain):
     x, q = unique("x"), unique("q")
     channel.exchange_declare(x, "fanout")
     channel.queue_declare(q)
@@ -416,7 +407,7 @@ def test_empty_queue_name_without_declared_queue_is_404(channel, channel_error):
 # ---------------------------------------------------------------------------------------------------------
 # priorities
 # ---------------------------------------------------------------------------------------------------------
-def test_max_priority_orders_by_priority_then_fifo(channel, unique):
+def test_max_priority_orders_by_priority_then_fifo(channel, unique, drain):
     q = unique("prio")
     channel.queue_declare(q, exclusive=True, arguments={"x-max-priority": 5})
     sent = [
@@ -436,7 +427,7 @@ def test_max_priority_orders_by_priority_then_fifo(channel, unique):
     assert drain(channel, q) == [b"p5a", b"p9-capped", b"p5b", b"p3", b"p1a", b"p1b", b"n1", b"p0", b"n2"]
 
 
-def test_queue_without_max_priority_ignores_priority(channel, unique):
+def test_queue_without_max_priority_ignores_priority(channel, unique, drain):
     q = unique("fifo")
     channel.queue_declare(q, exclusive=True)
     for prio, body in [(1, b"a"), (9, b"b"), (5, b"c")]:

@@ -23,21 +23,6 @@ from __future__ import annotations
 import pika
 
 
-def declare(ch, unique, name: str = "q", **arguments) -> str:
-    q = unique(name)
-    ch.queue_declare(q, arguments=arguments)
-    return q
-
-
-def work_and_dlq(ch, unique, **arguments) -> tuple[str, str]:
-    """A DLQ and a work queue dead-lettering into it through the default exchange."""
-    dlq = declare(ch, unique, "dlq")
-    q = declare(
-        ch, unique, "work", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **arguments}
-    )
-    return q, dlq
-
-
 def publish(ch, q: str, body: bytes, expiration: str | None = None, priority: int | None = None) -> None:
     ch.basic_publish("", q, body, pika.BasicProperties(expiration=expiration, priority=priority))
 
@@ -46,9 +31,9 @@ def count(ch, q: str) -> int:
     return ch.queue_declare(q, passive=True).method.message_count
 
 
-def past_deadline(ch, unique, poll_until, expiration: str = "50") -> None:
+def past_deadline(ch, declare, poll_until, expiration: str = "50") -> None:
     """Return once a message published now with ``expiration`` has expired (see module docstring)."""
-    probe = declare(ch, unique, "probe")
+    probe = declare(ch, "probe")
     publish(ch, probe, b"probe", expiration)
     poll_until(lambda: count(ch, probe) == 0, timeout=3)
 
@@ -57,62 +42,56 @@ def death_reason(props) -> str:
     return props.headers["x-death"][0]["reason"]
 
 
-def next_message(ch, q: str, poll_until) -> tuple:
-    """Poll ``basic.get`` until a message arrives: ``(method, properties, body)``."""
-
-    def get():
-        got = ch.basic_get(q, auto_ack=True)
-        return got if got[0] is not None else None
-
-    return poll_until(get, timeout=3)
-
-
-def test_get_ok_count_excludes_expired_messages_behind_the_head(channel, unique, poll_until):
+def test_get_ok_count_excludes_expired_messages_behind_the_head(channel, poll_until, declare):
     channel.confirm_delivery()
-    q = declare(channel, unique)
+    q = declare(channel)
     publish(channel, q, b"m1")
     publish(channel, q, b"m2", "50")
-    past_deadline(channel, unique, poll_until)
+    past_deadline(channel, declare, poll_until)
     assert count(channel, q) == 2  # declare-ok drops nothing
     method, _, body = channel.basic_get(q, auto_ack=True)
     assert (body, method.message_count) == (b"m1", 0)
     assert channel.basic_get(q, auto_ack=True)[0] is None
 
 
-def test_get_drops_the_expired_run_after_the_head_and_purge_counts_the_rest(channel, unique, poll_until):
+def test_get_drops_the_expired_run_after_the_head_and_purge_counts_the_rest(channel, poll_until, declare):
     channel.confirm_delivery()
-    q = declare(channel, unique)
+    q = declare(channel)
     for body, expiration in ((b"m1", None), (b"m2", "50"), (b"m3", "50"), (b"m4", None), (b"m5", "50")):
         publish(channel, q, body, expiration)
-    past_deadline(channel, unique, poll_until)
+    past_deadline(channel, declare, poll_until)
     method, _, body = channel.basic_get(q, auto_ack=True)
     assert (body, method.message_count) == (b"m1", 2)  # m2, m3 dropped; live m4 hides expired m5
     assert channel.queue_purge(q).method.message_count == 2
 
 
-def test_expired_message_is_dead_lettered_when_get_exposes_it(channel, unique, poll_until):
+def test_expired_message_is_dead_lettered_when_get_exposes_it(
+    channel, poll_until, declare, with_dlq, expect_message
+):
     channel.confirm_delivery()
-    q, dlq = work_and_dlq(channel, unique)
+    q, dlq = with_dlq(channel)
     publish(channel, q, b"m1")
     publish(channel, q, b"m2", "50")
-    past_deadline(channel, unique, poll_until)
+    past_deadline(channel, declare, poll_until)
     assert (count(channel, q), count(channel, dlq)) == (2, 0)  # waiting behind the live head
     method, _, body = channel.basic_get(q, auto_ack=True)
     assert (body, method.message_count) == (b"m1", 0)
-    _, props, body = next_message(channel, dlq, poll_until)
+    _, props, body = expect_message(channel, dlq)
     assert (body, death_reason(props)) == (b"m2", "expired")
     assert props.headers["x-death"][0]["original-expiration"] == "50"
 
 
-def test_drop_head_overflow_then_dead_letters_the_expired_new_head(channel, unique, poll_until):
+def test_drop_head_overflow_then_dead_letters_the_expired_new_head(
+    channel, poll_until, declare, with_dlq, expect_message
+):
     channel.confirm_delivery()
-    q, dlq = work_and_dlq(channel, unique, **{"x-max-length": 2})
+    q, dlq = with_dlq(channel, **{"x-max-length": 2})
     publish(channel, q, b"m1")
     publish(channel, q, b"m2", "50")
-    past_deadline(channel, unique, poll_until)
+    past_deadline(channel, declare, poll_until)
     publish(channel, q, b"m3")  # m1 leaves as maxlen, exposing the expired m2
     assert count(channel, q) == 1
-    arrived = [next_message(channel, dlq, poll_until) for _ in range(2)]
+    arrived = [expect_message(channel, dlq) for _ in range(2)]
     assert [(body, death_reason(props)) for _, props, body in arrived] == [
         (b"m1", "maxlen"),
         (b"m2", "expired"),
@@ -121,14 +100,16 @@ def test_drop_head_overflow_then_dead_letters_the_expired_new_head(channel, uniq
     assert (body, method.message_count) == (b"m3", 0)
 
 
-def test_delivery_to_a_consumer_dead_letters_the_expired_new_head(connect, unique, poll_until):
+def test_delivery_to_a_consumer_dead_letters_the_expired_new_head(
+    connect, poll_until, declare, with_dlq, expect_message
+):
     conn = connect()
     ch = conn.channel()
     ch.confirm_delivery()
-    q, dlq = work_and_dlq(ch, unique)
+    q, dlq = with_dlq(ch)
     for body, expiration in ((b"m1", None), (b"m2", "50"), (b"m3", None)):
         publish(ch, q, body, expiration)
-    past_deadline(ch, unique, poll_until)
+    past_deadline(ch, declare, poll_until)
     ch.basic_qos(prefetch_count=1)
     got: list[bytes] = []
     ch.basic_consume(q, lambda c, m, p, b: got.append(b))
@@ -139,17 +120,17 @@ def test_delivery_to_a_consumer_dead_letters_the_expired_new_head(connect, uniqu
 
     assert poll_until(delivered) == [b"m1"]
     assert count(ch, q) == 1  # m3; m2 left when m1 was delivered
-    _, props, body = next_message(ch, dlq, poll_until)
+    _, props, body = expect_message(ch, dlq)
     assert (body, death_reason(props)) == (b"m2", "expired")
 
 
-def test_purge_and_delete_count_expired_messages_behind_a_live_head(channel, unique, poll_until):
+def test_purge_and_delete_count_expired_messages_behind_a_live_head(channel, poll_until, declare, with_dlq):
     channel.confirm_delivery()
-    q, dlq = work_and_dlq(channel, unique)
+    q, dlq = with_dlq(channel)
     for name in ("purge", "delete"):
         publish(channel, q, b"m1")
         publish(channel, q, b"m2", "50")
-        past_deadline(channel, unique, poll_until)
+        past_deadline(channel, declare, poll_until)
         if name == "purge":
             assert channel.queue_purge(q).method.message_count == 2
         else:
@@ -157,14 +138,16 @@ def test_purge_and_delete_count_expired_messages_behind_a_live_head(channel, uni
     assert count(channel, dlq) == 0  # neither dead-letters
 
 
-def test_expired_message_requeued_behind_a_live_head_stays_counted(connect, unique, poll_until):
+def test_expired_message_requeued_behind_a_live_head_stays_counted(
+    connect, poll_until, declare, with_dlq, expect_message
+):
     conn = connect()
     ch = conn.channel()
     ch.confirm_delivery()
-    q, dlq = work_and_dlq(ch, unique)
+    q, dlq = with_dlq(ch)
     publish(ch, q, b"m0")
     publish(ch, q, b"m1", "100")
-    past = declare(ch, unique, "probe")
+    past = declare(ch, "probe")
     publish(ch, past, b"probe", "100")  # expires after m1 does
     publish(ch, q, b"m2")
     m0, _, _ = ch.basic_get(q)
@@ -176,20 +159,20 @@ def test_expired_message_requeued_behind_a_live_head_stays_counted(connect, uniq
     assert count(ch, dlq) == 0
     method, _, body = ch.basic_get(q, auto_ack=True)
     assert (body, method.message_count, method.redelivered) == (b"m0", 1, True)
-    _, props, body = next_message(ch, dlq, poll_until)
+    _, props, body = expect_message(ch, dlq)
     assert (body, death_reason(props)) == (b"m1", "expired")
     method, _, body = ch.basic_get(q, auto_ack=True)
     assert (body, method.message_count) == (b"m2", 0)
 
 
-def test_priority_queue_expires_in_delivery_order(channel, unique, poll_until):
+def test_priority_queue_expires_in_delivery_order(channel, poll_until, declare, with_dlq, expect_message):
     channel.confirm_delivery()
-    q, dlq = work_and_dlq(channel, unique, **{"x-max-priority": 5})
+    q, dlq = with_dlq(channel, **{"x-max-priority": 5})
     publish(channel, q, b"p0", "50", priority=0)
     publish(channel, q, b"p5", priority=5)  # the head now; p0's timer finds it live
-    past_deadline(channel, unique, poll_until)
+    past_deadline(channel, declare, poll_until)
     assert (count(channel, q), count(channel, dlq)) == (2, 0)
     method, _, body = channel.basic_get(q, auto_ack=True)
     assert (body, method.message_count) == (b"p5", 0)
-    _, props, body = next_message(channel, dlq, poll_until)
+    _, props, body = expect_message(channel, dlq)
     assert (body, death_reason(props)) == (b"p0", "expired")

@@ -33,6 +33,7 @@ from ottermq.broker.definitions import (
     import_definitions,
     load_definitions_file,
 )
+from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import (
     BindingRecord,
     Definitions,
@@ -297,8 +298,7 @@ class FakeStore:
 
 
 def _memory_store() -> Any:
-    memory = pytest.importorskip("ottermq.persistence.memory")
-    return memory.MemoryStore()
+    return MemoryStore()
 
 
 async def _open(store: Any) -> Any:

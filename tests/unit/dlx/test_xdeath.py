@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ottermq.amqp.props import rewrite_props
 from ottermq.amqp.table import (
     Long,
     LongLong,
@@ -137,11 +138,7 @@ def test_every_property_survives_dead_lettering() -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_whole_property_list_via_rewrite_props(case: dict[str, Any]) -> None:
     """The dead-letter path's property rewrite reproduces RabbitMQ's content header exactly."""
-    props = pytest.importorskip("ottermq.amqp.props")
-    rewrite = getattr(props, "rewrite_props", None)
-    if rewrite is None:
-        pytest.skip("ottermq.amqp.props.rewrite_props not available")
-    new = rewrite(bytes.fromhex(case["before"]), encode_table(replay(case)), drop_expiration=True)
+    new = rewrite_props(bytes.fromhex(case["before"]), encode_table(replay(case)), drop_expiration=True)
     assert new.hex() == case["after"]
 
 
