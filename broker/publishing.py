@@ -20,7 +20,7 @@ from ottermq.amqp.fastpath import BASIC_PUBLISH, FRAME_BODY, FRAME_HEADER
 from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.vhost.message import Entry, Message, sender_selected
 from ottermq.vhost.queue import Queue
-from ottermq.vhost.vhost import PublishResult
+from ottermq.vhost.vhost import ROUTED, PublishResult
 
 from .channel_base import ChannelBase
 from .reply_to import REPLY_PREFIX, fast_reply_to
@@ -132,7 +132,10 @@ class PublisherMethods(ChannelBase):
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        self._published(message, self.vhost.publish(exchange, message), mandatory)
+        result = self.vhost.publish(exchange, message)
+        if result is ROUTED and not self.confirm:  # nothing to send back: the common case
+            return
+        self._published(message, result, mandatory)
 
     def _published(self, message: Message, result: PublishResult, mandatory: bool) -> None:
         """The protocol side of ``VHost.publish``: basic.return, then the confirm (after the store

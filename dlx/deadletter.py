@@ -54,21 +54,20 @@ def is_cycle(queue: str, deaths: list[Any]) -> bool:
     return False
 
 
-class _CycleFilter:
-    """``VHost.publish``'s ``accept`` for one dead letter: drops target queues that close a cycle
-    and remembers that it did (the archive's ``cycle`` drop reason)."""
-
-    __slots__ = ("deaths", "cut")
-
-    def __init__(self, deaths: list[Any]) -> None:
-        self.deaths = deaths
-        self.cut = False
-
-    def accept(self, queue: Queue) -> bool:
-        if is_cycle(queue.name, self.deaths):
-            self.cut = True
-            return False
-        return True
+def cycle_queues(deaths: list[Any]) -> frozenset[str] | None:
+    """The queues dead-lettering must skip, given the updated ``x-death`` array (newest first):
+    those ``is_cycle`` is true for, i.e. the queues of the deaths before the first ``rejected`` one.
+    None when there are none (nothing to filter)."""
+    names: set[str] = set()
+    for death in deaths:
+        if not isinstance(death, dict):
+            continue
+        if death.get("reason") == "rejected":
+            break
+        queue = death.get("queue")
+        if isinstance(queue, str):
+            names.add(queue)
+    return frozenset(names) if names else None
 
 
 class DeadLetterRecorder(Protocol):
@@ -132,7 +131,7 @@ class DeadLetterer:
         self.routed = 0
         self._work: deque[tuple[Queue, list[Entry], str]] = deque()
         self._busy = False
-        self._cache: dict[tuple[Any, ...], tuple[bytes, list[Any], int]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[bytes, frozenset[str] | None, int]] = {}
         self._missing_unreported = 0  # dropped for a missing DLX since the last warning
         self._missing_warn_at = 0  # epoch ms before which no new warning is logged
 
@@ -206,7 +205,7 @@ class DeadLetterer:
             rewritten = cache.get(key)
             if rewritten is None:
                 rewritten = cache[key] = self._rewrite(message, queue.name, reason, now_s, dlrk)
-            raw, deaths, count = rewritten
+            raw, cyclic, count = rewritten
             if dlrk is not None:
                 routing_keys = [dlrk]
             else:  # every key it was published with: CC and BCC too (RabbitMQ)
@@ -216,12 +215,11 @@ class DeadLetterer:
             )
             if len(routing_keys) > 1:
                 dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
-            cycles = _CycleFilter(deaths) if reason != "rejected" and deaths else None
-            result = vhost.publish(exchange, dead, cycles.accept if cycles is not None else None)
+            result = vhost.publish(exchange, dead, cyclic if reason != "rejected" else None)
             if not result.routed:
                 self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
                 if archive is not None:
-                    lost_to = "cycle" if cycles is not None and cycles.cut else "no_route"
+                    lost_to = "cycle" if result.excluded else "no_route"
                     archived += (message, entry.enqueued_at, count, routing_keys[0], lost_to)
                 continue
             self.routed += 1
@@ -233,9 +231,9 @@ class DeadLetterer:
     @staticmethod
     def _rewrite(
         message: Message, queue: str, reason: str, now_s: int, dlrk: str | None
-    ) -> tuple[bytes, list[Any], int]:
-        """The dead letter's property octets, its ``x-death`` list (for cycle detection) and the
-        ``count`` of this death."""
+    ) -> tuple[bytes, frozenset[str] | None, int]:
+        """The dead letter's property octets, the queues it must not reach (``cycle_queues``) and
+        the ``count`` of this death."""
         headers = message.headers
         keys = dead_letter_routing_keys(message.routing_key, headers)
         expiration = quick_props(message.raw_props)[2]
@@ -245,4 +243,4 @@ class DeadLetterer:
         raw = rewrite_props(message.raw_props, encode_table(new_headers), drop_expiration=True)
         deaths = new_headers.get(X_DEATH)
         deaths = deaths if isinstance(deaths, list) else []
-        return raw, deaths, _front_count(deaths)
+        return raw, cycle_queues(deaths), _front_count(deaths)

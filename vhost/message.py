@@ -22,6 +22,10 @@ READY, OUT, GONE = 0, 1, 2
 class Message:
     """Immutable message content (treat as frozen; ``__slots__`` for memory)."""
 
+    # Routing keys beyond ``routing_key`` (``CC``/``BCC`` at publish): none here, a slot of
+    # ``SelectedMessage``. A class attribute, so the publish path reads it without a call.
+    extra_keys: tuple[str, ...] = ()
+
     __slots__ = (
         "exchange",
         "routing_key",
@@ -66,10 +70,6 @@ class Message:
             self.persistent, self.priority, self.expiration,
         )
 
-    @property
-    def extra_keys(self) -> tuple[str, ...]:
-        """Routing keys beyond ``routing_key`` (``CC``/``BCC`` at publish); see ``SelectedMessage``."""
-        return ()
 
     @property
     def size(self) -> int:
@@ -101,21 +101,17 @@ class SelectedMessage(Message):
     with (BCC included, although BCC is removed from its headers), because RabbitMQ routes its
     dead letters with all of them."""
 
-    __slots__ = ("_extra_keys",)
+    __slots__ = ("extra_keys",)
 
     def __init__(self, base: Message, raw_props: bytes, extra_keys: tuple[str, ...]) -> None:
         super().__init__(
             base.exchange, base.routing_key, raw_props, base.body,
             base.persistent, base.priority, base.expiration,
         )
-        self._extra_keys = extra_keys
-
-    @property
-    def extra_keys(self) -> tuple[str, ...]:
-        return self._extra_keys
+        self.extra_keys = extra_keys
 
     def with_props(self, raw_props: bytes) -> Message:
-        return SelectedMessage(self, raw_props, self._extra_keys)
+        return SelectedMessage(self, raw_props, self.extra_keys)
 
 
 def with_delivery_count(message: Message, count: int) -> Message:

@@ -34,20 +34,29 @@ from .queue import Consumer, DeadLetterSink, DropSink, Queue
 class PublishResult:
     """The outcome of ``VHost.publish`` (see there)."""
 
-    __slots__ = ("routed", "refused", "stored")
+    __slots__ = ("routed", "refused", "stored", "excluded")
 
     def __init__(
-        self, routed: bool, refused: bool, stored: list[tuple[Queue, Entry]] | None = None
+        self,
+        routed: bool,
+        refused: bool,
+        stored: list[tuple[Queue, Entry]] | None = None,
+        excluded: bool = False,
     ) -> None:
         self.routed = routed  # at least one queue took it or refused it
         self.refused = refused  # a reject-publish queue refused it
         self.stored = stored  # (queue, entry) written to the store; None: nothing to wait for
+        self.excluded = excluded  # routed only to queues ``exclude`` named: it went nowhere
 
     def __repr__(self) -> str:
-        return f"PublishResult(routed={self.routed}, refused={self.refused}, stored={self.stored!r})"
+        return (
+            f"PublishResult(routed={self.routed}, refused={self.refused}, stored={self.stored!r}, "
+            f"excluded={self.excluded})"
+        )
 
 
 UNROUTED = PublishResult(False, False)
+EXCLUDED = PublishResult(False, False, None, True)
 ROUTED = PublishResult(True, False)
 REFUSED = PublishResult(True, True)
 
@@ -346,23 +355,33 @@ class VHost:
         self,
         exchange: Exchange | None,
         message: Message,
-        accept: Callable[[Queue], bool] | None = None,
+        exclude: frozenset[str] | None = None,
     ) -> PublishResult:
         """The one publish operation (a channel's publish and tx commit, dead-lettering): route
         ``message`` from ``exchange`` (None = the default exchange) with its routing key and its
         ``extra_keys`` (CC/BCC, checked by ``sender_selected`` at publish time), then enqueue it in
-        every queue reached that ``accept`` (if given) lets through.
+        every queue reached but those named in ``exclude`` (dead-lettering's cycle detection).
 
         Returns:
             What the caller's protocol needs: whether any queue took it (else a mandatory message
             is returned), whether a ``reject-publish`` queue refused it (a confirm nack), and the
             entries written to the store (the confirm waits for their commit; a failed commit
-            withdraws them, see ``Queue.withdraw``).
+            withdraws them, see ``Queue.withdraw``), and whether ``exclude`` left it nowhere to go.
         """
         extra = message.extra_keys
+        if exchange is None and not extra and exclude is None:  # the hot case: one queue by name
+            queue = self.queues.get(message.routing_key)
+            if queue is None:
+                return UNROUTED
+            entry = queue.enqueue(message)
+            if entry is None:
+                return REFUSED
+            return PublishResult(True, False, [(queue, entry)]) if entry.store_id else ROUTED
         queues = self.route(exchange, message, list(extra) if extra else None)
-        if accept is not None:
-            queues = [queue for queue in queues if accept(queue)]
+        if exclude is not None and queues:
+            queues = [queue for queue in queues if queue.name not in exclude]
+            if not queues:
+                return EXCLUDED
         if not queues:
             return UNROUTED
         refused = False

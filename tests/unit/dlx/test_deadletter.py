@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from ottermq.amqp.props import decode_properties
-from ottermq.dlx.deadletter import DeadLetterer, is_cycle
+from ottermq.dlx.deadletter import DeadLetterer, cycle_queues, is_cycle
 from ottermq.ttl.deadline import expires_at
 from ottermq.vhost.message import Entry, Message, sender_selected
 from ottermq.vhost.queue import Queue
@@ -392,3 +392,21 @@ def test_a_disabled_archive_is_never_called():
     q = vh.declare_queue("q", False, False, False, False, None, None)
     dl.dead_letter(q, [Entry(Message("", "q", b"\x00\x00", b"x"), 1)], "rejected")
     assert recorder.calls == [] and dl.dropped == 1
+
+
+@pytest.mark.parametrize(
+    "deaths",
+    [
+        [],
+        [{"queue": "a", "reason": "expired"}],
+        [{"queue": "a", "reason": "rejected"}],
+        [{"queue": "b", "reason": "expired"}, {"queue": "a", "reason": "rejected"}, {"queue": "c"}],
+        [{"queue": "b", "reason": "maxlen"}, {"queue": "a", "reason": "expired"}, {"queue": "b"}],
+        [{"queue": "a", "reason": "expired"}, "garbage", {"queue": "c", "reason": "rejected"}],
+        [{"reason": "expired"}, {"queue": 7, "reason": "expired"}, {"queue": "d", "reason": "expired"}],
+    ],
+)
+def test_cycle_queues_is_exactly_where_is_cycle_holds(deaths):
+    excluded = cycle_queues(deaths) or frozenset()
+    for queue in ("a", "b", "c", "d", "e"):
+        assert (queue in excluded) == is_cycle(queue, deaths), queue

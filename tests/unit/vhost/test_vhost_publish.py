@@ -81,15 +81,18 @@ def test_stored_entries_are_reported_for_the_confirm():
     assert queue is vh.queues["d"] and entry is store.added[0] and entry.store_id == 1
 
 
-def test_accept_filters_target_queues():
+def test_exclude_filters_target_queues():
     vh = vhost("a", "b")
     vh.declare_exchange("f", "fanout", False, False, False, False, None)
     vh.bind("f", ("queue", "a"), "", {})
     vh.bind("f", ("queue", "b"), "", {})
-    result = vh.publish(vh.exchanges["f"], msg("k"), accept=lambda q: q.name != "a")
-    assert result.routed
+    result = vh.publish(vh.exchanges["f"], msg("k"), exclude=frozenset({"a"}))
+    assert result.routed and not result.excluded
     assert [vh.queues[n].message_count for n in ("a", "b")] == [0, 1]
-    assert not vh.publish(vh.exchanges["f"], msg("k"), accept=lambda q: False).routed
+    result = vh.publish(vh.exchanges["f"], msg("k"), exclude=frozenset({"a", "b"}))
+    assert (result.routed, result.excluded) == (False, True)
+    result = vh.publish(None, msg("nowhere"), exclude=frozenset({"a"}))
+    assert (result.routed, result.excluded) == (False, False)
 
 
 def test_withdraw_takes_back_a_ready_entry_only():
