@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -40,11 +39,11 @@ from ottermq.amqp.errors import (
 )
 from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
 from ottermq.amqp.reader import FrameReader, payload_snippet
-from ottermq.amqp.table import decode_table
 from pamqp import commands as spec
 from pamqp.base import Frame
 
 from .channel import ACCESS_REQUEST, KNOWN_METHODS, Channel, UnknownMethod
+from .sasl import MECHANISMS, credentials
 from .states import Routed, State, Step, check_transition, route
 
 if TYPE_CHECKING:
@@ -67,7 +66,6 @@ AWAIT_HEADER, STARTING, TUNING, OPENING = State.AWAIT_HEADER, State.STARTING, St
 RUNNING, CLOSING, CLOSED = State.RUNNING, State.CLOSING, State.CLOSED
 SILENT_CLOSE_DELAY = 3.0  # RabbitMQ's ?SILENT_CLOSE_DELAY before dropping a bad handshake
 
-MECHANISMS = ("PLAIN", "AMQPLAIN")
 
 
 class _NoMethod(NotAllowed):
@@ -370,7 +368,7 @@ class AMQPConnection(asyncio.Protocol):
         if mechanism not in MECHANISMS:
             self._silent_close(f"unknown authentication mechanism '{mechanism}'")
             return
-        username, password = self._credentials(mechanism, method.response)
+        username, password = credentials(mechanism, method.response)
         if username is None or password is None:  # RabbitMQ: a protocol error, not a refused login
             self._silent_close(f"{mechanism} response invalid")
             return
@@ -406,30 +404,6 @@ class AMQPConnection(asyncio.Protocol):
                 heartbeat=int(self.settings.heartbeat_interval),
             ),
         )
-
-    @staticmethod
-    def _credentials(mechanism: str, response: Any) -> tuple[str | None, str | None]:
-        raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) else bytes(response)
-        if mechanism == "PLAIN":
-            # RabbitMQ 3.10 reads exactly NUL user NUL password (an authorization identity is refused)
-            parts = raw.split(b"\x00")
-            if len(parts) != 3 or parts[0]:
-                return None, None
-            return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-        if mechanism == "AMQPLAIN":
-            try:
-                table, _ = decode_table(len(raw).to_bytes(4, "big") + raw)
-            except Exception:
-                return None, None
-            login, password = table.get("LOGIN"), table.get("PASSWORD")
-            if isinstance(login, bytes):
-                login = login.decode("utf-8", "replace")
-            if isinstance(password, bytes):
-                password = password.decode("utf-8", "replace")
-            if not isinstance(login, str) or not isinstance(password, str):
-                return None, None
-            return login, password
-        return None, None
 
     def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
         server_frame_max = self.settings.frame_max
@@ -644,25 +618,3 @@ class AMQPConnection(asyncio.Protocol):
         self._to(CLOSED)
         if self.transport is not None:
             self.transport.close()
-
-
-def server_properties(version: str) -> dict[str, Any]:
-    """``connection.start`` server properties, listing only capabilities really implemented."""
-    return {
-        "product": "OtterMQ",
-        "version": version,
-        "platform": f"Python {platform.python_version()}",
-        "copyright": "OtterMQ contributors",
-        "information": "https://github.com/ottermq/ottermq",
-        "capabilities": {
-            "publisher_confirms": True,
-            "exchange_exchange_bindings": True,
-            "basic.nack": True,
-            "consumer_cancel_notify": True,
-            "per_consumer_qos": True,
-            "connection.blocked": True,
-            "authentication_failure_close": True,
-            "direct_reply_to": True,
-        },
-        "cluster_name": "ottermq",
-    }

@@ -34,10 +34,11 @@ from ottermq.vhost.vhost import VHost
 from . import VERSION
 from .auth import AuthDB
 from .config import Settings, env_name
-from .connection import AMQPConnection, server_properties
+from .connection import AMQPConnection
 from .definitions import DefinitionsError, import_definitions, load_definitions_file
 from .recovery import recover
 from .reply_to import ReplyRegistry
+from .sasl import server_properties
 from .wiring import Archive, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
 
 log = logging.getLogger(__name__)
