@@ -44,6 +44,7 @@ def start(data_dir: Path, port: int, log_path: Path) -> tuple[subprocess.Popen[b
         OTTERMQ_DATA_DIR=str(data_dir),
         PYTHONSAFEPATH="1",
         LOG_LEVEL="INFO",
+        OTTERMQ_ENABLE_WEB_API="false",  # not measured here; 15672 may be RabbitMQ's
     )
     t0 = time.perf_counter()
     with open(log_path, "ab") as logf:

@@ -134,6 +134,16 @@ class Settings(BaseSettings):
     dlx_archive_queue: int = Field(
         100000, ge=1, description="Dead letters buffered for the archive writer before new ones are lost"
     )
+    enable_web_api: bool = Field(True, description="Management HTTP API (RabbitMQ-compatible, issue 14)")
+    web_port: int = Field(15672, ge=0, le=65535, description="Management HTTP API port (RabbitMQ: 15672)")
+    web_host: str = Field(
+        "", description="Interface of the management HTTP API; empty = OTTERMQ_BROKER_HOST"
+    )
+    web_api_path: str = Field(
+        "/api",
+        pattern=r"^/[A-Za-z0-9._~/-]*$",
+        description="URL path prefix of the management HTTP API (RabbitMQ: /api)",
+    )
     log_level: LogLevel = Field(
         "INFO",
         validation_alias=AliasChoices("LOG_LEVEL", "OTTERMQ_LOG_LEVEL", "log_level"),

@@ -4,11 +4,11 @@ Start-up order (``serve``), so that a broker that cannot start leaves nothing be
 
 1. read ``OTTERMQ_DEFINITIONS_FILE`` (read only);
 2. bind the listening sockets, not yet accepting (``start_serving=False``): a port in use stops
-   here, before anything exists on disk;
+   here, before anything exists on disk; the management API's port (``OTTERMQ_WEB_PORT``) too;
 3. check ``OTTERMQ_DLX_ARCHIVE_DIR`` is writable (creating it), lock ``OTTERMQ_DATA_DIR`` (creating
    it);
 4. open the store, import the definitions, seed the defaults, recover durable state;
-5. start accepting connections.
+5. start accepting connections, then serve the management API.
 
 Every failure of 1-4 is a :class:`StartupError`: one line naming the setting, its value, the cause
 and what to do (``cannot start: OTTERMQ_BROKER_PORT=5672: address already in use (...)``).
@@ -36,6 +36,7 @@ from .auth import AuthDB
 from .config import Settings, env_name
 from .connection import AMQPConnection
 from .definitions import DefinitionsError, import_definitions, load_definitions_file
+from .management import ManagementServer
 from .recovery import recover
 from .reply_to import ReplyRegistry
 from .sasl import server_properties
@@ -100,6 +101,7 @@ class Broker:
         self.replies = ReplyRegistry()  # direct reply-to consumers, node-wide like RabbitMQ's
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.Server | None = None
+        self.web: ManagementServer | None = None  # OTTERMQ_ENABLE_WEB_API, bound by listen()
         self.memory_limit = memory_limit(settings.memory_high_watermark)
         self.alarm = False
         self._memory_timer: asyncio.TimerHandle | None = None
@@ -159,7 +161,24 @@ class Broker:
                 if settings.broker_host and exc.errno == errno.EADDRNOTAVAIL:
                     raise StartupError("broker_host", settings.broker_host, os_cause(exc)) from None
                 raise StartupError("broker_port", settings.broker_port, os_cause(exc), fix) from None
+            if settings.enable_web_api:
+                self.web = ManagementServer(self)
+                try:
+                    self.web.bind()
+                except OSError as exc:
+                    self._server.close()
+                    raise web_startup_error(settings, exc) from None
         return self._server
+
+    def amqp_addresses(self) -> list[tuple[str, int]]:
+        """``(ip, port)`` of each AMQP listening socket."""
+        server = self._server
+        sockets = server.sockets if server is not None else ()
+        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in sockets]
+
+    def web_addresses(self) -> list[tuple[str, int]]:
+        """``(ip, port)`` of each management API socket (none when disabled)."""
+        return self.web.addresses() if self.web is not None else []
 
     async def start(self, definitions: Definitions | None = None) -> None:
         """Bind (if ``listen`` was not called), open the store, import ``definitions`` (default:
@@ -205,12 +224,16 @@ class Broker:
             ) from None
         addresses = ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in server.sockets)
         log.info("OtterMQ %s listening on %s", VERSION, addresses)
+        if self.web is not None:
+            await self.web.start()
         self.check_memory()
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, close every connection with 320, wait for them to go."""
         if self._server is not None:
             self._server.close()
+        if self.web is not None:
+            await self.web.stop()
         if self._memory_timer is not None:
             self._memory_timer.cancel()
         for conn in list(self.connections):
@@ -224,6 +247,17 @@ class Broker:
         await self.store.close()  # commits what is pending: nothing confirmed is lost
         await self.archive.close()  # writes buffered dead-letter records, finishes .part files
         log.info("OtterMQ stopped")
+
+
+def web_startup_error(settings: Settings, exc: OSError) -> StartupError:
+    """The one-line start-up error for a management API address that cannot be bound."""
+    if exc.errno == errno.EADDRINUSE:
+        fix = "set OTTERMQ_WEB_PORT to a free port, or OTTERMQ_ENABLE_WEB_API=false"
+        return StartupError("web_port", settings.web_port, os_cause(exc), fix)
+    if settings.web_host or settings.broker_host:  # unknown or foreign address
+        field = "web_host" if settings.web_host else "broker_host"
+        return StartupError(field, settings.web_host or settings.broker_host, os_cause(exc))
+    return StartupError("web_port", settings.web_port, os_cause(exc))
 
 
 def memory_limit(watermark: float) -> int:
@@ -352,6 +386,8 @@ async def serve(settings: Settings) -> None:
         await broker.start(definitions)
     except BaseException:
         server.close()
+        if broker.web is not None:
+            await broker.web.stop()
         raise
     stop = asyncio.Event()
 

@@ -8,7 +8,8 @@ Which broker:
 Why helpers are fixtures: pytest runs with ``--import-mode=importlib`` and ``e2e/`` has no ``__init__.py``,
 so ``from helpers import ...`` cannot work. Every helper is therefore a fixture defined here:
 
-    broker            session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika.
+    broker            session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika;
+                      ``.management_url``: the management API's base URL (``MANAGEMENT_URL`` under AMQP_URL).
     unique            ``unique("orders") -> "e2e.orders.<test>.<hex>"``; every name handed out is deleted as a
                       queue AND as an exchange after the test, so re-runs on a long-lived RabbitMQ stay clean.
     poll_until        ``poll_until(fn, timeout=5, interval=0.01)`` -> fn()'s first truthy value, or fail.
@@ -91,6 +92,8 @@ class Broker:
     password: str = "guest"
     is_ottermq: bool = True
     log_path: Path | None = None
+    # management HTTP API base (no path): ours on a free port, or MANAGEMENT_URL / RabbitMQ's 15672
+    management_url: str = "http://127.0.0.1:15672"
 
     @property
     def url(self) -> str:
@@ -130,6 +133,7 @@ def _broker_from_url(url: str) -> Broker:
         user=urllib.parse.unquote(parts.username or "guest"),
         password=urllib.parse.unquote(parts.password or "guest"),
         is_ottermq=False,
+        management_url=os.environ.get("MANAGEMENT_URL", "http://127.0.0.1:15672").rstrip("/"),
     )
 
 
@@ -158,7 +162,11 @@ class BrokerProcess:
         self.tmp = Path(tempfile.mkdtemp(prefix="ottermq-e2e-"))
         self.data_dir = data_dir or self.tmp / "data"
         self.port = _free_port()
-        self.broker = Broker(host="127.0.0.1", port=self.port, log_path=self.tmp / "broker.log")
+        self.web_port = _free_port()  # never RabbitMQ's 15672, which CI's RabbitMQ holds
+        self.broker = Broker(
+            host="127.0.0.1", port=self.port, log_path=self.tmp / "broker.log",
+            management_url=f"http://127.0.0.1:{self.web_port}",
+        )  # fmt: skip
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.died = False
@@ -169,6 +177,7 @@ class BrokerProcess:
             OTTERMQ_BROKER_HOST=self.broker.host,
             OTTERMQ_BROKER_PORT=str(self.port),
             OTTERMQ_DATA_DIR=str(self.data_dir),
+            OTTERMQ_WEB_PORT=str(self.web_port),
             LOG_LEVEL="INFO",
             PYTHONSAFEPATH="1",
         )

@@ -113,6 +113,10 @@ BAD_VALUES = {
     "dlx_archive_max_bytes": "10",
     "dlx_archive_body_bytes": "-1",
     "dlx_archive_queue": "0",
+    "enable_web_api": "perhaps",
+    "web_port": "70000",
+    "web_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
+    "web_api_path": "api",
     "log_level": "VERBOSE",
 }
 

@@ -1,0 +1,127 @@
+"""The management app: routes under ``OTTERMQ_WEB_API_PATH``, Basic auth, RabbitMQ's JSON errors,
+and the listener (``ManagementServer``) that ``broker/server.py`` binds and starts.
+
+Request rules, in RabbitMQ's order (see ``common.py`` for the exact texts):
+
+1. unknown path -> 404 JSON; known path, other method -> 405 with ``Allow`` (no auth needed);
+2. no ``Authorization`` header -> 401, empty body; bad credentials (or a loopback-only user from
+   another address) -> 401 ``Login failed``; no management tag -> 401 ``Not management user``;
+3. the handler: a missing object -> 404 JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import BasicAuth, hdrs, web
+
+from . import connections, exchanges, overview, queues, users, vhosts
+from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, USER_KEY, json_error
+
+if TYPE_CHECKING:
+    from ..server import Broker
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RESOURCES = (overview, vhosts, queues, exchanges, connections, users)
+
+
+@web.middleware
+async def rabbit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Routing errors, then Basic auth, then the handler (see the module rules)."""
+    routing_error = request.match_info.http_exception
+    if isinstance(routing_error, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(routing_error.allowed_methods))
+        return web.Response(status=405, headers={hdrs.ALLOW: allowed})
+    if routing_error is not None:
+        return json_error(404, "Object Not Found", "Not Found")
+    header = request.headers.get(hdrs.AUTHORIZATION)
+    if header is None:
+        return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: REALM})
+    try:
+        credentials = BasicAuth.decode(header)
+    except ValueError:
+        return json_error(401, "not_authorized", "Login failed", challenge=True)
+    broker = request.app[BROKER_KEY]
+    user = broker.authenticate(credentials.login, credentials.password, request.remote or "")
+    if user is None:
+        return json_error(401, "not_authorized", "Login failed", challenge=True)
+    if MANAGEMENT_TAGS.isdisjoint(user.tags):
+        return json_error(401, "not_authorised", "Not management user", challenge=True)
+    request[USER_KEY] = user
+    return await handler(request)
+
+
+def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
+    """The management application for ``broker``; routes under ``api_path`` (default: the
+    ``OTTERMQ_WEB_API_PATH`` setting)."""
+    prefix = (api_path if api_path is not None else broker.settings.web_api_path).rstrip("/")
+    app = web.Application(middlewares=[rabbit_middleware])
+    app[BROKER_KEY] = broker
+    routes = web.RouteTableDef()
+    for resource in RESOURCES:
+        resource.add_routes(routes, prefix)
+    app.add_routes(routes)
+    return app
+
+
+class ManagementServer:
+    """The HTTP listener: ``bind`` claims the port (start-up fails early, before anything is on
+    disk), ``start`` serves once the broker is ready, ``stop`` closes it.
+
+    Args:
+        broker: the broker whose state the API shows.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.sockets: list[socket.socket] = []
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def host(self) -> str:
+        settings = self.broker.settings
+        return settings.web_host or settings.broker_host
+
+    def bind(self) -> None:
+        """Bind and listen on ``OTTERMQ_WEB_HOST:OTTERMQ_WEB_PORT`` without serving yet.
+
+        Raises:
+            OSError: the address is in use or cannot be bound.
+        """
+        port = self.broker.settings.web_port
+        if self.host:
+            sock = socket.create_server((self.host, port), backlog=128)
+        elif socket.has_dualstack_ipv6():
+            sock = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
+        else:  # pragma: no cover - hosts without IPv6
+            sock = socket.create_server(("", port), backlog=128)
+        sock.setblocking(False)
+        self.sockets = [sock]
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """``(ip, port)`` of each bound socket."""
+        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self.sockets]
+
+    async def start(self) -> None:
+        """Serve the API on the bound sockets."""
+        runner = web.AppRunner(make_app(self.broker), access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runner = runner
+        for sock in self.sockets:
+            await web.SockSite(runner, sock).start()
+        path = self.broker.settings.web_api_path
+        urls = ", ".join(f"http://{ip}:{port}{path}" for ip, port in self.addresses())
+        log.info("management API on %s", urls)
+
+    async def stop(self) -> None:
+        """Stop serving and close the sockets."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        for sock in self.sockets:
+            sock.close()
