@@ -20,7 +20,23 @@ except OSError:
     sys.exit(1)
 PY
 }
-if answers; then echo "RabbitMQ already answering on port $port"; exit 0; fi
+# The management API (15672) and Prometheus metrics (15692) for e2e/test_management_api.py; enabling
+# is idempotent and works on a running node (rabbitmq-plugins talks to it) or an offline one.
+management() {
+  if [ "$check_only" = 1 ]; then return 0; fi
+  rabbitmq-plugins enable rabbitmq_management rabbitmq_prometheus >/dev/null 2>&1 \
+    || rabbitmq-plugins --offline enable rabbitmq_management rabbitmq_prometheus >/dev/null 2>&1 || true
+  for _ in $(seq 1 60); do
+    if python3 -c 'import urllib.request as u, urllib.error as e, sys
+try: u.urlopen("http://127.0.0.1:15672/api/overview", timeout=2)
+except e.HTTPError: sys.exit(0)
+except OSError: sys.exit(1)' ; then echo "RabbitMQ management answering on 15672"; return 0; fi
+    sleep 1
+  done
+  echo "RabbitMQ management did not answer on 15672 within 60 s" >&2
+  return 1
+}
+if answers; then echo "RabbitMQ already answering on port $port"; management; exit 0; fi
 if [ "$check_only" = 1 ]; then echo "no broker answering on port $port"; exit 1; fi
 if ! command -v rabbitmq-server >/dev/null 2>&1; then
   echo "rabbitmq-server is not installed: apt-get install rabbitmq-server (CI does this in .ci/run)" >&2
@@ -32,7 +48,7 @@ echo "starting rabbitmq-server -detached"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 rabbitmq-server -detached || true
 for _ in $(seq 1 120); do
-  if answers; then echo "RabbitMQ is up on port $port"; exit 0; fi
+  if answers; then echo "RabbitMQ is up on port $port"; management; exit 0; fi
   sleep 1
 done
 echo "RabbitMQ did not come up on port $port within 120 s" >&2

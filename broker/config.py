@@ -161,6 +161,10 @@ def env_name(field: str) -> str:
 KNOWN_VARIABLES = frozenset({env_name(f) for f in Settings.model_fields} | {"OTTERMQ_LOG_LEVEL"})
 
 
+# Bare names that mean the AMQP listener (difflib alone would pick OTTERMQ_WEB_PORT for OTTERMQ_PORT)
+_HINTS = {"PORT": "BROKER_PORT", "HOST": "BROKER_HOST"}
+
+
 def unknown_variables(env_file: str | Path | None = ".env") -> list[str]:
     """Warnings for ``OTTERMQ_*`` variables in the environment or ``env_file`` that are no
     setting (pydantic-settings ignores them silently), each naming the closest known one.
@@ -175,7 +179,9 @@ def unknown_variables(env_file: str | Path | None = ".env") -> list[str]:
             if not upper.startswith("OTTERMQ_") or upper in KNOWN_VARIABLES:
                 continue
             suffixes = {known.removeprefix("OTTERMQ_"): known for known in sorted(KNOWN_VARIABLES)}
-            close = difflib.get_close_matches(upper.removeprefix("OTTERMQ_"), suffixes, n=1, cutoff=0.5)
+            suffix = upper.removeprefix("OTTERMQ_")
+            close = [_HINTS[suffix]] if suffix in _HINTS else []
+            close = close or difflib.get_close_matches(suffix, suffixes, n=1, cutoff=0.5)
             hint = f"; did you mean {suffixes[close[0]]}?" if close else " (see ottermq serve --help)"
             warnings.append(f"unknown setting {name} in {where} is ignored{hint}")
     return warnings
