@@ -210,6 +210,7 @@ class OtterMQProcess:
             OTTERMQ_BROKER_HOST="127.0.0.1",
             OTTERMQ_DATA_DIR=str(data_dir),
             OTTERMQ_ENABLE_WEB_API="false",  # not benchmarked; 15672 is RabbitMQ's management port
+            OTTERMQ_PROMETHEUS_PORT=str(free_port()),  # metrics on, as in production; 15692 is RabbitMQ's
             PYTHONSAFEPATH="1",
             LOG_LEVEL=self.log_level,
         )

@@ -45,6 +45,7 @@ def start(data_dir: Path, port: int, log_path: Path) -> tuple[subprocess.Popen[b
         PYTHONSAFEPATH="1",
         LOG_LEVEL="INFO",
         OTTERMQ_ENABLE_WEB_API="false",  # not measured here; 15672 may be RabbitMQ's
+        OTTERMQ_ENABLE_PROMETHEUS="false",  # likewise 15692
     )
     t0 = time.perf_counter()
     with open(log_path, "ab") as logf:

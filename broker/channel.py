@@ -110,6 +110,7 @@ class Channel(PublisherMethods, TopologyMethods):
         self.conn = conn
         self.number = number
         self.vhost = conn.vhost
+        self.stats = conn.broker.stats  # plain counters (broker/stats.py)
         self.closing = False
         self.method_key = 0
         self.last_queue = ""  # most recently declared queue, for empty queue names
@@ -226,10 +227,15 @@ class Channel(PublisherMethods, TopologyMethods):
         """Send one entry to a consumer on this channel."""
         self._next_tag += 1
         tag = self._next_tag
+        stats = self.stats
+        if entry.redelivered:
+            stats.redelivered += 1
         if consumer.no_ack:
+            stats.delivered_consume_auto_ack += 1
             if entry.store_id:
                 queue.forget([entry])
         else:
+            stats.delivered_consume_manual_ack += 1
             self._unacked[tag] = (entry, queue, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
@@ -293,6 +299,7 @@ class Channel(PublisherMethods, TopologyMethods):
         return queues
 
     def _acked(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]]) -> None:
+        self.stats.acknowledged += len(taken)
         for entry, queue, _consumer in taken:
             if entry.store_id:
                 queue.forget([entry])
@@ -307,6 +314,7 @@ class Channel(PublisherMethods, TopologyMethods):
             return
         taken = self._take_unacked(tag, multiple)
         if len(taken) == 1:
+            self.stats.acknowledged += 1
             entry, queue, consumer = taken[0]
             if consumer is not None:
                 consumer.unacked -= 1
@@ -438,9 +446,14 @@ class Channel(PublisherMethods, TopologyMethods):
             return
         self._next_tag += 1
         tag = self._next_tag
+        stats = self.stats
+        if entry.redelivered:
+            stats.redelivered += 1
         if m.no_ack:
+            stats.delivered_get_auto_ack += 1
             queue.forget([entry])
         else:
+            stats.delivered_get_manual_ack += 1
             self._unacked[tag] = (entry, queue, None)
             self.unacked_count += 1
             queue.unacked += 1
@@ -490,6 +503,7 @@ class Channel(PublisherMethods, TopologyMethods):
             if exchange_name and exchange is None:
                 continue  # exchange deleted since the publish: the message is dropped
             result = self.vhost.publish(exchange, message)  # CC/BCC were checked at publish
+            self._count_routing(result, mandatory)
             if mandatory and not result.routed:
                 self._return_unroutable(message)
             refused = refused or result.refused

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .confirms import Confirms
     from .connection import AMQPConnection
     from .reply_to import ReplyConsumer
+    from .stats import BrokerStats
 
 
 class ChannelBase:
@@ -37,6 +38,7 @@ class ChannelBase:
     _received: int
     _interned_props: dict[bytes, bytes]
     _write_ok: str | None
+    stats: BrokerStats
     # publisher side
     confirm: bool
     _publish_seq: int

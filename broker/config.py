@@ -144,6 +144,17 @@ class Settings(BaseSettings):
         pattern=r"^/[A-Za-z0-9._~/-]*$",
         description="URL path prefix of the management HTTP API (RabbitMQ: /api)",
     )
+    enable_prometheus: bool = Field(
+        True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible, issue 14)"
+    )
+    prometheus_port: int = Field(
+        15692, ge=0, le=65535, description="Prometheus metrics port (RabbitMQ: 15692)"
+    )
+    prometheus_path: str = Field(
+        "/metrics",
+        pattern=r"^/[A-Za-z0-9._~/-]*$",
+        description="URL path of the aggregated metrics; per-queue ones under <path>/per-object",
+    )
     log_level: LogLevel = Field(
         "INFO",
         validation_alias=AliasChoices("LOG_LEVEL", "OTTERMQ_LOG_LEVEL", "log_level"),

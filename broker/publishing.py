@@ -125,7 +125,10 @@ class PublisherMethods(ChannelBase):
         cc = b"CC" in raw_props
         if cc:  # sender-selected distribution (CC/BCC headers), rare
             message, keys = sender_selected(message)  # 406 here, also in tx mode (as RabbitMQ)
+        stats = self.stats
+        stats.received += 1
         if self.confirm:
+            stats.received_confirm += 1
             self._publish_seq += 1
         if exchange is None and (cc or routing_key.startswith(REPLY_PREFIX)):
             self.conn.broker.replies.route(message, keys)  # at publish time, even in tx (as RabbitMQ)
@@ -134,8 +137,19 @@ class PublisherMethods(ChannelBase):
             return
         result = self.vhost.publish(exchange, message)
         if result is ROUTED and not self.confirm:  # nothing to send back: the common case
+            stats.routed += 1
             return
+        self._count_routing(result, mandatory)
         self._published(message, result, mandatory)
+
+    def _count_routing(self, result: PublishResult, mandatory: bool) -> None:
+        stats = self.stats
+        if result.routed:
+            stats.routed += 1
+        elif mandatory:
+            stats.unroutable_returned += 1
+        else:
+            stats.unroutable_dropped += 1
 
     def _published(self, message: Message, result: PublishResult, mandatory: bool) -> None:
         """The protocol side of ``VHost.publish``: basic.return, then the confirm (after the store
@@ -174,6 +188,8 @@ class PublisherMethods(ChannelBase):
         if not confirms.settled:
             self.conn.confirms_ready(self)
         confirms.settle(seq, ok)
+        if ok:
+            self.stats.confirmed += 1
 
     def send_confirms(self) -> None:
         """Send what was settled since the last call, coalesced (see ``broker.confirms``)."""

@@ -4,11 +4,12 @@ Start-up order (``serve``), so that a broker that cannot start leaves nothing be
 
 1. read ``OTTERMQ_DEFINITIONS_FILE`` (read only);
 2. bind the listening sockets, not yet accepting (``start_serving=False``): a port in use stops
-   here, before anything exists on disk; the management API's port (``OTTERMQ_WEB_PORT``) too;
+   here, before anything exists on disk; the management API's port (``OTTERMQ_WEB_PORT``) and the
+   Prometheus port (``OTTERMQ_PROMETHEUS_PORT``) too;
 3. check ``OTTERMQ_DLX_ARCHIVE_DIR`` is writable (creating it), lock ``OTTERMQ_DATA_DIR`` (creating
    it);
 4. open the store, import the definitions, seed the defaults, recover durable state;
-5. start accepting connections, then serve the management API.
+5. start accepting connections, then serve the management API and the Prometheus metrics.
 
 Every failure of 1-4 is a :class:`StartupError`: one line naming the setting, its value, the cause
 and what to do (``cannot start: OTTERMQ_BROKER_PORT=5672: address already in use (...)``).
@@ -37,9 +38,11 @@ from .config import Settings, env_name
 from .connection import AMQPConnection
 from .definitions import DefinitionsError, import_definitions, load_definitions_file
 from .management import ManagementServer
+from .management.prometheus import PrometheusServer
 from .recovery import recover
 from .reply_to import ReplyRegistry
 from .sasl import server_properties
+from .stats import BrokerStats
 from .wiring import Archive, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
 
 log = logging.getLogger(__name__)
@@ -99,9 +102,11 @@ class Broker:
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[AMQPConnection] = set()
         self.replies = ReplyRegistry()  # direct reply-to consumers, node-wide like RabbitMQ's
+        self.stats = BrokerStats()  # message counters (Prometheus, issue 14)
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.Server | None = None
         self.web: ManagementServer | None = None  # OTTERMQ_ENABLE_WEB_API, bound by listen()
+        self.prometheus: PrometheusServer | None = None  # OTTERMQ_ENABLE_PROMETHEUS, bound by listen()
         self.memory_limit = memory_limit(settings.memory_high_watermark)
         self.alarm = False
         self._memory_timer: asyncio.TimerHandle | None = None
@@ -168,6 +173,16 @@ class Broker:
                 except OSError as exc:
                     self._server.close()
                     raise web_startup_error(settings, exc) from None
+            if settings.enable_prometheus:
+                self.prometheus = PrometheusServer(self)
+                try:
+                    self.prometheus.bind()
+                except OSError as exc:
+                    self._server.close()
+                    if self.web is not None:
+                        for sock in self.web.sockets:
+                            sock.close()
+                    raise prometheus_startup_error(settings, exc) from None
         return self._server
 
     def amqp_addresses(self) -> list[tuple[str, int]]:
@@ -226,6 +241,8 @@ class Broker:
         log.info("OtterMQ %s listening on %s", VERSION, addresses)
         if self.web is not None:
             await self.web.start()
+        if self.prometheus is not None:
+            await self.prometheus.start()
         self.check_memory()
 
     async def shutdown(self, timeout: float = 5.0) -> None:
@@ -234,6 +251,8 @@ class Broker:
             self._server.close()
         if self.web is not None:
             await self.web.stop()
+        if self.prometheus is not None:
+            await self.prometheus.stop()
         if self._memory_timer is not None:
             self._memory_timer.cancel()
         for conn in list(self.connections):
@@ -258,6 +277,17 @@ def web_startup_error(settings: Settings, exc: OSError) -> StartupError:
         field = "web_host" if settings.web_host else "broker_host"
         return StartupError(field, settings.web_host or settings.broker_host, os_cause(exc))
     return StartupError("web_port", settings.web_port, os_cause(exc))
+
+
+def prometheus_startup_error(settings: Settings, exc: OSError) -> StartupError:
+    """The one-line start-up error for a metrics address that cannot be bound."""
+    if exc.errno == errno.EADDRINUSE:
+        fix = "set OTTERMQ_PROMETHEUS_PORT to a free port, or OTTERMQ_ENABLE_PROMETHEUS=false"
+        return StartupError("prometheus_port", settings.prometheus_port, os_cause(exc), fix)
+    if settings.web_host or settings.broker_host:
+        field = "web_host" if settings.web_host else "broker_host"
+        return StartupError(field, settings.web_host or settings.broker_host, os_cause(exc))
+    return StartupError("prometheus_port", settings.prometheus_port, os_cause(exc))
 
 
 def memory_limit(watermark: float) -> int:
@@ -388,6 +418,8 @@ async def serve(settings: Settings) -> None:
         server.close()
         if broker.web is not None:
             await broker.web.stop()
+        if broker.prometheus is not None:
+            await broker.prometheus.stop()
         raise
     stop = asyncio.Event()
 

@@ -19,6 +19,7 @@ Rules (RabbitMQ's ``rabbit_dead_letter``):
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -110,6 +111,30 @@ def _front_count(deaths: list[Any]) -> int:
     return int(count) if isinstance(count, int) else 1
 
 
+LATENESS_BUCKETS_MS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 60000)
+
+
+class LatenessHistogram:
+    """How late after its deadline each expired message was dead-lettered (ms), as bucket counts:
+    ``counts[i]`` for ``lateness <= LATENESS_BUCKETS_MS[i]``, the last one past every bound."""
+
+    __slots__ = ("counts", "sum_ms")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENESS_BUCKETS_MS) + 1)
+        self.sum_ms = 0
+
+    def observe(self, now_ms: int, entries: list[Entry]) -> None:
+        """Record the lateness of ``entries`` (those with a deadline) dead-lettered at ``now_ms``."""
+        counts = self.counts
+        for entry in entries:
+            deadline = entry.deadline
+            if deadline is not None:
+                late = max(0, now_ms - deadline)
+                self.sum_ms += late
+                counts[bisect_left(LATENESS_BUCKETS_MS, late)] += 1
+
+
 class DeadLetterer:
     """The vhost's dead-letter sink.
 
@@ -129,6 +154,10 @@ class DeadLetterer:
         self.archive = archive if archive is not None and archive.enabled else None
         self.dropped = 0
         self.routed = 0
+        # dead letters by (reason, RabbitMQ's dead_letter_strategy): "disabled" when the queue has no
+        # DLX (or dead-lettering is off), "at_most_once" when it has one, routed or not (as RabbitMQ)
+        self.dead_lettered: dict[tuple[str, str], int] = {}
+        self.lateness = LatenessHistogram()  # expired dead letters: ms past their deadline
         self._work: deque[tuple[Queue, list[Entry], str]] = deque()
         self._busy = False
         self._cache: dict[tuple[Any, ...], tuple[bytes, frozenset[str] | None, int]] = {}
@@ -170,6 +199,10 @@ class DeadLetterer:
         dlx_name = queue.args.dead_letter_exchange
         vhost = self.vhost
         exchange = None
+        counter = (reason, "at_most_once" if self.enabled and dlx_name is not None else "disabled")
+        self.dead_lettered[counter] = self.dead_lettered.get(counter, 0) + len(entries)
+        if reason == "expired":
+            self.lateness.observe(now_ms, entries)
         if not self.enabled:
             drop, why = "dlx_disabled", "dead-lettering disabled"
         elif dlx_name is None:

@@ -9,7 +9,8 @@ Why helpers are fixtures: pytest runs with ``--import-mode=importlib`` and ``e2e
 so ``from helpers import ...`` cannot work. Every helper is therefore a fixture defined here:
 
     broker            session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika;
-                      ``.management_url``: the management API's base URL (``MANAGEMENT_URL`` under AMQP_URL).
+                      ``.management_url``: the management API's base URL (``MANAGEMENT_URL`` under AMQP_URL);
+                      ``.prometheus_url``: the metrics base URL (``PROMETHEUS_URL`` under AMQP_URL).
     unique            ``unique("orders") -> "e2e.orders.<test>.<hex>"``; every name handed out is deleted as a
                       queue AND as an exchange after the test, so re-runs on a long-lived RabbitMQ stay clean.
     poll_until        ``poll_until(fn, timeout=5, interval=0.01)`` -> fn()'s first truthy value, or fail.
@@ -94,6 +95,8 @@ class Broker:
     log_path: Path | None = None
     # management HTTP API base (no path): ours on a free port, or MANAGEMENT_URL / RabbitMQ's 15672
     management_url: str = "http://127.0.0.1:15672"
+    # Prometheus metrics base (no path): ours on a free port, or PROMETHEUS_URL / RabbitMQ's 15692
+    prometheus_url: str = "http://127.0.0.1:15692"
 
     @property
     def url(self) -> str:
@@ -134,6 +137,7 @@ def _broker_from_url(url: str) -> Broker:
         password=urllib.parse.unquote(parts.password or "guest"),
         is_ottermq=False,
         management_url=os.environ.get("MANAGEMENT_URL", "http://127.0.0.1:15672").rstrip("/"),
+        prometheus_url=os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:15692").rstrip("/"),
     )
 
 
@@ -163,9 +167,11 @@ class BrokerProcess:
         self.data_dir = data_dir or self.tmp / "data"
         self.port = _free_port()
         self.web_port = _free_port()  # never RabbitMQ's 15672, which CI's RabbitMQ holds
+        self.prometheus_port = _free_port()  # nor its 15692
         self.broker = Broker(
             host="127.0.0.1", port=self.port, log_path=self.tmp / "broker.log",
             management_url=f"http://127.0.0.1:{self.web_port}",
+            prometheus_url=f"http://127.0.0.1:{self.prometheus_port}",
         )  # fmt: skip
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
@@ -178,6 +184,7 @@ class BrokerProcess:
             OTTERMQ_BROKER_PORT=str(self.port),
             OTTERMQ_DATA_DIR=str(self.data_dir),
             OTTERMQ_WEB_PORT=str(self.web_port),
+            OTTERMQ_PROMETHEUS_PORT=str(self.prometheus_port),
             LOG_LEVEL="INFO",
             PYTHONSAFEPATH="1",
         )

@@ -202,7 +202,7 @@ def amqp_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "OTTERMQ_BROKER_HOST": "127.0.0.1", "OTTERMQ_BROKER_PORT": str(port),
            "OTTERMQ_DATA_DIR": str(tmp_path / "data"), "PYTHONSAFEPATH": "1",
-           "OTTERMQ_ENABLE_WEB_API": "false"}  # fmt: skip
+           "OTTERMQ_ENABLE_WEB_API": "false", "OTTERMQ_ENABLE_PROMETHEUS": "false"}  # fmt: skip
     log = tmp_path / "broker.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "ottermq.broker"], env=env, stdout=out, stderr=out)

@@ -117,6 +117,9 @@ BAD_VALUES = {
     "web_port": "70000",
     "web_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
     "web_api_path": "api",
+    "enable_prometheus": "sometimes",
+    "prometheus_port": "-1",
+    "prometheus_path": "metrics",
     "log_level": "VERBOSE",
 }
 

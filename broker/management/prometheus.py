@@ -1,0 +1,290 @@
+"""Prometheus metrics (issue 14) in RabbitMQ's ``rabbitmq_prometheus`` names, served by aiohttp.
+
+Rules:
+
+1. Nothing runs between scrapes: :class:`BrokerCollector` reads the broker's state and the plain
+   counters the hot path increments (``broker/stats.py``, ``DeadLetterer.dead_lettered`` and
+   ``.lateness``, the archive's ``lost``) when Prometheus asks.
+2. ``<path>`` (``OTTERMQ_PROMETHEUS_PATH``, default ``/metrics``) is aggregated like RabbitMQ's
+   ``/metrics`` (queue metrics summed, unlabelled); ``<path>/per-object`` labels the queue metrics
+   with ``vhost`` and ``queue`` like RabbitMQ's ``/metrics/per-object``.
+3. Names and labels are RabbitMQ 3.10's (``protocol="amqp091"`` on the global message counters,
+   ``queue_type``/``dead_letter_strategy`` on the dead-letter ones); ottermq's own metrics start with
+   ``ottermq_``.
+4. No authentication, as RabbitMQ's endpoint; the listener binds with the AMQP port at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from ottermq.dlx.deadletter import LATENESS_BUCKETS_MS, DeadLetterer
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from ottermq.vhost.queue import Queue
+
+    from ..server import Broker
+
+log = logging.getLogger(__name__)
+
+# generate_latest writes text format 0.0.4, which is also what RabbitMQ 3.10 declares
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PROTOCOL = {"protocol": "amqp091"}
+CLASSIC = "rabbit_classic_queue"  # RabbitMQ's queue_type label value for classic queues
+DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
+STRATEGIES = ("disabled", "at_most_once")
+
+# (name without _total, BrokerStats attribute, help): RabbitMQ's rabbit_global_counters
+GLOBAL_COUNTERS = (
+    ("rabbitmq_global_messages_received", "received", "Total number of messages received from publishers"),
+    (
+        "rabbitmq_global_messages_received_confirm",
+        "received_confirm",
+        "Total number of messages received from publishers expecting confirmations",
+    ),
+    ("rabbitmq_global_messages_routed", "routed", "Total number of messages routed to queues or streams"),
+    (
+        "rabbitmq_global_messages_unroutable_dropped",
+        "unroutable_dropped",
+        "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
+    ),
+    (
+        "rabbitmq_global_messages_unroutable_returned",
+        "unroutable_returned",
+        "Total number of messages published as mandatory into an exchange and returned to the publisher"
+        " as unroutable",
+    ),
+    ("rabbitmq_global_messages_confirmed", "confirmed", "Total number of messages confirmed to publishers"),
+    (
+        "rabbitmq_global_messages_delivered",
+        "delivered",
+        "Total number of messages delivered to consumers",
+    ),
+    (
+        "rabbitmq_global_messages_delivered_consume_auto_ack",
+        "delivered_consume_auto_ack",
+        "Total number of messages delivered to consumers using basic.consume with automatic"
+        " acknowledgment",
+    ),
+    (
+        "rabbitmq_global_messages_delivered_consume_manual_ack",
+        "delivered_consume_manual_ack",
+        "Total number of messages delivered to consumers using basic.consume with manual acknowledgment",
+    ),
+    (
+        "rabbitmq_global_messages_delivered_get_auto_ack",
+        "delivered_get_auto_ack",
+        "Total number of messages delivered to consumers using basic.get with automatic acknowledgment",
+    ),
+    (
+        "rabbitmq_global_messages_delivered_get_manual_ack",
+        "delivered_get_manual_ack",
+        "Total number of messages delivered to consumers using basic.get with manual acknowledgment",
+    ),
+    (
+        "rabbitmq_global_messages_redelivered",
+        "redelivered",
+        "Total number of messages redelivered to consumers",
+    ),
+    (
+        "rabbitmq_global_messages_acknowledged",
+        "acknowledged",
+        "Total number of messages acknowledged by consumers",
+    ),
+)
+
+# (name, help, value of a queue)
+QUEUE_GAUGES = (
+    ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
+    ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
+    ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth"),
+    ("rabbitmq_queue_consumers", "Consumers on a queue"),
+)
+
+
+def _queue_values(queue: Queue) -> tuple[int, int, int, int]:
+    ready, unacked = queue.message_count, queue.unacked
+    return ready, unacked, ready + unacked, len(queue.consumers)
+
+
+class BrokerCollector(Collector):
+    """Reads ``broker`` at scrape time (see the module rules).
+
+    Args:
+        broker: the broker to describe.
+        per_object: label queue metrics per queue (``/metrics/per-object``) instead of summing them.
+    """
+
+    def __init__(self, broker: Broker, per_object: bool = False) -> None:
+        self.broker = broker
+        self.per_object = per_object
+
+    def collect(self) -> Iterable[Metric]:
+        """Every metric family, read now."""
+        broker = self.broker
+        queues = [q for vhost in broker.vhosts.values() for q in vhost.queues.values()]
+        yield from self._queue_metrics(queues)
+        conns = list(broker.connections)
+        yield GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(queues))
+        yield GaugeMetricFamily("rabbitmq_connections", "Connections currently open", value=len(conns))
+        yield GaugeMetricFamily(
+            "rabbitmq_channels", "Channels currently open", value=sum(len(c.channels) for c in conns)
+        )
+        yield GaugeMetricFamily(
+            "rabbitmq_consumers", "Consumers currently connected", value=sum(len(q.consumers) for q in queues)
+        )
+        stats = broker.stats
+        for name, attribute, text in GLOBAL_COUNTERS:
+            family = CounterMetricFamily(name, text, labels=list(PROTOCOL))
+            family.add_metric(list(PROTOCOL.values()), getattr(stats, attribute))
+            yield family
+        yield from self._dead_letter_metrics()
+
+    def _queue_metrics(self, queues: list[Queue]) -> Iterator[Metric]:
+        values = [_queue_values(q) for q in queues]
+        for i, (name, text) in enumerate(QUEUE_GAUGES):
+            if self.per_object:
+                family = GaugeMetricFamily(name, text, labels=["vhost", "queue"])
+                for queue, row in zip(queues, values, strict=True):
+                    family.add_metric([queue.vhost, queue.name], row[i])
+            else:
+                family = GaugeMetricFamily(name, text, value=sum(row[i] for row in values))
+            yield family
+
+    def _dead_letter_metrics(self) -> Iterator[Metric]:
+        counts: dict[tuple[str, str], int] = {}
+        buckets = [0] * (len(LATENESS_BUCKETS_MS) + 1)
+        late_sum_ms = 0
+        dropped = 0
+        for vhost in self.broker.vhosts.values():
+            sink = vhost.sink
+            if not isinstance(sink, DeadLetterer):
+                continue
+            for key, n in sink.dead_lettered.items():
+                counts[key] = counts.get(key, 0) + n
+            for i, n in enumerate(sink.lateness.counts):
+                buckets[i] += n
+            late_sum_ms += sink.lateness.sum_ms
+            dropped += sink.dropped
+        for reason in DEAD_LETTER_REASONS:
+            family = CounterMetricFamily(
+                f"rabbitmq_global_messages_dead_lettered_{reason}",
+                f"Total number of messages dead-lettered due to {reason.replace('_', '-')}",
+                labels=["queue_type", "dead_letter_strategy"],
+            )
+            for strategy in STRATEGIES:
+                family.add_metric([CLASSIC, strategy], counts.get((reason, strategy), 0))
+            yield family
+        cumulative, running = [], 0
+        for bound, n in zip([*LATENESS_BUCKETS_MS, None], buckets, strict=True):
+            running += n
+            cumulative.append(("+Inf" if bound is None else str(bound / 1000), running))
+        yield HistogramMetricFamily(
+            "ottermq_expired_lateness_seconds",
+            "How long after its deadline an expired message was dead-lettered (or dropped)",
+            buckets=cumulative,
+            sum_value=late_sum_ms / 1000,
+        )
+        yield CounterMetricFamily(
+            "ottermq_dead_letters_dropped",
+            "Dead letters dropped: no dead-letter exchange, a missing one, no route from it, or a cycle",
+            value=dropped,
+        )
+        yield CounterMetricFamily(
+            "ottermq_dead_letter_archive_lost",
+            "Dead letters the archive (OTTERMQ_DLX_ARCHIVE_DIR) could not record",
+            value=self.broker.archive.lost,
+        )
+
+
+def exposition(broker: Broker, per_object: bool = False) -> bytes:
+    """The text exposition of ``broker``'s metrics, read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker, per_object))
+    return generate_latest(registry)
+
+
+def make_app(broker: Broker, path: str | None = None) -> web.Application:
+    """The metrics app: ``path`` (default ``OTTERMQ_PROMETHEUS_PATH``) and ``path/per-object``."""
+    base = (path if path is not None else broker.settings.prometheus_path).rstrip("/") or ""
+
+    async def aggregated(request: web.Request) -> web.Response:
+        return web.Response(body=exposition(broker), headers={"Content-Type": CONTENT_TYPE})
+
+    async def per_object(request: web.Request) -> web.Response:
+        return web.Response(body=exposition(broker, True), headers={"Content-Type": CONTENT_TYPE})
+
+    app = web.Application()
+    app.router.add_get(base or "/", aggregated)
+    app.router.add_get(f"{base}/per-object", per_object)
+    return app
+
+
+class PrometheusServer:
+    """The metrics listener: ``bind`` claims ``OTTERMQ_PROMETHEUS_PORT`` at start-up (before anything
+    is on disk), ``start`` serves once the broker is ready, ``stop`` closes it.
+
+    Args:
+        broker: the broker whose metrics are served.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.sockets: list[socket.socket] = []
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def host(self) -> str:
+        settings = self.broker.settings
+        return settings.web_host or settings.broker_host
+
+    def bind(self) -> None:
+        """Bind and listen on the metrics address without serving yet.
+
+        Raises:
+            OSError: the address is in use or cannot be bound.
+        """
+        port = self.broker.settings.prometheus_port
+        if self.host:
+            sock = socket.create_server((self.host, port), backlog=128)
+        elif socket.has_dualstack_ipv6():
+            sock = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
+        else:  # pragma: no cover - hosts without IPv6
+            sock = socket.create_server(("", port), backlog=128)
+        sock.setblocking(False)
+        self.sockets = [sock]
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """``(ip, port)`` of each bound socket."""
+        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self.sockets]
+
+    async def start(self) -> None:
+        """Serve the metrics on the bound sockets."""
+        runner = web.AppRunner(make_app(self.broker), access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runner = runner
+        for sock in self.sockets:
+            await web.SockSite(runner, sock).start()
+        path = self.broker.settings.prometheus_path
+        urls = ", ".join(f"http://{ip}:{port}{path}" for ip, port in self.addresses())
+        log.info("Prometheus metrics on %s", urls)
+
+    async def stop(self) -> None:
+        """Stop serving and close the sockets."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        for sock in self.sockets:
+            sock.close()
