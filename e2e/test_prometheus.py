@@ -1,0 +1,129 @@
+"""Prometheus metrics (issue 14): the names we share with RabbitMQ's rabbitmq_prometheus plugin are
+served (this file passes against RabbitMQ 3.10 under AMQP_URL, with ``PROMETHEUS_URL``), and on
+ottermq the values move right after publishing and consuming (RabbitMQ aggregates queue metrics
+every few seconds, so those checks are extensions)."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+# Every metric family ottermq shares with RabbitMQ, as written in the exposition (counters end in _total)
+SHARED_NAMES = (
+    "rabbitmq_queue_messages_ready",
+    "rabbitmq_queue_messages_unacked",
+    "rabbitmq_queue_messages",
+    "rabbitmq_queue_consumers",
+    "rabbitmq_queues",
+    "rabbitmq_connections",
+    "rabbitmq_channels",
+    "rabbitmq_consumers",
+    "rabbitmq_global_messages_received_total",
+    "rabbitmq_global_messages_received_confirm_total",
+    "rabbitmq_global_messages_routed_total",
+    "rabbitmq_global_messages_confirmed_total",
+    "rabbitmq_global_messages_delivered_total",
+    "rabbitmq_global_messages_delivered_consume_auto_ack_total",
+    "rabbitmq_global_messages_delivered_consume_manual_ack_total",
+    "rabbitmq_global_messages_delivered_get_auto_ack_total",
+    "rabbitmq_global_messages_delivered_get_manual_ack_total",
+    "rabbitmq_global_messages_acknowledged_total",
+    "rabbitmq_global_messages_redelivered_total",
+    "rabbitmq_global_messages_unroutable_dropped_total",
+    "rabbitmq_global_messages_unroutable_returned_total",
+    "rabbitmq_global_messages_dead_lettered_expired_total",
+    "rabbitmq_global_messages_dead_lettered_rejected_total",
+    "rabbitmq_global_messages_dead_lettered_maxlen_total",
+    "rabbitmq_global_messages_dead_lettered_delivery_limit_total",
+)
+# Labelled per queue on /metrics/per-object
+PER_QUEUE_NAMES = (
+    "rabbitmq_queue_messages_ready",
+    "rabbitmq_queue_messages_unacked",
+    "rabbitmq_queue_messages",
+    "rabbitmq_queue_consumers",
+)
+EXTRA_NAMES = (
+    "ottermq_expired_lateness_seconds_bucket",
+    "ottermq_expired_lateness_seconds_count",
+    "ottermq_expired_lateness_seconds_sum",
+    "ottermq_dead_letters_dropped_total",
+    "ottermq_dead_letter_archive_lost_total",
+)
+AMQP = (("protocol", "amqp091"),)
+
+
+def scrape(broker, path="/metrics"):
+    """``{(sample name, sorted label items): value}``."""
+    with urllib.request.urlopen(broker.prometheus_url + path, timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def names(samples):
+    return {name for name, _labels in samples}
+
+
+def test_shared_names_are_served(broker):
+    assert set(SHARED_NAMES) <= names(scrape(broker))
+
+
+def test_global_counters_carry_rabbitmq_labels(broker):
+    samples = scrape(broker)
+    assert ("rabbitmq_global_messages_received_total", AMQP) in samples
+    for reason in ("expired", "rejected", "maxlen"):
+        labels = (("dead_letter_strategy", "at_most_once"), ("queue_type", "rabbit_classic_queue"))
+        assert (f"rabbitmq_global_messages_dead_lettered_{reason}_total", labels) in samples
+
+
+def test_per_object_labels_queues_with_vhost_and_queue(broker, channel, unique, poll_until):
+    queue = unique("prom")
+    channel.queue_declare(queue)
+    channel.basic_publish("", queue, b"x")
+    key = (("queue", queue), ("vhost", broker.vhost))
+
+    def labelled():  # RabbitMQ shows a new queue after its next stats emission (5 s by default)
+        samples = scrape(broker, "/metrics/per-object")
+        return all((name, key) in samples for name in PER_QUEUE_NAMES)
+
+    assert poll_until(labelled, timeout=20, interval=0.5)
+
+
+@pytest.mark.extension  # RabbitMQ's queue metrics lag by its stats interval
+def test_values_move_with_publishing_and_consuming(broker, channel, unique):
+    queue = unique("prom")
+    channel.queue_declare(queue)
+    before = scrape(broker)
+    channel.confirm_delivery()
+    for i in range(3):
+        channel.basic_publish("", queue, b"m%d" % i)
+    channel.basic_publish("", unique("nowhere"), b"lost")
+    method, _props, _body = channel.basic_get(queue)
+    channel.basic_ack(method.delivery_tag)
+    channel.basic_get(queue, auto_ack=True)
+    after = scrape(broker)
+
+    def delta(name, labels=AMQP):
+        return after[(name, labels)] - before[(name, labels)]
+
+    assert delta("rabbitmq_global_messages_received_total") == 4
+    assert delta("rabbitmq_global_messages_routed_total") == 3
+    assert delta("rabbitmq_global_messages_unroutable_dropped_total") == 1
+    assert delta("rabbitmq_global_messages_confirmed_total") == 4
+    assert delta("rabbitmq_global_messages_delivered_total") == 2
+    assert delta("rabbitmq_global_messages_acknowledged_total") == 1
+    per_queue = scrape(broker, "/metrics/per-object")
+    assert per_queue[("rabbitmq_queue_messages_ready", (("queue", queue), ("vhost", broker.vhost)))] == 1
+
+
+@pytest.mark.extension
+def test_ottermq_extras_are_served(broker):
+    assert set(EXTRA_NAMES) <= names(scrape(broker))
