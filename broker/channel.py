@@ -106,6 +106,41 @@ class Channel(PublisherMethods, TopologyMethods):
     """State of one open channel on a connection (publishing in ``broker.publishing``, exchange.*
     and queue.* methods in ``broker.topology``)."""
 
+    # Slots, not a __dict__: attribute access on the hot path stays specialised (a class whose
+    # instances grow past 30 attributes loses CPython 3.11's shared-key inline values).
+    __slots__ = (
+        "_body",
+        "_body_size",
+        "_confirms",
+        "_handlers",
+        "_interned",
+        "_interned_props",
+        "_next_tag",
+        "_props",
+        "_publish",
+        "_publish_seq",
+        "_received",
+        "_tx_acks",
+        "_tx_publishes",
+        "_unacked",
+        "_write_ok",
+        "closing",
+        "confirm",
+        "conn",
+        "consumers",
+        "global_prefetch",
+        "last_queue",
+        "method_key",
+        "number",
+        "prefetch",
+        "reply",
+        "reply_id",
+        "stats",
+        "tx",
+        "unacked_count",
+        "vhost",
+    )
+
     def __init__(self, conn: AMQPConnection, number: int) -> None:
         self.conn = conn
         self.number = number
