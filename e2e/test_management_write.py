@@ -1,0 +1,306 @@
+"""Management HTTP API, the write side (issue 14): declare, delete, purge, get, publish, bindings,
+vhosts, users, permissions and closing connections, as RabbitMQ's management plugin does them.
+
+Every test not marked ``extension`` also runs against RabbitMQ 3.10 with ``rabbitmq_management``
+(``AMQP_URL`` set). Whatever is created through the API is checked through AMQP (pika) and the
+other way round; names are unique and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from typing import Any
+
+import pika
+import pytest
+
+STATS_TIMEOUT = 20  # RabbitMQ's collect_statistics_interval is 5 s
+
+
+def call(
+    broker,
+    path: str,
+    method: str = "GET",
+    body: Any = None,
+    auth: tuple[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], Any]:
+    """``(status, headers, decoded JSON body or None)`` of one management API request."""
+    user, password = auth if auth is not None else (broker.user, broker.password)
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(broker.management_url + path, data=data, method=method)
+    req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for key, value in (headers or {}).items():
+        req.add_header(key, value)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            status, raw, hdrs = resp.status, resp.read(), resp.headers
+    except urllib.error.HTTPError as err:
+        status, raw, hdrs = err.code, err.read(), err.headers
+    return status, {k.lower(): v for k, v in hdrs.items()}, json.loads(raw) if raw.strip() else None
+
+
+def q(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+def connection_named(broker, client_name: str) -> str | None:
+    """The API name of the connection whose client called itself ``client_name``."""
+    for item in call(broker, "/api/connections")[2] or []:
+        if (item.get("client_properties") or {}).get("connection_name") == client_name:
+            return str(item["name"])
+    return None
+
+
+@pytest.fixture
+def vh(broker) -> str:
+    return q(broker.vhost)
+
+
+def test_put_queue_is_seen_by_amqp_and_checks_equivalence(broker, vh, channel, unique):
+    name = unique("q")
+    path = f"/api/queues/{vh}/{q(name)}"
+    declare = {"durable": True, "auto_delete": False, "arguments": {"x-max-length": 5}}
+    assert call(broker, path, "PUT", declare)[0] == 201
+    assert call(broker, path, "PUT", {"durable": True, "arguments": {"x-max-length": 5}})[0] == 204
+    ok = channel.queue_declare(name, passive=True)
+    assert ok.method.message_count == 0
+    shown = call(broker, path)[2]
+    assert (shown["durable"], shown["arguments"]) == (True, {"x-max-length": 5})
+    status, _, body = call(broker, path, "PUT", {"durable": False, "arguments": {"x-max-length": 5}})
+    assert status == 400
+    assert body == {
+        "error": "bad_request",
+        "reason": f"inequivalent arg 'durable' for queue '{name}' in vhost '{broker.vhost}': "
+        "received 'false' but current is 'true'",
+    }
+
+
+def test_declared_over_amqp_deleted_over_http(broker, vh, channel, unique):
+    name = unique("q")
+    channel.queue_declare(name)
+    channel.basic_publish("", name, b"x")
+    channel.basic_get(name, auto_ack=False)  # a round trip: the publish has arrived ...
+    channel.basic_recover(requeue=True)  # ... and is back
+    path = f"/api/queues/{vh}/{q(name)}"
+    status, _, body = call(broker, path + "?if-empty=true", "DELETE")
+    assert status == 400 and body["error"] == "bad_request"
+    assert body["reason"] == f"queue '{name}' in vhost '{broker.vhost}' not empty"
+    assert call(broker, path + "/contents", "DELETE")[0] == 204
+    assert channel.queue_declare(name, passive=True).method.message_count == 0
+    assert call(broker, path + "?if-empty=true", "DELETE")[0] == 204
+    assert call(broker, path, "DELETE")[0] == 404
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+        channel.queue_declare(name, passive=True)
+    assert info.value.reply_code == 404
+
+
+def _publish(channel, name: str, n: int) -> None:
+    props = pika.BasicProperties(content_type="text/plain", headers={"k": "v"}, delivery_mode=2)
+    for i in range(n):
+        channel.basic_publish("", name, f"m{i}".encode(), props)
+    channel.queue_declare(name, passive=True)  # a round trip: the publishes have arrived
+
+
+def get_messages(
+    broker, vh: str, name: str, ackmode: str, count: int = 5, **extra: Any
+) -> list[dict[str, Any]]:
+    body = {"count": count, "ackmode": ackmode, "encoding": "auto", **extra}
+    status, _, got = call(broker, f"/api/queues/{vh}/{q(name)}/get", "POST", body)
+    assert status == 200, got
+    return got
+
+
+def test_get_requeue_modes_keep_the_messages(broker, vh, channel, unique):
+    name = unique("q")
+    channel.queue_declare(name)
+    _publish(channel, name, 2)
+    first = get_messages(broker, vh, name, "ack_requeue_true")
+    assert [m["payload"] for m in first] == ["m0", "m1"]
+    assert [m["message_count"] for m in first] == [1, 0]
+    m = first[0]
+    assert (m["redelivered"], m["exchange"], m["routing_key"], m["payload_bytes"], m["payload_encoding"]) == (
+        False, "", name, 2, "string")  # fmt: skip
+    assert m["properties"] == {"content_type": "text/plain", "headers": {"k": "v"}, "delivery_mode": 2}
+    again = get_messages(broker, vh, name, "reject_requeue_true", count=1, truncate=1)
+    assert (again[0]["payload"], again[0]["payload_bytes"], again[0]["redelivered"]) == ("m", 2, True)
+    assert channel.queue_declare(name, passive=True).method.message_count == 2
+    gone = get_messages(broker, vh, name, "ack_requeue_false")
+    assert len(gone) == 2
+    assert get_messages(broker, vh, name, "ack_requeue_false") == []
+
+
+def test_get_reject_requeue_false_dead_letters(broker, vh, channel, unique):
+    dlq = unique("dlq")
+    name = unique("q")
+    channel.queue_declare(dlq)
+    channel.queue_declare(name, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    _publish(channel, name, 1)
+    assert len(get_messages(broker, vh, name, "reject_requeue_false")) == 1
+    assert channel.queue_declare(name, passive=True).method.message_count == 0
+    dead = get_messages(broker, vh, dlq, "ack_requeue_false")
+    assert len(dead) == 1
+    death = dead[0]["properties"]["headers"]["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"]) == ("rejected", name, 1)
+
+
+def test_get_base64_and_bad_input(broker, vh, channel, unique):
+    name = unique("q")
+    channel.queue_declare(name)
+    channel.basic_publish("", name, b"\xff\x00")
+    channel.queue_declare(name, passive=True)
+    got = get_messages(broker, vh, name, "ack_requeue_true", encoding="auto")
+    encoded = base64.b64encode(b"\xff\x00").decode()
+    assert (got[0]["payload"], got[0]["payload_encoding"]) == (encoded, "base64")
+    status, _, body = call(broker, f"/api/queues/{vh}/{q(name)}/get", "POST",
+                           {"count": 1, "ackmode": "bogus", "encoding": "auto"})  # fmt: skip
+    assert status == 400 and body["error"] == "bad_request"
+    assert call(broker, f"/api/queues/{vh}/{q(unique('missing'))}/get", "POST",
+                {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})[0] == 404  # fmt: skip
+
+
+def test_publish_routed_and_unrouted(broker, vh, channel, unique):
+    name = unique("q")
+    channel.queue_declare(name)
+    body = {"properties": {"delivery_mode": 2, "headers": {"h": "1"}, "content_type": "application/json"},
+            "routing_key": name, "payload": "aGk=", "payload_encoding": "base64"}  # fmt: skip
+    status, _, result = call(broker, f"/api/exchanges/{vh}/amq.default/publish", "POST", body)
+    assert (status, result) == (200, {"routed": True})
+    body["routing_key"] = unique("nowhere")
+    assert call(broker, f"/api/exchanges/{vh}/amq.default/publish", "POST", body)[2] == {"routed": False}
+    method, props, payload = channel.basic_get(name, auto_ack=True)
+    assert payload == b"hi"
+    assert (props.delivery_mode, props.content_type, props.headers) == (2, "application/json", {"h": "1"})
+    status, _, _ = call(broker, f"/api/exchanges/{vh}/{q(unique('missing'))}/publish", "POST", body)
+    assert status == 404
+
+
+def test_exchange_put_bind_publish_and_delete(broker, vh, channel, unique):
+    x = unique("x")
+    name = unique("q")
+    xpath = f"/api/exchanges/{vh}/{q(x)}"
+    assert call(broker, xpath, "PUT", {"type": "direct", "durable": False, "auto_delete": False})[0] == 201
+    assert call(broker, xpath, "PUT", {"type": "direct", "durable": False})[0] == 204
+    status, _, body = call(broker, xpath, "PUT", {"type": "fanout", "durable": False})
+    assert status == 400 and body["error"] == "bad_request" and "inequivalent arg 'type'" in body["reason"]
+    channel.exchange_declare(x, "direct", passive=True)
+    channel.queue_declare(name)
+    between = f"/api/bindings/{vh}/e/{q(x)}/q/{q(name)}"
+    status, headers, _ = call(broker, between, "POST", {"routing_key": "rk", "arguments": {}})
+    assert status == 201
+    assert headers["location"].rsplit("/", 1)[-1] == "rk"
+    expected = {"source": x, "vhost": broker.vhost, "destination": name, "destination_type": "queue",
+                "routing_key": "rk", "arguments": {}, "properties_key": "rk"}  # fmt: skip
+    assert call(broker, between)[2] == [expected]
+    assert call(broker, between + "/rk")[2] == expected
+    queue_bindings = call(broker, f"/api/queues/{vh}/{q(name)}/bindings")[2]
+    assert [(b["source"], b["routing_key"], b["properties_key"]) for b in queue_bindings] == [
+        ("", name, name), (x, "rk", "rk")]  # fmt: skip
+    assert call(broker, f"{xpath}/bindings/source")[2] == [expected]
+    assert expected in call(broker, f"/api/bindings/{vh}")[2]
+    publish = {"properties": {}, "routing_key": "rk", "payload": "p", "payload_encoding": "string"}
+    assert call(broker, f"{xpath}/publish", "POST", publish)[2] == {"routed": True}
+    assert channel.basic_get(name, auto_ack=True)[2] == b"p"
+    status, _, body = call(broker, xpath + "?if-unused=true", "DELETE")
+    assert status == 400 and body["reason"] == f"exchange '{x}' in vhost '{broker.vhost}' in use"
+    assert call(broker, between + "/rk", "DELETE")[0] == 204
+    assert call(broker, between)[2] == []
+    assert call(broker, f"{xpath}/publish", "POST", publish)[2] == {"routed": False}
+    assert call(broker, xpath + "?if-unused=true", "DELETE")[0] == 204
+    assert call(broker, xpath)[0] == 404
+    assert call(broker, xpath, "DELETE")[0] == 404
+
+
+def test_exchange_to_exchange_binding_made_over_amqp(broker, vh, channel, unique):
+    src, dst = unique("src"), unique("dst")
+    channel.exchange_declare(src, "fanout", auto_delete=False)
+    channel.exchange_declare(dst, "fanout", auto_delete=False)
+    channel.exchange_bind(dst, src, routing_key="")
+    between = f"/api/bindings/{vh}/e/{q(src)}/e/{q(dst)}"
+    [binding] = call(broker, between)[2]
+    assert (binding["destination_type"], binding["properties_key"]) == ("exchange", "~")
+    assert call(broker, f"/api/exchanges/{vh}/{q(dst)}/bindings/destination")[2] == [binding]
+    assert call(broker, between + "/~", "DELETE")[0] == 204
+    assert call(broker, between)[2] == []
+    status, headers, _ = call(broker, between, "POST", {"routing_key": "a b", "arguments": {}})
+    assert status == 201 and headers["location"].rsplit("/", 1)[-1] == "a+b"
+
+
+def test_default_exchange_bindings_are_refused(broker, vh, channel, unique):
+    name = unique("q")
+    channel.queue_declare(name)
+    status, _, _ = call(broker, f"/api/bindings/{vh}/e/amq.default/q/{q(name)}", "POST", {"routing_key": "k"})
+    assert status in (401, 403)
+
+
+def test_vhost_user_and_permissions_round_trip(broker, connect, poll_until):
+    suffix = uuid.uuid4().hex[:8]
+    user, vhost = f"e2e-user-{suffix}", f"e2e-vhost-{suffix}"
+    try:
+        assert call(broker, f"/api/vhosts/{q(vhost)}", "PUT", {"description": "d"})[0] == 201
+        assert call(broker, f"/api/vhosts/{q(vhost)}", "PUT", {"description": "d"})[0] == 204
+        assert call(broker, f"/api/vhosts/{q(vhost)}")[2]["name"] == vhost
+        assert call(broker, f"/api/users/{user}", "PUT", {"password": "pw1", "tags": "management"})[0] == 201
+        assert call(broker, f"/api/users/{user}", "PUT", {"password": "pw", "tags": "management"})[0] == 204
+        assert call(broker, f"/api/users/{user}")[2]["tags"] == ["management"]
+        perm = {"configure": ".*", "write": ".*", "read": "^$"}
+        assert call(broker, f"/api/permissions/{q(vhost)}/{user}", "PUT", perm)[0] == 201
+        assert call(broker, f"/api/permissions/{q(vhost)}/{user}", "PUT", perm)[0] == 204
+        shown = call(broker, f"/api/permissions/{q(vhost)}/{user}")[2]
+        assert shown == {"user": user, "vhost": vhost, **perm}
+        assert shown in call(broker, "/api/permissions")[2]
+        conn = connect(virtual_host=vhost, credentials=pika.PlainCredentials(user, "pw"))
+        ch = conn.channel()
+        ch.queue_declare("only-here")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            ch.basic_get("only-here")  # read is ^$
+        assert info.value.reply_code == 403
+        conn.close()
+        # a management (not administrator) user may not write users
+        status, _, body = call(broker, f"/api/users/{user}-other", "PUT", {"password": "x", "tags": ""},
+                               auth=(user, "pw"))  # fmt: skip
+        assert (status, body) == (401, {"error": "not_authorised", "reason": "Not administrator user"})
+        assert call(broker, f"/api/permissions/{q(vhost)}/{user}", "DELETE")[0] == 204
+        assert call(broker, f"/api/permissions/{q(vhost)}/{user}")[0] == 404
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
+            connect(virtual_host=vhost, credentials=pika.PlainCredentials(user, "pw"))
+    finally:
+        call(broker, f"/api/users/{user}", "DELETE")
+        call(broker, f"/api/vhosts/{q(vhost)}", "DELETE")
+    assert call(broker, f"/api/users/{user}")[0] == 404
+    assert call(broker, f"/api/vhosts/{q(vhost)}")[0] == 404
+    assert call(broker, f"/api/users/{user}", "DELETE")[0] == 404
+
+
+def test_delete_connection_closes_it_with_320(broker, connect, unique, poll_until):
+    conn_name = unique("conn")
+    conn = connect(client_properties={"connection_name": conn_name})
+
+    name = poll_until(lambda: connection_named(broker, conn_name), timeout=STATS_TIMEOUT)
+    status, _, _ = call(broker, f"/api/connections/{q(name)}", "DELETE", headers={"X-Reason": "bye from e2e"})
+    assert status == 204
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        for _ in range(100):
+            conn.process_data_events(time_limit=0.1)
+    assert (info.value.reply_code, info.value.reply_text) == (320, "CONNECTION_FORCED - bye from e2e")
+    assert call(broker, f"/api/connections/{q(name)}", "DELETE")[0] == 404
+
+
+def test_delete_connection_default_reason(broker, connect, unique, poll_until):
+    conn_name = unique("conn")
+    conn = connect(client_properties={"connection_name": conn_name})
+
+    name = poll_until(lambda: connection_named(broker, conn_name), timeout=STATS_TIMEOUT)
+    assert call(broker, f"/api/connections/{q(name)}", "DELETE")[0] == 204
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        for _ in range(100):
+            conn.process_data_events(time_limit=0.1)
+    assert (info.value.reply_code, info.value.reply_text) == (
+        320, "CONNECTION_FORCED - Closed via management plugin")  # fmt: skip
