@@ -159,9 +159,6 @@ def test_get_base64_and_bad_input(broker, vh, channel, unique):
     got = get_messages(broker, vh, name, "ack_requeue_true", encoding="auto")
     encoded = base64.b64encode(b"\xff\x00").decode()
     assert (got[0]["payload"], got[0]["payload_encoding"]) == (encoded, "base64")
-    status, _, body = call(broker, f"/api/queues/{vh}/{q(name)}/get", "POST",
-                           {"count": 1, "ackmode": "bogus", "encoding": "auto"})  # fmt: skip
-    assert status == 400 and body["error"] == "bad_request"
     assert call(broker, f"/api/queues/{vh}/{q(unique('missing'))}/get", "POST",
                 {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})[0] == 404  # fmt: skip
 
@@ -178,8 +175,10 @@ def test_publish_routed_and_unrouted(broker, vh, channel, unique):
     method, props, payload = channel.basic_get(name, auto_ack=True)
     assert payload == b"hi"
     assert (props.delivery_mode, props.content_type, props.headers) == (2, "application/json", {"h": "1"})
-    status, _, _ = call(broker, f"/api/exchanges/{vh}/{q(unique('missing'))}/publish", "POST", body)
-    assert status == 404
+    missing = unique("missing")
+    status, _, error = call(broker, f"/api/exchanges/{vh}/{q(missing)}/publish", "POST", body)
+    reason = f"404 NOT_FOUND - no exchange '{missing}' in vhost '{broker.vhost}'"
+    assert (status, error) == (400, {"error": "bad_request", "reason": reason})
 
 
 def test_exchange_put_bind_publish_and_delete(broker, vh, channel, unique):
@@ -195,7 +194,7 @@ def test_exchange_put_bind_publish_and_delete(broker, vh, channel, unique):
     between = f"/api/bindings/{vh}/e/{q(x)}/q/{q(name)}"
     status, headers, _ = call(broker, between, "POST", {"routing_key": "rk", "arguments": {}})
     assert status == 201
-    assert headers["location"].rsplit("/", 1)[-1] == "rk"
+    assert headers["location"] == f"{q(name)}/rk"
     expected = {"source": x, "vhost": broker.vhost, "destination": name, "destination_type": "queue",
                 "routing_key": "rk", "arguments": {}, "properties_key": "rk"}  # fmt: skip
     assert call(broker, between)[2] == [expected]
@@ -229,8 +228,11 @@ def test_exchange_to_exchange_binding_made_over_amqp(broker, vh, channel, unique
     assert call(broker, f"/api/exchanges/{vh}/{q(dst)}/bindings/destination")[2] == [binding]
     assert call(broker, between + "/~", "DELETE")[0] == 204
     assert call(broker, between)[2] == []
-    status, headers, _ = call(broker, between, "POST", {"routing_key": "a b", "arguments": {}})
-    assert status == 201 and headers["location"].rsplit("/", 1)[-1] == "a+b"
+    status, headers, _ = call(broker, between, "POST", {"routing_key": "a b~c", "arguments": {}})
+    assert status == 201 and headers["location"] == f"{q(dst)}/a%2Bb%257Ec"
+    [binding] = call(broker, between)[2]
+    assert (binding["routing_key"], binding["properties_key"]) == ("a b~c", "a+b%7Ec")
+    assert call(broker, between + "/a%2Bb%257Ec", "DELETE")[0] == 204
 
 
 def test_default_exchange_bindings_are_refused(broker, vh, channel, unique):
@@ -304,3 +306,42 @@ def test_delete_connection_default_reason(broker, connect, unique, poll_until):
             conn.process_data_events(time_limit=0.1)
     assert (info.value.reply_code, info.value.reply_text) == (
         320, "CONNECTION_FORCED - Closed via management plugin")  # fmt: skip
+
+
+def test_get_with_no_properties_shows_an_empty_list(broker, vh, channel, unique):
+    """RabbitMQ shows a message without properties as ``"properties": []``."""
+    name = unique("q")
+    channel.queue_declare(name)
+    body = {"properties": {}, "routing_key": name, "payload": "x", "payload_encoding": "string"}
+    assert call(broker, f"/api/exchanges/{vh}/amq.default/publish", "POST", body)[2] == {"routed": True}
+    [got] = get_messages(broker, vh, name, "ack_requeue_false")
+    assert got["properties"] == []
+
+
+@pytest.mark.extension
+def test_bad_get_input_is_400_on_ottermq(broker, vh, channel, unique):
+    """RabbitMQ 3.10 answers an unknown ackmode with a 500 (a crash); ottermq with a 400."""
+    name = unique("q")
+    channel.queue_declare(name)
+    for bad in ({"count": 1, "ackmode": "bogus", "encoding": "auto"},
+                {"count": -1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+                {"ackmode": "ack_requeue_true", "encoding": "auto"}):  # fmt: skip
+        status, _, body = call(broker, f"/api/queues/{vh}/{q(name)}/get", "POST", bad)
+        assert status == 400 and body["error"] == "bad_request", bad
+
+
+@pytest.mark.extension
+def test_binding_with_arguments_round_trips_by_its_key(broker, vh, channel, unique):
+    """The hash after ``~`` differs from RabbitMQ's (Erlang's phash2): use the returned key."""
+    x, name = unique("x"), unique("q")
+    channel.exchange_declare(x, "headers")
+    channel.queue_declare(name)
+    between = f"/api/bindings/{vh}/e/{q(x)}/q/{q(name)}"
+    args = {"x-match": "all", "a": 1}
+    status, headers, _ = call(broker, between, "POST", {"routing_key": "", "arguments": args})
+    assert status == 201
+    [binding] = call(broker, between)[2]
+    assert binding["properties_key"].startswith("~") and binding["arguments"] == {"x-match": "all", "a": 1}
+    assert headers["location"] == f"{q(name)}/{q(binding['properties_key'])}"
+    assert call(broker, f"{between}/{q(binding['properties_key'])}", "DELETE")[0] == 204
+    assert call(broker, between)[2] == []

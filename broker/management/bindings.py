@@ -9,7 +9,8 @@ Rules (RabbitMQ 3.10's ``rabbit_mgmt_wm_binding(s)``):
   key, ``~`` itself as ``%7E``), then, when there are arguments, ``~`` and a hash of them.
   RabbitMQ hashes the Erlang term (``erlang:phash2``); ottermq hashes the arguments' JSON, so with
   arguments the key differs between the brokers: use the one the API returns (the ``Location``).
-- POST answers 201 with a ``Location`` ending in the new binding's ``properties_key``.
+- POST answers 201 with a relative ``Location``, ``<destination>/<properties_key>`` (the key
+  URL-quoted once more: ``a b`` is ``a+b``, in the Location ``a%2Bb``).
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ async def create_binding(request: web.Request) -> web.Response:
     check_permission(request, vhost, "read", "exchange", source)
     with amqp_errors():
         vhost.bind(source, (kind, dest), key, args)
-    location = f"{request.path.rstrip('/')}/{properties_key(key, args)}"
+    # relative, as RabbitMQ's: "<destination>/<properties_key, quoted once more>"
+    last = request.raw_path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    location = f"{last}/{urllib.parse.quote(properties_key(key, args), safe='')}"
     return web.Response(status=201, headers={hdrs.LOCATION: location})
 
 

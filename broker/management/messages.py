@@ -25,7 +25,6 @@ from ottermq.vhost.queue import Queue
 from pamqp import commands
 
 from .common import (
-    NotFound,
     amqp_errors,
     bad_request,
     broker_of,
@@ -45,11 +44,13 @@ def _required(body: dict[str, Any], key: str) -> Any:
     return body[key]
 
 
-def properties_json(raw_props: bytes) -> dict[str, Any]:
-    """The set properties of a message by RabbitMQ's names."""
+def properties_json(raw_props: bytes) -> dict[str, Any] | list[Any]:
+    """The set properties of a message by RabbitMQ's names (none: ``[]``, as RabbitMQ shows an
+    empty Erlang property list)."""
     props = decode_properties(raw_props)
     flags = int.from_bytes(raw_props[:2], "big") if len(raw_props) >= 2 else 0
-    return {name: json_value(getattr(props, name)) for bit, name, _ in PROPERTIES if flags & bit}
+    shown = {name: json_value(getattr(props, name)) for bit, name, _ in PROPERTIES if flags & bit}
+    return shown or []
 
 
 def payload_json(body: bytes, encoding: str, truncate: int | None) -> tuple[str, str]:
@@ -166,21 +167,16 @@ async def publish(request: web.Request) -> web.Response:
     else:
         raise bad_request(f"Unknown payload_encoding: {payload_encoding}")
     check_permission(request, vhost, "write", "exchange", name)
-    exchange = None
-    if name:
-        exchange = vhost.exchanges.get(name)
-        if exchange is None:
-            raise NotFound()
-    with amqp_errors():
+    try:  # RabbitMQ publishes on a channel: its errors come back as "<code> <reply text>"
+        exchange = vhost.get_exchange(name) if name else None
         if exchange is not None and exchange.internal:
             raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
         delivery_mode, priority, expiration, _ = quick_props(raw_props)
-        try:
-            ttl = parse_expiration(expiration) if expiration is not None else None
-        except AMQPError as exc:
-            raise bad_request(exc.text) from None
-        message = Message(name, routing_key, raw_props, data, delivery_mode == 2, priority, ttl)
-        result = vhost.publish(exchange, message)
+        ttl = parse_expiration(expiration) if expiration is not None else None
+    except AMQPError as exc:
+        raise bad_request(f"{exc.reply_code} {exc.reply_text}") from None
+    message = Message(name, routing_key, raw_props, data, delivery_mode == 2, priority, ttl)
+    result = vhost.publish(exchange, message)
     stored = result.stored
     if stored is not None:  # a failed store commit takes the message back, as for a channel
 
