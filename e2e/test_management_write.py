@@ -238,8 +238,36 @@ def test_exchange_to_exchange_binding_made_over_amqp(broker, vh, channel, unique
 def test_default_exchange_bindings_are_refused(broker, vh, channel, unique):
     name = unique("q")
     channel.queue_declare(name)
-    status, _, _ = call(broker, f"/api/bindings/{vh}/e/amq.default/q/{q(name)}", "POST", {"routing_key": "k"})
-    assert status in (401, 403)
+    refused = (401, {"error": "not_authorised", "reason": "Access refused."})
+    between = f"/api/bindings/{vh}/e/amq.default/q/{q(name)}"
+    status, _, body = call(broker, between, "POST", {"routing_key": "k"})
+    assert (status, body) == refused
+    status, _, body = call(broker, f"{between}/{q(name)}", "DELETE")
+    assert (status, body) == refused
+    assert call(broker, f"{between}/{q(name)}")[2]["source"] == ""
+
+
+def test_reserved_names_and_bad_arguments(broker, vh, unique):
+    refused = (401, {"error": "not_authorised", "reason": "Access refused."})
+    status, _, body = call(broker, f"/api/queues/{vh}/amq.{unique('q')}", "PUT", {})
+    assert (status, body) == refused
+    status, _, body = call(broker, f"/api/exchanges/{vh}/amq.direct", "DELETE")
+    assert (status, body) == refused
+    name = unique("q")
+    status, _, body = call(broker, f"/api/queues/{vh}/{q(name)}", "PUT", {"arguments": {"x-max-length": "a"}})
+    reason = (f"invalid arg 'x-max-length' for queue '{name}' in vhost '{broker.vhost}': "
+              '"expected integer, got longstr"')  # fmt: skip
+    assert (status, body) == (400, {"error": "bad_request", "reason": reason})
+    x = unique("x")
+    status, _, body = call(broker, f"/api/exchanges/{vh}/{q(x)}", "PUT", {"type": "nosuch"})
+    assert (status, body) == (400, {"error": "bad_request", "reason": "unknown exchange type 'nosuch'"})
+    assert call(broker, f"/api/exchanges/{vh}/{q(x)}", "PUT", {})[0] == 201
+    assert call(broker, f"/api/exchanges/{vh}/{q(x)}")[2]["type"] == "direct"
+    perm = {"configure": ".*", "write": ".*", "read": ".*"}
+    missing_vhost, missing_user = q(unique("vh")), unique("user")
+    for path in (f"/api/permissions/{missing_vhost}/{broker.user}", f"/api/permissions/{vh}/{missing_user}"):
+        status, _, body = call(broker, path, "PUT", perm)
+        assert (status, body) == (400, {"error": "bad_request", "reason": "vhost_or_user_not_found"})
 
 
 def test_vhost_user_and_permissions_round_trip(broker, connect, poll_until):

@@ -88,9 +88,9 @@ async def put_exchange(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     name = "" if name == "amq.default" else name
     body = await json_body(request)
-    type_ = body.get("type")
+    type_ = body.get("type", "direct")  # RabbitMQ 3.10 declares a direct exchange without one
     if not isinstance(type_, str):
-        raise bad_request("type not found")
+        raise bad_request("type must be a string")
     durable = flag(body, "durable", True)
     auto_delete = flag(body, "auto_delete", False)
     internal = flag(body, "internal", False)

@@ -2,7 +2,8 @@
 ``GET /api/permissions``, ``GET/PUT/DELETE /api/permissions/{vhost}/{user}``.
 
 Rules (RabbitMQ 3.10): all need the administrator tag (401 ``Not administrator user``); PUT answers
-201 when it created the object, 204 when it replaced one; DELETE 204, or 404 when missing. Changes go
+201 when it created the object, 204 when it replaced one; DELETE 204, or 404 when missing;
+permissions for a missing user or vhost are 400 ``vhost_or_user_not_found``. Changes go
 through ``broker.auth`` (``AuthDB``), which writes them to the store as ``definitions import`` does,
 so they survive a restart. A user PUT takes ``password`` or ``password_hash`` (+
 ``hashing_algorithm``) and ``tags`` (a comma-separated string or a list).
@@ -139,7 +140,7 @@ async def put_permission(request: web.Request) -> web.Response:
     auth = broker_of(request).auth
     user, vhost = request.match_info["user"], request.match_info["vhost"]
     if user not in auth.users or vhost not in auth.vhosts:
-        raise NotFound()
+        raise bad_request("vhost_or_user_not_found")
     body = await json_body(request)
     regexes = []
     for key in ("configure", "write", "read"):
