@@ -277,6 +277,8 @@ def test_vhost_user_and_permissions_round_trip(broker, connect, poll_until):
         assert call(broker, f"/api/vhosts/{q(vhost)}", "PUT", {"description": "d"})[0] == 201
         assert call(broker, f"/api/vhosts/{q(vhost)}", "PUT", {"description": "d"})[0] == 204
         assert call(broker, f"/api/vhosts/{q(vhost)}")[2]["name"] == vhost
+        full = {"user": broker.user, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        assert call(broker, f"/api/vhosts/{q(vhost)}/permissions")[2] == [full]  # the creator's
         assert call(broker, f"/api/users/{user}", "PUT", {"password": "pw1", "tags": "management"})[0] == 201
         assert call(broker, f"/api/users/{user}", "PUT", {"password": "pw", "tags": "management"})[0] == 204
         assert call(broker, f"/api/users/{user}")[2]["tags"] == ["management"]
@@ -286,6 +288,7 @@ def test_vhost_user_and_permissions_round_trip(broker, connect, poll_until):
         shown = call(broker, f"/api/permissions/{q(vhost)}/{user}")[2]
         assert shown == {"user": user, "vhost": vhost, **perm}
         assert shown in call(broker, "/api/permissions")[2]
+        assert call(broker, f"/api/users/{user}/permissions")[2] == [shown]
         conn = connect(virtual_host=vhost, credentials=pika.PlainCredentials(user, "pw"))
         ch = conn.channel()
         ch.queue_declare("only-here")
@@ -373,3 +376,33 @@ def test_binding_with_arguments_round_trips_by_its_key(broker, vh, channel, uniq
     assert headers["location"] == f"{q(name)}/{q(binding['properties_key'])}"
     assert call(broker, f"{between}/{q(binding['properties_key'])}", "DELETE")[0] == 204
     assert call(broker, between)[2] == []
+
+
+@pytest.mark.extension
+def test_api_writes_survive_a_restart(broker_process):
+    """Users, vhosts, permissions and durable topology made over the API are in the store."""
+    process = broker_process()
+    b = process.start()
+    assert call(b, "/api/vhosts/v1", "PUT", {})[0] == 201
+    assert call(b, "/api/users/alice", "PUT", {"password": "pw", "tags": ["management"]})[0] == 201
+    perm = {"configure": "^a", "write": ".*", "read": ".*"}
+    assert call(b, "/api/permissions/v1/alice", "PUT", perm)[0] == 201
+    assert call(b, "/api/exchanges/v1/x1", "PUT", {"type": "fanout", "durable": True})[0] == 201
+    assert call(b, "/api/queues/v1/q1", "PUT", {"durable": True})[0] == 201
+    assert call(b, "/api/bindings/v1/e/x1/q/q1", "POST", {"routing_key": "k"})[0] == 201
+    publish = {"properties": {"delivery_mode": 2}, "routing_key": "", "payload": "kept",
+               "payload_encoding": "string"}  # fmt: skip
+    assert call(b, "/api/exchanges/v1/x1/publish", "POST", publish)[2] == {"routed": True}
+    assert call(b, "/api/users/gone", "PUT", {"password": "pw", "tags": ""})[0] == 201
+    assert call(b, "/api/users/gone", "DELETE")[0] == 204
+    assert process.stop() == 0
+    b = process.start()
+    assert call(b, "/api/users/alice")[2]["tags"] == ["management"]
+    assert call(b, "/api/users/gone")[0] == 404
+    assert call(b, "/api/permissions/v1/alice")[2] == {"user": "alice", "vhost": "v1", **perm}
+    assert [x["routing_key"] for x in call(b, "/api/bindings/v1/e/x1/q/q1")[2]] == ["k"]
+    [got] = get_messages(b, "v1", "q1", "ack_requeue_false")
+    assert got["payload"] == "kept"
+    alice = pika.PlainCredentials("alice", "pw")
+    conn = pika.BlockingConnection(b.params(virtual_host="v1", credentials=alice))
+    conn.close()

@@ -1,9 +1,11 @@
 """Administrator writes: ``PUT/DELETE /api/users/{name}``, ``PUT/DELETE /api/vhosts/{vhost}``,
-``GET /api/permissions``, ``GET/PUT/DELETE /api/permissions/{vhost}/{user}``.
+``GET /api/permissions``, ``/api/vhosts/{vhost}/permissions``, ``/api/users/{name}/permissions``,
+``GET/PUT/DELETE /api/permissions/{vhost}/{user}``.
 
 Rules (RabbitMQ 3.10): all need the administrator tag (401 ``Not administrator user``); PUT answers
 201 when it created the object, 204 when it replaced one; DELETE 204, or 404 when missing;
-permissions for a missing user or vhost are 400 ``vhost_or_user_not_found``. Changes go
+permissions for a missing user or vhost are 400 ``vhost_or_user_not_found``; a new vhost gives its
+creator full permissions there. Changes go
 through ``broker.auth`` (``AuthDB``), which writes them to the store as ``definitions import`` does,
 so they survive a restart. A user PUT takes ``password`` or ``password_hash`` (+
 ``hashing_algorithm``) and ``tags`` (a comma-separated string or a list).
@@ -17,7 +19,7 @@ from aiohttp import web
 from ottermq.persistence.store import PermissionRecord, UserRecord
 
 from ..auth import DEFAULT_HASHING_ALGORITHM, AuthError, hash_password
-from .common import NotFound, bad_request, broker_of, json_body, require_administrator
+from .common import NotFound, bad_request, broker_of, json_body, require_administrator, user_of
 
 
 def permission_json(record: PermissionRecord) -> dict[str, Any]:
@@ -93,6 +95,8 @@ async def put_vhost(request: web.Request) -> web.Response:
     except AuthError as exc:
         raise bad_request(str(exc)) from None
     broker.ensure_vhost(name)
+    if not existed:  # RabbitMQ grants the creating user full permissions on a new vhost
+        broker.auth.set_permissions(user_of(request).name, name, ".*", ".*", ".*")
     return web.Response(status=204 if existed else 201)
 
 
@@ -128,6 +132,26 @@ def _record(request: web.Request) -> PermissionRecord:
     if record is None:
         raise NotFound()
     return record
+
+
+async def vhost_permissions(request: web.Request) -> web.Response:
+    require_administrator(request)
+    auth = broker_of(request).auth
+    name = request.match_info["vhost"]
+    if name not in auth.vhosts:
+        raise NotFound()
+    found = [permission_json(auth.permissions[key]) for key in sorted(auth.permissions) if key[1] == name]
+    return web.json_response(found)
+
+
+async def user_permissions(request: web.Request) -> web.Response:
+    require_administrator(request)
+    auth = broker_of(request).auth
+    name = request.match_info["name"]
+    if name not in auth.users:
+        raise NotFound()
+    found = [permission_json(auth.permissions[key]) for key in sorted(auth.permissions) if key[0] == name]
+    return web.json_response(found)
 
 
 async def get_permission(request: web.Request) -> web.Response:
@@ -169,6 +193,8 @@ def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
     routes.put(f"{prefix}/vhosts/{{vhost}}")(put_vhost)
     routes.delete(f"{prefix}/vhosts/{{vhost}}")(delete_vhost)
     routes.get(f"{prefix}/permissions")(list_permissions)
+    routes.get(f"{prefix}/vhosts/{{vhost}}/permissions")(vhost_permissions)
+    routes.get(f"{prefix}/users/{{name}}/permissions")(user_permissions)
     routes.get(f"{prefix}/permissions/{{vhost}}/{{user}}")(get_permission)
     routes.put(f"{prefix}/permissions/{{vhost}}/{{user}}")(put_permission)
     routes.delete(f"{prefix}/permissions/{{vhost}}/{{user}}")(delete_permission)
