@@ -74,10 +74,7 @@ async def delete_user(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in auth.users:
         raise NotFound()
-    auth.delete_user(name)
-    for conn in list(broker_of(request).connections):
-        if conn.username == name:
-            conn.force_close("user deleted", f"user '{name}' is deleted")
+    auth.delete_user(name)  # its open connections stay open, as in RabbitMQ 3.10
     return web.Response(status=204)
 
 
