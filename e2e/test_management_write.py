@@ -304,6 +304,13 @@ def test_vhost_user_and_permissions_round_trip(broker, connect, poll_until):
         assert call(broker, f"/api/permissions/{q(vhost)}/{user}")[0] == 404
         with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
             connect(virtual_host=vhost, credentials=pika.PlainCredentials(user, "pw"))
+        inside = connect(virtual_host=vhost)
+        assert call(broker, f"/api/vhosts/{q(vhost)}", "DELETE")[0] == 204
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            for _ in range(100):
+                inside.process_data_events(time_limit=0.1)
+        assert (closed.value.reply_code, closed.value.reply_text) == (
+            320, f"CONNECTION_FORCED - vhost '{vhost}' is down")  # fmt: skip
     finally:
         call(broker, f"/api/users/{user}", "DELETE")
         call(broker, f"/api/vhosts/{q(vhost)}", "DELETE")

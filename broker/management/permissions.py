@@ -105,7 +105,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
         raise NotFound()
     for conn in list(broker.connections):
         if conn.vhost is not None and conn.vhost.name == name:
-            conn.force_close("vhost deleted", f"vhost '{name}' is deleted")
+            conn.force_close("vhost deleted", f"vhost '{name}' is down")  # RabbitMQ 3.10's text
     vhost = broker.vhosts.pop(name, None)
     if vhost is not None:
         for queue in list(vhost.queues.values()):
