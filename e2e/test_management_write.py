@@ -309,8 +309,10 @@ def test_vhost_user_and_permissions_round_trip(broker, connect, poll_until):
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
             for _ in range(100):
                 inside.process_data_events(time_limit=0.1)
-        assert (closed.value.reply_code, closed.value.reply_text) == (
-            320, f"CONNECTION_FORCED - vhost '{vhost}' is down")  # fmt: skip
+        # RabbitMQ 3.10 races its vhost supervisor's shutdown ("is down") with the close ("is deleted")
+        assert closed.value.reply_code == 320
+        texts = [f"CONNECTION_FORCED - vhost '{vhost}' is {how}" for how in ("deleted", "down")]
+        assert closed.value.reply_text in texts
     finally:
         call(broker, f"/api/users/{user}", "DELETE")
         call(broker, f"/api/vhosts/{q(vhost)}", "DELETE")
@@ -330,7 +332,7 @@ def test_delete_connection_closes_it_with_320(broker, connect, unique, poll_unti
         for _ in range(100):
             conn.process_data_events(time_limit=0.1)
     assert (info.value.reply_code, info.value.reply_text) == (320, "CONNECTION_FORCED - bye from e2e")
-    assert call(broker, f"/api/connections/{q(name)}", "DELETE")[0] == 404
+    poll_until(lambda: call(broker, f"/api/connections/{q(name)}")[0] == 404, timeout=STATS_TIMEOUT)
 
 
 def test_delete_connection_default_reason(broker, connect, unique, poll_until):
@@ -413,3 +415,19 @@ def test_api_writes_survive_a_restart(broker_process):
     alice = pika.PlainCredentials("alice", "pw")
     conn = pika.BlockingConnection(b.params(virtual_host="v1", credentials=alice))
     conn.close()
+
+
+def test_user_without_password_cannot_log_in(broker):
+    user = f"e2e-nopw-{uuid.uuid4().hex[:8]}"
+    try:
+        tags = {"password": "pw", "tags": ["management", "monitoring"]}
+        assert call(broker, f"/api/users/{user}", "PUT", tags)[0] == 201
+        assert call(broker, f"/api/users/{user}")[2]["tags"] == ["management", "monitoring"]
+        assert call(broker, "/api/whoami", auth=(user, "pw"))[0] == 200
+        assert call(broker, f"/api/users/{user}", "PUT", {"tags": "management"})[0] == 204
+        shown = call(broker, f"/api/users/{user}")[2]
+        assert (shown["password_hash"], shown["tags"]) == ("", ["management"])
+        status, _, body = call(broker, "/api/whoami", auth=(user, "pw"))
+        assert (status, body) == (401, {"error": "not_authorized", "reason": "Login failed"})
+    finally:
+        call(broker, f"/api/users/{user}", "DELETE")

@@ -8,11 +8,14 @@ permissions for a missing user or vhost are 400 ``vhost_or_user_not_found``; a n
 creator full permissions there. Changes go
 through ``broker.auth`` (``AuthDB``), which writes them to the store as ``definitions import`` does,
 so they survive a restart. A user PUT takes ``password`` or ``password_hash`` (+
-``hashing_algorithm``) and ``tags`` (a comma-separated string or a list).
+``hashing_algorithm``) and ``tags`` (a comma-separated string or a list); with neither password
+field RabbitMQ 3.10 gives a new user a random password and clears an existing user's (no password
+login either way).
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from aiohttp import web
@@ -58,10 +61,10 @@ async def put_user(request: web.Request) -> web.Response:
             password_hash, algorithm = hash_password(password), DEFAULT_HASHING_ALGORITHM
         elif isinstance(password_hash, str):
             pass
-        elif existing is not None:  # tags only: the password stays
-            password_hash, algorithm = existing.password_hash, existing.hashing_algorithm
-        else:
-            password_hash = ""  # a user that cannot log in with a password
+        elif existing is not None:  # RabbitMQ 3.10 clears the password: no password login
+            password_hash, algorithm = "", DEFAULT_HASHING_ALGORITHM
+        else:  # RabbitMQ 3.10 sets a random one
+            password_hash, algorithm = hash_password(secrets.token_urlsafe(24)), DEFAULT_HASHING_ALGORITHM
         auth.put_user(UserRecord(name, password_hash, algorithm, tags))
     except AuthError as exc:
         raise bad_request(str(exc)) from None
@@ -105,7 +108,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
         raise NotFound()
     for conn in list(broker.connections):
         if conn.vhost is not None and conn.vhost.name == name:
-            conn.force_close("vhost deleted", f"vhost '{name}' is down")  # RabbitMQ 3.10's text
+            conn.force_close("vhost deleted", f"vhost '{name}' is deleted")
     vhost = broker.vhosts.pop(name, None)
     if vhost is not None:
         for queue in list(vhost.queues.values()):
