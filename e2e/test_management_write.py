@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from typing import Any
+from unittest.mock import ANY
 
 import pika
 import pytest
@@ -431,3 +432,35 @@ def test_user_without_password_cannot_log_in(broker):
         assert (status, body) == (401, {"error": "not_authorized", "reason": "Login failed"})
     finally:
         call(broker, f"/api/users/{user}", "DELETE")
+
+
+def test_in_use_internal_and_exclusive(broker, vh, connect, unique):
+    ch = connect().channel()
+    name = unique("q")
+    ch.queue_declare(name)
+    ch.basic_consume(name, lambda *args: None)
+    status, _, body = call(broker, f"/api/queues/{vh}/{q(name)}?if-unused=true", "DELETE")
+    in_use = f"queue '{name}' in vhost '{broker.vhost}' in use"
+    assert (status, body) == (400, {"error": "bad_request", "reason": in_use})
+    x = unique("x")
+    assert call(broker, f"/api/exchanges/{vh}/{q(x)}", "PUT", {"type": "fanout", "internal": True})[0] == 201
+    publish = {"properties": {}, "routing_key": "", "payload": "p", "payload_encoding": "string"}
+    status, _, body = call(broker, f"/api/exchanges/{vh}/{q(x)}/publish", "POST", publish)
+    reason = f"403 ACCESS_REFUSED - cannot publish to internal exchange '{x}' in vhost '{broker.vhost}'"
+    assert (status, body) == (400, {"error": "bad_request", "reason": reason})
+    exclusive = unique("excl")
+    ch.queue_declare(exclusive, exclusive=True)
+    locked = (f"cannot obtain exclusive access to locked queue '{exclusive}' in vhost '{broker.vhost}'. "
+              "It could be originally declared on another connection or the exclusive property value does "
+              "not match that of the original declaration.")  # fmt: skip
+    path = f"/api/queues/{vh}/{q(exclusive)}"
+    error = {"error": "bad_request", "reason": locked}
+    for method, suffix, body in (("PUT", "", {"durable": False}), ("DELETE", "/contents", None),
+                                 ("DELETE", "", None)):  # fmt: skip
+        assert call(broker, path + suffix, method, body) == (400, ANY, error)
+    get = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
+    status, _, body = call(broker, f"{path}/get", "POST", get)
+    assert (status, body["error"]) == (400, "bad_request")
+    assert body["reason"].startswith(f"405 RESOURCE_LOCKED - {locked[:80]}")
+    assert body["reason"].endswith("...")  # the 255-byte reply text
+    ch.queue_declare(exclusive, passive=True)  # still there

@@ -25,7 +25,7 @@ from ottermq.vhost.queue import Queue
 from pamqp import commands
 
 from .common import (
-    amqp_errors,
+    NotFound,
     bad_request,
     broker_of,
     check_permission,
@@ -101,9 +101,13 @@ async def get_messages(request: web.Request) -> web.Response:
         truncate = None
     elif not isinstance(truncate, int) or isinstance(truncate, bool) or truncate < 0:
         raise bad_request("truncate must be a non-negative integer")
+    if name not in vhost.queues:
+        raise NotFound()
     check_permission(request, vhost, "read", "queue", name)
-    with amqp_errors():
+    try:  # a channel's basic.get in RabbitMQ: "<code> <reply text>"
         queue = vhost.get_queue(name, None)
+    except AMQPError as exc:
+        raise bad_request(f"{exc.reply_code} {exc.reply_text}") from None
     queue.touch()
     taken: list[Entry] = []
     shown: list[dict[str, Any]] = []

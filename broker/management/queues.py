@@ -98,7 +98,7 @@ async def delete_queue(request: web.Request) -> web.Response:
         raise NotFound()
     check_permission(request, vhost, "configure", "queue", name)
     with amqp_errors():
-        vhost.get_queue(name, queue.owner)
+        vhost.get_queue(name, None)  # another connection's exclusive queue: 400 locked
     if _query_flag(request, "if-unused") and queue.consumers:
         raise bad_request(f"queue '{name}' in vhost '{vhost.name}' in use")
     if _query_flag(request, "if-empty") and queue.message_count:
