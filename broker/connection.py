@@ -591,11 +591,13 @@ class AMQPConnection(asyncio.Protocol):
             self._timer.cancel()
         self._timer = self.loop.call_later(CLOSE_TIMEOUT, self._abort)
 
-    def force_close(self, reason: str) -> None:
-        """Server-initiated close (shutdown): 320 CONNECTION_FORCED."""
+    def force_close(self, reason: str, text: str | None = None) -> None:
+        """Server-initiated close: 320 CONNECTION_FORCED with ``text`` (default: the shutdown
+        text, ``broker forced connection closure with reason '<reason>'``)."""
         if self.state is RUNNING:
-            forced = ConnectionForced(f"broker forced connection closure with reason '{reason}'")
-            self._close_connection(forced, 0)
+            if text is None:
+                text = f"broker forced connection closure with reason '{reason}'"
+            self._close_connection(ConnectionForced(text), 0)
         elif self.state is not CLOSED:
             self._abort()
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import BasicAuth, hdrs, web
 
-from . import connections, exchanges, overview, queues, users, vhosts
+from . import bindings, connections, exchanges, messages, overview, permissions, queues, users, vhosts
 from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, USER_KEY, json_error
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-RESOURCES = (overview, vhosts, queues, exchanges, connections, users)
+RESOURCES = (overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions)
 
 
 @web.middleware

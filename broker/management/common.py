@@ -12,18 +12,22 @@ RabbitMQ's texts (checked against RabbitMQ 3.10.8's management plugin):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from ottermq.amqp.errors import AMQPError
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import UserRecord
     from ottermq.vhost.vhost import VHost
 
+    from ..auth import Permission, ResourceKind
     from ..server import Broker
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
@@ -119,3 +123,100 @@ def json_value(value: object) -> Any:
 def sort_by_name(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """RabbitMQ lists sort by vhost, then name."""
     return sorted(items, key=lambda item: (str(item.get("vhost", "")), str(item.get("name", ""))))
+
+
+# -- the write side ------------------------------------------------------------------------------
+
+
+def bad_request(reason: str) -> web.HTTPException:
+    """RabbitMQ's ``400 {"error":"bad_request","reason":...}``."""
+    return web.HTTPBadRequest(
+        text=json.dumps({"error": "bad_request", "reason": reason}), content_type="application/json"
+    )
+
+
+def not_authorised(reason: str) -> web.HTTPException:
+    """RabbitMQ's ``401 {"error":"not_authorised","reason":...}`` with the realm."""
+    return web.HTTPUnauthorized(
+        text=json.dumps({"error": "not_authorised", "reason": reason}),
+        content_type="application/json",
+        headers={"WWW-Authenticate": REALM},
+    )
+
+
+def require_administrator(request: web.Request) -> None:
+    """Raises:
+    HTTPUnauthorized: the user lacks the administrator tag (``Not administrator user``)."""
+    if "administrator" not in user_of(request).tags:
+        raise not_authorised("Not administrator user")
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object (an empty body is ``{}``).
+
+    Raises:
+        HTTPBadRequest: the body is not a JSON object.
+    """
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise bad_request(f"failed_to_parse_json: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request("not_json_object")
+    return body
+
+
+def flag(body: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A boolean body field; RabbitMQ also accepts the strings ``"true"``/``"false"``.
+
+    Raises:
+        HTTPBadRequest: not a boolean.
+    """
+    value = body.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return bool(value == "true")
+    raise bad_request(f"{key} must be a boolean")
+
+
+def arguments(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``arguments`` body field (an object; absent or ``null`` means none).
+
+    Raises:
+        HTTPBadRequest: not an object.
+    """
+    value = body.get("arguments") or {}
+    if not isinstance(value, dict):
+        raise bad_request("arguments must be an object")
+    return value
+
+
+@contextlib.contextmanager
+def amqp_errors() -> Iterator[None]:
+    """Translate what a channel operation raises as RabbitMQ's management ``direct_request``
+    does: NOT_FOUND -> 404, ACCESS_REFUSED/NOT_ALLOWED -> 401 ``Access refused.``, any other
+    AMQP error -> 400 ``bad_request`` with the error's explanation."""
+    try:
+        yield
+    except AMQPError as exc:
+        if exc.reply_code == 404:
+            raise NotFound() from None
+        if exc.reply_code in (403, 530):
+            raise not_authorised("Access refused.") from None
+        raise bad_request(exc.text) from None
+
+
+def check_permission(
+    request: web.Request, vhost: VHost, permission: Permission, kind: ResourceKind, name: str
+) -> None:
+    """The API user's permission on a resource, as for a channel of that user.
+
+    Raises:
+        HTTPUnauthorized: refused (RabbitMQ's ``Access refused.``).
+    """
+    with amqp_errors():
+        broker_of(request).auth.check(user_of(request), vhost.name, permission, kind, name)

@@ -15,12 +15,15 @@ from ..channel import Channel
 from ..connection import AMQPConnection
 from .common import (
     SEE_ALL_TAGS,
+    NotFound,
     broker_of,
     json_value,
     node_name,
     selected_vhosts,
     user_of,
 )
+
+CLOSE_REASON = "Closed via management plugin"
 
 
 def _address(conn: AMQPConnection, which: str) -> tuple[str, int]:
@@ -144,7 +147,29 @@ async def list_consumers(request: web.Request) -> web.Response:
     )
 
 
+async def get_connection(request: web.Request) -> web.Response:
+    return web.json_response(connection_json(_named_connection(request), node_name()))
+
+
+def _named_connection(request: web.Request) -> AMQPConnection:
+    name = request.match_info["name"]
+    for conn in _connections(request):
+        if connection_name(conn) == name:
+            return conn
+    raise NotFound()
+
+
+async def close_connection(request: web.Request) -> web.Response:
+    """Close with 320 and RabbitMQ's text (``X-Reason`` replaces ``Closed via management plugin``)."""
+    conn = _named_connection(request)
+    reason = request.headers.get("X-Reason", CLOSE_REASON)
+    conn.force_close(reason, reason)
+    return web.Response(status=204)
+
+
 def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
+    routes.get(f"{prefix}/connections/{{name}}")(get_connection)
+    routes.delete(f"{prefix}/connections/{{name}}")(close_connection)
     routes.get(f"{prefix}/connections")(list_connections)
     routes.get(f"{prefix}/vhosts/{{vhost}}/connections")(list_connections)
     routes.get(f"{prefix}/channels")(list_channels)

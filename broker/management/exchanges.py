@@ -1,5 +1,9 @@
 """``GET /api/exchanges``, ``/api/exchanges/{vhost}``, ``/api/exchanges/{vhost}/{name}``.
 
+``PUT``/``DELETE /api/exchanges/{vhost}/{name}`` declare and delete as ``exchange.declare``/``delete``
+do (201 created, 204 existed or deleted, 400 with the channel's reason, ``if-unused`` honoured,
+404 for a missing exchange).
+
 The default exchange is implicit in ``VHost`` (no ``Exchange`` object): it is listed under the name
 ``""`` and found in a path as ``amq.default``, as RabbitMQ does.
 """
@@ -12,7 +16,19 @@ from aiohttp import web
 from ottermq.vhost.exchange import Exchange
 from ottermq.vhost.vhost import VHost
 
-from .common import NotFound, json_value, selected_vhosts, sort_by_name, vhost_or_404
+from .common import (
+    NotFound,
+    amqp_errors,
+    arguments,
+    bad_request,
+    check_permission,
+    flag,
+    json_body,
+    json_value,
+    selected_vhosts,
+    sort_by_name,
+    vhost_or_404,
+)
 
 
 def exchange_json(exchange: Exchange, vhost: str) -> dict[str, Any]:
@@ -67,7 +83,44 @@ async def get_exchange(request: web.Request) -> web.Response:
     return web.json_response(exchange_json(exchange, vhost.name))
 
 
+async def put_exchange(request: web.Request) -> web.Response:
+    vhost = vhost_or_404(request)
+    name = request.match_info["name"]
+    name = "" if name == "amq.default" else name
+    body = await json_body(request)
+    type_ = body.get("type", "direct")  # RabbitMQ 3.10 declares a direct exchange without one
+    if not isinstance(type_, str):
+        raise bad_request("type must be a string")
+    durable = flag(body, "durable", True)
+    auto_delete = flag(body, "auto_delete", False)
+    internal = flag(body, "internal", False)
+    args = arguments(body)
+    check_permission(request, vhost, "configure", "exchange", name)
+    ae = args.get("alternate-exchange")
+    if isinstance(ae, str) and name not in vhost.exchanges:
+        check_permission(request, vhost, "read", "exchange", name)
+        check_permission(request, vhost, "write", "exchange", ae)
+    created = name not in vhost.exchanges
+    with amqp_errors():
+        vhost.declare_exchange(name, type_, False, durable, auto_delete, internal, args)
+    return web.Response(status=201 if created else 204)
+
+
+async def delete_exchange(request: web.Request) -> web.Response:
+    vhost = vhost_or_404(request)
+    name = request.match_info["name"]
+    name = "" if name == "amq.default" else name
+    if name and name not in vhost.exchanges:
+        raise NotFound()
+    check_permission(request, vhost, "configure", "exchange", name)
+    with amqp_errors():
+        vhost.delete_exchange(name, request.query.get("if-unused", "false").lower() == "true")
+    return web.Response(status=204)
+
+
 def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
     routes.get(f"{prefix}/exchanges")(list_exchanges)
     routes.get(f"{prefix}/exchanges/{{vhost}}")(list_exchanges)
     routes.get(f"{prefix}/exchanges/{{vhost}}/{{name}}")(get_exchange)
+    routes.put(f"{prefix}/exchanges/{{vhost}}/{{name}}")(put_exchange)
+    routes.delete(f"{prefix}/exchanges/{{vhost}}/{{name}}")(delete_exchange)

@@ -1,4 +1,11 @@
-"""``GET /api/queues``, ``/api/queues/{vhost}``, ``/api/queues/{vhost}/{name}``."""
+"""``GET /api/queues``, ``/api/queues/{vhost}``, ``/api/queues/{vhost}/{name}``; ``PUT`` and ``DELETE``
+``/api/queues/{vhost}/{name}`` and ``DELETE /api/queues/{vhost}/{name}/contents`` (purge).
+
+Rules (RabbitMQ 3.10, ``rabbit_mgmt_wm_queue``): PUT declares as ``queue.declare`` does (201 when
+created, 204 when it existed and is equivalent, 400 with the channel's reason otherwise); DELETE
+honours ``if-empty``/``if-unused`` (400 when not met) and is 404 for a missing queue; permissions are
+the API user's, as for a channel of that user (refused: 401 ``Access refused.``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,20 @@ from typing import Any
 from aiohttp import web
 from ottermq.vhost.queue import Queue
 
-from .common import NotFound, json_value, node_name, selected_vhosts, sort_by_name, vhost_or_404
+from .common import (
+    NotFound,
+    amqp_errors,
+    arguments,
+    bad_request,
+    check_permission,
+    flag,
+    json_body,
+    json_value,
+    node_name,
+    selected_vhosts,
+    sort_by_name,
+    vhost_or_404,
+)
 
 
 def queue_json(queue: Queue, node: str) -> dict[str, Any]:
@@ -45,7 +65,64 @@ async def get_queue(request: web.Request) -> web.Response:
     return web.json_response(queue_json(queue, node_name()))
 
 
+async def put_queue(request: web.Request) -> web.Response:
+    vhost = vhost_or_404(request)
+    name = request.match_info["name"]
+    body = await json_body(request)
+    durable = flag(body, "durable", True)
+    auto_delete = flag(body, "auto_delete", False)
+    args = arguments(body)
+    if not name:
+        raise bad_request("queue name cannot be empty")
+    check_permission(request, vhost, "configure", "queue", name)
+    dlx = args.get("x-dead-letter-exchange")
+    if isinstance(dlx, str) and name not in vhost.queues:
+        check_permission(request, vhost, "read", "queue", name)
+        check_permission(request, vhost, "write", "exchange", dlx)
+    created = name not in vhost.queues
+    with amqp_errors():
+        queue = vhost.declare_queue(name, False, durable, False, auto_delete, args, None)
+    queue.touch()
+    return web.Response(status=201 if created else 204)
+
+
+def _query_flag(request: web.Request, key: str) -> bool:
+    return request.query.get(key, "false").lower() == "true"
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost = vhost_or_404(request)
+    name = request.match_info["name"]
+    queue = vhost.queues.get(name)
+    if queue is None or queue.deleted:
+        raise NotFound()
+    check_permission(request, vhost, "configure", "queue", name)
+    with amqp_errors():
+        vhost.get_queue(name, None)  # another connection's exclusive queue: 400 locked
+    if _query_flag(request, "if-unused") and queue.consumers:
+        raise bad_request(f"queue '{name}' in vhost '{vhost.name}' in use")
+    if _query_flag(request, "if-empty") and queue.message_count:
+        raise bad_request(f"queue '{name}' in vhost '{vhost.name}' not empty")
+    vhost.delete_queue(queue)
+    return web.Response(status=204)
+
+
+async def purge_queue(request: web.Request) -> web.Response:
+    vhost = vhost_or_404(request)
+    name = request.match_info["name"]
+    queue = vhost.queues.get(name)
+    if queue is None or queue.deleted:
+        raise NotFound()
+    check_permission(request, vhost, "read", "queue", name)
+    with amqp_errors():
+        vhost.get_queue(name, None).purge()
+    return web.Response(status=204)
+
+
 def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
     routes.get(f"{prefix}/queues")(list_queues)
     routes.get(f"{prefix}/queues/{{vhost}}")(list_queues)
     routes.get(f"{prefix}/queues/{{vhost}}/{{name}}")(get_queue)
+    routes.put(f"{prefix}/queues/{{vhost}}/{{name}}")(put_queue)
+    routes.delete(f"{prefix}/queues/{{vhost}}/{{name}}")(delete_queue)
+    routes.delete(f"{prefix}/queues/{{vhost}}/{{name}}/contents")(purge_queue)
