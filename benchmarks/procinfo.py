@@ -209,8 +209,13 @@ class OtterMQProcess:
             OTTERMQ_BROKER_PORT=str(self.port),
             OTTERMQ_BROKER_HOST="127.0.0.1",
             OTTERMQ_DATA_DIR=str(data_dir),
-            OTTERMQ_ENABLE_WEB_API="false",  # not benchmarked; 15672 is RabbitMQ's management port
-            OTTERMQ_PROMETHEUS_PORT=str(free_port()),  # metrics on, as in production; 15692 is RabbitMQ's
+            # the management API and metrics on, as in production, on free ports (15672 and 15692 are
+            # RabbitMQ's); OTTERMQ_ENABLE_WEB_API / OTTERMQ_ENABLE_PROMETHEUS=false in the environment
+            # turn them off to measure what they cost
+            OTTERMQ_ENABLE_WEB_API=os.environ.get("OTTERMQ_ENABLE_WEB_API", "true"),
+            OTTERMQ_WEB_PORT=str(free_port()),
+            OTTERMQ_ENABLE_PROMETHEUS=os.environ.get("OTTERMQ_ENABLE_PROMETHEUS", "true"),
+            OTTERMQ_PROMETHEUS_PORT=str(free_port()),
             PYTHONSAFEPATH="1",
             LOG_LEVEL=self.log_level,
         )
