@@ -8,7 +8,7 @@ import logging
 import sys
 
 from . import VERSION
-from .config import load_settings, settings_help, unknown_variables
+from .config import admin_defaults, load_settings, settings_help, unknown_variables
 
 
 def _run_server() -> int:
@@ -159,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     dlq.add_argument("action", choices=["export", "report", "compact", "select", "replay"])
     dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")
+    from . import admin_cli  # stdlib only: cheap to import
+
+    admin_cli.add_parsers(sub, admin_defaults())
     args = parser.parse_args(argv)
+    if args.command in admin_cli.COMMANDS:
+        return admin_cli.run(args)
     if args.command in (None, "serve"):
         return _run_server()
     if args.command == "dlq":

@@ -169,7 +169,23 @@ def env_name(field: str) -> str:
     return f"OTTERMQ_{field.upper()}"
 
 
-KNOWN_VARIABLES = frozenset({env_name(f) for f in Settings.model_fields} | {"OTTERMQ_LOG_LEVEL"})
+# The admin subcommands' connection to a management API (``ottermq list queues`` ...), not broker settings.
+ADMIN_DEFAULTS = {
+    "OTTERMQ_ADMIN_URL": "http://localhost:15672",
+    "OTTERMQ_ADMIN_USER": "guest",
+    "OTTERMQ_ADMIN_PASSWORD": "guest",
+}
+
+
+def admin_defaults() -> dict[str, str]:
+    """``url``, ``user`` and ``password`` of the admin subcommands: ``OTTERMQ_ADMIN_*`` or the defaults."""
+    return {name.removeprefix("OTTERMQ_ADMIN_").lower(): os.environ.get(name, default)
+            for name, default in ADMIN_DEFAULTS.items()}  # fmt: skip
+
+
+KNOWN_VARIABLES = frozenset(
+    {env_name(f) for f in Settings.model_fields} | {"OTTERMQ_LOG_LEVEL"} | set(ADMIN_DEFAULTS)
+)
 
 
 # Bare names that mean the AMQP listener (difflib alone would pick OTTERMQ_WEB_PORT for OTTERMQ_PORT)

@@ -6,11 +6,14 @@ Request rules, in RabbitMQ's order (see ``common.py`` for the exact texts):
 1. unknown path -> 404 JSON; known path, other method -> 405 with ``Allow`` (no auth needed);
 2. no ``Authorization`` header -> 401, empty body; bad credentials (or a loopback-only user from
    another address) -> 401 ``Login failed``; no management tag -> 401 ``Not management user``;
-3. the handler: a missing object -> 404 JSON.
+3. the handler: a missing object -> 404 JSON;
+4. a successful GET is shaped by ``columns``, ``sort`` and ``sort_reverse`` as RabbitMQ's
+   (``common.shape``); rabbitmqadmin sends them with every ``list``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING
 from aiohttp import BasicAuth, hdrs, web
 
 from . import bindings, connections, exchanges, messages, overview, permissions, queues, users, vhosts
-from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, USER_KEY, json_error
+from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, USER_KEY, json_error, shape
 
 if TYPE_CHECKING:
     from ..server import Broker
@@ -53,7 +56,22 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     if MANAGEMENT_TAGS.isdisjoint(user.tags):
         return json_error(401, "not_authorised", "Not management user", challenge=True)
     request[USER_KEY] = user
-    return await handler(request)
+    response = await handler(request)
+    if request.method == "GET" and SHAPING_PARAMS & request.query.keys():
+        return reshape(response, request)
+    return response
+
+
+SHAPING_PARAMS = frozenset({"columns", "sort", "sort_reverse"})
+
+
+def reshape(response: web.StreamResponse, request: web.Request) -> web.StreamResponse:
+    """Apply ``columns``/``sort``/``sort_reverse`` to a JSON answer (rule 4)."""
+    if not isinstance(response, web.Response) or response.content_type != "application/json":
+        return response
+    if response.status != 200 or not isinstance(response.body, bytes):
+        return response
+    return web.json_response(shape(json.loads(response.body), request.query), headers=None)
 
 
 def make_app(broker: Broker, api_path: str | None = None) -> web.Application:

@@ -120,6 +120,58 @@ def json_value(value: object) -> Any:
     return str(value)
 
 
+def _path_value(item: Any, path: list[str]) -> Any:
+    for key in path:
+        if not isinstance(item, dict) or key not in item:
+            return None
+        item = item[key]
+    return item
+
+
+def _pick(item: Any, paths: list[list[str]]) -> Any:
+    """``item`` cut down to these dotted column paths (missing ones are left out)."""
+    if not isinstance(item, dict):
+        return item
+    out: dict[str, Any] = {}
+    for path in paths:
+        value, target = item, out
+        for i, key in enumerate(path):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+            if i == len(path) - 1:
+                target[key] = value
+            else:
+                target = target.setdefault(key, {})
+    return out
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    if value is None:
+        return (2, 0)
+    if isinstance(value, bool | int | float):
+        return (0, value)
+    return (1, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+
+def shape(body: Any, query: Mapping[str, str]) -> Any:
+    """A GET answer shaped by RabbitMQ's query parameters (``rabbit_mgmt_util``): ``sort`` (a dotted
+    field) and ``sort_reverse=true`` order a list; ``columns=a,b.c`` keeps only those (dotted) fields
+    of each item, or of a single object. Other bodies pass through unchanged."""
+    if isinstance(body, list):
+        sort = query.get("sort")
+        if sort:
+            path = sort.split(".")
+            body = sorted(body, key=lambda item: _sort_key(_path_value(item, path)))
+        if query.get("sort_reverse", "false").lower() == "true":
+            body = list(reversed(body))
+    columns = [c for c in query.get("columns", "").split(",") if c]
+    if columns:
+        paths = [c.split(".") for c in columns]
+        body = [_pick(item, paths) for item in body] if isinstance(body, list) else _pick(body, paths)
+    return body
+
+
 def sort_by_name(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """RabbitMQ lists sort by vhost, then name."""
     return sorted(items, key=lambda item: (str(item.get("vhost", "")), str(item.get("name", ""))))

@@ -1,0 +1,201 @@
+"""``ottermq list|purge|get|publish|close-connection``: a small client of the management HTTP API.
+
+It speaks only RabbitMQ's management API (stdlib ``urllib``), so it works against ottermq and against
+RabbitMQ with ``rabbitmq_management`` alike. Where to connect comes from ``--url/--user/--password``
+or ``OTTERMQ_ADMIN_URL/_USER/_PASSWORD`` (``config.admin_defaults``). Output is a plain table, or the
+API's JSON with ``--format json``. An HTTP error prints ``ottermq COMMAND: STATUS REASON`` on stderr
+and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# The columns each ``list`` shows (dotted paths into the API's objects), and whether it takes --vhost.
+LISTS: dict[str, tuple[list[str], bool]] = {
+    "queues": (["vhost", "name", "messages_ready", "messages_unacknowledged", "consumers"], True),
+    "exchanges": (["vhost", "name", "type", "durable", "auto_delete"], True),
+    "bindings": (["vhost", "source", "destination", "destination_type", "routing_key"], True),
+    "connections": (["name", "user", "vhost", "channels"], False),
+    "channels": (["name", "user", "vhost", "consumer_count", "messages_unacknowledged"], False),
+    "consumers": (
+        ["queue.vhost", "queue.name", "consumer_tag", "channel_details.name", "ack_required"], True
+    ),
+    "vhosts": (["name", "messages"], False),
+    "users": (["name", "tags"], False),
+}
+GET_COLUMNS = ["routing_key", "exchange", "redelivered", "message_count", "payload_encoding", "payload"]
+ACKMODES = ["ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"]
+COMMANDS = ("list", "purge", "get", "publish", "close-connection")
+
+
+class AdminError(Exception):
+    """The API answered with an error status, or could not be reached."""
+
+
+class AdminClient:
+    """Requests to one management API with HTTP Basic auth.
+
+    Args:
+        url: the API's base URL without ``/api`` (``http://localhost:15672``).
+        user, password: a user with a management tag.
+    """
+
+    def __init__(self, url: str, user: str, password: str) -> None:
+        self.url = url.rstrip("/")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.auth = f"Basic {token}"
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> Any:
+        """The decoded JSON answer of ``method /api{path}`` (None when the answer is empty).
+
+        Raises:
+            AdminError: an error status (with RabbitMQ's ``error``/``reason``), or no connection.
+        """
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/api{path}", data=data, method=method)
+        req.add_header("Authorization", self.auth)
+        for key, value in (headers or {}).items():
+            req.add_header(key, value)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            raise AdminError(f"{err.code} {_reason(err.read()) or err.reason}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise AdminError(f"cannot reach {self.url}: {getattr(exc, 'reason', exc)}") from None
+        return json.loads(raw) if raw.strip() else None
+
+
+def _reason(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace").strip()
+    if isinstance(body, dict):
+        return ": ".join(str(body[k]) for k in ("error", "reason") if body.get(k))
+    return str(body)
+
+
+def quote(name: str) -> str:
+    """One path segment (``/`` -> ``%2F``, as the API wants vhost names)."""
+    return urllib.parse.quote(name, safe="")
+
+
+def cell(item: Any, column: str) -> str:
+    """The text of a dotted ``column`` of ``item``: missing/None empty, lists comma-joined."""
+    value = item
+    for key in column.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(cell({"v": v}, "v") for v in value)
+    if isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def format_table(items: Sequence[Any], columns: Sequence[str]) -> str:
+    """``items`` as a left-aligned text table under a header and a dashed rule as wide as each
+    column (newlines in values become spaces); no items: ``(none)``."""
+    if not items:
+        return "(none)\n"
+    body = [[cell(item, c).replace("\n", " ") for c in columns] for item in items]
+    widths = [max(len(row[i]) for row in [list(columns), *body]) for i in range(len(columns))]
+    rows = [list(columns), ["-" * w for w in widths], *body]
+    return "".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n"
+                   for row in rows)  # fmt: skip
+
+
+def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
+    """Add the admin subcommands to the ``ottermq`` parser's subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=defaults["url"], help="management API base URL (OTTERMQ_ADMIN_URL)")
+    common.add_argument("--user", default=defaults["user"], help="API user (OTTERMQ_ADMIN_USER)")
+    common.add_argument("--password", default=defaults["password"], help="(OTTERMQ_ADMIN_PASSWORD)")
+    common.add_argument("--format", choices=["table", "json"], default="table", help="output format")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    api = " over the management HTTP API (ottermq's or RabbitMQ's)"
+    lst = sub.add_parser("list", parents=[common], formatter_class=fmt, help="list objects" + api)
+    lst.add_argument("kind", choices=list(LISTS))
+    lst.add_argument("--vhost", help="only this vhost (queues, exchanges, bindings, consumers)")
+    purge = sub.add_parser("purge", parents=[common], formatter_class=fmt, help="purge a queue" + api)
+    purge.add_argument("queue")
+    purge.add_argument("--vhost", default="/")
+    get = sub.add_parser("get", parents=[common], formatter_class=fmt, help="get messages" + api)
+    get.add_argument("queue")
+    get.add_argument("--vhost", default="/")
+    get.add_argument("--count", type=int, default=1)
+    get.add_argument("--ackmode", choices=ACKMODES, default="ack_requeue_true")
+    pub = sub.add_parser("publish", parents=[common], formatter_class=fmt, help="publish a message" + api)
+    pub.add_argument("--vhost", default="/")
+    pub.add_argument("--exchange", default="", help="empty: the default exchange")
+    pub.add_argument("--routing-key", default="")
+    pub.add_argument("--payload", required=True)
+    close = sub.add_parser(
+        "close-connection", parents=[common], formatter_class=fmt, help="close a connection" + api
+    )
+    close.add_argument("name", help="the connection's name as `ottermq list connections` shows it")
+    close.add_argument("--reason", help="reply text the client sees (default: RabbitMQ's)")
+
+
+def run(args: argparse.Namespace, out: Any = None) -> int:
+    """Run one admin subcommand; returns the exit code."""
+    out = out or sys.stdout
+    client = AdminClient(args.url, args.user, args.password)
+    try:
+        result, columns = _call(client, args)
+    except AdminError as exc:
+        print(f"ottermq {args.command}: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    elif isinstance(result, list):
+        out.write(format_table(result, columns))
+    elif isinstance(result, dict):
+        out.write(format_table([result], columns))
+    return 0
+
+
+def _call(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]]:
+    command = args.command
+    if command == "list":
+        columns, per_vhost = LISTS[args.kind]
+        path = f"/{args.kind}"
+        if per_vhost and args.vhost:
+            path += f"/{quote(args.vhost)}"
+        return client.request("GET", path), columns
+    if command == "purge":
+        client.request("DELETE", f"/queues/{quote(args.vhost)}/{quote(args.queue)}/contents")
+        return {"queue": args.queue, "purged": True}, ["queue", "purged"]
+    if command == "get":
+        body = {"count": args.count, "ackmode": args.ackmode, "encoding": "auto", "truncate": 50000}
+        path = f"/queues/{quote(args.vhost)}/{quote(args.queue)}/get"
+        return client.request("POST", path, body), GET_COLUMNS
+    if command == "publish":
+        exchange = args.exchange or "amq.default"
+        body = {"properties": {}, "routing_key": args.routing_key, "payload": args.payload,
+                "payload_encoding": "string"}  # fmt: skip
+        path = f"/exchanges/{quote(args.vhost)}/{quote(exchange)}/publish"
+        return client.request("POST", path, body), ["routed"]
+    if command == "close-connection":
+        headers = {"X-Reason": args.reason} if args.reason else None
+        client.request("DELETE", f"/connections/{quote(args.name)}", headers=headers)
+        return {"connection": args.name, "closed": True}, ["connection", "closed"]
+    raise AdminError(f"unknown command {command}")  # pragma: no cover - argparse limits the choices
+

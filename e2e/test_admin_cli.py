@@ -1,0 +1,144 @@
+"""``ottermq list|purge|get|publish|close-connection`` against the broker under test's management API.
+
+The subcommands speak RabbitMQ's management API only, so with ``AMQP_URL`` set they run against
+RabbitMQ's (``MANAGEMENT_URL``) just the same: nothing here is an ottermq extension. RabbitMQ lists
+connections, channels and consumers from stats it emits every 5 s, so those are polled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pika.exceptions
+import pytest
+
+STATS_TIMEOUT = 20
+
+
+@pytest.fixture
+def ottermq(broker: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``ottermq("list", "queues", check=True, env=None)``: ``python -m ottermq.broker`` pointed at the
+    broker under test with ``--url/--user/--password`` (or only through ``env`` when given)."""
+
+    def _run(*args: str, check: bool = True, env: dict[str, str] | None = None) -> Any:
+        flags = [] if env is not None else [
+            "--url", broker.management_url, "--user", broker.user, "--password", broker.password,
+        ]  # fmt: skip
+        full_env = {**os.environ, "PYTHONSAFEPATH": "1", **(env or {})}
+        done = subprocess.run(
+            [sys.executable, "-m", "ottermq.broker", *args, *flags],
+            capture_output=True, text=True, timeout=60, env=full_env,
+        )  # fmt: skip
+        if check:
+            assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+        return done
+
+    return _run
+
+
+def as_json(ottermq: Callable[..., Any], *args: str) -> Any:
+    return json.loads(ottermq(*args, "--format", "json").stdout)
+
+
+def test_list_queues_table_and_json(ottermq, channel, declare, broker):
+    queue = declare(channel)
+    channel.basic_publish("", queue, b"x")
+    lines = ottermq("list", "queues").stdout.splitlines()
+    assert lines[0].split() == ["vhost", "name", "messages_ready", "messages_unacknowledged", "consumers"]
+    assert any(line.split()[:2] == [broker.vhost, queue] for line in lines[2:])
+    listed = {q["name"]: q for q in as_json(ottermq, "list", "queues", "--vhost", broker.vhost)}
+    assert listed[queue]["durable"] is False  # pika's default
+
+
+def test_list_exchanges_bindings_vhosts_users(ottermq, channel, declare, unique, broker):
+    exchange = unique("x")
+    channel.exchange_declare(exchange, "topic")
+    queue = declare(channel)
+    channel.queue_bind(queue, exchange, "a.#")
+    assert exchange in ottermq("list", "exchanges").stdout
+    bindings = as_json(ottermq, "list", "bindings", "--vhost", broker.vhost)
+    assert (exchange, queue, "a.#") in [(b["source"], b["destination"], b["routing_key"]) for b in bindings]
+    assert exchange in ottermq("list", "bindings").stdout
+    assert broker.vhost in [v["name"] for v in as_json(ottermq, "list", "vhosts")]
+    users = ottermq("list", "users").stdout.splitlines()
+    assert any(line.split()[0] == broker.user for line in users[2:])
+
+
+def test_list_connections_channels_consumers(ottermq, connect, declare, poll_until):
+    conn = connect(client_properties={"connection_name": "admin-cli-e2e"})
+    ch = conn.channel()
+    queue = declare(ch)
+    tag = ch.basic_consume(queue, lambda *a: None)
+
+    def consumer_listed() -> bool:
+        return any(c["consumer_tag"] == tag for c in as_json(ottermq, "list", "consumers"))
+
+    poll_until(consumer_listed, timeout=STATS_TIMEOUT, interval=0.5)
+    assert tag in ottermq("list", "consumers").stdout
+    connections = as_json(ottermq, "list", "connections")
+    mine = [c for c in connections if c["client_properties"].get("connection_name") == "admin-cli-e2e"]
+    assert len(mine) == 1
+    assert mine[0]["name"] in ottermq("list", "connections").stdout
+    poll_until(
+        lambda: any(c["name"].startswith(mine[0]["name"]) for c in as_json(ottermq, "list", "channels")),
+        timeout=STATS_TIMEOUT, interval=0.5,
+    )  # fmt: skip
+    assert mine[0]["name"] in ottermq("list", "channels").stdout
+
+
+def test_publish_get_purge(ottermq, channel, declare):
+    queue = declare(channel)
+    for payload in ("one", "two", "three"):
+        out = ottermq("publish", "--routing-key", queue, "--payload", payload).stdout
+        assert out.splitlines() == ["routed", "------", "true"]
+    got = as_json(ottermq, "get", queue, "--count", "1", "--ackmode", "ack_requeue_false")
+    assert [(m["payload"], m["message_count"]) for m in got] == [("one", 2)]
+    table = ottermq("get", queue, "--count", "2").stdout.splitlines()
+    assert table[0].split() == ["routing_key", "exchange", "redelivered", "message_count",
+                                "payload_encoding", "payload"]  # fmt: skip
+    assert [line.split()[-1] for line in table[2:]] == ["two", "three"]
+    ottermq("purge", queue)
+    assert as_json(ottermq, "get", queue) == []
+
+
+def test_publish_to_an_exchange_reports_unrouted(ottermq, channel, unique):
+    exchange = unique("x")
+    channel.exchange_declare(exchange, "fanout")
+    assert as_json(ottermq, "publish", "--exchange", exchange, "--payload", "p") == {"routed": False}
+
+
+def test_close_connection(ottermq, connect, poll_until):
+    conn = connect(client_properties={"connection_name": "admin-cli-close"})
+    conn.channel()
+
+    def name() -> str | None:
+        for c in as_json(ottermq, "list", "connections"):
+            if c["client_properties"].get("connection_name") == "admin-cli-close":
+                return str(c["name"])
+        return None
+
+    ottermq("close-connection", poll_until(name, timeout=STATS_TIMEOUT, interval=0.5), "--reason", "bye")
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+        conn.process_data_events(time_limit=10)
+        conn.process_data_events(time_limit=10)
+    assert (info.value.reply_code, info.value.reply_text) == (320, "CONNECTION_FORCED - bye")
+
+
+def test_environment_variables_and_errors(ottermq, broker, unique):
+    env = {
+        "OTTERMQ_ADMIN_URL": broker.management_url,
+        "OTTERMQ_ADMIN_USER": broker.user,
+        "OTTERMQ_ADMIN_PASSWORD": broker.password,
+    }
+    assert broker.vhost in [v["name"] for v in json.loads(
+        ottermq("list", "vhosts", "--format", "json", env=env).stdout)]  # fmt: skip
+    bad = ottermq("list", "queues", check=False, env={**env, "OTTERMQ_ADMIN_PASSWORD": "wrong"})
+    assert (bad.returncode, bad.stdout) == (1, "")
+    assert bad.stderr.startswith("ottermq list: 401 ")
+    missing = ottermq("purge", unique("missing"), check=False)
+    assert missing.returncode == 1 and "404" in missing.stderr
