@@ -133,15 +133,17 @@ def test_queue_fields_and_counts(broker, channel, unique, poll_until):
     for i in range(3):
         channel.basic_publish("", name, f"m{i}".encode())
     path = f"/api/queues/{vh}/{q(name)}"
-    queue = poll_until(lambda: when(get(broker, path), messages_ready=3), timeout=STATS_TIMEOUT)
     expected = {"name": name, "vhost": broker.vhost, "durable": False, "auto_delete": False,
                 "exclusive": False, "arguments": {"x-max-length": 10}, "messages": 3,
                 "messages_unacknowledged": 0, "consumers": 0, "state": "running", "policy": None}  # fmt: skip
+    # RabbitMQ fills a queue's fields from separate stats events: wait until all of them are there
+    queue = poll_until(lambda: when(get(broker, path), **expected), timeout=STATS_TIMEOUT)
     assert {k: queue[k] for k in expected} == expected
     assert isinstance(queue["node"], str)
     method, _, _ = channel.basic_get(name, auto_ack=False)
     assert method is not None
-    queue = poll_until(lambda: when(get(broker, path), messages_unacknowledged=1), timeout=STATS_TIMEOUT)
+    counts = {"messages_unacknowledged": 1, "messages": 3, "messages_ready": 2}
+    queue = poll_until(lambda: when(get(broker, path), **counts), timeout=STATS_TIMEOUT)
     assert (queue["messages"], queue["messages_ready"]) == (3, 2)
     assert name in {item["name"] for item in get(broker, f"/api/queues/{vh}")}
     assert name in {item["name"] for item in get(broker, "/api/queues")}
