@@ -180,8 +180,7 @@ class Broker:
                 except OSError as exc:
                     self._server.close()
                     if self.web is not None:
-                        for sock in self.web.sockets:
-                            sock.close()
+                        self.web.close_sockets()
                     raise prometheus_startup_error(settings, exc) from None
         return self._server
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from aiohttp import BasicAuth, hdrs, web
 
 from . import bindings, connections, exchanges, messages, overview, permissions, queues, users, vhosts
 from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, USER_KEY, json_error, shape
+from .listener import HTTPListener
 
 if TYPE_CHECKING:
     from ..server import Broker
@@ -87,59 +87,9 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
     return app
 
 
-class ManagementServer:
-    """The HTTP listener: ``bind`` claims the port (start-up fails early, before anything is on
-    disk), ``start`` serves once the broker is ready, ``stop`` closes it.
-
-    Args:
-        broker: the broker whose state the API shows.
-    """
+class ManagementServer(HTTPListener):
+    """The management API's listener on ``OTTERMQ_WEB_HOST:OTTERMQ_WEB_PORT``."""
 
     def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.sockets: list[socket.socket] = []
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def host(self) -> str:
-        settings = self.broker.settings
-        return settings.web_host or settings.broker_host
-
-    def bind(self) -> None:
-        """Bind and listen on ``OTTERMQ_WEB_HOST:OTTERMQ_WEB_PORT`` without serving yet.
-
-        Raises:
-            OSError: the address is in use or cannot be bound.
-        """
-        port = self.broker.settings.web_port
-        if self.host:
-            sock = socket.create_server((self.host, port), backlog=128)
-        elif socket.has_dualstack_ipv6():
-            sock = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
-        else:  # pragma: no cover - hosts without IPv6
-            sock = socket.create_server(("", port), backlog=128)
-        sock.setblocking(False)
-        self.sockets = [sock]
-
-    def addresses(self) -> list[tuple[str, int]]:
-        """``(ip, port)`` of each bound socket."""
-        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self.sockets]
-
-    async def start(self) -> None:
-        """Serve the API on the bound sockets."""
-        runner = web.AppRunner(make_app(self.broker), access_log=None, handle_signals=False)
-        await runner.setup()
-        self._runner = runner
-        for sock in self.sockets:
-            await web.SockSite(runner, sock).start()
-        path = self.broker.settings.web_api_path
-        urls = ", ".join(f"http://{ip}:{port}{path}" for ip, port in self.addresses())
-        log.info("management API on %s", urls)
-
-    async def stop(self) -> None:
-        """Stop serving and close the sockets."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        for sock in self.sockets:
-            sock.close()
+        settings = broker.settings
+        super().__init__(broker, settings.web_port, settings.web_api_path, "management API", make_app)

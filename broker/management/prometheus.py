@@ -17,7 +17,6 @@ Rules:
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,8 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+
+from .listener import HTTPListener
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -232,59 +233,10 @@ def make_app(broker: Broker, path: str | None = None) -> web.Application:
     return app
 
 
-class PrometheusServer:
-    """The metrics listener: ``bind`` claims ``OTTERMQ_PROMETHEUS_PORT`` at start-up (before anything
-    is on disk), ``start`` serves once the broker is ready, ``stop`` closes it.
-
-    Args:
-        broker: the broker whose metrics are served.
-    """
+class PrometheusServer(HTTPListener):
+    """The metrics listener on ``OTTERMQ_PROMETHEUS_PORT``."""
 
     def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.sockets: list[socket.socket] = []
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def host(self) -> str:
-        settings = self.broker.settings
-        return settings.web_host or settings.broker_host
-
-    def bind(self) -> None:
-        """Bind and listen on the metrics address without serving yet.
-
-        Raises:
-            OSError: the address is in use or cannot be bound.
-        """
-        port = self.broker.settings.prometheus_port
-        if self.host:
-            sock = socket.create_server((self.host, port), backlog=128)
-        elif socket.has_dualstack_ipv6():
-            sock = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
-        else:  # pragma: no cover - hosts without IPv6
-            sock = socket.create_server(("", port), backlog=128)
-        sock.setblocking(False)
-        self.sockets = [sock]
-
-    def addresses(self) -> list[tuple[str, int]]:
-        """``(ip, port)`` of each bound socket."""
-        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self.sockets]
-
-    async def start(self) -> None:
-        """Serve the metrics on the bound sockets."""
-        runner = web.AppRunner(make_app(self.broker), access_log=None, handle_signals=False)
-        await runner.setup()
-        self._runner = runner
-        for sock in self.sockets:
-            await web.SockSite(runner, sock).start()
-        path = self.broker.settings.prometheus_path
-        urls = ", ".join(f"http://{ip}:{port}{path}" for ip, port in self.addresses())
-        log.info("Prometheus metrics on %s", urls)
-
-    async def stop(self) -> None:
-        """Stop serving and close the sockets."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        for sock in self.sockets:
-            sock.close()
+        settings = broker.settings
+        port, path = settings.prometheus_port, settings.prometheus_path
+        super().__init__(broker, port, path, "Prometheus metrics", make_app)
