@@ -11,8 +11,9 @@ export PYTHONSAFEPATH := 1
 .PHONY: install clients run test unit e2e conformance bench lint typecheck clean
 
 # Re-install when pyproject changes or a module is added/removed (strict editable installs
-# link files one by one, so new modules need a re-run).
-$(STAMP): pyproject.toml $(PKGS)
+# link files one by one, so new modules need a re-run; subpackages such as broker/management count).
+PKG_DIRS := $(shell find $(PKGS) -type d -not -name __pycache__)
+$(STAMP): pyproject.toml $(PKG_DIRS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,spark,tools]' --config-settings editable_mode=strict
