@@ -404,6 +404,19 @@ async def serve(settings: Settings) -> None:
         StartupError: the broker cannot start (see the module rules); nothing was served.
     """
     loop = asyncio.get_running_loop()
+    # Handlers first: the port accepts connections (and clients may signal) before start-up ends;
+    # a signal during start-up stops the broker gracefully once it has started.
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second signal: exiting now without flushing")
+            os._exit(1)
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
     definitions = read_definitions(settings)
     # Constructing the broker and its store touches no file; the archive starts once checked.
     broker = Broker(settings, loop, open_store(settings), archive=NullArchive())
@@ -420,16 +433,5 @@ async def serve(settings: Settings) -> None:
         if broker.prometheus is not None:
             await broker.prometheus.stop()
         raise
-    stop = asyncio.Event()
-
-    def on_signal(signum: int) -> None:
-        if stop.is_set():
-            log.warning("second signal: exiting now without flushing")
-            os._exit(1)
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
     await stop.wait()
     await broker.shutdown()
