@@ -1,14 +1,14 @@
 """RabbitMQ's own ``rabbitmqadmin`` (3.10) works unchanged against the broker under test.
 
-The script is downloaded once per session from RabbitMQ's management plugin (``MANAGEMENT_URL``,
-default http://127.0.0.1:15672, path ``/cli/rabbitmqadmin``; CI runs RabbitMQ with the plugin) and run
-with ``python3`` against the management port of the broker under test: ottermq's own, or RabbitMQ's
-with ``AMQP_URL`` set. Nothing here is an ottermq extension.
+The script is the one RabbitMQ's management plugin serves at ``/cli/rabbitmqadmin``, read from Debian's
+rabbitmq-server package (``make clients`` installs it; the server need not run), and run with ``python3``
+against the management port of the broker under test: ottermq's own, or RabbitMQ's with ``AMQP_URL`` set. Nothing here is an ottermq extension.
 """
 
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import os
 import subprocess
@@ -25,9 +25,19 @@ import pytest
 STATS_TIMEOUT = 20  # RabbitMQ lists connections from stats it emits every 5 s
 
 
+PACKAGED = "/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/rabbitmq_management-*/priv/www/cli/rabbitmqadmin"
+
+
 @pytest.fixture(scope="session")
 def rabbitmqadmin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``rabbitmqadmin`` script served by RabbitMQ's management plugin."""
+    """RabbitMQ's ``rabbitmqadmin`` script: ``RABBITMQADMIN``, else the copy inside Debian's rabbitmq-server
+    package (``make clients`` installs it), else downloaded from a management plugin at ``MANAGEMENT_URL``."""
+    named = os.environ.get("RABBITMQADMIN")
+    if named:
+        return Path(named)
+    packaged = sorted(glob.glob(PACKAGED))
+    if packaged:
+        return Path(packaged[-1])
     base = os.environ.get("MANAGEMENT_URL", "http://127.0.0.1:15672").rstrip("/")
     url = f"{base}/cli/rabbitmqadmin"
     req = urllib.request.Request(url)
@@ -37,9 +47,8 @@ def rabbitmqadmin(tmp_path_factory: pytest.TempPathFactory) -> Path:
             script = resp.read()
     except (urllib.error.URLError, OSError) as exc:
         pytest.fail(
-            f"cannot download rabbitmqadmin from {url} ({exc}); start RabbitMQ with the management plugin"
-            " (rabbitmq-plugins enable rabbitmq_management) or set MANAGEMENT_URL, or check with:"
-            f" curl -s -u guest:guest {url} -o rabbitmqadmin"
+            f"no rabbitmqadmin: RABBITMQADMIN unset, none at {PACKAGED} (bash .ci/install-rabbitmqadmin.sh"
+            f" installs Debian's rabbitmq-server, which holds it) and cannot download {url} ({exc})"
         )
     path = tmp_path_factory.mktemp("rabbitmqadmin") / "rabbitmqadmin"
     path.write_bytes(script)
