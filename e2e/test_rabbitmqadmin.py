@@ -2,7 +2,8 @@
 
 The script is the one RabbitMQ's management plugin serves at ``/cli/rabbitmqadmin``, read from Debian's
 rabbitmq-server package (``make clients`` installs it; the server need not run), and run with ``python3``
-against the management port of the broker under test: ottermq's own, or RabbitMQ's with ``AMQP_URL`` set. Nothing here is an ottermq extension.
+against the management port of the broker under test: ottermq's own, or RabbitMQ's with ``AMQP_URL``
+set. Nothing here is an ottermq extension.
 """
 
 from __future__ import annotations
