@@ -44,6 +44,7 @@ from pamqp.base import Frame
 from .confirms import Confirms
 from .publishing import INTERN_MAX, PublisherMethods, _withdraw
 from .reply_to import REPLY_QUEUE, ReplyConsumer
+from .stats import MessageStats
 from .topology import TopologyMethods
 
 if TYPE_CHECKING:
@@ -145,7 +146,7 @@ class Channel(PublisherMethods, TopologyMethods):
         self.conn = conn
         self.number = number
         self.vhost = conn.vhost
-        self.stats = conn.broker.stats  # plain counters (broker/stats.py)
+        self.stats = MessageStats()  # plain counters, retired at shutdown (broker/stats.py)
         self.closing = False
         self.method_key = 0
         self.last_queue = ""  # most recently declared queue, for empty queue names
@@ -263,14 +264,18 @@ class Channel(PublisherMethods, TopologyMethods):
         self._next_tag += 1
         tag = self._next_tag
         stats = self.stats
+        counts = queue.stats
         if entry.redelivered:
             stats.redelivered += 1
+            counts.redeliver += 1
         if consumer.no_ack:
             stats.delivered_consume_auto_ack += 1
+            counts.deliver_no_ack += 1
             if entry.store_id:
                 queue.forget([entry])
         else:
             stats.delivered_consume_manual_ack += 1
+            counts.deliver += 1
             self._unacked[tag] = (entry, queue, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
@@ -294,6 +299,12 @@ class Channel(PublisherMethods, TopologyMethods):
                     message.routing_key, message.raw_props, message.body, self.conn.frame_max,
                 )
             )
+
+    def count_unacked_bytes(self, into: dict[Queue, int]) -> None:
+        """Add the body sizes of this channel's unacked messages to ``into``, per queue (for the
+        management API's ``message_bytes_unacknowledged``; never on the hot path)."""
+        for entry, queue, _consumer in self._unacked.values():
+            into[queue] = into.get(queue, 0) + len(entry.message.body)
 
     def server_cancel(self, consumer: ChannelConsumer) -> None:
         """The queue went away: forget the consumer and tell the client if it listens."""
@@ -336,6 +347,7 @@ class Channel(PublisherMethods, TopologyMethods):
     def _acked(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]]) -> None:
         self.stats.acknowledged += len(taken)
         for entry, queue, _consumer in taken:
+            queue.stats.ack += 1
             if entry.store_id:
                 queue.forget([entry])
         for queue in self._settle(taken):
@@ -351,6 +363,7 @@ class Channel(PublisherMethods, TopologyMethods):
         if len(taken) == 1:
             self.stats.acknowledged += 1
             entry, queue, consumer = taken[0]
+            queue.stats.ack += 1
             if consumer is not None:
                 consumer.unacked -= 1
             queue.unacked -= 1
@@ -423,6 +436,8 @@ class Channel(PublisherMethods, TopologyMethods):
         self.closing = True
         self._publish = None
         self._body = []
+        self.conn.broker.retire_stats(self.vhost.name, self.stats)
+        self.stats = MessageStats()
         self.conn.broker.replies.channel_closed(self)
         self.reply = None
         consumers = list(self.consumers.values())
@@ -477,18 +492,24 @@ class Channel(PublisherMethods, TopologyMethods):
         queue.touch()
         entry = queue.pop()
         if entry is None:
+            self.stats.get_empty += 1
+            queue.stats.get_empty += 1
             self.conn.send_method(self.number, spec.Basic.GetEmpty())
             return
         self._next_tag += 1
         tag = self._next_tag
         stats = self.stats
+        counts = queue.stats
         if entry.redelivered:
             stats.redelivered += 1
+            counts.redeliver += 1
         if m.no_ack:
             stats.delivered_get_auto_ack += 1
+            counts.get_no_ack += 1
             queue.forget([entry])
         else:
             stats.delivered_get_manual_ack += 1
+            counts.get += 1
             self._unacked[tag] = (entry, queue, None)
             self.unacked_count += 1
             queue.unacked += 1

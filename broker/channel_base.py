@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .confirms import Confirms
     from .connection import AMQPConnection
     from .reply_to import ReplyConsumer
-    from .stats import BrokerStats
+    from .stats import MessageStats
 
 
 class ChannelBase:
@@ -38,7 +38,7 @@ class ChannelBase:
     _received: int
     _interned_props: dict[bytes, bytes]
     _write_ok: str | None
-    stats: BrokerStats
+    stats: MessageStats
     # publisher side
     confirm: bool
     _publish_seq: int

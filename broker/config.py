@@ -155,6 +155,12 @@ class Settings(BaseSettings):
         pattern=r"^/[A-Za-z0-9._~/-]*$",
         description="URL path of the aggregated metrics; per-queue ones under <path>/per-object",
     )
+    metrics_samples_interval: Duration = Field(
+        5.0,
+        gt=0,
+        description="How often the management API samples counters for its *_details.rate fields"
+        " (RabbitMQ's collect_statistics_interval: 5 s)",
+    )
     log_level: LogLevel = Field(
         "INFO",
         validation_alias=AliasChoices("LOG_LEVEL", "OTTERMQ_LOG_LEVEL", "log_level"),

@@ -42,11 +42,10 @@ from .management.prometheus import PrometheusServer
 from .recovery import recover
 from .reply_to import ReplyRegistry
 from .sasl import server_properties
-from .stats import BrokerStats
+from .stats import MessageStats
 from .wiring import Archive, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
 
 log = logging.getLogger(__name__)
-
 
 
 class StartupError(Exception):
@@ -102,7 +101,9 @@ class Broker:
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[AMQPConnection] = set()
         self.replies = ReplyRegistry()  # direct reply-to consumers, node-wide like RabbitMQ's
-        self.stats = BrokerStats()  # message counters (Prometheus, issue 14)
+        # message counters of closed channels, node-wide and per vhost (broker/stats.py)
+        self.retired_stats = MessageStats()
+        self.retired_vhost_stats: dict[str, MessageStats] = {}
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.Server | None = None
         self.web: ManagementServer | None = None  # OTTERMQ_ENABLE_WEB_API, bound by listen()
@@ -120,6 +121,24 @@ class Broker:
         return vhost
 
     # -- memory alarm ---------------------------------------------------------------------
+    def retire_stats(self, vhost: str, stats: MessageStats) -> None:
+        """Keep a closing channel's counts in the node's and its vhost's totals."""
+        self.retired_stats.add(stats)
+        retired = self.retired_vhost_stats.get(vhost)
+        if retired is None:
+            retired = self.retired_vhost_stats[vhost] = MessageStats()
+        retired.add(stats)
+
+    def message_stats(self, vhost: str | None = None) -> MessageStats:
+        """Message counts since start-up, node-wide or of one vhost: closed channels' and open ones'."""
+        if vhost is None:
+            retired = self.retired_stats
+            conns = self.connections
+        else:
+            retired = self.retired_vhost_stats.get(vhost, MessageStats())
+            conns = {c for c in self.connections if c.vhost is not None and c.vhost.name == vhost}
+        return MessageStats.total([retired, *(ch.stats for c in conns for ch in c.channels.values())])
+
     def check_memory(self) -> None:
         """Raise or clear the memory alarm from the process RSS; re-arms itself every second."""
         used = process_rss()

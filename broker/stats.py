@@ -1,18 +1,26 @@
-"""Broker-wide message counters (issue 14): plain integers the hot path increments.
+"""Message counters (issue 14): plain integers the hot path increments.
 
-Rules: the publish, delivery and ack paths only do ``stats.<name> += 1`` on a slotted object;
-nothing here allocates, locks or schedules. The Prometheus collector
-(``broker/management/prometheus.py``) reads them at scrape time. Names follow RabbitMQ's
-``rabbit_global_counters`` (``rabbitmq_global_messages_<name>_total``).
+Rules:
+
+1. The publish, delivery and ack paths only do ``stats.<name> += 1`` on a slotted object; nothing
+   here allocates, locks or schedules.
+2. Each channel counts into its own :class:`MessageStats`. When it shuts down, ``Broker.retire_stats``
+   adds its counts to the broker's and its vhost's retired totals and the channel gets a fresh
+   object, so nothing is counted twice. Totals (node-wide for Prometheus and ``/api/overview``,
+   per vhost for ``/api/vhosts``) are the retired counts plus the live channels', summed when read.
+3. Names follow RabbitMQ's ``rabbit_global_counters`` (``rabbitmq_global_messages_<name>_total``);
+   :data:`MESSAGE_STATS` maps them to the management API's ``message_stats`` fields.
 """
 
 from __future__ import annotations
 
-__all__ = ["BrokerStats"]
+from collections.abc import Iterable
+
+__all__ = ["MESSAGE_STATS", "MessageStats"]
 
 
-class BrokerStats:
-    """Message counters since the broker started (AMQP 0-9-1, every vhost).
+class MessageStats:
+    """Message counters of one channel, or a sum of them.
 
     ``received``: publishes accepted from clients (``basic.publish``; dead letters not counted);
     ``received_confirm``: those on a channel in confirm mode;
@@ -21,6 +29,7 @@ class BrokerStats:
     ``confirmed``: ``basic.ack`` confirms sent to publishers;
     ``delivered_consume_auto_ack`` / ``delivered_consume_manual_ack`` / ``delivered_get_auto_ack`` /
     ``delivered_get_manual_ack``: deliveries by kind (``delivered`` is their sum);
+    ``get_empty``: ``basic.get`` answered with ``get-empty``;
     ``redelivered``: deliveries with the redelivered flag; ``acknowledged``: messages acked by clients.
     """
 
@@ -35,6 +44,7 @@ class BrokerStats:
         "delivered_consume_manual_ack",
         "delivered_get_auto_ack",
         "delivered_get_manual_ack",
+        "get_empty",
         "redelivered",
         "acknowledged",
     )
@@ -50,8 +60,22 @@ class BrokerStats:
         self.delivered_consume_manual_ack = 0
         self.delivered_get_auto_ack = 0
         self.delivered_get_manual_ack = 0
+        self.get_empty = 0
         self.redelivered = 0
         self.acknowledged = 0
+
+    def add(self, other: MessageStats) -> None:
+        """Add ``other``'s counts to these."""
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @classmethod
+    def total(cls, parts: Iterable[MessageStats]) -> MessageStats:
+        """A new object holding the sum of ``parts``."""
+        result = cls()
+        for part in parts:
+            result.add(part)
+        return result
 
     @property
     def delivered(self) -> int:
@@ -62,3 +86,21 @@ class BrokerStats:
             + self.delivered_get_auto_ack
             + self.delivered_get_manual_ack
         )
+
+
+# The management API's ``message_stats`` field -> the MessageStats attribute it shows, in RabbitMQ's
+# order for channels, vhosts and the overview.
+MESSAGE_STATS: tuple[tuple[str, str], ...] = (
+    ("publish", "received"),
+    ("confirm", "confirmed"),
+    ("return_unroutable", "unroutable_returned"),
+    ("drop_unroutable", "unroutable_dropped"),
+    ("deliver", "delivered_consume_manual_ack"),
+    ("deliver_no_ack", "delivered_consume_auto_ack"),
+    ("get", "delivered_get_manual_ack"),
+    ("get_no_ack", "delivered_get_auto_ack"),
+    ("get_empty", "get_empty"),
+    ("deliver_get", "delivered"),
+    ("redeliver", "redelivered"),
+    ("ack", "acknowledged"),
+)

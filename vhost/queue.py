@@ -92,6 +92,24 @@ class DropSink:
         pass
 
 
+class QueueStats:
+    """A queue's message counters since it was declared (the management API's queue
+    ``message_stats``): plain integers, incremented by the queue (``publish``: every message it
+    took, published or dead-lettered) and by the channels that deliver from it."""
+
+    __slots__ = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "redeliver", "ack")
+
+    def __init__(self) -> None:
+        self.publish = 0
+        self.deliver = 0
+        self.deliver_no_ack = 0
+        self.get = 0
+        self.get_no_ack = 0
+        self.get_empty = 0
+        self.redeliver = 0
+        self.ack = 0
+
+
 class Queue:
     """A queue in a virtual host.
 
@@ -133,6 +151,7 @@ class Queue:
         "store",
         "store_id",
         "_last_now",
+        "stats",
     )
 
     def __init__(
@@ -176,6 +195,7 @@ class Queue:
         self.store: MessageStore | None = None
         self.store_id = 0
         self._last_now = 0
+        self.stats = QueueStats()
         if args.expires is not None:
             self.touch()
 
@@ -199,6 +219,7 @@ class Queue:
                     self.sink.dead_letter(self, [Entry(message, 0)], MAXLEN)
                 return None
         self._seq += 1
+        self.stats.publish += 1
         now = self.ttl.now()
         if now == self._last_now:
             now = self._last_now  # one int object per millisecond, shared by its entries

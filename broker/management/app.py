@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from aiohttp import BasicAuth, hdrs, web
 
 from . import bindings, connections, exchanges, messages, overview, permissions, queues, users, vhosts
-from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, USER_KEY, json_error, shape
+from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, SAMPLER_KEY, USER_KEY, json_error, shape
 from .listener import HTTPListener
+from .rates import RateSampler
 
 if TYPE_CHECKING:
     from ..server import Broker
@@ -80,6 +81,16 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
     prefix = (api_path if api_path is not None else broker.settings.web_api_path).rstrip("/")
     app = web.Application(middlewares=[rabbit_middleware])
     app[BROKER_KEY] = broker
+    sampler = app[SAMPLER_KEY] = RateSampler(broker, broker.settings.metrics_samples_interval)
+
+    async def start_sampling(_app: web.Application) -> None:
+        sampler.start()
+
+    async def stop_sampling(_app: web.Application) -> None:
+        await sampler.stop()
+
+    app.on_startup.append(start_sampling)
+    app.on_cleanup.append(stop_sampling)
     routes = web.RouteTableDef()
     for resource in RESOURCES:
         resource.add_routes(routes, prefix)

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
     from ..auth import Permission, ResourceKind
     from ..server import Broker
+    from .rates import RateSampler
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
+SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("sampler")
 USER_KEY = "ottermq.user"  # the authenticated UserRecord, set on each request by the auth middleware
 
 REALM = 'Basic realm="RabbitMQ Management"'
@@ -62,6 +64,10 @@ def node_name() -> str:
 
 def broker_of(request: web.Request) -> Broker:
     return request.app[BROKER_KEY]
+
+
+def sampler_of(request: web.Request) -> RateSampler:
+    return request.app[SAMPLER_KEY]
 
 
 def user_of(request: web.Request) -> UserRecord:

@@ -19,9 +19,11 @@ from .common import (
     broker_of,
     json_value,
     node_name,
+    sampler_of,
     selected_vhosts,
     user_of,
 )
+from .rates import MESSAGE_FIELDS, channel_key, message_counts, with_rates
 
 CLOSE_REASON = "Closed via management plugin"
 
@@ -64,8 +66,8 @@ def connection_json(conn: AMQPConnection, node: str) -> dict[str, Any]:
     }
 
 
-def channel_json(channel: Channel, node: str) -> dict[str, Any]:
-    """One channel with RabbitMQ's field names."""
+def channel_json(channel: Channel, node: str, rates: tuple[float, ...]) -> dict[str, Any]:
+    """One channel with RabbitMQ's field names and its ``message_stats`` with these ``rates``."""
     conn = channel.conn
     peer_host, peer_port = _address(conn, "peername")
     name = connection_name(conn)
@@ -83,6 +85,7 @@ def channel_json(channel: Channel, node: str) -> dict[str, Any]:
         "global_prefetch_count": channel.global_prefetch,
         "confirm": channel.confirm,
         "transactional": channel.tx,
+        "message_stats": with_rates(MESSAGE_FIELDS, message_counts(channel.stats), rates),
     }
 
 
@@ -137,7 +140,11 @@ async def list_connections(request: web.Request) -> web.Response:
 
 async def list_channels(request: web.Request) -> web.Response:
     node = node_name()
-    return web.json_response([channel_json(ch, node) for ch in _channels(request)])
+    sampler = sampler_of(request)
+    n = len(MESSAGE_FIELDS)
+    return web.json_response(
+        [channel_json(ch, node, sampler.rates(channel_key(ch), n)) for ch in _channels(request)]
+    )
 
 
 async def list_consumers(request: web.Request) -> web.Response:

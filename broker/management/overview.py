@@ -12,7 +12,9 @@ from typing import Any
 from aiohttp import web
 
 from .. import VERSION
-from .common import broker_of, node_name, user_of, visible_vhosts
+from ..stats import MessageStats
+from .common import SEE_ALL_TAGS, broker_of, node_name, sampler_of, user_of, visible_vhosts
+from .rates import MESSAGE_FIELDS, TOTALS, message_counts, node_key, totals, vhost_key, with_rates
 
 RABBITMQ_API_VERSION = "3.10.8"
 EXCHANGE_TYPES = ("direct", "fanout", "headers", "topic")
@@ -28,26 +30,29 @@ async def overview(request: web.Request) -> web.Response:
     if not {"administrator", "monitoring"} & set(user.tags):
         conns = [c for c in conns if c.username == user.name]
     queues = [q for vhost in vhosts for q in vhost.queues.values()]
-    ready = sum(q.message_count for q in queues)
-    unacked = sum(q.unacked for q in queues)
+    sampler = sampler_of(request)
+    width = len(MESSAGE_FIELDS) + len(TOTALS)
+    if not SEE_ALL_TAGS.isdisjoint(user.tags):  # the node's counts
+        counts = message_counts(broker.message_stats())
+        rates = sampler.rates(node_key(), width)
+    else:  # the user's vhosts' counts
+        counts = message_counts(MessageStats.total(broker.message_stats(v.name) for v in vhosts))
+        per_vhost = [sampler.rates(vhost_key(v.name), width) for v in vhosts]
+        rates = tuple(round(sum(column), 1) for column in zip(*per_vhost, strict=True)) or (0.0,) * width
     body: dict[str, Any] = {
         "management_version": RABBITMQ_API_VERSION,
         "rabbitmq_version": RABBITMQ_API_VERSION,
         "product_name": "OtterMQ",
         "product_version": VERSION,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "disable_stats": False,
         "enable_queue_totals": False,
         "exchange_types": [
             {"name": t, "description": f"AMQP {t} exchange, as per the AMQP specification", "enabled": True}
             for t in EXCHANGE_TYPES
         ],
-        "message_stats": {},
-        "queue_totals": {
-            "messages": ready + unacked,
-            "messages_ready": ready,
-            "messages_unacknowledged": unacked,
-        },
+        "message_stats": with_rates(MESSAGE_FIELDS, counts, rates[: len(MESSAGE_FIELDS)]),
+        "queue_totals": with_rates(TOTALS, totals(queues), rates[len(MESSAGE_FIELDS) :]),
         "object_totals": {
             "connections": len(conns),
             "channels": sum(len(c.channels) for c in conns),

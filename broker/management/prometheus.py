@@ -47,7 +47,7 @@ CLASSIC = "rabbit_classic_queue"  # RabbitMQ's queue_type label value for classi
 DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
 STRATEGIES = ("disabled", "at_most_once")
 
-# (name without _total, BrokerStats attribute, help): RabbitMQ's rabbit_global_counters
+# (name without _total, MessageStats attribute, help): RabbitMQ's rabbit_global_counters
 GLOBAL_COUNTERS = (
     ("rabbitmq_global_messages_received", "received", "Total number of messages received from publishers"),
     (
@@ -93,6 +93,11 @@ GLOBAL_COUNTERS = (
         "rabbitmq_global_messages_delivered_get_manual_ack",
         "delivered_get_manual_ack",
         "Total number of messages delivered to consumers using basic.get with manual acknowledgment",
+    ),
+    (
+        "rabbitmq_global_messages_get_empty",
+        "get_empty",
+        "Total number of times basic.get operations fetched no message",
     ),
     (
         "rabbitmq_global_messages_redelivered",
@@ -146,7 +151,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "rabbitmq_consumers", "Consumers currently connected", value=sum(len(q.consumers) for q in queues)
         )
-        stats = broker.stats
+        stats = broker.message_stats()
         for name, attribute, text in GLOBAL_COUNTERS:
             family = CounterMetricFamily(name, text, labels=list(PROTOCOL))
             family.add_metric(list(PROTOCOL.values()), getattr(stats, attribute))

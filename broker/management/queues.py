@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from ottermq.amqp.props import decode_properties
 from ottermq.vhost.queue import Queue
 
 from .common import (
@@ -19,21 +20,47 @@ from .common import (
     amqp_errors,
     arguments,
     bad_request,
+    broker_of,
     check_permission,
     flag,
     json_body,
     json_value,
     node_name,
+    sampler_of,
     selected_vhosts,
     sort_by_name,
     vhost_or_404,
 )
+from .rates import QUEUE_STATS, TOTALS, queue_counts, queue_key, totals, with_rates
 
 
-def queue_json(queue: Queue, node: str) -> dict[str, Any]:
-    """One queue with RabbitMQ's field names; counts are read live (RabbitMQ samples them)."""
-    ready = queue.message_count
-    return {
+def head_timestamp(queue: Queue) -> int | None:
+    """The ``timestamp`` property of the queue's head message, if it has one (RabbitMQ's
+    ``head_message_timestamp``; null for an empty queue or a head without one)."""
+    entry = queue.peek()
+    raw = entry.message.raw_props if entry is not None else b""
+    if len(raw) < 2 or not raw[1] & 0x40:  # the timestamp flag, 0x0040
+        return None
+    stamp = decode_properties(raw).timestamp
+    return int(stamp.timestamp()) if stamp is not None else None
+
+
+def unacked_bytes(request: web.Request) -> dict[Queue, int]:
+    """Body bytes delivered and not yet acknowledged, per queue (one pass over the channels)."""
+    counts: dict[Queue, int] = {}
+    for conn in broker_of(request).connections:
+        for channel in conn.channels.values():
+            channel.count_unacked_bytes(counts)
+    return counts
+
+
+def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) -> dict[str, Any]:
+    """One queue with RabbitMQ's field names; counts are read live (RabbitMQ samples them), ``unacked``
+    is its unacknowledged body bytes and ``rates`` the sampler's (``QUEUE_STATS`` then ``TOTALS``)."""
+    consumers = queue.consumers
+    counts = queue_counts(queue)
+    n = len(QUEUE_STATS)
+    body: dict[str, Any] = {
         "name": queue.name,
         "vhost": queue.vhost,
         "durable": queue.durable,
@@ -44,25 +71,41 @@ def queue_json(queue: Queue, node: str) -> dict[str, Any]:
         "node": node,
         "state": "running",
         "policy": None,
-        "messages": ready + queue.unacked,
-        "messages_ready": ready,
-        "messages_unacknowledged": queue.unacked,
+        "operator_policy": None,
+        "effective_policy_definition": {},
+        **with_rates(TOTALS, totals([queue]), rates[n:]),
+        "message_bytes": queue.ready_bytes + unacked,
         "message_bytes_ready": queue.ready_bytes,
-        "consumers": len(queue.consumers),
+        "message_bytes_unacknowledged": unacked,
+        "head_message_timestamp": head_timestamp(queue),
+        "consumers": len(consumers),
+        "exclusive_consumer_tag": next(
+            (getattr(c, "tag", None) for c in consumers if getattr(c, "exclusive", False)), None
+        ),
     }
+    if any(counts):  # RabbitMQ shows message_stats once the queue saw traffic
+        body["message_stats"] = with_rates(QUEUE_STATS, counts, rates[:n])
+    return body
+
+
+def _queues_json(request: web.Request, queues: list[Queue]) -> list[dict[str, Any]]:
+    node = node_name()
+    sampler = sampler_of(request)
+    unacked = unacked_bytes(request)
+    width = len(QUEUE_STATS) + len(TOTALS)
+    return [queue_json(q, node, unacked.get(q, 0), sampler.rates(queue_key(q), width)) for q in queues]
 
 
 async def list_queues(request: web.Request) -> web.Response:
-    node = node_name()
-    items = [queue_json(q, node) for vhost in selected_vhosts(request) for q in vhost.queues.values()]
-    return web.json_response(sort_by_name(items))
+    queues = [q for vhost in selected_vhosts(request) for q in vhost.queues.values()]
+    return web.json_response(sort_by_name(_queues_json(request, queues)))
 
 
 async def get_queue(request: web.Request) -> web.Response:
     queue = vhost_or_404(request).queues.get(request.match_info["name"])
     if queue is None or queue.deleted:
         raise NotFound()
-    return web.json_response(queue_json(queue, node_name()))
+    return web.json_response(_queues_json(request, [queue])[0])
 
 
 async def put_queue(request: web.Request) -> web.Response:

@@ -7,13 +7,21 @@ from typing import Any
 from aiohttp import web
 from ottermq.vhost.vhost import VHost
 
-from .common import broker_of, node_name, vhost_or_404, visible_vhosts
+from .common import broker_of, node_name, sampler_of, vhost_or_404, visible_vhosts
+from .rates import MESSAGE_FIELDS, TOTALS, message_counts, totals, vhost_key, with_rates
 
 
-def vhost_json(vhost: VHost, description: str, tags: list[str], node: str) -> dict[str, Any]:
-    """One vhost with RabbitMQ's field names and its message totals."""
-    ready = sum(q.message_count for q in vhost.queues.values())
-    unacked = sum(q.unacked for q in vhost.queues.values())
+def vhost_json(
+    vhost: VHost,
+    description: str,
+    tags: list[str],
+    node: str,
+    counts: tuple[int, ...],
+    rates: tuple[float, ...],
+) -> dict[str, Any]:
+    """One vhost with RabbitMQ's field names, its message counts (``counts`` in ``MESSAGE_FIELDS``
+    order) and totals, with their ``rates`` (the message fields', then the totals')."""
+    n = len(MESSAGE_FIELDS)
     return {
         "name": vhost.name,
         "description": description,
@@ -22,9 +30,8 @@ def vhost_json(vhost: VHost, description: str, tags: list[str], node: str) -> di
         "default_queue_type": "undefined",
         "tracing": False,
         "cluster_state": {node: "running"},
-        "messages": ready + unacked,
-        "messages_ready": ready,
-        "messages_unacknowledged": unacked,
+        "message_stats": with_rates(MESSAGE_FIELDS, counts, rates[:n]),
+        **with_rates(TOTALS, totals(vhost.queues.values()), rates[n:]),
     }
 
 
@@ -32,7 +39,9 @@ def _json(request: web.Request, vhost: VHost) -> dict[str, Any]:
     record = broker_of(request).auth.vhosts.get(vhost.name)
     description = record.description if record is not None else ""
     tags = list(record.tags) if record is not None else []
-    return vhost_json(vhost, description, tags, node_name())
+    counts = message_counts(broker_of(request).message_stats(vhost.name))
+    rates = sampler_of(request).rates(vhost_key(vhost.name), len(MESSAGE_FIELDS) + len(TOTALS))
+    return vhost_json(vhost, description, tags, node_name(), counts, rates)
 
 
 async def list_vhosts(request: web.Request) -> web.Response:

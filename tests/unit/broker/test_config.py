@@ -120,6 +120,7 @@ BAD_VALUES = {
     "enable_prometheus": "sometimes",
     "prometheus_port": "-1",
     "prometheus_path": "metrics",
+    "metrics_samples_interval": "0",
     "log_level": "VERBOSE",
 }
 
