@@ -98,6 +98,8 @@ class AMQPConnection(asyncio.Protocol):
         self.user: UserRecord = None  # type: ignore[assignment]  # set at connection.start-ok
         self.vhost: VHost = None  # type: ignore[assignment]  # set at connection.open
         self.client_properties: dict[str, Any] = {}
+        # socket traffic for the management API (RabbitMQ's recv_oct/recv_cnt/send_oct/send_cnt)
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
         self.consumer_cancel_notify = False
         self.spec_qos = False
         self._auth_failure_close = False
@@ -135,6 +137,8 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._recv_flag = True
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         if self.state is CLOSED:
             return
         self._in_receive = True
@@ -262,6 +266,8 @@ class AMQPConnection(asyncio.Protocol):
         if transport is not None and not transport.is_closing():
             transport.write(out[0] if len(out) == 1 else b"".join(out))
             self._sent_flag = True
+            self.send_oct += self._out_size
+            self.send_cnt += 1
         out.clear()
         self._out_size = 0
 

@@ -181,3 +181,19 @@ def test_overview_and_vhost_show_message_stats_and_totals_with_rates(broker, cha
     assert {"publish", "publish_details", "messages_details", "messages_ready_details"} <= (
         set(vhost["message_stats"]) | set(vhost)
     )
+
+
+def test_connection_shows_socket_bytes(broker, connect, unique, poll_until):
+    client_name = unique("octets")
+    conn = connect(client_properties={"connection_name": client_name})
+    channel = conn.channel()
+    name = unique("q")
+    channel.queue_declare(name)
+    channel.basic_publish("", name, b"z" * 5000)
+    channel.basic_get(name, auto_ack=True)
+    conn_name = poll_until(lambda: connection_named(broker, client_name), timeout=STATS_TIMEOUT, interval=0.5)
+    path = f"/api/connections/{q(conn_name)}"
+    shown = settled(broker, path, lambda b: b.get("recv_oct", 0) > 5000 and b.get("send_oct", 0) > 5000)
+    for field in ("recv_oct", "send_oct"):
+        assert shown[f"{field}_details"].keys() == {"rate"}
+    assert shown["recv_cnt"] >= 1 and shown["send_cnt"] >= 1

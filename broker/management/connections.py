@@ -23,7 +23,7 @@ from .common import (
     selected_vhosts,
     user_of,
 )
-from .rates import MESSAGE_FIELDS, channel_key, message_counts, with_rates
+from .rates import MESSAGE_FIELDS, OCTETS, channel_key, connection_key, message_counts, with_rates
 
 CLOSE_REASON = "Closed via management plugin"
 
@@ -41,8 +41,8 @@ def connection_name(conn: AMQPConnection) -> str:
     return f"{peer_host}:{peer_port} -> {host}:{port}"
 
 
-def connection_json(conn: AMQPConnection, node: str) -> dict[str, Any]:
-    """One connection with RabbitMQ's field names."""
+def connection_json(conn: AMQPConnection, node: str, rates: tuple[float, ...]) -> dict[str, Any]:
+    """One connection with RabbitMQ's field names; ``rates`` are its ``OCTETS``' (the sampler's)."""
     peer_host, peer_port = _address(conn, "peername")
     host, port = _address(conn, "sockname")
     return {
@@ -63,6 +63,10 @@ def connection_json(conn: AMQPConnection, node: str) -> dict[str, Any]:
         "frame_max": conn.frame_max,
         "timeout": conn.heartbeat,
         "client_properties": json_value(conn.client_properties),
+        **with_rates(OCTETS, (conn.recv_oct, conn.send_oct), rates),
+        "recv_cnt": conn.recv_cnt,
+        "send_cnt": conn.send_cnt,
+        "send_pend": 0,
     }
 
 
@@ -135,7 +139,9 @@ def _channels(request: web.Request) -> list[Channel]:
 
 async def list_connections(request: web.Request) -> web.Response:
     node = node_name()
-    return web.json_response([connection_json(c, node) for c in _connections(request)])
+    rates = sampler_of(request).rates
+    conns = _connections(request)
+    return web.json_response([connection_json(c, node, rates(connection_key(c), len(OCTETS))) for c in conns])
 
 
 async def list_channels(request: web.Request) -> web.Response:
@@ -155,7 +161,9 @@ async def list_consumers(request: web.Request) -> web.Response:
 
 
 async def get_connection(request: web.Request) -> web.Response:
-    return web.json_response(connection_json(_named_connection(request), node_name()))
+    conn = _named_connection(request)
+    rates = sampler_of(request).rates(connection_key(conn), len(OCTETS))
+    return web.json_response(connection_json(conn, node_name(), rates))
 
 
 def _named_connection(request: web.Request) -> AMQPConnection:

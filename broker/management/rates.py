@@ -5,7 +5,8 @@ Rules:
 1. The hot path only increments plain counters (``broker/stats.py``, ``QueueStats``); nothing here
    runs per message.
 2. Every ``OTTERMQ_METRICS_SAMPLES_INTERVAL`` seconds (RabbitMQ's ``collect_statistics_interval``,
-   5 s) :meth:`RateSampler.sample` reads the counters of the node, each vhost, queue and channel; a
+   5 s) :meth:`RateSampler.sample` reads the counters of the node, each vhost, queue, connection
+   and channel; a
    rate is the change since the previous sample divided by the time between them (per second,
    one decimal). Gauges (``messages``, ``messages_ready``, ``messages_unacknowledged``) get rates
    too, negative when they shrink, as RabbitMQ's.
@@ -31,6 +32,7 @@ from ..stats import MESSAGE_STATS, MessageStats
 
 if TYPE_CHECKING:
     from ..channel import Channel
+    from ..connection import AMQPConnection
     from ..server import Broker
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ QUEUE_STATS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get
                "redeliver", "ack")  # fmt: skip
 TOTALS = ("messages", "messages_ready", "messages_unacknowledged")
 MESSAGE_FIELDS = tuple(field for field, _attribute in MESSAGE_STATS)
+OCTETS = ("recv_oct", "send_oct")  # a connection's socket bytes, with rates
 
 
 def message_counts(stats: MessageStats) -> tuple[int, ...]:
@@ -80,6 +83,10 @@ def channel_key(channel: Channel) -> tuple[str, int]:
     return ("channel", id(channel))
 
 
+def connection_key(conn: AMQPConnection) -> tuple[str, int]:
+    return ("connection", id(conn))
+
+
 def with_rates(fields: Iterable[str], values: Iterable[int], rates: Iterable[float]) -> dict[str, Any]:
     """RabbitMQ's ``{"publish": 5, "publish_details": {"rate": 0.2}, ...}``."""
     out: dict[str, Any] = {}
@@ -118,6 +125,7 @@ class RateSampler:
             observed[vhost_key(name)] = message_counts(broker.message_stats(name)) + totals(queues)
         observed[node_key()] = message_counts(broker.message_stats()) + totals(all_queues)
         for conn in broker.connections:
+            observed[connection_key(conn)] = (conn.recv_oct, conn.send_oct)
             for channel in conn.channels.values():
                 observed[channel_key(channel)] = message_counts(channel.stats)
         return observed
