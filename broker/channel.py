@@ -433,6 +433,8 @@ class Channel(PublisherMethods, TopologyMethods):
 
     def shutdown(self) -> None:
         """Release everything the channel holds: consumers go, unacked messages are requeued."""
+        if not self.closing:
+            self.conn.broker.churn.channels_closed += 1
         self.closing = True
         self._publish = None
         self._body = []

@@ -132,6 +132,7 @@ class AMQPConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._peer_host = peer[0] if peer else ""
         self.broker.connections.add(self)
+        self.broker.churn.connections_opened += 1
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
         log.info("accepting AMQP connection %s", self.peer)
 
@@ -194,7 +195,9 @@ class AMQPConnection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self._release()
-        self.broker.connections.discard(self)
+        if self in self.broker.connections:
+            self.broker.connections.discard(self)
+            self.broker.churn.connections_closed += 1
         if self.vhost is not None:  # RabbitMQ logs the close of opened connections at info
             log.info("closing AMQP connection %s (vhost '%s', user '%s')", self._label(), self.vhost.name,
                      self.username)  # fmt: skip
@@ -547,6 +550,7 @@ class AMQPConnection(asyncio.Protocol):
                 f"negotiated channel_max ({self.channel_max})"
             )
         self.channels[number] = Channel(self, number)
+        self.broker.churn.channels_opened += 1
         self.send_method(number, spec.Channel.OpenOk())
 
     def channel_closed(self, number: int) -> None:

@@ -42,7 +42,7 @@ from .management.prometheus import PrometheusServer
 from .recovery import recover
 from .reply_to import ReplyRegistry
 from .sasl import server_properties
-from .stats import MessageStats
+from .stats import Churn, MessageStats
 from .wiring import Archive, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ class Broker:
         self.replies = ReplyRegistry()  # direct reply-to consumers, node-wide like RabbitMQ's
         # message counters of closed channels, node-wide and per vhost (broker/stats.py)
         self.retired_stats = MessageStats()
+        self.churn = Churn()
         self.retired_vhost_stats: dict[str, MessageStats] = {}
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.Server | None = None

@@ -16,7 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["MESSAGE_STATS", "MessageStats"]
+__all__ = ["MESSAGE_STATS", "Churn", "MessageStats"]
+
+
+class Churn:
+    """Connections and channels opened and closed since start-up (RabbitMQ's ``churn_rates`` and
+    ``rabbitmq_{connections,channels}_{opened,closed}_total``); queue churn is counted per vhost."""
+
+    __slots__ = ("connections_opened", "connections_closed", "channels_opened", "channels_closed")
+
+    def __init__(self) -> None:
+        self.connections_opened = 0
+        self.connections_closed = 0
+        self.channels_opened = 0
+        self.channels_closed = 0
 
 
 class MessageStats:

@@ -197,3 +197,28 @@ def test_connection_shows_socket_bytes(broker, connect, unique, poll_until):
     for field in ("recv_oct", "send_oct"):
         assert shown[f"{field}_details"].keys() == {"rate"}
     assert shown["recv_cnt"] >= 1 and shown["send_cnt"] >= 1
+
+
+def test_overview_churn_rates_count_connections_channels_and_queues(broker, connect, unique):
+    def churn() -> dict[str, Any]:
+        return dict(call(broker, "/api/overview")[2]["churn_rates"])
+
+    fields = ("channel_closed", "channel_created", "connection_closed", "connection_created", "queue_created",
+              "queue_declared", "queue_deleted")  # fmt: skip
+    before = churn()
+    assert all(before[f"{field}_details"].keys() == {"rate"} for field in fields)
+    conn = connect()
+    channel = conn.channel()
+    name = unique("q")
+    channel.queue_declare(name)
+    channel.queue_declare(name)
+    channel.queue_delete(name)
+    channel.close()
+    conn.close()
+
+    def grown(now: dict[str, Any]) -> bool:
+        wanted = {"connection_created": 1, "connection_closed": 1, "channel_created": 1, "channel_closed": 1,
+                  "queue_created": 1, "queue_declared": 2, "queue_deleted": 1}  # fmt: skip
+        return all(now[field] - before[field] >= n for field, n in wanted.items())
+
+    settled(broker, "/api/overview", lambda body: grown(body["churn_rates"]))

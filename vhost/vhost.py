@@ -123,6 +123,9 @@ class VHost:
         self.store: DefinitionStore | None = None  # set by broker/wiring.py when persistent
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
+        # created by them (or the API, definitions, recovery) and queues deleted
+        self.queues_declared = self.queues_created = self.queues_deleted = 0
         # destination -> names of exchanges it is bound to (to unbind on delete quickly)
         self._sources: dict[Destination, set[str]] = {}
         # called with (queue) when a queue goes away (consumers to cancel are handled here)
@@ -247,6 +250,7 @@ class VHost:
         """queue.declare semantics. ``name`` must already be generated when it was empty."""
         if passive:
             return self.get_queue(name, owner)
+        self.queues_declared += 1
         existing = self.queues.get(name)
         if existing is not None:
             queue = self.get_queue(name, owner)
@@ -270,6 +274,7 @@ class VHost:
         )
         queue.on_expired = self._expire_queue
         self.queues[name] = queue
+        self.queues_created += 1
         if durable and not exclusive and self.store is not None:
             self.store.queue_declared(queue)
         return queue
@@ -277,6 +282,7 @@ class VHost:
     def delete_queue(self, queue: Queue) -> int:
         """Delete a queue: unbind it, cancel its consumers. Returns its ready message count."""
         count = queue.message_count
+        self.queues_deleted += 1
         self._drop_destination(("queue", queue.name))
         self.queues.pop(queue.name, None)
         if queue.store_id and self.store is not None:

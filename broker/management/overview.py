@@ -14,7 +14,18 @@ from aiohttp import web
 from .. import VERSION
 from ..stats import MessageStats
 from .common import SEE_ALL_TAGS, broker_of, node_name, sampler_of, user_of, visible_vhosts
-from .rates import MESSAGE_FIELDS, TOTALS, message_counts, node_key, totals, vhost_key, with_rates
+from .rates import (
+    CHURN,
+    MESSAGE_FIELDS,
+    TOTALS,
+    churn_counts,
+    churn_key,
+    message_counts,
+    node_key,
+    totals,
+    vhost_key,
+    with_rates,
+)
 
 RABBITMQ_API_VERSION = "3.10.8"
 EXCHANGE_TYPES = ("direct", "fanout", "headers", "topic")
@@ -53,6 +64,7 @@ async def overview(request: web.Request) -> web.Response:
         ],
         "message_stats": with_rates(MESSAGE_FIELDS, counts, rates[: len(MESSAGE_FIELDS)]),
         "queue_totals": with_rates(TOTALS, totals(queues), rates[len(MESSAGE_FIELDS) :]),
+        "churn_rates": with_rates(CHURN, churn_counts(broker), sampler.rates(churn_key(), len(CHURN))),
         "object_totals": {
             "connections": len(conns),
             "channels": sum(len(c.channels) for c in conns),

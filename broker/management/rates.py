@@ -43,6 +43,9 @@ QUEUE_STATS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get
 TOTALS = ("messages", "messages_ready", "messages_unacknowledged")
 MESSAGE_FIELDS = tuple(field for field, _attribute in MESSAGE_STATS)
 OCTETS = ("recv_oct", "send_oct")  # a connection's socket bytes, with rates
+# the overview's ``churn_rates``, in RabbitMQ's order
+CHURN = ("channel_closed", "channel_created", "connection_closed", "connection_created", "queue_created",
+         "queue_declared", "queue_deleted")  # fmt: skip
 
 
 def message_counts(stats: MessageStats) -> tuple[int, ...]:
@@ -67,8 +70,27 @@ def totals(queues: Iterable[Queue]) -> tuple[int, int, int]:
     return ready + unacked, ready, unacked
 
 
+def churn_counts(broker: Broker) -> tuple[int, ...]:
+    """The node's churn in :data:`CHURN` order."""
+    churn = broker.churn
+    vhosts = broker.vhosts.values()
+    return (
+        churn.channels_closed,
+        churn.channels_opened,
+        churn.connections_closed,
+        churn.connections_opened,
+        sum(v.queues_created for v in vhosts),
+        sum(v.queues_declared for v in vhosts),
+        sum(v.queues_deleted for v in vhosts),
+    )
+
+
 def node_key() -> tuple[str]:
     return ("node",)
+
+
+def churn_key() -> tuple[str]:
+    return ("churn",)
 
 
 def vhost_key(name: str) -> tuple[str, str]:
@@ -124,6 +146,7 @@ class RateSampler:
                 observed[queue_key(queue)] = queue_counts(queue) + totals([queue])
             observed[vhost_key(name)] = message_counts(broker.message_stats(name)) + totals(queues)
         observed[node_key()] = message_counts(broker.message_stats()) + totals(all_queues)
+        observed[churn_key()] = churn_counts(broker)
         for conn in broker.connections:
             observed[connection_key(conn)] = (conn.recv_oct, conn.send_oct)
             for channel in conn.channels.values():
