@@ -300,6 +300,16 @@ class Channel(PublisherMethods, TopologyMethods):
                 )
             )
 
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes on this confirm-mode channel not yet confirmed to the client."""
+        return self._confirms.pending
+
+    @property
+    def uncommitted(self) -> tuple[int, int]:
+        """``(publishes, acks)`` held by an open transaction."""
+        return len(self._tx_publishes), len(self._tx_acks)
+
     def count_unacked_bytes(self, into: dict[Queue, int]) -> None:
         """Add the body sizes of this channel's unacked messages to ``into``, per queue (for the
         management API's ``message_bytes_unacknowledged``; never on the hot path)."""

@@ -47,6 +47,11 @@ class Confirms:
         (self._acks if ok else self._nacks).append(seq)
 
     @property
+    def pending(self) -> int:
+        """Publishes not confirmed to the client yet: awaiting their commit, or settled and unsent."""
+        return len(self._waiting) + len(self._acks) + len(self._nacks)
+
+    @property
     def settled(self) -> bool:
         """Whether anything is ready to be sent."""
         return bool(self._acks or self._nacks)

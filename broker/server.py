@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ class Broker:
         # message counters of closed channels, node-wide and per vhost (broker/stats.py)
         self.retired_stats = MessageStats()
         self.churn = Churn()
+        self.started_at = time.time()  # process_start_time_seconds
         self.retired_vhost_stats: dict[str, MessageStats] = {}
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._server: asyncio.Server | None = None

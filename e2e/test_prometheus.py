@@ -37,6 +37,55 @@ SHARED_NAMES = (
     "rabbitmq_global_messages_dead_lettered_rejected_total",
     "rabbitmq_global_messages_dead_lettered_maxlen_total",
     "rabbitmq_global_messages_dead_lettered_delivery_limit_total",
+    "rabbitmq_global_messages_get_empty_total",
+    "rabbitmq_queue_messages_ready_bytes",
+    "rabbitmq_queue_messages_unacked_bytes",
+    "rabbitmq_queue_messages_bytes",
+    "rabbitmq_queue_messages_published_total",
+    "rabbitmq_channel_messages_published_total",
+    "rabbitmq_channel_messages_confirmed_total",
+    "rabbitmq_channel_messages_unroutable_returned_total",
+    "rabbitmq_channel_messages_unroutable_dropped_total",
+    "rabbitmq_channel_get_ack_total",
+    "rabbitmq_channel_get_total",
+    "rabbitmq_channel_messages_delivered_ack_total",
+    "rabbitmq_channel_messages_delivered_total",
+    "rabbitmq_channel_messages_redelivered_total",
+    "rabbitmq_channel_messages_acked_total",
+    "rabbitmq_channel_get_empty_total",
+    "rabbitmq_channel_consumers",
+    "rabbitmq_channel_messages_unacked",
+    "rabbitmq_channel_messages_unconfirmed",
+    "rabbitmq_channel_messages_uncommitted",
+    "rabbitmq_channel_acks_uncommitted",
+    "rabbitmq_channel_prefetch",
+    "rabbitmq_consumer_prefetch",
+    "rabbitmq_global_publishers",
+    "rabbitmq_global_consumers",
+    "rabbitmq_connection_incoming_bytes_total",
+    "rabbitmq_connection_outgoing_bytes_total",
+    "rabbitmq_connection_incoming_packets_total",
+    "rabbitmq_connection_outgoing_packets_total",
+    "rabbitmq_connection_channels",
+    "rabbitmq_connections_opened_total",
+    "rabbitmq_connections_closed_total",
+    "rabbitmq_channels_opened_total",
+    "rabbitmq_channels_closed_total",
+    "rabbitmq_queues_declared_total",
+    "rabbitmq_queues_created_total",
+    "rabbitmq_queues_deleted_total",
+    "rabbitmq_identity_info",
+    "rabbitmq_build_info",
+    "process_start_time_seconds",
+    "rabbitmq_process_resident_memory_bytes",
+    "rabbitmq_resident_memory_limit_bytes",
+    "rabbitmq_process_open_fds",
+    "rabbitmq_process_max_fds",
+    "rabbitmq_process_open_tcp_sockets",
+    "rabbitmq_disk_space_available_bytes",
+    "rabbitmq_alarms_memory_used_watermark",
+    "rabbitmq_alarms_free_disk_space_watermark",
+    "rabbitmq_alarms_file_descriptor_limit",
 )
 # Labelled per queue on /metrics/per-object
 PER_QUEUE_NAMES = (
@@ -72,8 +121,37 @@ def names(samples):
     return {name for name, _labels in samples}
 
 
-def test_shared_names_are_served(broker):
+def test_shared_names_are_served(broker, channel, unique):
+    channel.queue_declare(unique("prom"))  # a connection, a channel and a queue for their families
     assert set(SHARED_NAMES) <= names(scrape(broker))
+
+
+def test_identity_info_names_node_and_cluster(broker):
+    info = [labels for name, labels in scrape(broker) if name == "rabbitmq_identity_info"]
+    assert len(info) == 1
+    labels = dict(info[0])
+    assert set(labels) == {"rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"}
+    assert "@" in labels["rabbitmq_node"]
+    assert labels["rabbitmq_cluster_permanent_id"].startswith("rabbitmq-cluster-id-")
+
+
+def test_churn_counters_move(broker, connect, unique, poll_until):
+    before = scrape(broker)
+    conn = connect()
+    channel = conn.channel()
+    channel.queue_declare(unique("churn"))
+    conn.close()
+
+    def moved():
+        after = scrape(broker)
+        return all(
+            after[(name, ())] > before[(name, ())]
+            for name in ("rabbitmq_connections_opened_total", "rabbitmq_connections_closed_total",
+                         "rabbitmq_channels_opened_total", "rabbitmq_queues_declared_total",
+                         "rabbitmq_queues_created_total")
+        )  # fmt: skip
+
+    assert poll_until(moved, timeout=20, interval=0.5)
 
 
 def test_global_counters_carry_rabbitmq_labels(broker):

@@ -32,6 +32,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from .listener import HTTPListener
+from .node_metrics import channel_metrics, churn_metrics, connection_metrics, node_metrics
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -111,18 +112,51 @@ GLOBAL_COUNTERS = (
     ),
 )
 
-# (name, help, value of a queue)
+# (name, help) of each queue metric, in the order of ``_queue_values``; the last is a counter
 QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
     ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
     ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth"),
     ("rabbitmq_queue_consumers", "Consumers on a queue"),
+    ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages"),
+    ("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages"),
+    ("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages"),
 )
+QUEUE_PUBLISHED = ("rabbitmq_queue_messages_published", "Total number of messages published to queues")
+
+# (name without _total, MessageStats attribute, help): RabbitMQ's channel counters, summed over the
+# node's channels (closed ones included, so they never go down)
+CHANNEL_COUNTERS = (
+    ("rabbitmq_channel_messages_published", "received",
+     "Total number of messages published into an exchange on a channel"),
+    ("rabbitmq_channel_messages_confirmed", "confirmed",
+     "Total number of messages published into an exchange and confirmed on the channel"),
+    ("rabbitmq_channel_messages_unroutable_returned", "unroutable_returned",
+     "Total number of messages published as mandatory into an exchange and returned to the publisher"
+     " as unroutable"),
+    ("rabbitmq_channel_messages_unroutable_dropped", "unroutable_dropped",
+     "Total number of messages published as non-mandatory into an exchange and dropped as unroutable"),
+    ("rabbitmq_channel_get_ack", "delivered_get_manual_ack",
+     "Total number of messages fetched with basic.get in manual acknowledgement mode"),
+    ("rabbitmq_channel_get", "delivered_get_auto_ack",
+     "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
+    ("rabbitmq_channel_messages_delivered_ack", "delivered_consume_manual_ack",
+     "Total number of messages delivered to consumers in manual acknowledgement mode"),
+    ("rabbitmq_channel_messages_delivered", "delivered_consume_auto_ack",
+     "Total number of messages delivered to consumers in automatic acknowledgement mode"),
+    ("rabbitmq_channel_messages_redelivered", "redelivered",
+     "Total number of messages redelivered to consumers"),
+    ("rabbitmq_channel_messages_acked", "acknowledged", "Total number of messages acknowledged by consumers"),
+    ("rabbitmq_channel_get_empty", "get_empty",
+     "Total number of times basic.get operations fetched no message"),
+)  # fmt: skip
 
 
-def _queue_values(queue: Queue) -> tuple[int, int, int, int]:
+def _queue_values(queue: Queue, unacked_bytes: int) -> tuple[int, ...]:
     ready, unacked = queue.message_count, queue.unacked
-    return ready, unacked, ready + unacked, len(queue.consumers)
+    ready_bytes = queue.ready_bytes
+    return (ready, unacked, ready + unacked, len(queue.consumers), ready_bytes, unacked_bytes,
+            ready_bytes + unacked_bytes, queue.stats.publish)  # fmt: skip
 
 
 class BrokerCollector(Collector):
@@ -156,17 +190,30 @@ class BrokerCollector(Collector):
             family = CounterMetricFamily(name, text, labels=list(PROTOCOL))
             family.add_metric(list(PROTOCOL.values()), getattr(stats, attribute))
             yield family
+        for name, attribute, text in CHANNEL_COUNTERS:
+            yield CounterMetricFamily(name, text, value=getattr(stats, attribute))
         yield from self._dead_letter_metrics()
+        yield from channel_metrics(conns, self.per_object)
+        yield from connection_metrics(conns, self.per_object)
+        yield from churn_metrics(broker)
+        yield from node_metrics(broker)
 
     def _queue_metrics(self, queues: list[Queue]) -> Iterator[Metric]:
-        values = [_queue_values(q) for q in queues]
-        for i, (name, text) in enumerate(QUEUE_GAUGES):
+        unacked_bytes: dict[Queue, int] = {}
+        for conn in self.broker.connections:
+            for channel in conn.channels.values():
+                channel.count_unacked_bytes(unacked_bytes)
+        values = [_queue_values(q, unacked_bytes.get(q, 0)) for q in queues]
+        families: list[tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str]]
+        families = [(GaugeMetricFamily, name, text) for name, text in QUEUE_GAUGES]
+        families.append((CounterMetricFamily, *QUEUE_PUBLISHED))
+        for i, (kind, name, text) in enumerate(families):
             if self.per_object:
-                family = GaugeMetricFamily(name, text, labels=["vhost", "queue"])
+                family = kind(name, text, labels=["vhost", "queue"])
                 for queue, row in zip(queues, values, strict=True):
                     family.add_metric([queue.vhost, queue.name], row[i])
             else:
-                family = GaugeMetricFamily(name, text, value=sum(row[i] for row in values))
+                family = kind(name, text, value=sum(row[i] for row in values))
             yield family
 
     def _dead_letter_metrics(self) -> Iterator[Metric]:

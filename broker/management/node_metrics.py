@@ -1,0 +1,197 @@
+"""Prometheus families about channels, connections, churn and the node itself, in RabbitMQ 3.10's
+``rabbitmq_prometheus`` names (``prometheus.py`` serves them with the queue and message metrics).
+
+Rules:
+
+1. Read at scrape time from broker state and plain counters; nothing runs between scrapes.
+2. Channel and connection gauges are summed over what is open now, as RabbitMQ's aggregated
+   ``/metrics``; on ``/metrics/per-object`` they are labelled ``channel`` with the management API's
+   name of the channel or connection (RabbitMQ puts an Erlang pid there, which ottermq has not).
+3. Connection byte and packet counters are those of open connections (RabbitMQ's too: they drop
+   when a connection closes); the channel message counters (``prometheus.py``) keep closed channels'.
+4. ``rabbitmq_identity_info`` carries the node and cluster names RabbitMQ's Grafana dashboards join
+   on; ``rabbitmq_build_info`` names the RabbitMQ release whose API ottermq speaks (as
+   ``/api/overview``'s ``rabbitmq_version``) and, in ``erlang_version``, the Python running it.
+5. ottermq has a memory alarm but no disk or file-descriptor alarm, so those two alarm gauges are
+   always 0 and there is no disk-limit gauge.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import platform
+import resource
+import shutil
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import prometheus_client
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from .common import node_name
+from .connections import connection_name
+from .overview import RABBITMQ_API_VERSION
+
+if TYPE_CHECKING:
+    from ..channel import Channel
+    from ..connection import AMQPConnection
+    from ..server import Broker
+
+
+def _family(
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    text: str,
+    rows: Iterable[tuple[str, int]],
+    per_object: bool,
+) -> Metric:
+    """One family: labelled per object (``channel``) or the sum of ``rows``' values."""
+    if per_object:
+        family = kind(name, text, labels=["channel"])
+        for label, value in rows:
+            family.add_metric([label], value)
+        return family
+    return kind(name, text, value=sum(value for _label, value in rows))
+
+
+def _channel_name(channel: Channel) -> str:
+    return f"{connection_name(channel.conn)} ({channel.number})"
+
+
+def channel_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterator[Metric]:
+    """``rabbitmq_channel_*`` gauges and the global publisher/consumer counts."""
+    channels = [ch for conn in conns for ch in conn.channels.values()]
+    names = [_channel_name(ch) for ch in channels]
+    gauges = (
+        ("rabbitmq_channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers)),
+        ("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages",
+         lambda ch: ch.unacked_count),
+        ("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages",
+         lambda ch: ch.unconfirmed),
+        ("rabbitmq_channel_messages_uncommitted", "Messages received in a transaction but not yet committed",
+         lambda ch: ch.uncommitted[0]),
+        ("rabbitmq_channel_acks_uncommitted", "Message acknowledgements in a transaction not yet committed",
+         lambda ch: ch.uncommitted[1]),
+        ("rabbitmq_channel_prefetch", "Total limit of unacknowledged messages for all consumers on a channel",
+         lambda ch: ch.global_prefetch),
+        ("rabbitmq_consumer_prefetch", "Limit of unacknowledged messages for each consumer",
+         lambda ch: sum(c.prefetch for c in ch.consumers.values())),
+    )  # fmt: skip
+    for name, text, value in gauges:
+        rows = [(label, int(value(ch))) for label, ch in zip(names, channels, strict=True)]
+        yield _family(GaugeMetricFamily, name, text, rows, per_object)
+    yield GaugeMetricFamily(
+        "rabbitmq_global_publishers", "Current number of publishers",
+        value=sum(1 for ch in channels if ch.stats.received),
+    )  # fmt: skip
+    consumers = sum(len(ch.consumers) for ch in channels)
+    yield GaugeMetricFamily("rabbitmq_global_consumers", "Current number of consumers", value=consumers)
+
+
+def connection_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterator[Metric]:
+    """``rabbitmq_connection_*`` of the open connections."""
+    names = [connection_name(conn) for conn in conns]
+    counters = (  # (name without _total, help, AMQPConnection attribute)
+        ("rabbitmq_connection_incoming_bytes", "Total number of bytes received on a connection", "recv_oct"),
+        ("rabbitmq_connection_outgoing_bytes", "Total number of bytes sent on a connection", "send_oct"),
+        ("rabbitmq_connection_incoming_packets", "Total number of packets received on a connection",
+         "recv_cnt"),
+        ("rabbitmq_connection_outgoing_packets", "Total number of packets sent on a connection", "send_cnt"),
+    )  # fmt: skip
+    for name, text, attribute in counters:
+        rows = [(label, int(getattr(conn, attribute))) for label, conn in zip(names, conns, strict=True)]
+        yield _family(CounterMetricFamily, name, text, rows, per_object)
+    rows = [(label, len(conn.channels)) for label, conn in zip(names, conns, strict=True)]
+    text = "Channels on a connection"
+    yield _family(GaugeMetricFamily, "rabbitmq_connection_channels", text, rows, per_object)
+
+
+def churn_metrics(broker: Broker) -> Iterator[Metric]:
+    """Connections, channels and queues opened/declared/created and closed/deleted since start-up."""
+    churn = broker.churn
+    vhosts = list(broker.vhosts.values())
+    counters = (
+        ("rabbitmq_connections_opened", "Total number of connections opened", churn.connections_opened),
+        ("rabbitmq_connections_closed", "Total number of connections closed or terminated",
+         churn.connections_closed),
+        ("rabbitmq_channels_opened", "Total number of channels opened", churn.channels_opened),
+        ("rabbitmq_channels_closed", "Total number of channels closed", churn.channels_closed),
+        ("rabbitmq_queues_declared", "Total number of queues declared",
+         sum(v.queues_declared for v in vhosts)),
+        ("rabbitmq_queues_created", "Total number of queues created", sum(v.queues_created for v in vhosts)),
+        ("rabbitmq_queues_deleted", "Total number of queues deleted", sum(v.queues_deleted for v in vhosts)),
+    )  # fmt: skip
+    for name, text, value in counters:
+        yield CounterMetricFamily(name, text, value=value)
+
+
+def cluster_permanent_id(node: str) -> str:
+    """A stable cluster id in RabbitMQ's form (``rabbitmq-cluster-id-`` and 22 base64url characters),
+    derived from the node name since a single ottermq node is its own cluster."""
+    digest = hashlib.sha256(node.encode()).digest()[:16]
+    return "rabbitmq-cluster-id-" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _open_fds() -> int | None:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux
+        return None
+
+
+def node_metrics(broker: Broker) -> Iterator[Metric]:
+    """Identity and build labels, memory, file descriptors, disk space and alarms."""
+    from ..server import process_rss
+
+    node = node_name()
+    identity = GaugeMetricFamily(
+        "rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+        labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"],
+    )  # fmt: skip
+    identity.add_metric([node, node, cluster_permanent_id(node)], 1)
+    yield identity
+    build = GaugeMetricFamily(
+        "rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
+        labels=["rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version",
+                "erlang_version"],
+    )  # fmt: skip
+    client_version = getattr(prometheus_client, "__version__", "")
+    build.add_metric([RABBITMQ_API_VERSION, RABBITMQ_API_VERSION, client_version,
+                      f"Python {platform.python_version()}"], 1)  # fmt: skip
+    yield build
+    yield GaugeMetricFamily(
+        "process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+        value=broker.started_at,
+    )  # fmt: skip
+    rss = process_rss()
+    if rss is not None:
+        yield GaugeMetricFamily("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", value=rss)
+    yield GaugeMetricFamily(
+        "rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", value=broker.memory_limit
+    )
+    fds = _open_fds()
+    if fds is not None:
+        yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", value=fds)
+    max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    yield GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", value=max_fds)
+    sockets = len(broker.connections)
+    yield GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", value=sockets)
+    data_dir = broker.settings.data_dir
+    try:
+        free = shutil.disk_usage(data_dir if os.path.isdir(data_dir) else ".").free
+    except OSError:
+        free = None
+    if free is not None:
+        yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
+                                value=free)  # fmt: skip
+    alarms = (
+        ("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
+         broker.alarm),
+        ("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect",
+         False),
+        ("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", False),
+    )  # fmt: skip
+    for name, text, on in alarms:
+        yield GaugeMetricFamily(name, text, value=1 if on else 0)
