@@ -42,11 +42,12 @@ def fake_channel(stats: MessageStats) -> Any:
 
 
 class FakeConnection:
-    """What the counters read of a connection: its vhost and channels."""
+    """What the counters read of a connection: its vhost, channels and socket bytes."""
 
     def __init__(self, vhost: Any, channels: dict[int, Any]) -> None:
         self.vhost = vhost
         self.channels = channels
+        self.recv_oct = self.send_oct = 0
 
 
 def test_rates_are_the_change_between_two_samples_per_second():
