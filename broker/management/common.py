@@ -43,7 +43,8 @@ SEE_ALL_TAGS = frozenset({"administrator", "monitoring"})  # see every vhost's o
 def json_error(status: int, error: str, reason: str, *, challenge: bool = False) -> web.Response:
     """RabbitMQ's JSON error body ``{"error": ..., "reason": ...}`` with ``status``."""
     headers = {"WWW-Authenticate": REALM} if challenge else None
-    return web.json_response({"error": error, "reason": reason}, status=status, headers=headers)
+    body = json.dumps({"error": error, "reason": reason}, separators=(",", ":"))  # RabbitMQ's bytes
+    return web.json_response(text=body, status=status, headers=headers)
 
 
 class NotFound(web.HTTPException):
