@@ -147,3 +147,10 @@ def test_list_connections_shows_a_client(admin, connect, poll_until):
     assert [c.strip() for c in header.split("|")[1:4]] == ["name", "user", "channels"]
     rows = raw(admin, "--sort", "name", "--sort-reverse", "list", "exchanges", "name")
     assert [r["name"] for r in rows] == sorted((r["name"] for r in rows), reverse=True)
+
+
+def test_list_nodes_and_overview(admin, broker):
+    nodes = raw(admin, "list", "nodes")
+    assert len(nodes) == 1 and nodes[0]["type"] == "disc" and nodes[0]["mem_used"] > 0
+    assert nodes[0]["name"] in admin("list", "nodes")
+    assert nodes[0]["name"] in admin("show", "overview")

@@ -20,8 +20,20 @@ from typing import TYPE_CHECKING
 
 from aiohttp import BasicAuth, hdrs, web
 
-from . import bindings, connections, exchanges, messages, overview, permissions, queues, users, vhosts
-from .common import BROKER_KEY, MANAGEMENT_TAGS, REALM, SAMPLER_KEY, USER_KEY, json_error, shape
+from . import (
+    bindings,
+    connections,
+    exchanges,
+    health,
+    messages,
+    nodes,
+    overview,
+    permissions,
+    queues,
+    users,
+    vhosts,
+)
+from .common import BROKER_KEY, MANAGEMENT_TAGS, PREFIX_KEY, REALM, SAMPLER_KEY, USER_KEY, json_error, shape
 from .listener import HTTPListener
 from .rates import RateSampler
 
@@ -31,7 +43,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-RESOURCES = (overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions)
+RESOURCES = (
+    overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions, health, nodes,
+)  # fmt: skip
 
 
 @web.middleware
@@ -39,7 +53,10 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     """Routing errors, then Basic auth, then the handler (see the module rules)."""
     routing_error = request.match_info.http_exception
     if isinstance(routing_error, web.HTTPMethodNotAllowed):
-        allowed = ", ".join(sorted(routing_error.allowed_methods))
+        methods = set(routing_error.allowed_methods) | {"OPTIONS"}
+        if "GET" in methods:
+            methods.add("HEAD")
+        allowed = ", ".join(m for m in METHOD_ORDER if m in methods)
         return web.Response(status=405, headers={hdrs.ALLOW: allowed})
     if routing_error is not None:
         return json_error(404, "Object Not Found", "Not Found")
@@ -63,16 +80,22 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     return response
 
 
-SHAPING_PARAMS = frozenset({"columns", "sort", "sort_reverse"})
+METHOD_ORDER = ("HEAD", "GET", "PUT", "POST", "DELETE", "OPTIONS")  # RabbitMQ's (cowboy's) Allow order
+SHAPING_PARAMS = frozenset({"columns", "sort", "sort_reverse", "page"})
+# The lists RabbitMQ paginates (paths under the API prefix)
+PAGINATED = frozenset({"/queues", "/queues/{vhost}", "/exchanges", "/exchanges/{vhost}", "/vhosts",
+                       "/connections", "/channels"})  # fmt: skip
 
 
 def reshape(response: web.StreamResponse, request: web.Request) -> web.StreamResponse:
-    """Apply ``columns``/``sort``/``sort_reverse`` to a JSON answer (rule 4)."""
+    """Apply ``columns``/``sort``/``sort_reverse`` and pagination to a JSON answer (rule 4)."""
     if not isinstance(response, web.Response) or response.content_type != "application/json":
         return response
     if response.status != 200 or not isinstance(response.body, bytes):
         return response
-    return web.json_response(shape(json.loads(response.body), request.query), headers=None)
+    route = request.match_info.route.resource
+    path = route.canonical[len(request.app[PREFIX_KEY]) :] if route is not None else ""
+    return web.json_response(shape(json.loads(response.body), request.query, path in PAGINATED))
 
 
 def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
@@ -81,6 +104,7 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
     prefix = (api_path if api_path is not None else broker.settings.web_api_path).rstrip("/")
     app = web.Application(middlewares=[rabbit_middleware])
     app[BROKER_KEY] = broker
+    app[PREFIX_KEY] = prefix
     sampler = app[SAMPLER_KEY] = RateSampler(broker, broker.settings.metrics_samples_interval)
 
     async def start_sampling(_app: web.Application) -> None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import re
 import socket
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
 SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("sampler")
+PREFIX_KEY: web.AppKey[str] = web.AppKey("prefix", str)  # OTTERMQ_WEB_API_PATH without a trailing /
 USER_KEY = "ottermq.user"  # the authenticated UserRecord, set on each request by the auth middleware
 
 REALM = 'Basic realm="RabbitMQ Management"'
@@ -161,22 +163,115 @@ def _sort_key(value: Any) -> tuple[int, Any]:
     return (1, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
 
 
-def shape(body: Any, query: Mapping[str, str]) -> Any:
+def shape(body: Any, query: Mapping[str, str], paginated: bool = False) -> Any:
     """A GET answer shaped by RabbitMQ's query parameters (``rabbit_mgmt_util``): ``sort`` (a dotted
     field) and ``sort_reverse=true`` order a list; ``columns=a,b.c`` keeps only those (dotted) fields
-    of each item, or of a single object. Other bodies pass through unchanged."""
+    of each item, or of a single object. With ``page`` on a list that RabbitMQ paginates
+    (``paginated``), the answer is a page (see :func:`page_of`). Other bodies pass through unchanged.
+
+    Raises:
+        HTTPBadRequest: bad pagination parameters (RabbitMQ's texts).
+    """
+    if paginated and isinstance(body, list) and "page" in query:
+        return page_of(body, query)
     if isinstance(body, list):
-        sort = query.get("sort")
-        if sort:
-            path = sort.split(".")
-            body = sorted(body, key=lambda item: _sort_key(_path_value(item, path)))
-        if query.get("sort_reverse", "false").lower() == "true":
-            body = list(reversed(body))
+        body = _ordered(body, query)
     columns = [c for c in query.get("columns", "").split(",") if c]
     if columns:
         paths = [c.split(".") for c in columns]
         body = [_pick(item, paths) for item in body] if isinstance(body, list) else _pick(body, paths)
     return body
+
+
+def _ordered(items: list[Any], query: Mapping[str, str]) -> list[Any]:
+    sort = query.get("sort")
+    if sort:
+        path = sort.split(".")
+        items = sorted(items, key=lambda item: _sort_key(_path_value(item, path)))
+    if query.get("sort_reverse", "false").lower() == "true":
+        items = list(reversed(items))
+    return items
+
+
+PAGE_SIZE = 100  # RabbitMQ's default page_size
+MAX_PAGE_SIZE = 500
+
+
+def _page_numbers(query: Mapping[str, str]) -> tuple[int, int]:
+    try:
+        page = int(query["page"])
+        size = int(query["page_size"]) if "page_size" in query else None
+    except ValueError:
+        raise bad_request("Pagination parameters are invalid") from None
+    if page < 1 or (size is not None and not 1 <= size <= MAX_PAGE_SIZE):
+        shown = "undefined" if size is None else size
+        raise web.HTTPBadRequest(
+            text=json.dumps(
+                {
+                    "error": "invalid_pagination_parameters",
+                    "reason": f"Invalid pagination parameters: page number {page}, page size {shown}",
+                },
+                separators=(",", ":"),
+            ),
+            content_type="application/json",
+        )
+    return page, PAGE_SIZE if size is None else size
+
+
+def _name_filter(query: Mapping[str, str]) -> Callable[[Any], bool]:
+    """``name`` as a case-insensitive substring, or a case-insensitive regular expression searched
+    for with ``use_regex=true``; no ``name`` keeps everything."""
+    name = query.get("name", "")
+    if not name:
+        return lambda item: True
+    if query.get("use_regex", "false").lower() == "true":
+        try:
+            pattern = re.compile(name, re.IGNORECASE)
+        except re.error:
+            raise bad_request("Pagination parameters are invalid") from None
+        return lambda item: bool(pattern.search(str(_path_value(item, ["name"]) or "")))
+    lowered = name.lower()
+    return lambda item: lowered in str(_path_value(item, ["name"]) or "").lower()
+
+
+def page_of(items: list[Any], query: Mapping[str, str]) -> dict[str, Any]:
+    """One page of ``items``, as RabbitMQ's paginated lists: filtered by ``name`` (see
+    :func:`_name_filter`), sorted, cut to ``page`` (from 1) of ``page_size`` (default 100, at most
+    500), then ``columns`` applied to each item.
+
+    Raises:
+        HTTPBadRequest: a page that is not a positive integer, a size outside 1..500, an invalid
+            regular expression, or a page past the last (``page_out_of_range``).
+    """
+    page, size = _page_numbers(query)
+    keep = _name_filter(query)
+    filtered = _ordered([item for item in items if keep(item)], query)
+    start = (page - 1) * size
+    if page > 1 and start >= len(filtered):
+        raise web.HTTPBadRequest(
+            text=json.dumps(
+                {
+                    "error": "page_out_of_range",
+                    "reason": f"Page out of range, page: {page} page size: {size}, len: {len(filtered)}",
+                },
+                separators=(",", ":"),
+            ),
+            content_type="application/json",
+        )
+    chosen = filtered[start : start + size]
+    columns = [c for c in query.get("columns", "").split(",") if c]
+    if columns:
+        paths = [c.split(".") for c in columns]
+        chosen = [_pick(item, paths) for item in chosen]
+    return {
+        "filtered_count": len(filtered),
+        "item_count": len(chosen),
+        "items": chosen,
+        "page": page,
+        "page_count": -(-len(filtered) // size),
+        "page_size": size,
+        "total_count": len(items),
+    }
 
 
 def sort_by_name(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -208,6 +303,14 @@ def require_administrator(request: web.Request) -> None:
     HTTPUnauthorized: the user lacks the administrator tag (``Not administrator user``)."""
     if "administrator" not in user_of(request).tags:
         raise not_authorised("Not administrator user")
+
+
+def require_monitor(request: web.Request) -> None:
+    """Raises:
+    HTTPUnauthorized: the user has neither the administrator nor the monitoring tag (``Not monitor
+    user``)."""
+    if SEE_ALL_TAGS.isdisjoint(user_of(request).tags):
+        raise not_authorised("Not monitor user")
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:

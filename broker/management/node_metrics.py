@@ -134,10 +134,25 @@ def cluster_permanent_id(node: str) -> str:
     return "rabbitmq-cluster-id-" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def _open_fds() -> int | None:
+def open_fds() -> int | None:
+    """File descriptors this process has open (None where /proc is unavailable)."""
     try:
         return len(os.listdir("/proc/self/fd"))
     except OSError:  # not Linux
+        return None
+
+
+def max_fds() -> int:
+    """The soft limit on open file descriptors."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def disk_free(broker: Broker) -> int | None:
+    """Free bytes on the file system of the data directory (or the working one before it exists)."""
+    data_dir = broker.settings.data_dir
+    try:
+        return shutil.disk_usage(data_dir if os.path.isdir(data_dir) else ".").free
+    except OSError:
         return None
 
 
@@ -171,18 +186,13 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", value=broker.memory_limit
     )
-    fds = _open_fds()
+    fds = open_fds()
     if fds is not None:
         yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", value=fds)
-    max_fds = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    yield GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", value=max_fds)
+    yield GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", value=max_fds())
     sockets = len(broker.connections)
     yield GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", value=sockets)
-    data_dir = broker.settings.data_dir
-    try:
-        free = shutil.disk_usage(data_dir if os.path.isdir(data_dir) else ".").free
-    except OSError:
-        free = None
+    free = disk_free(broker)
     if free is not None:
         yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
                                 value=free)  # fmt: skip

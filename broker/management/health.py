@@ -1,0 +1,144 @@
+"""Health checks: ``GET /api/aliveness-test/{vhost}`` and ``/api/health/checks/...``, as RabbitMQ 3.10's
+management plugin answers them.
+
+Rules:
+
+1. A passing check is ``200 {"status":"ok", ...}``; a failing one ``503 {"status":"failed","reason":...}``
+   with RabbitMQ's texts and extra fields; a malformed parameter ``400 bad_request``.
+2. ``aliveness-test`` declares the non-durable queue ``aliveness-test`` in the vhost, publishes
+   ``test_message`` to it through the default exchange and fetches it back, through the same vhost
+   operations a channel uses.
+3. ``alarms`` and ``local-alarms`` fail while the memory alarm is on (ottermq's only resource alarm);
+   a single node's cluster is itself, so both look at the same alarm.
+4. ``port-listener`` and ``protocol-listener`` know the AMQP, management and Prometheus listeners
+   (protocols ``amqp``, ``http``, ``http/prometheus``).
+5. ottermq is one node without mirrored or quorum queues and without TLS listeners (yet): the
+   quorum/mirror-sync criticality checks answer ``single node cluster`` as RabbitMQ's do on one node,
+   and ``certificate-expiration`` has no certificate to fail on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from ottermq.vhost.message import Message
+
+from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, vhost_or_404
+
+ALIVENESS_QUEUE = "aliveness-test"
+ALIVENESS_BODY = b"test_message"
+TIME_UNITS = ("days", "weeks", "months", "years")
+# spellings RabbitMQ accepts for a protocol, lowercased -> the listener protocol name
+PROTOCOL_ALIASES = {
+    "amqp": "amqp", "amqp091": "amqp", "amqp0-9-1": "amqp", "amqp0.9.1": "amqp", "amqp0_9_1": "amqp",
+    "http": "http", "management": "http", "http/prometheus": "http/prometheus",
+}  # fmt: skip
+
+
+def ok(**extra: Any) -> web.Response:
+    return web.json_response({"status": "ok", **extra})
+
+
+def failed(reason: str, **extra: Any) -> web.Response:
+    return web.json_response({"status": "failed", "reason": reason, **extra}, status=503)
+
+
+async def aliveness_test(request: web.Request) -> web.Response:
+    """Declare, publish to and get from ``aliveness-test`` in the vhost."""
+    vhost = vhost_or_404(request)
+    check_permission(request, vhost, "configure", "queue", ALIVENESS_QUEUE)
+    check_permission(request, vhost, "write", "exchange", "")
+    check_permission(request, vhost, "read", "queue", ALIVENESS_QUEUE)
+    with amqp_errors():  # e.g. someone declared it durable: 400 with the channel's text
+        queue = vhost.declare_queue(ALIVENESS_QUEUE, False, False, False, False, None, None)
+    vhost.publish(None, Message("", ALIVENESS_QUEUE, b"\x00\x00", ALIVENESS_BODY, False, 0, None))
+    entry = queue.pop()
+    if entry is None or entry.message.body != ALIVENESS_BODY:
+        return failed("aliveness-test failed")
+    queue.forget([entry])
+    return ok()
+
+
+def _alarms(request: web.Request, reason: str) -> web.Response:
+    if broker_of(request).alarm:
+        return failed(reason, alarms=[{"node": node_name(), "resource": "memory"}])
+    return ok()
+
+
+async def alarms(request: web.Request) -> web.Response:
+    return _alarms(request, "There are alarms in effect in the cluster")
+
+
+async def local_alarms(request: web.Request) -> web.Response:
+    return _alarms(request, "There are alarms in effect on the node")
+
+
+async def virtual_hosts(request: web.Request) -> web.Response:
+    """Every vhost of this node is running while the node is (they have no separate supervisors)."""
+    return ok()
+
+
+def listeners(request: web.Request) -> list[tuple[str, int]]:
+    """``(protocol, port)`` of every listener, in RabbitMQ's order (AMQP, then HTTP)."""
+    broker = broker_of(request)
+    found = [("amqp", port) for _ip, port in broker.amqp_addresses()]
+    found += [("http", port) for _ip, port in broker.web_addresses()]
+    if broker.prometheus is not None:
+        found += [("http/prometheus", port) for _ip, port in broker.prometheus.addresses()]
+    return found
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+async def port_listener(request: web.Request) -> web.Response:
+    text = request.match_info["port"]
+    try:
+        port = int(text)
+    except ValueError:
+        raise bad_request("Invalid port") from None
+    ports = _unique([p for _protocol, p in listeners(request)])
+    if port in ports:
+        return ok(port=port)
+    return failed("No active listener", missing=port, ports=ports)
+
+
+async def protocol_listener(request: web.Request) -> web.Response:
+    asked = request.match_info["protocol"]
+    protocol = PROTOCOL_ALIASES.get(asked.lower(), asked)
+    protocols = _unique([p for p, _port in listeners(request)])
+    if protocol in protocols:
+        return ok(protocol=protocol)
+    return failed("No active listener", missing=asked, protocols=protocols)
+
+
+async def single_node(request: web.Request) -> web.Response:
+    """Quorum and mirror-sync criticality: nothing can be critical on a single node."""
+    return ok(reason="single node cluster")
+
+
+async def certificate_expiration(request: web.Request) -> web.Response:
+    try:
+        within = int(request.match_info["within"])
+    except ValueError:
+        raise bad_request("Invalid expiration value.") from None
+    if within < 0:
+        raise bad_request("Invalid expiration value.")
+    if request.match_info["unit"] not in TIME_UNITS:
+        raise bad_request("Time unit not recognised. Supported units: days, weeks, months, years.")
+    return ok()  # no TLS listener, so no certificate expires
+
+
+def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
+    checks = f"{prefix}/health/checks"
+    routes.get(f"{prefix}/aliveness-test/{{vhost}}")(aliveness_test)
+    routes.get(f"{checks}/alarms")(alarms)
+    routes.get(f"{checks}/local-alarms")(local_alarms)
+    routes.get(f"{checks}/virtual-hosts")(virtual_hosts)
+    routes.get(f"{checks}/port-listener/{{port}}")(port_listener)
+    routes.get(f"{checks}/protocol-listener/{{protocol}}")(protocol_listener)
+    routes.get(f"{checks}/node-is-quorum-critical")(single_node)
+    routes.get(f"{checks}/node-is-mirror-sync-critical")(single_node)
+    routes.get(f"{checks}/certificate-expiration/{{within}}/{{unit}}")(certificate_expiration)
