@@ -154,3 +154,16 @@ def test_list_nodes_and_overview(admin, broker):
     assert len(nodes) == 1 and nodes[0]["type"] == "disc" and nodes[0]["mem_used"] > 0
     assert nodes[0]["name"] in admin("list", "nodes")
     assert nodes[0]["name"] in admin("show", "overview")
+
+
+def test_export_then_import_restores_a_deleted_queue(admin, channel, unique, tmp_path):
+    name = unique("admin-defs")
+    channel.queue_declare(name, durable=True, arguments={"x-max-length": 4})
+    saved = tmp_path / "defs.json"
+    admin("export", str(saved))
+    exported = json.loads(saved.read_text())
+    assert name in [q["name"] for q in exported["queues"]]
+    channel.queue_delete(name)
+    admin("import", str(saved))
+    ok = channel.queue_declare(name, durable=True, arguments={"x-max-length": 4}, passive=True)
+    assert ok.method.queue == name

@@ -284,20 +284,20 @@ def _read_permission(entry: _Entry) -> PermissionRecord:
     return PermissionRecord(user, vhost, *regexes)
 
 
-def _skip_reserved(entry: _Entry, kind: str, name: str) -> bool:
+def _skip_reserved(entry: _Entry, kind: str, name: str, transient: bool) -> bool:
     if kind == "exchange" and name == "":
         log.warning("%s: not importing the default exchange", entry.where)
         return True
     if name.startswith("amq."):
         log.warning("%s: skipping a %s whose name begins with 'amq.'", entry.where, kind)
         return True
-    if not entry.boolean("durable", True):
+    if not entry.boolean("durable", True) and not transient:
         log.warning("%s: skipping a non-durable %s (only durable entities are stored)", entry.where, kind)
         return True
     return False
 
 
-def _read_exchange(entry: _Entry) -> ExchangeRecord | None:
+def _read_exchange(entry: _Entry, transient: bool) -> ExchangeRecord | None:
     name = entry.string("name")
     vhost = entry.string("vhost", non_empty=True)
     entry.label(f"exchange '{name}' in vhost '{vhost}'")
@@ -305,7 +305,7 @@ def _read_exchange(entry: _Entry) -> ExchangeRecord | None:
     auto_delete = entry.boolean("auto_delete", False)
     internal = entry.boolean("internal", False)
     arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
-    if _skip_reserved(entry, "exchange", name):
+    if _skip_reserved(entry, "exchange", name, transient):
         return None
     if type_ not in EXCHANGE_TYPES:
         raise entry.fail(f"unsupported exchange type '{type_}' (supported: {', '.join(EXCHANGE_TYPES)})")
@@ -316,13 +316,13 @@ def _read_exchange(entry: _Entry) -> ExchangeRecord | None:
     return ExchangeRecord(vhost, name, type_, auto_delete, internal, arguments)
 
 
-def _read_queue(entry: _Entry) -> QueueRecord | None:
+def _read_queue(entry: _Entry, transient: bool) -> QueueRecord | None:
     name = entry.string("name", non_empty=True)
     vhost = entry.string("vhost", non_empty=True)
     entry.label(f"queue '{name}' in vhost '{vhost}'")
     auto_delete = entry.boolean("auto_delete", False)
     arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
-    if _skip_reserved(entry, "queue", name):
+    if _skip_reserved(entry, "queue", name, transient):
         return None
     args = decode_table(arguments)[0]
     queue_type = args.get("x-queue-type", "classic")
@@ -356,8 +356,10 @@ def binding_key(b: BindingRecord) -> tuple[str, str, str, str, str, bytes]:
     return (b.vhost, b.source, b.destination_kind, b.destination, b.routing_key, b.arguments)
 
 
-def definitions_from_json(data: Mapping[str, Any]) -> Definitions:
+def definitions_from_json(data: Mapping[str, Any], transient: bool = False) -> Definitions:
     """Validate a parsed definitions file and turn it into store records (see the module rules).
+    ``transient=True`` keeps non-durable queues and exchanges (for a live import, which declares
+    them; the records do not say which were durable).
 
     Raises:
         DefinitionsError: the first invalid entry, named (``users[1] (user 'bob'): ...``).
@@ -390,7 +392,7 @@ def definitions_from_json(data: Mapping[str, Any]) -> Definitions:
     seen: set[tuple[str, str, str]] = set()
     for i, item in enumerate(_section(data, "exchanges")):
         entry = _Entry("exchanges", i, item)
-        exchange = _read_exchange(entry)
+        exchange = _read_exchange(entry, transient)
         key = ("exchange", entry.item["vhost"], entry.item["name"])
         if exchange is None:
             skipped.add(key)
@@ -401,7 +403,7 @@ def definitions_from_json(data: Mapping[str, Any]) -> Definitions:
             defs.exchanges.append(exchange)
     for i, item in enumerate(_section(data, "queues")):
         entry = _Entry("queues", i, item)
-        queue = _read_queue(entry)
+        queue = _read_queue(entry, transient)
         key = ("queue", entry.item["vhost"], entry.item["name"])
         if queue is None:
             skipped.add(key)

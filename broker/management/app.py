@@ -23,6 +23,7 @@ from aiohttp import BasicAuth, hdrs, web
 from . import (
     bindings,
     connections,
+    definitions,
     exchanges,
     health,
     messages,
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RESOURCES = (
     overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions, health, nodes,
+    definitions,
 )  # fmt: skip
 
 

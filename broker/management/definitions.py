@@ -1,0 +1,253 @@
+"""``GET``/``POST /api/definitions`` and ``/api/definitions/{vhost}``: RabbitMQ's definitions JSON of the
+running broker, exported and imported live (administrators only, as RabbitMQ).
+
+Rules:
+
+1. Export reads the running broker, not the store: users, vhosts and permissions as the API shows
+   them; every queue but exclusive ones and every exchange but the default and ``amq.*`` ones,
+   durable or not (with their ``durable`` flag), as RabbitMQ 3.10 exports them; bindings but the
+   default exchange's. ``/{vhost}`` gives that vhost's queues, exchanges and bindings without
+   ``vhost`` fields, and no users, vhosts or permissions. ``?download=<file>`` adds
+   ``Content-Disposition: attachment`` as RabbitMQ's.
+2. Import takes a JSON body, or a ``multipart/form-data`` upload in the field ``file`` (RabbitMQ's
+   web UI), checks it whole with the parser ``ottermq definitions import`` uses
+   (``broker/definitions``), then applies it through the same operations the other write endpoints
+   use: users are created or replaced, vhosts created, permissions set, missing exchanges and
+   queues declared with their ``durable`` flag (durable ones reach the store as a client's declare
+   would), bindings made when both ends exist. Existing exchanges and queues are left unchanged, as
+   RabbitMQ's import does. The answer is 204; an unreadable body is 400 ``failed_to_parse_json``,
+   invalid definitions 400 with the parser's reason. ``/{vhost}`` imports queues, exchanges and
+   bindings into that vhost (their ``vhost`` fields are ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from ottermq.amqp.table import decode_table
+from ottermq.persistence.store import Definitions
+from ottermq.vhost.vhost import PREDECLARED
+
+from .. import VERSION
+from ..auth import AuthError
+from ..definitions import DefinitionsError, definitions_from_json
+from .bindings import vhost_bindings
+from .common import (
+    amqp_errors,
+    bad_request,
+    broker_of,
+    json_value,
+    node_name,
+    require_administrator,
+    vhost_or_404,
+)
+from .node_metrics import cluster_permanent_id
+from .overview import RABBITMQ_API_VERSION
+from .permissions import permission_json
+from .users import user_json
+
+if TYPE_CHECKING:
+    from ottermq.vhost.vhost import VHost
+
+    from ..server import Broker
+
+log = logging.getLogger(__name__)
+
+RESERVED_EXCHANGES = frozenset(name for name, _type, _internal in PREDECLARED)
+TOPOLOGY = ("queues", "exchanges", "bindings")
+
+
+def topology(vhost: VHost, with_vhost: bool) -> dict[str, list[dict[str, Any]]]:
+    """``vhost``'s queues, exchanges and bindings as definitions (``vhost`` fields if ``with_vhost``)."""
+    where = {"vhost": vhost.name} if with_vhost else {}
+    queues = [
+        {"name": q.name, **where, "durable": q.durable, "auto_delete": q.auto_delete,
+         "arguments": json_value(q.args.raw or {})}
+        for name, q in sorted(vhost.queues.items())
+        if not q.exclusive
+    ]  # fmt: skip
+    exchanges = [
+        {"name": x.name, **where, "type": x.type, "durable": x.durable, "auto_delete": x.auto_delete,
+         "internal": x.internal, "arguments": json_value(x.arguments)}
+        for name, x in sorted(vhost.exchanges.items())
+        if name and name not in RESERVED_EXCHANGES
+    ]  # fmt: skip
+    exclusive = {name for name, q in vhost.queues.items() if q.exclusive}
+    bindings = []
+    for b in vhost_bindings(vhost):
+        if not b["source"] or (b["destination_type"] == "queue" and b["destination"] in exclusive):
+            continue
+        item = {key: value for key, value in b.items() if key != "properties_key"}
+        if not with_vhost:
+            del item["vhost"]
+        bindings.append(item)
+    return {"queues": queues, "exchanges": exchanges, "bindings": bindings}
+
+
+def export(broker: Broker, only: VHost | None = None) -> dict[str, Any]:
+    """The running broker's definitions, node-wide or of the vhost ``only`` (rule 1)."""
+    if only is not None:
+        scoped = topology(only, False)
+        return {"rabbit_version": RABBITMQ_API_VERSION, "parameters": [], "policies": [], **scoped}
+    auth = broker.auth
+    body: dict[str, Any] = {
+        "rabbit_version": RABBITMQ_API_VERSION,
+        "rabbitmq_version": RABBITMQ_API_VERSION,
+        "product_name": "OtterMQ",
+        "product_version": VERSION,
+        "users": [user_json(auth.users[name]) for name in sorted(auth.users)],
+        "vhosts": [
+            {"name": v.name, "limits": [], "metadata": {"description": v.description, "tags": list(v.tags)}}
+            for _name, v in sorted(auth.vhosts.items())
+        ],
+        "permissions": [permission_json(auth.permissions[key]) for key in sorted(auth.permissions)],
+        "topic_permissions": [],
+        "parameters": [],
+        "global_parameters": [{"name": "internal_cluster_id", "value": cluster_permanent_id(node_name())}],
+        "policies": [],
+        "queues": [],
+        "exchanges": [],
+        "bindings": [],
+    }
+    for _name, vhost in sorted(broker.vhosts.items()):
+        for key, items in topology(vhost, True).items():
+            body[key] += items
+    return body
+
+
+async def get_definitions(request: web.Request) -> web.Response:
+    require_administrator(request)
+    only = vhost_or_404(request) if "vhost" in request.match_info else None
+    headers = {}
+    download = request.query.get("download")
+    if download:
+        headers["Content-Disposition"] = f"attachment; filename={download}"
+    return web.json_response(export(broker_of(request), only), headers=headers)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    """The definitions sent: a JSON body, or the ``file`` field of a multipart upload."""
+    try:
+        if request.content_type == "multipart/form-data":
+            form = await request.post()
+            upload = form.get("file")
+            raw = upload.file.read() if isinstance(upload, web.FileField) else str(upload or "").encode()
+        else:
+            raw = await request.read()
+        data = json.loads(raw)
+    except ValueError:
+        raise bad_request("failed_to_parse_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("failed_to_parse_json")
+    return data
+
+
+def _for_vhost(data: dict[str, Any], vhost: str) -> dict[str, Any]:
+    """Only the topology of ``data``, every item placed in ``vhost``."""
+    scoped: dict[str, Any] = {}
+    for key in TOPOLOGY:
+        items = data.get(key) or []
+        if not isinstance(items, list):
+            raise bad_request(f"{key} must be a list")
+        scoped[key] = [{**item, "vhost": vhost} if isinstance(item, dict) else item for item in items]
+    return scoped
+
+
+def _durable(data: dict[str, Any], key: str) -> dict[tuple[str, str], bool]:
+    """``(vhost, name) -> durable`` of the ``queues`` or ``exchanges`` sent (absent means durable)."""
+    flags: dict[tuple[str, str], bool] = {}
+    for item in data.get(key) or []:
+        if isinstance(item, dict):
+            durable = item.get("durable", True) not in (False, "false")
+            flags[(str(item.get("vhost")), str(item.get("name")))] = durable
+    return flags
+
+
+def _check_references(broker: Broker, defs: Definitions) -> None:
+    """Raises DefinitionsError: a permission or entity names a user or vhost that exists neither in
+    the broker nor in ``defs`` (nothing has been applied yet)."""
+    users = set(broker.auth.users) | {u.name for u in defs.users}
+    vhosts = set(broker.auth.vhosts) | {v.name for v in defs.vhosts}
+    for p in defs.permissions:
+        if p.user not in users:
+            raise DefinitionsError(f"permission of user '{p.user}' in vhost '{p.vhost}': no such user")
+        if p.vhost not in vhosts:
+            raise DefinitionsError(f"permission of user '{p.user}' in vhost '{p.vhost}': no such vhost")
+    entities = [("exchange", x.vhost, x.name) for x in defs.exchanges]
+    entities += [("queue", q.vhost, q.name) for q in defs.queues]
+    entities += [("binding to exchange", b.vhost, b.source) for b in defs.bindings]
+    for kind, vhost, name in entities:
+        if vhost not in vhosts:
+            raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
+
+
+def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
+    """Apply checked definitions to the running broker (rule 2).
+
+    Raises:
+        AuthError: a permission pattern that does not compile.
+        AMQPError: a declare or bind the broker refuses.
+    """
+    auth = broker.auth
+    for v in defs.vhosts:
+        auth.add_vhost(v.name, v.description, v.tags)
+        broker.ensure_vhost(v.name)
+    for u in defs.users:
+        auth.put_user(u)
+    for p in defs.permissions:
+        auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
+    durable_exchanges = _durable(data, "exchanges")
+    for x in defs.exchanges:
+        vhost = broker.vhosts[x.vhost]
+        if x.name in vhost.exchanges:
+            continue
+        args = decode_table(x.arguments)[0]
+        durable = durable_exchanges.get((x.vhost, x.name), True)
+        vhost.declare_exchange(x.name, x.type, False, durable, x.auto_delete, x.internal, args)
+    durable_queues = _durable(data, "queues")
+    for q in defs.queues:
+        vhost = broker.vhosts[q.vhost]
+        if q.name in vhost.queues:
+            continue
+        durable = durable_queues.get((q.vhost, q.name), True)
+        vhost.declare_queue(q.name, False, durable, False, q.auto_delete, decode_table(q.arguments)[0], None)
+    for b in defs.bindings:
+        vhost = broker.vhosts[b.vhost]
+        targets = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
+        if b.source not in vhost.exchanges or b.destination not in targets:
+            log.warning("definitions: skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
+                        b.destination_kind, b.destination, b.source, b.vhost,
+                        "exchange" if b.source not in vhost.exchanges else b.destination_kind)  # fmt: skip
+            continue
+        kind = "queue" if b.destination_kind == "queue" else "exchange"
+        vhost.bind(b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
+
+
+async def post_definitions(request: web.Request) -> web.Response:
+    require_administrator(request)
+    broker = broker_of(request)
+    data = await _body(request)
+    if "vhost" in request.match_info:
+        data = _for_vhost(data, vhost_or_404(request).name)
+    try:
+        defs = definitions_from_json(data, transient=True)
+        _check_references(broker, defs)
+    except DefinitionsError as exc:
+        raise bad_request(str(exc)) from None
+    try:
+        with amqp_errors():
+            apply(broker, defs, data)
+    except AuthError as exc:
+        raise bad_request(str(exc)) from None
+    return web.Response(status=204)
+
+
+def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
+    routes.get(f"{prefix}/definitions")(get_definitions)
+    routes.post(f"{prefix}/definitions")(post_definitions)
+    routes.get(f"{prefix}/definitions/{{vhost}}")(get_definitions)
+    routes.post(f"{prefix}/definitions/{{vhost}}")(post_definitions)
+
