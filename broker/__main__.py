@@ -79,8 +79,9 @@ def _definitions(action: str, path: str) -> int:
         asyncio.run(run())
     except StoreError as exc:
         print(
-            f"ottermq definitions {action}: {exc} (stop the broker first, or load a file at start-up "
-            "with OTTERMQ_DEFINITIONS_FILE)",
+            f"ottermq definitions {action}: {exc} (for a running broker use --url, e.g. --url "
+            "http://localhost:15672; or stop the broker first, or load a file at start-up with "
+            "OTTERMQ_DEFINITIONS_FILE)",
             file=sys.stderr,
         )
         return 1
@@ -120,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     stopped = (
-        "Works on the store in OTTERMQ_DATA_DIR, so the broker using that directory must be stopped"
-        " (the data dir is locked while it runs)."
+        "Without --url it works on the store in OTTERMQ_DATA_DIR, so the broker using that directory"
+        " must be stopped (the data dir is locked while it runs); with --url it goes through a running"
+        " broker's management API (GET/POST /api/definitions, applied live)."
     )
     defs = sub.add_parser(
         "definitions",
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=fmt,
     )
     export.add_argument("file", nargs="?", default="-", help="output file; - is stdout")
+    from . import admin_cli  # stdlib only: cheap to import
+
+    admin_cli.add_connection_options(export, admin_defaults())
     imp = defs_sub.add_parser(
         "import",
         help="load a RabbitMQ definitions JSON file into the store",
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=fmt,
     )
     imp.add_argument("file", help="RabbitMQ definitions JSON (rabbitmqctl export_definitions)")
+    admin_cli.add_connection_options(imp, admin_defaults())
     dlq = sub.add_parser(
         "dlq",
         help="dead letters: export a queue to the archive format, analyse or replay an archive",
@@ -159,8 +165,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     dlq.add_argument("action", choices=["export", "report", "compact", "select", "replay"])
     dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")
-    from . import admin_cli  # stdlib only: cheap to import
-
     admin_cli.add_parsers(sub, admin_defaults())
     args = parser.parse_args(argv)
     if args.command in admin_cli.COMMANDS:
@@ -170,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dlq":
         return _dlq(args.action, args.args)
     if args.command == "definitions":
+        if args.url:  # a running broker, through its management API
+            return admin_cli.definitions(args.action, args.file, args)
         return _definitions(args.action, args.file)
     parser.error(f"unknown command {args.command}")
     return 2

@@ -1,4 +1,5 @@
-"""``ottermq list|purge|get|publish|close-connection``: a small client of the management HTTP API.
+"""``ottermq list|purge|get|publish|close-connection|users|permissions|vhosts`` and ``ottermq definitions
+export|import --url``: a small client of the management HTTP API.
 
 It speaks only RabbitMQ's management API (stdlib ``urllib``), so it works against ottermq and against
 RabbitMQ with ``rabbitmq_management`` alike. Where to connect comes from ``--url/--user/--password``
@@ -34,7 +35,8 @@ LISTS: dict[str, tuple[list[str], bool]] = {
 }
 GET_COLUMNS = ["routing_key", "exchange", "redelivered", "message_count", "payload_encoding", "payload"]
 ACKMODES = ["ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"]
-COMMANDS = ("list", "purge", "get", "publish", "close-connection")
+COMMANDS = ("list", "purge", "get", "publish", "close-connection", "users", "permissions", "vhosts")
+ACCESS = ("users", "permissions", "vhosts")  # the commands with their own actions (add, delete, ...)
 
 
 class AdminError(Exception):
@@ -152,6 +154,63 @@ def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
     )
     close.add_argument("name", help="the connection's name as `ottermq list connections` shows it")
     close.add_argument("--reason", help="reply text the client sees (default: RabbitMQ's)")
+    _add_access_parsers(sub, common, fmt, api)
+
+
+def add_connection_options(parser: argparse.ArgumentParser, defaults: Mapping[str, str]) -> None:
+    """``--url`` (which also switches ``ottermq definitions`` to the API), ``--user``, ``--password``."""
+    parser.add_argument("--url", help="a running broker's management API, e.g. http://localhost:15672"
+                        " (without it: the store in OTTERMQ_DATA_DIR)")  # fmt: skip
+    parser.add_argument("--user", default=defaults["user"], help="API user (OTTERMQ_ADMIN_USER)")
+    parser.add_argument("--password", default=defaults["password"], help="(OTTERMQ_ADMIN_PASSWORD)")
+    parser.add_argument("--vhost", help="only this vhost's queues, exchanges and bindings (with --url)")
+
+
+def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api: str) -> None:
+    text = "list, add, delete users or change a password"
+    users = sub.add_parser("users", formatter_class=fmt, help=text + api)
+    users_sub = users.add_subparsers(dest="action", required=True)
+    users_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list users")
+    add = users_sub.add_parser("add", parents=[common], formatter_class=fmt, help="create or replace a user")
+    add.add_argument("name")
+    add.add_argument("new_password", metavar="PASSWORD")
+    add.add_argument("--tags", default="", help="comma-separated: administrator, monitoring, policymaker,"
+                     " management")  # fmt: skip
+    delete = users_sub.add_parser("delete", parents=[common], formatter_class=fmt, help="delete a user")
+    delete.add_argument("name")
+    passwd = users_sub.add_parser(
+        "passwd", parents=[common], formatter_class=fmt, help="set a user's password (its tags are kept)"
+    )
+    passwd.add_argument("name")
+    passwd.add_argument("new_password", metavar="PASSWORD")
+
+    perms = sub.add_parser("permissions", formatter_class=fmt, help="list, set or clear permissions" + api)
+    perms_sub = perms.add_subparsers(dest="action", required=True)
+    plist = perms_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list permissions")
+    plist.add_argument("--vhost", help="only this vhost")
+    padd = perms_sub.add_parser(
+        "add", parents=[common], formatter_class=fmt, help="set a user's permissions on a vhost"
+    )
+    padd.add_argument("vhost")
+    padd.add_argument("user_name", metavar="USER")
+    for kind in ("configure", "write", "read"):
+        padd.add_argument(f"--{kind}", default=".*", help=f"{kind} regex")
+    pdel = perms_sub.add_parser(
+        "delete", parents=[common], formatter_class=fmt, help="clear a user's permissions on a vhost"
+    )
+    pdel.add_argument("vhost")
+    pdel.add_argument("user_name", metavar="USER")
+
+    vhosts = sub.add_parser("vhosts", formatter_class=fmt, help="list, add or delete virtual hosts" + api)
+    vhosts_sub = vhosts.add_subparsers(dest="action", required=True)
+    vhosts_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list vhosts")
+    vadd = vhosts_sub.add_parser("add", parents=[common], formatter_class=fmt, help="create a vhost")
+    vadd.add_argument("name")
+    vadd.add_argument("--description", default="")
+    vdel = vhosts_sub.add_parser(
+        "delete", parents=[common], formatter_class=fmt, help="delete a vhost and everything in it"
+    )
+    vdel.add_argument("name")
 
 
 def run(args: argparse.Namespace, out: Any = None) -> int:
@@ -197,5 +256,74 @@ def _call(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]
         headers = {"X-Reason": args.reason} if args.reason else None
         client.request("DELETE", f"/connections/{quote(args.name)}", headers=headers)
         return {"connection": args.name, "closed": True}, ["connection", "closed"]
+    if command in ACCESS:
+        return _access(client, command, args)
     raise AdminError(f"unknown command {command}")  # pragma: no cover - argparse limits the choices
 
+
+
+def _access(client: AdminClient, command: str, args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """``users``, ``permissions`` and ``vhosts`` actions."""
+    action = args.action
+    if command == "users":
+        path = f"/users/{quote(args.name)}" if action != "list" else ""
+        if action == "list":
+            return client.request("GET", "/users"), LISTS["users"][0]
+        if action == "add":
+            tags = [t.strip() for t in args.tags.split(",") if t.strip()]
+            client.request("PUT", path, {"password": args.new_password, "tags": ",".join(tags)})
+            return {"user": args.name, "tags": tags}, ["user", "tags"]
+        if action == "passwd":  # a PUT replaces the user: send its tags back with the new password
+            current = client.request("GET", path) or {}
+            tags = current.get("tags", [])
+            tags = tags if isinstance(tags, list) else [t for t in str(tags).split(",") if t]
+            client.request("PUT", path, {"password": args.new_password, "tags": ",".join(tags)})
+            return {"user": args.name, "password": "changed"}, ["user", "password"]
+        client.request("DELETE", path)
+        return {"user": args.name, "deleted": True}, ["user", "deleted"]
+    if command == "permissions":
+        columns = ["vhost", "user", "configure", "write", "read"]
+        if action == "list":
+            path = f"/vhosts/{quote(args.vhost)}/permissions" if args.vhost else "/permissions"
+            return client.request("GET", path), columns
+        path = f"/permissions/{quote(args.vhost)}/{quote(args.user_name)}"
+        if action == "add":
+            body = {"configure": args.configure, "write": args.write, "read": args.read}
+            client.request("PUT", path, body)
+            return {"vhost": args.vhost, "user": args.user_name, **body}, columns
+        client.request("DELETE", path)
+        return {"vhost": args.vhost, "user": args.user_name, "cleared": True}, ["vhost", "user", "cleared"]
+    if action == "list":
+        return client.request("GET", "/vhosts"), LISTS["vhosts"][0]
+    path = f"/vhosts/{quote(args.name)}"
+    if action == "add":
+        client.request("PUT", path, {"description": args.description})
+        return {"vhost": args.name, "created": True}, ["vhost", "created"]
+    client.request("DELETE", path)
+    return {"vhost": args.name, "deleted": True}, ["vhost", "deleted"]
+
+
+def definitions(action: str, path: str, args: argparse.Namespace, out: Any = None) -> int:
+    """``ottermq definitions export|import --url``: through a running broker's API."""
+    out = out or sys.stdout
+    client = AdminClient(args.url, args.user, args.password)
+    api_path = "/definitions" + (f"/{quote(args.vhost)}" if args.vhost else "")
+    try:
+        if action == "export":
+            text = json.dumps(client.request("GET", api_path), indent=2) + "\n"
+            if path == "-":
+                out.write(text)
+            else:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+            return 0
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise AdminError(f"cannot read {path}: {exc}") from None
+        client.request("POST", api_path, data)
+        return 0
+    except AdminError as exc:
+        print(f"ottermq definitions {action}: {exc}", file=sys.stderr)
+        return 1

@@ -1,4 +1,5 @@
-"""``ottermq list|purge|get|publish|close-connection`` against the broker under test's management API.
+"""``ottermq list|purge|get|publish|close-connection|users|permissions|vhosts`` and ``ottermq definitions
+export|import --url`` against the broker under test's management API.
 
 The subcommands speak RabbitMQ's management API only, so with ``AMQP_URL`` set they run against
 RabbitMQ's (``MANAGEMENT_URL``) just the same: nothing here is an ottermq extension. RabbitMQ lists
@@ -142,3 +143,58 @@ def test_environment_variables_and_errors(ottermq, broker, unique):
     assert bad.stderr.startswith("ottermq list: 401 ")
     missing = ottermq("purge", unique("missing"), check=False)
     assert missing.returncode == 1 and "404" in missing.stderr
+
+
+def test_users_permissions_and_vhosts(ottermq, broker, unique):
+    user, vhost = unique("cli-user"), unique("cli-vhost")
+    try:
+        ottermq("vhosts", "add", vhost, "--description", "made by the CLI")
+        assert vhost in [v["name"] for v in as_json(ottermq, "vhosts", "list")]
+        ottermq("users", "add", user, "first-pw", "--tags", "monitoring,management")
+        listed = {u["name"]: u for u in as_json(ottermq, "users", "list")}
+        assert sorted(listed[user]["tags"]) == ["management", "monitoring"]
+        ottermq("permissions", "add", vhost, user, "--configure", "^$", "--write", ".*", "--read", ".*")
+        perms = as_json(ottermq, "permissions", "list", "--vhost", vhost)  # the creator has some too
+        assert [(p["configure"], p["write"]) for p in perms if p["user"] == user] == [("^$", ".*")]
+        params = broker.params(virtual_host=vhost, credentials=pika.PlainCredentials(user, "first-pw"))
+        pika.BlockingConnection(params).close()
+        ottermq("users", "passwd", user, "second-pw")
+        assert sorted({u["name"]: u for u in as_json(ottermq, "users", "list")}[user]["tags"]) == [
+            "management", "monitoring",
+        ]  # fmt: skip
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(params)
+        params = broker.params(virtual_host=vhost, credentials=pika.PlainCredentials(user, "second-pw"))
+        pika.BlockingConnection(params).close()
+        ottermq("permissions", "delete", vhost, user)
+        assert user not in [p["user"] for p in as_json(ottermq, "permissions", "list", "--vhost", vhost)]
+    finally:
+        ottermq("users", "delete", user, check=False)
+        ottermq("vhosts", "delete", vhost, check=False)
+    assert user not in [u["name"] for u in as_json(ottermq, "users", "list")]
+    assert vhost not in [v["name"] for v in as_json(ottermq, "vhosts", "list")]
+    missing = ottermq("users", "delete", user, check=False)
+    assert missing.returncode == 1 and "404" in missing.stderr
+
+
+def test_definitions_export_and_import_through_the_api(ottermq, broker, channel, unique, tmp_path):
+    name = unique("cli-defs")
+    channel.queue_declare(name, durable=True, arguments={"x-max-length": 9})
+    saved = tmp_path / "defs.json"
+    ottermq("definitions", "export", str(saved), "--vhost", broker.vhost)
+    assert name in [q["name"] for q in json.loads(saved.read_text())["queues"]]
+    everything = json.loads(ottermq("definitions", "export").stdout)
+    assert broker.user in [u["name"] for u in everything["users"]]
+    channel.queue_delete(name)
+    ottermq("definitions", "import", str(saved), "--vhost", broker.vhost)
+    assert channel.queue_declare(name, passive=True).method.queue == name
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    failed = ottermq("definitions", "import", str(bad), check=False)
+    assert failed.returncode == 1 and "cannot read" in failed.stderr
+
+
+def test_version(ottermq):
+    command = [sys.executable, "-m", "ottermq.broker", "--version"]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONSAFEPATH": "1"})
+    assert done.returncode == 0 and done.stdout.startswith("ottermq ")
