@@ -155,6 +155,14 @@ class Settings(BaseSettings):
         pattern=r"^/[A-Za-z0-9._~/-]*$",
         description="URL path of the aggregated metrics; per-queue ones under <path>/per-object",
     )
+    enable_swagger: bool = Field(
+        False, description="Serve an OpenAPI description of the management API (ottermq extension)"
+    )
+    swagger_path: str = Field(
+        "/docs",
+        pattern=r"^/[A-Za-z0-9._~/-]*$",
+        description="Where the management listener serves it: HTML there, JSON at <path>/openapi.json",
+    )
     metrics_samples_interval: Duration = Field(
         5.0,
         gt=0,

@@ -3,8 +3,10 @@ management plugin answers them. Every test runs against RabbitMQ too (``AMQP_URL
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.parse
+import urllib.request
 from typing import Any
 
 import pytest
@@ -230,3 +232,32 @@ def test_other_paginated_lists(broker, channel, path):
 def test_lists_rabbitmq_does_not_paginate(broker, path):
     status, _, body = call(broker, f"{path}?page=1")
     assert status == 200 and isinstance(body, list)
+
+
+# -- OpenAPI description (ottermq extension) -----------------------------------------------------
+
+
+@pytest.mark.extension  # RabbitMQ serves no OpenAPI description
+def test_openapi_description_lists_the_routes_that_exist(broker_process):
+    b = broker_process({"OTTERMQ_ENABLE_SWAGGER": "true", "OTTERMQ_SWAGGER_PATH": "/docs"}).start()
+    with urllib.request.urlopen(b.management_url + "/docs/openapi.json", timeout=10) as resp:  # no login
+        doc = json.loads(resp.read())
+    assert doc["openapi"].startswith("3.")
+    assert doc["components"]["securitySchemes"]["basic"] == {"type": "http", "scheme": "basic"}
+    paths = doc["paths"]
+    assert set(paths["/api/queues/{vhost}/{name}"]) == {"get", "put", "delete"}
+    assert "post" in paths["/api/definitions"] and "get" in paths["/api/health/checks/alarms"]
+    side = paths["/api/exchanges/{vhost}/{name}/bindings/{side}"]["get"]
+    assert [p["name"] for p in side["parameters"]] == ["vhost", "name", "side"]
+    assert not any(path.startswith("/docs") for path in paths)
+    ids = [op["operationId"] for ops in paths.values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
+    with urllib.request.urlopen(b.management_url + "/docs", timeout=10) as resp:
+        page = resp.read().decode()
+    assert "/api/overview" in page and "openapi.json" in page
+    assert call(b, "/api/overview", auth=("guest", "wrong"))[0] == 401  # the API itself still needs a login
+
+
+@pytest.mark.extension
+def test_openapi_description_is_off_by_default(broker):
+    assert call(broker, "/docs/openapi.json")[0] == 404

@@ -36,6 +36,7 @@ from . import (
 )
 from .common import BROKER_KEY, MANAGEMENT_TAGS, PREFIX_KEY, REALM, SAMPLER_KEY, USER_KEY, json_error, shape
 from .listener import HTTPListener
+from .openapi import add_docs
 from .rates import RateSampler
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ RESOURCES = (
 @web.middleware
 async def rabbit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Routing errors, then Basic auth, then the handler (see the module rules)."""
+    docs = request.app.get(DOCS_KEY)
+    if docs is not None and (request.path == docs or request.path.startswith(docs + "/")):
+        return await handler(request)  # the OpenAPI description needs no login (openapi.py)
     routing_error = request.match_info.http_exception
     if isinstance(routing_error, web.HTTPMethodNotAllowed):
         methods = set(routing_error.allowed_methods) | {"OPTIONS"}
@@ -82,6 +86,7 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     return response
 
 
+DOCS_KEY: web.AppKey[str] = web.AppKey("docs", str)  # OTTERMQ_SWAGGER_PATH when enabled
 METHOD_ORDER = ("HEAD", "GET", "PUT", "POST", "DELETE", "OPTIONS")  # RabbitMQ's (cowboy's) Allow order
 SHAPING_PARAMS = frozenset({"columns", "sort", "sort_reverse", "page"})
 # The lists RabbitMQ paginates (paths under the API prefix)
@@ -121,6 +126,10 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
     for resource in RESOURCES:
         resource.add_routes(routes, prefix)
     app.add_routes(routes)
+    if broker.settings.enable_swagger:
+        docs = broker.settings.swagger_path.rstrip("/") or "/docs"
+        app[DOCS_KEY] = docs
+        add_docs(app, docs)
     return app
 
 

@@ -121,6 +121,8 @@ BAD_VALUES = {
     "prometheus_port": "-1",
     "prometheus_path": "metrics",
     "metrics_samples_interval": "0",
+    "enable_swagger": "maybe",
+    "swagger_path": "docs",
     "log_level": "VERBOSE",
 }
 
