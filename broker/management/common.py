@@ -205,16 +205,8 @@ def _page_numbers(query: Mapping[str, str]) -> tuple[int, int]:
         raise bad_request("Pagination parameters are invalid") from None
     if page < 1 or (size is not None and not 1 <= size <= MAX_PAGE_SIZE):
         shown = "undefined" if size is None else size
-        raise web.HTTPBadRequest(
-            text=json.dumps(
-                {
-                    "error": "invalid_pagination_parameters",
-                    "reason": f"Invalid pagination parameters: page number {page}, page size {shown}",
-                },
-                separators=(",", ":"),
-            ),
-            content_type="application/json",
-        )
+        reason = f"Invalid pagination parameters: page number {page}, page size {shown}"
+        raise bad_request(reason, "invalid_pagination_parameters")
     return page, PAGE_SIZE if size is None else size
 
 
@@ -248,16 +240,8 @@ def page_of(items: list[Any], query: Mapping[str, str]) -> dict[str, Any]:
     filtered = _ordered([item for item in items if keep(item)], query)
     start = (page - 1) * size
     if page > 1 and start >= len(filtered):
-        raise web.HTTPBadRequest(
-            text=json.dumps(
-                {
-                    "error": "page_out_of_range",
-                    "reason": f"Page out of range, page: {page} page size: {size}, len: {len(filtered)}",
-                },
-                separators=(",", ":"),
-            ),
-            content_type="application/json",
-        )
+        reason = f"Page out of range, page: {page} page size: {size}, len: {len(filtered)}"
+        raise bad_request(reason, "page_out_of_range")
     chosen = filtered[start : start + size]
     columns = [c for c in query.get("columns", "").split(",") if c]
     if columns:
@@ -282,10 +266,11 @@ def sort_by_name(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- the write side ------------------------------------------------------------------------------
 
 
-def bad_request(reason: str) -> web.HTTPException:
-    """RabbitMQ's ``400 {"error":"bad_request","reason":...}``."""
+def bad_request(reason: str, error: str = "bad_request") -> web.HTTPException:
+    """RabbitMQ's ``400 {"error":"bad_request","reason":...}`` (or another ``error``)."""
     return web.HTTPBadRequest(
-        text=json.dumps({"error": "bad_request", "reason": reason}), content_type="application/json"
+        text=json.dumps({"error": error, "reason": reason}, separators=(",", ":")),
+        content_type="application/json",
     )
 
 
