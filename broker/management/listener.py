@@ -71,7 +71,9 @@ class HTTPListener:
         self._runner = runner
         for sock in self.sockets:
             await web.SockSite(runner, sock).start()
-        urls = ", ".join(f"http://{ip}:{port}{self.path}" for ip, port in self.addresses())
+        urls = ", ".join(
+            f"http://{f'[{ip}]' if ':' in ip else ip}:{port}{self.path}" for ip, port in self.addresses()
+        )
         log.info("%s on %s", self.what, urls)
 
     def close_sockets(self) -> None:
