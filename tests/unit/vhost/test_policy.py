@@ -1,0 +1,121 @@
+"""Policy validation, matching and merging (``vhost/policy.py``): tables of cases per key, with the texts
+RabbitMQ 3.10 answers (checked against it over HTTP)."""
+
+from __future__ import annotations
+
+import pytest
+from ottermq.vhost.arguments import parse_queue_args
+from ottermq.vhost.policy import PolicyError, choose, consumer_timeout, effective_args, make_policy, merge
+
+
+def policy(name="p", pattern=".*", definition=None, apply_to="all", priority=0, operator=False):
+    definition = definition or {"max-length": 1}
+    return make_policy("/", name, pattern, definition, apply_to, priority, operator=operator)
+
+
+@pytest.mark.parametrize(
+    ("definition", "reason"),
+    [
+        ({"message-ttl": -1}, "-1 is not a valid message TTL"),
+        ({"message-ttl": "x"}, '<<"x">> is not a valid message TTL'),
+        ({"message-ttl": 1.5}, "1.5 is not a valid message TTL"),
+        ({"message-ttl": True}, "true is not a valid message TTL"),
+        ({"expires": 0}, "0 is not a valid queue expiry"),
+        ({"max-length": -1}, "-1 is not a valid maximum length"),
+        ({"max-length-bytes": -1}, "-1 is not a valid maximum length in bytes"),
+        ({"dead-letter-exchange": 5}, "5 is not a valid dead letter exchange name"),
+        ({"dead-letter-routing-key": 5}, "5 is not a valid dead letter routing key"),
+        ({"overflow": "bad"}, '<<"bad">> is not a valid overflow value'),
+        ({"delivery-limit": -1}, "-1 is not a valid delivery limit"),
+        ({"alternate-exchange": 5}, "5 is not a valid alternate exchange name"),
+        ({"nope": 1}, '[{<<"nope">>,1}] are not recognised policy settings'),
+        ({"message-ttl": 5, "other": 2, "bogus": 1},
+         '[{<<"bogus">>,1},{<<"other">>,2}] are not recognised policy settings'),
+        ({}, "no policy provided"),
+    ],
+)  # fmt: skip
+def test_invalid_definitions_get_rabbitmqs_reason(definition, reason):
+    with pytest.raises(PolicyError) as info:
+        make_policy("/", "p", "x", definition)
+    assert str(info.value) == reason
+
+
+def test_other_checks():
+    with pytest.raises(PolicyError, match="^apply-to 'bogus' unrecognised; should be 'queues', 'exchanges' or"):
+        policy(apply_to="bogus")
+    with pytest.raises(PolicyError, match=r'^priority should be a number, actually was <<"high">>$'):
+        policy(priority="high")
+    with pytest.raises(PolicyError, match="^pattern should be regular expression but is invalid: "):
+        policy(pattern="(")
+    with pytest.raises(PolicyError, match=r'^\[\{<<"dead-letter-exchange">>,<<"x">>\}\] are not recognised'):
+        policy(definition={"dead-letter-exchange": "x"}, operator=True)
+
+
+def test_accepted_keys_of_other_features():
+    accepted = policy(definition={"ha-mode": "all", "queue-mode": "lazy", "max-age": "1D"})
+    assert accepted.definition["ha-mode"] == "all"
+
+
+def test_choose_highest_priority_matching_kind_and_searched_pattern():
+    low = policy("low", "^orders", priority=1)
+    high = policy("high", "ders", priority=5)
+    exchanges = policy("xs", ".*", apply_to="exchanges", priority=9)
+    assert choose([low, high, exchanges], "queue", "orders.eu") is high
+    assert choose([low, high, exchanges], "queue", "my-orders") is high
+    assert choose([low, exchanges], "queue", "other") is None
+    assert choose([low, high, exchanges], "exchange", "orders") is exchanges
+    tie_b, tie_a = policy("b", "q", priority=1), policy("a", "q", priority=1)
+    assert choose([tie_b, tie_a], "queue", "q") is tie_a
+
+
+@pytest.mark.parametrize(
+    ("user", "operator", "merged"),
+    [
+        ({"message-ttl": 100}, {"message-ttl": 50}, {"message-ttl": 50}),
+        ({"message-ttl": 10}, {"message-ttl": 50}, {"message-ttl": 10}),
+        ({"expires": 1000, "dead-letter-exchange": "dlx"}, {"expires": 5000},
+         {"expires": 1000, "dead-letter-exchange": "dlx"}),
+        ({"max-length": 5}, {"max-length-bytes": 100}, {"max-length": 5, "max-length-bytes": 100}),
+        ({"overflow": "reject-publish"}, {"overflow": "drop-head"}, {"overflow": "drop-head"}),
+        ({"delivery-limit": 3}, {"delivery-limit": 9}, {"delivery-limit": 3}),
+        (None, {"max-length": 2}, {"max-length": 2}),
+        ({"max-length": 2}, None, {"max-length": 2}),
+    ],
+)  # fmt: skip
+def test_user_and_operator_merge(user, operator, merged):
+    u = policy("u", definition=user) if user else None
+    o = policy("o", definition=operator, operator=True) if operator else None
+    assert merge(u, o) == merged
+
+
+@pytest.mark.parametrize(
+    ("arguments", "definition", "expected"),
+    [
+        ({"x-message-ttl": 100}, {"message-ttl": 50}, {"message_ttl": 50}),
+        ({"x-message-ttl": 10}, {"message-ttl": 50}, {"message_ttl": 10}),
+        ({}, {"message-ttl": 50}, {"message_ttl": 50}),
+        ({"x-expires": 1000}, {"expires": 5000}, {"expires": 1000}),
+        ({"x-max-length": 10}, {"max-length": 5}, {"max_length": 5}),
+        ({"x-max-length-bytes": 10}, {"max-length-bytes": 50}, {"max_length_bytes": 10}),
+        ({"x-dead-letter-exchange": "arg"}, {"dead-letter-exchange": "pol"}, {"dead_letter_exchange": "arg"}),
+        ({}, {"dead-letter-exchange": "pol"}, {"dead_letter_exchange": "pol"}),
+        ({"x-dead-letter-exchange": "d", "x-dead-letter-routing-key": "a"}, {"dead-letter-routing-key": "p"},
+         {"dead_letter_routing_key": "a"}),
+        ({"x-overflow": "reject-publish"}, {"overflow": "drop-head"}, {"overflow": "reject-publish"}),
+        ({}, {"overflow": "reject-publish"}, {"overflow": "reject-publish"}),
+        ({"x-delivery-limit": 5}, {"delivery-limit": 2}, {"delivery_limit": 2}),
+    ],
+)  # fmt: skip
+def test_policy_against_queue_arguments(arguments, definition, expected):
+    declared = parse_queue_args(arguments, "q")
+    result = effective_args(declared, definition)
+    for attribute, value in expected.items():
+        assert getattr(result, attribute) == value
+    assert result.raw == declared.raw  # declare-equivalence still compares what was declared
+
+
+def test_consumer_timeout_lowest_wins():
+    declared = parse_queue_args({}, "q")
+    assert consumer_timeout(declared, {}, 1_800_000) == 1_800_000
+    assert consumer_timeout(declared, {"consumer-timeout": 5000}, 1_800_000) == 5000
+    assert consumer_timeout(declared, {}, None) is None

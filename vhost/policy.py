@@ -1,0 +1,221 @@
+"""Policies and operator policies (issue 15): validation, matching and merging, as RabbitMQ 3.10 does them.
+
+Pure: no I/O, no broker state. ``VHost`` keeps the policies and applies :func:`effective_args` to its
+queues; the management API validates with :func:`make_policy`.
+
+Rules:
+
+1. A policy has ``pattern`` (a regular expression *searched* in the queue or exchange name),
+   ``apply-to`` (``all``, ``queues``, ``exchanges``), ``priority`` (an integer, default 0) and a
+   non-empty ``definition``. Invalid ones raise :class:`PolicyError` with RabbitMQ's text (its
+   ``Validation failed`` reasons, Erlang terms as ``~p`` prints them).
+2. Of the policies that match an object, the one with the highest priority applies (ties: the
+   first by name); at most one user policy and one operator policy apply to an object.
+3. A queue's effective settings merge, key by key:
+   - user and operator policy: the lower value of ``message-ttl``, ``expires``, ``max-length``,
+     ``max-length-bytes``, ``delivery-limit``; the operator's ``overflow``; every other key from
+     the user policy;
+   - then the queue's own ``x-`` arguments: the lower value of ``message-ttl``, ``expires``,
+     ``max-length``, ``max-length-bytes``, ``delivery-limit``, ``consumer-timeout``; the argument
+     wins for ``dead-letter-exchange``, ``dead-letter-routing-key`` and ``overflow``.
+4. Keys other RabbitMQ features read (``ha-*``, ``queue-mode``, ``max-age``, federation, ...) are
+   accepted and have no effect here; unknown keys are refused (``... are not recognised policy
+   settings``). ``consumer-timeout`` is RabbitMQ 3.12's key; 3.10 refuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ottermq.amqp.erlang import Atom, format_term
+
+from .arguments import QueueArgs
+
+APPLY_TO = ("all", "queues", "exchanges")
+OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")
+# Accepted (RabbitMQ features without a counterpart here), never applied
+INERT_KEYS = frozenset({
+    "ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
+    "ha-promote-on-failure", "queue-mode", "queue-master-locator", "queue-leader-locator", "queue-version",
+    "max-age", "stream-max-segment-size-bytes", "max-in-memory-length", "max-in-memory-bytes",
+    "dead-letter-strategy", "federation-upstream", "federation-upstream-set", "initial-cluster-size",
+    "target-group-size",
+})  # fmt: skip
+OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "overflow",
+                           "delivery-limit", "max-in-memory-length", "max-in-memory-bytes"})  # fmt: skip
+
+
+class PolicyError(ValueError):
+    """A policy RabbitMQ would refuse; ``str(error)`` is RabbitMQ's reason."""
+
+
+def _term(value: Any) -> str:
+    """A JSON value as RabbitMQ prints the decoded term (``<<"x">>``, ``1.5``, ``true``, ``null``)."""
+    if value is None:
+        return format_term(Atom("null"))
+    if isinstance(value, dict):
+        return "#{" + ",".join(f"{_term(k)} => {_term(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_term(v) for v in value) + "]"
+    return format_term(value)
+
+
+def _non_negative(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _positive(value: Any) -> bool:
+    return _non_negative(value) and value >= 1
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+# key -> (check, "is not a valid ..." noun)
+CHECKS: dict[str, tuple[Any, str]] = {
+    "message-ttl": (_non_negative, "message TTL"),
+    "expires": (_positive, "queue expiry"),
+    "max-length": (_non_negative, "maximum length"),
+    "max-length-bytes": (_non_negative, "maximum length in bytes"),
+    "dead-letter-exchange": (_text, "dead letter exchange name"),
+    "dead-letter-routing-key": (_text, "dead letter routing key"),
+    "overflow": (lambda v: v in OVERFLOW, "overflow value"),
+    "delivery-limit": (_non_negative, "delivery limit"),
+    "alternate-exchange": (_text, "alternate exchange name"),
+    "consumer-timeout": (_non_negative, "consumer timeout"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """One validated policy (user or operator) of a vhost."""
+
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str
+    priority: int
+    definition: dict[str, Any]
+    operator: bool = False
+    regex: re.Pattern[str] = field(compare=False, repr=False, default=re.compile(""))
+
+    def applies(self, kind: str, name: str) -> bool:
+        """Whether this policy matches the ``kind`` (``queue``/``exchange``) object ``name``."""
+        if self.apply_to != "all" and self.apply_to != kind + "s":
+            return False
+        return self.regex.search(name) is not None
+
+    def as_json(self) -> dict[str, Any]:
+        """As the management API shows it."""
+        return {"vhost": self.vhost, "name": self.name, "pattern": self.pattern, "apply-to": self.apply_to,
+                "definition": dict(self.definition), "priority": self.priority}  # fmt: skip
+
+
+def make_policy(
+    vhost: str,
+    name: str,
+    pattern: Any,
+    definition: Any,
+    apply_to: Any = "all",
+    priority: Any = 0,
+    *,
+    operator: bool = False,
+) -> Policy:
+    """A validated policy.
+
+    Raises:
+        PolicyError: RabbitMQ's reason, without its ``Validation failed`` prefix.
+    """
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise PolicyError(f"priority should be a number, actually was {_term(priority)}")
+    if apply_to not in APPLY_TO:
+        shown = f"'{apply_to}'" if isinstance(apply_to, str) else _term(apply_to)
+        raise PolicyError(f"apply-to {shown} unrecognised; should be 'queues', 'exchanges' or 'all'")
+    if not isinstance(pattern, str):
+        raise PolicyError(f"pattern should be a string, actually was {_term(pattern)}")
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise PolicyError(f"pattern should be regular expression but is invalid: {exc.msg}") from None
+    if not isinstance(definition, dict) or not definition:
+        raise PolicyError("no policy provided")
+    known = OPERATOR_KEYS if operator else CHECKS.keys() | INERT_KEYS
+    unknown = [(k, v) for k, v in sorted(definition.items()) if k not in known]
+    if unknown:
+        terms = ",".join("{" + _term(k) + "," + _term(v) + "}" for k, v in unknown)
+        raise PolicyError(f"[{terms}] are not recognised policy settings")
+    for key, value in sorted(definition.items()):
+        check = CHECKS.get(key)
+        if check is not None and not check[0](value):
+            raise PolicyError(f"{_term(value)} is not a valid {check[1]}")
+    return Policy(vhost, name, pattern, apply_to, priority, dict(definition), operator, regex)
+
+
+def choose(policies: Iterable[Policy], kind: str, name: str) -> Policy | None:
+    """The policy that applies to ``name``: the highest priority among those matching, ties by name."""
+    best: Policy | None = None
+    for policy in sorted(policies, key=lambda p: p.name):
+        if policy.applies(kind, name) and (best is None or policy.priority > best.priority):
+            best = policy
+    return best
+
+
+def merge(user: Policy | None, operator: Policy | None) -> dict[str, Any]:
+    """The definition in force from a user and an operator policy (rule 3, first step)."""
+    merged = dict(user.definition) if user is not None else {}
+    if operator is None:
+        return merged
+    for key, value in operator.definition.items():
+        if key in LOWER_WINS and key in merged:
+            merged[key] = min(merged[key], value)
+        else:
+            merged[key] = value  # the operator's overflow, or a key the user policy lacks
+    return merged
+
+
+# policy key -> QueueArgs field
+_QUEUE_FIELDS = {
+    "message-ttl": "message_ttl",
+    "expires": "expires",
+    "max-length": "max_length",
+    "max-length-bytes": "max_length_bytes",
+    "delivery-limit": "delivery_limit",
+    "dead-letter-exchange": "dead_letter_exchange",
+    "dead-letter-routing-key": "dead_letter_routing_key",
+    "overflow": "overflow",
+}
+_ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow")
+
+
+def effective_args(declared: QueueArgs, definition: Mapping[str, Any]) -> QueueArgs:
+    """``declared`` (a queue's own arguments) with a merged policy ``definition`` applied (rule 3,
+    second step). ``raw`` stays the declared table, so declare-equivalence is unchanged."""
+    changes: dict[str, Any] = {}
+    for key, attribute in _QUEUE_FIELDS.items():
+        if key not in definition:
+            continue
+        value = definition[key]
+        own = getattr(declared, attribute)
+        argument_given = f"x-{key}" in declared.raw
+        if key in _ARGUMENT_WINS:
+            if not argument_given:
+                changes[attribute] = value
+        elif own is None:
+            changes[attribute] = value
+        else:
+            changes[attribute] = min(own, value)
+    return dataclasses.replace(declared, **changes) if changes else declared
+
+
+def consumer_timeout(declared: QueueArgs, definition: Mapping[str, Any], default: int | None) -> int | None:
+    """Milliseconds a delivery may stay unacked on this queue: the lower of the queue's
+    ``x-consumer-timeout``, the policy's ``consumer-timeout`` and the node's default (None = off)."""
+    values = [v for v in (declared.raw.get("x-consumer-timeout"), definition.get("consumer-timeout"), default)
+              if isinstance(v, int) and not isinstance(v, bool) and v > 0]  # fmt: skip
+    return min(values) if values else None
