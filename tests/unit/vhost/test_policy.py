@@ -41,7 +41,7 @@ def test_invalid_definitions_get_rabbitmqs_reason(definition, reason):
 
 
 def test_other_checks():
-    with pytest.raises(PolicyError, match="^apply-to 'bogus' unrecognised; should be 'queues', 'exchanges' or"):
+    with pytest.raises(PolicyError, match="^apply-to 'bogus' unrecognised; should be 'queues', 'exch"):
         policy(apply_to="bogus")
     with pytest.raises(PolicyError, match=r'^priority should be a number, actually was <<"high">>$'):
         policy(priority="high")
