@@ -45,6 +45,7 @@ from .store import (
     ExchangeRecord,
     MessageRecord,
     PermissionRecord,
+    PolicyRecord,
     QueueRecord,
     StoreError,
     UserRecord,
@@ -214,9 +215,16 @@ class BatchingStore:
     def put_vhost(self, record: VHostRecord) -> None:
         self._add(s.PUT_VHOST, s.vhost_row(record))
 
+    def put_policy(self, record: PolicyRecord) -> None:
+        self._add(s.PUT_POLICY, s.policy_row(record))
+
+    def delete_policy(self, vhost: str, name: str, operator: bool) -> None:
+        self._add(s.DELETE_POLICY, (vhost, name, int(operator)))
+
     def delete_vhost(self, name: str) -> None:
         """Delete the vhost with its permissions, exchanges, bindings, queues and messages."""
         self._add(s.DELETE_VHOST_PERMISSIONS, (name,))
+        self._add(s.DELETE_VHOST_POLICIES, (name,))
         self._add(s.DELETE_VHOST_BINDINGS, (name,))
         self._add(s.DELETE_VHOST_EXCHANGES, (name,))
         for qid, (vhost, _) in list(self._queue_keys.items()):
@@ -408,9 +416,13 @@ class MemoryStore(BatchingStore):
         self._exchanges: dict[Any, s.Row] = {}
         self._queues: dict[int, s.Row] = {}
         self._bindings: dict[Any, s.Row] = {}
+        self._policies: dict[Any, s.Row] = {}  # (vhost, operator, name) -> row
         self._messages: dict[int, dict[int, s.Row]] = {}  # queue id -> {message id: row}, id order
         self._apply: dict[str, Callable[[tuple[Any, ...]], None]] = {
             s.PUT_VHOST: lambda p: self._vhosts.__setitem__(p[0], p),
+            s.PUT_POLICY: lambda p: self._policies.__setitem__((p[0], p[2], p[1]), p),
+            s.DELETE_POLICY: lambda p: self._drop(self._policies, lambda k, r: (r[0], r[1], r[2]) == p),
+            s.DELETE_VHOST_POLICIES: lambda p: self._drop(self._policies, lambda k, r: r[0] == p[0]),
             s.DELETE_VHOST: lambda p: self._drop(self._vhosts, lambda k, r: k == p[0]),
             s.DELETE_VHOST_PERMISSIONS: lambda p: self._drop(self._permissions, lambda k, r: r[1] == p[0]),
             s.DELETE_VHOST_EXCHANGES: lambda p: self._drop(self._exchanges, lambda k, r: r[0] == p[0]),
@@ -510,6 +522,7 @@ class MemoryStore(BatchingStore):
             [r for _, r in sorted(self._exchanges.items())],
             [r for _, r in sorted(self._queues.items())],
             [r for _, r in sorted(self._bindings.items())],
+            [r for _, r in sorted(self._policies.items())],
         )
 
     async def iter_messages(self, queue_id: int, chunk: int = 10000) -> AsyncIterator[list[MessageRecord]]:

@@ -33,6 +33,7 @@ from .store import (
     ExchangeRecord,
     MessageRecord,
     PermissionRecord,
+    PolicyRecord,
     QueueRecord,
     StoreError,
     UserRecord,
@@ -41,7 +42,7 @@ from .store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x4F74724D  # "OtrM": PRAGMA application_id of every OtterMQ database
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -129,8 +130,24 @@ def _create_v1(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
 
+def _migrate_to_2(conn: sqlite3.Connection) -> None:
+    """Schema 2: policies and operator policies (issue 15)."""
+    conn.execute(
+        """CREATE TABLE policies (
+            vhost TEXT NOT NULL,
+            name TEXT NOT NULL,
+            operator INTEGER NOT NULL,             -- 1: an operator policy
+            pattern TEXT NOT NULL,
+            apply_to TEXT NOT NULL,
+            priority INTEGER NOT NULL,
+            definition TEXT NOT NULL,              -- JSON object
+            PRIMARY KEY (vhost, name, operator)
+        ) WITHOUT ROWID"""
+    )
+
+
 # MIGRATIONS[v] turns schema v - 1 into v (1: the empty database into the first schema).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _create_v1}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _create_v1, 2: _migrate_to_2}
 
 
 # -- opening: checks and migrations ---------------------------------------------------------------
@@ -328,6 +345,12 @@ INSERT_MESSAGE = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 DELETE_MESSAGE = "DELETE FROM messages WHERE id = ?"
+PUT_POLICY = (
+    "INSERT OR REPLACE INTO policies (vhost, name, operator, pattern, apply_to, priority, definition) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+DELETE_POLICY = "DELETE FROM policies WHERE vhost = ? AND name = ? AND operator = ?"
+DELETE_VHOST_POLICIES = "DELETE FROM policies WHERE vhost = ?"
 MARK_DELIVERED = "UPDATE messages SET deliveries = ? WHERE id = ?"
 DELETE_MESSAGES = "DELETE FROM messages WHERE id BETWEEN ? AND ?"  # a whole queue's range
 
@@ -353,6 +376,10 @@ SELECT_QUEUES = "SELECT id, vhost, name, auto_delete, arguments, expires_at FROM
 SELECT_BINDINGS = (
     "SELECT vhost, source, destination_kind, destination, routing_key, arguments FROM bindings "
     "ORDER BY vhost, source, destination_kind, destination, routing_key, arguments"
+)
+SELECT_POLICIES = (
+    "SELECT vhost, name, operator, pattern, apply_to, priority, definition FROM policies "
+    "ORDER BY vhost, operator, name"
 )
 SELECT_MESSAGES = (
     "SELECT id, exchange, routing_key, props, body, enqueued_at, deadline, extra_keys, deliveries "
@@ -387,9 +414,14 @@ def binding_row(r: BindingRecord) -> Row:
     return (r.vhost, r.source, r.destination_kind, r.destination, r.routing_key, bytes(r.arguments))
 
 
+def policy_row(r: PolicyRecord) -> Row:
+    return (r.vhost, r.name, int(r.operator), r.pattern, r.apply_to, r.priority, r.definition)
+
+
 def definitions(
     vhosts: Iterable[Row], users: Iterable[Row], permissions: Iterable[Row],
     exchanges: Iterable[Row], queues: Iterable[Row], bindings: Iterable[Row],
+    policies: Iterable[Row] = (),
 ) -> Definitions:
     """Build ``Definitions`` from rows shaped like the put statements' params."""
     return Definitions(
@@ -399,6 +431,7 @@ def definitions(
         exchanges=[ExchangeRecord(v, n, t, bool(d), bool(i), a) for v, n, t, d, i, a in exchanges],
         queues=[QueueRecord(v, n, bool(d), a, e, i) for i, v, n, d, a, e in queues],
         bindings=[BindingRecord(*r) for r in bindings],
+        policies=[PolicyRecord(v, n, p, a, pr, d, bool(o)) for v, n, o, p, a, pr, d in policies],
     )
 
 

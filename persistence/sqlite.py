@@ -322,7 +322,7 @@ def _read_definitions(conn: sqlite3.Connection) -> Definitions:
         conn.execute(query).fetchall()
         for query in (
             schema.SELECT_VHOSTS, schema.SELECT_USERS, schema.SELECT_PERMISSIONS,
-            schema.SELECT_EXCHANGES, schema.SELECT_QUEUES, schema.SELECT_BINDINGS,
+            schema.SELECT_EXCHANGES, schema.SELECT_QUEUES, schema.SELECT_BINDINGS, schema.SELECT_POLICIES,
         )
     ))
 

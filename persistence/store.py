@@ -94,6 +94,17 @@ class MessageRecord:
 
 
 @dataclass(slots=True)
+class PolicyRecord:
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str
+    priority: int
+    definition: str  # JSON object
+    operator: bool = False  # an operator policy
+
+
+@dataclass(slots=True)
 class Definitions:
     vhosts: list[VHostRecord] = field(default_factory=list)
     users: list[UserRecord] = field(default_factory=list)
@@ -101,6 +112,7 @@ class Definitions:
     exchanges: list[ExchangeRecord] = field(default_factory=list)
     queues: list[QueueRecord] = field(default_factory=list)
     bindings: list[BindingRecord] = field(default_factory=list)
+    policies: list[PolicyRecord] = field(default_factory=list)
 
 
 CommitCallback = Callable[[bool], None]
@@ -154,6 +166,8 @@ class Store(Protocol):
 
     def put_binding(self, record: BindingRecord) -> None: ...
     def delete_binding(self, record: BindingRecord) -> None: ...
+    def put_policy(self, record: PolicyRecord) -> None: ...
+    def delete_policy(self, vhost: str, name: str, operator: bool) -> None: ...
 
     # messages
     def insert_message(self, record: MessageRecord) -> int:

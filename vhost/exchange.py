@@ -100,6 +100,8 @@ class Exchange:
         "internal",
         "arguments",
         "alternate_exchange",
+        "declared_alternate",
+        "policy",
         "vhost",
         "_bindings",
         "_by_dest",
@@ -123,10 +125,18 @@ class Exchange:
         self.arguments: dict[str, Any] = arguments if arguments is not None else {}
         ae = self.arguments.get("alternate-exchange")
         self.alternate_exchange: str | None = longstr_text(ae) if amqp_type_name(ae) == "longstr" else None
+        self.declared_alternate = self.alternate_exchange  # the argument; a policy may add one (set_policy)
+        self.policy: str | None = None
         self.vhost = vhost
         # (dest, routing key, frozen args) -> binding as given
         self._bindings: dict[BindingKey, Binding] = {}
         self._by_dest: dict[Destination, set[BindingKey]] = {}
+
+    def set_policy(self, policy: str | None, definition: dict[str, Any]) -> None:
+        """Apply the vhost's policy: its ``alternate-exchange`` unless the exchange was declared with one."""
+        self.policy = policy
+        ae = definition.get("alternate-exchange")
+        self.alternate_exchange = self.declared_alternate or (ae if isinstance(ae, str) else None)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} bindings={len(self._bindings)}>"

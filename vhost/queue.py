@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
@@ -152,6 +152,11 @@ class Queue:
         "store_id",
         "_last_now",
         "stats",
+        "declared_args",
+        "_limits",
+        "policy",
+        "operator_policy",
+        "policy_definition",
     )
 
     def __init__(
@@ -196,6 +201,12 @@ class Queue:
         self.store_id = 0
         self._last_now = 0
         self.stats = QueueStats()
+        # ``args`` is what is in force: ``declared_args`` with the vhost's policies applied (set_policy)
+        self.declared_args = args
+        self._limits = limits
+        self.policy: str | None = None  # names of the user and operator policy that apply
+        self.operator_policy: str | None = None
+        self.policy_definition: dict[str, Any] = {}  # their merged definition
         if args.expires is not None:
             self.touch()
 
@@ -474,6 +485,29 @@ class Queue:
             self.ttl.schedule(self, deadline)
 
     # -- queue expiry (x-expires) ------------------------------------------------------------
+    def set_policy(
+        self, policy: str | None, operator_policy: str | None, definition: dict[str, Any], args: QueueArgs
+    ) -> None:
+        """Apply the vhost's policies (``vhost/policy.py``): ``args`` become the settings in force.
+
+        As RabbitMQ: new messages get the new TTL (queued ones keep their deadline), the expiry clock
+        restarts with the new ``expires``, a lower length limit in ``drop-head`` mode trims the queue
+        now (dead-lettering as ``maxlen``), the dead-letter exchange in force is read at each death.
+        """
+        old = self.args
+        self.policy, self.operator_policy, self.policy_definition = policy, operator_policy, definition
+        if args == old:
+            return
+        self.args = args
+        self._max_len = args.max_length if self._limits else None
+        self._max_bytes = args.max_length_bytes if self._limits else None
+        self._overflow = args.overflow
+        self._delivery_limit = args.delivery_limit
+        if args.expires != old.expires:
+            self.touch()
+        if self._max_len is not None or self._max_bytes is not None:
+            self._drop_head_overflow()
+
     def touch(self) -> None:
         """The queue was used (declared, read, consumed from): restart its ``x-expires`` clock."""
         expires = self.args.expires

@@ -28,6 +28,7 @@ from .arguments import (
 )
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
+from .policy import Policy, choose, effective_args, merge
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
 
 
@@ -126,12 +127,51 @@ class VHost:
         # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
         # created by them (or the API, definitions, recovery) and queues deleted
         self.queues_declared = self.queues_created = self.queues_deleted = 0
+        # name -> policy (vhost/policy.py); set_policy/delete_policy re-apply them to everything
+        self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
         # destination -> names of exchanges it is bound to (to unbind on delete quickly)
         self._sources: dict[Destination, set[str]] = {}
         # called with (queue) when a queue goes away (consumers to cancel are handled here)
         self.on_queue_deleted: list[Callable[[Queue], None]] = []
         for xname, xtype, internal in PREDECLARED:
             self.exchanges[xname] = make_exchange(xname, xtype, durable=True, internal=internal, vhost=name)
+
+    # -- policies -------------------------------------------------------------------------
+    def set_policy(self, policy: Policy) -> None:
+        """Add or replace a (user or operator) policy and re-apply policies to every queue and exchange."""
+        (self.operator_policies if policy.operator else self.policies)[policy.name] = policy
+        self.apply_policies()
+
+    def delete_policy(self, name: str, operator: bool = False) -> Policy | None:
+        """Remove a policy (None if there was none) and re-apply what is left."""
+        removed = (self.operator_policies if operator else self.policies).pop(name, None)
+        if removed is not None:
+            self.apply_policies()
+        return removed
+
+    def apply_policies(self) -> None:
+        """Give every queue and exchange the policies that match it now (RabbitMQ re-evaluates them all
+        whenever a policy changes)."""
+        for queue in list(self.queues.values()):
+            self._apply_to_queue(queue)
+        for exchange in self.exchanges.values():
+            policy = choose(self.policies.values(), "exchange", exchange.name)
+            if policy is not None or exchange.policy is not None:
+                exchange.set_policy(policy.name if policy else None, policy.definition if policy else {})
+
+    def _apply_to_queue(self, queue: Queue) -> None:
+        user = choose(self.policies.values(), "queue", queue.name)
+        operator = choose(self.operator_policies.values(), "queue", queue.name)
+        if user is None and operator is None and queue.policy is None and queue.operator_policy is None:
+            return
+        definition = merge(user, operator)
+        queue.set_policy(
+            user.name if user else None,
+            operator.name if operator else None,
+            definition,
+            effective_args(queue.declared_args, definition),
+        )
 
     # -- durability -----------------------------------------------------------------------
     def _durable_dest(self, dest: Destination) -> bool:
@@ -193,6 +233,10 @@ class VHost:
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {}, self.name)
         self.exchanges[name] = exchange
+        if self.policies:
+            policy = choose(self.policies.values(), "exchange", name)
+            if policy is not None:
+                exchange.set_policy(policy.name, policy.definition)
         if durable and self.store is not None:
             self.store.exchange_declared(self.name, exchange)
         return exchange
@@ -275,6 +319,8 @@ class VHost:
         queue.on_expired = self._expire_queue
         self.queues[name] = queue
         self.queues_created += 1
+        if self.policies or self.operator_policies:
+            self._apply_to_queue(queue)
         if durable and not exclusive and self.store is not None:
             self.store.queue_declared(queue)
         return queue

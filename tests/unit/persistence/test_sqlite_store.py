@@ -152,17 +152,18 @@ def test_migration_to_a_next_version(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = tmp_path / "ottermq.db"
     (q,) = make_db(path, per_queue=2)
 
-    def to_2(conn: sqlite3.Connection) -> None:
+    def to_next(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE queues ADD COLUMN note TEXT")
 
+    following = schema.SCHEMA_VERSION + 1
     with monkeypatch.context() as m:
-        m.setattr(schema, "SCHEMA_VERSION", 2)
-        m.setitem(schema.MIGRATIONS, 2, to_2)
+        m.setattr(schema, "SCHEMA_VERSION", following)
+        m.setitem(schema.MIGRATIONS, following, to_next)
 
         async def main() -> None:
             store = SQLiteStore(path)
             await store.open()
-            assert await sql(store, "PRAGMA user_version") == [(2,)]
+            assert await sql(store, "PRAGMA user_version") == [(following,)]
             assert await sql(store, "SELECT note FROM queues") == [(None,)]
             assert [m.body for m in await messages(store, q)] == [b"1", b"2"]
             await store.close()

@@ -14,6 +14,7 @@ from ottermq.persistence import (
     MemoryStore,
     MessageRecord,
     PermissionRecord,
+    PolicyRecord,
     QueueRecord,
     SQLiteStore,
     StoreError,
@@ -512,5 +513,29 @@ def test_memory_store_without_messages_and_without_open() -> None:
         assert oks == [True] and mid
         assert await messages(store, q) == []
         assert [x.name for x in (await store.load_definitions()).queues] == ["q"]
+
+    run(main)
+
+
+def test_policies_round_trip_replace_delete_and_go_with_their_vhost(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        for vhost in ("/", "other"):
+            store.put_vhost(VHostRecord(vhost))
+            store.put_policy(PolicyRecord(vhost, "ttl", "^q", "queues", 1, '{"message-ttl": 5}'))
+        store.put_policy(PolicyRecord("/", "ttl", "^q", "queues", 1, '{"max-length": 5}', operator=True))
+        store.put_policy(PolicyRecord("/", "ttl", "^r", "all", 2, '{"message-ttl": 9}'))  # replaces
+        await store.flush()
+        d = await store.load_definitions()
+        assert [(p.vhost, p.name, p.operator, p.pattern, p.priority) for p in d.policies] == [
+            ("/", "ttl", False, "^r", 2), ("/", "ttl", True, "^q", 1), ("other", "ttl", False, "^q", 1),
+        ]  # fmt: skip
+        store.delete_policy("/", "ttl", True)
+        store.delete_vhost("other")
+        await store.flush()
+        d = await store.load_definitions()
+        assert [(p.vhost, p.operator, p.definition) for p in d.policies] == [("/", False, '{"message-ttl": 9}')]
+        await store.close()
 
     run(main)
