@@ -39,6 +39,7 @@ from .config import Settings, env_name
 from .connection import AMQPConnection
 from .definitions import DefinitionsError, import_definitions, load_definitions_file
 from .management import ManagementServer
+from .management.policies import policy_of
 from .management.prometheus import PrometheusServer
 from .recovery import recover
 from .reply_to import ReplyRegistry
@@ -124,6 +125,18 @@ class Broker:
         return vhost
 
     # -- memory alarm ---------------------------------------------------------------------
+    def _load_policies(self, defs: Definitions) -> None:
+        """Apply the stored policies to the recovered vhosts (a stored one that no longer validates is
+        logged and skipped)."""
+        for record in defs.policies:
+            vhost = self.vhosts.get(record.vhost)
+            if vhost is None:
+                continue
+            try:
+                vhost.set_policy(policy_of(record))
+            except ValueError as exc:  # PolicyError, or a definition that is no JSON object
+                log.warning("ignoring stored policy '%s' in vhost '%s': %s", record.name, record.vhost, exc)
+
     def retire_stats(self, vhost: str, stats: MessageStats) -> None:
         """Keep a closing channel's counts in the node's and its vhost's totals."""
         self.retired_stats.add(stats)
@@ -252,6 +265,7 @@ class Broker:
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
+        self._load_policies(defs)
         try:
             await server.start_serving()
         except OSError as exc:  # listen() lost a race for the port to another process since bind

@@ -30,6 +30,7 @@ from . import (
     nodes,
     overview,
     permissions,
+    policies,
     queues,
     users,
     vhosts,
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RESOURCES = (
     overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions, health, nodes,
-    definitions,
+    definitions, policies,
 )  # fmt: skip
 
 

@@ -41,7 +41,7 @@ def exchange_json(exchange: Exchange, vhost: str) -> dict[str, Any]:
         "auto_delete": exchange.auto_delete,
         "internal": exchange.internal,
         "arguments": json_value(exchange.arguments),
-        "policy": None,
+        "policy": exchange.policy,
         "user_who_performed_action": "",
     }
 

@@ -31,6 +31,7 @@ from .common import (
     sort_by_name,
     vhost_or_404,
 )
+from .policies import policy_fields
 from .rates import QUEUE_STATS, TOTALS, queue_counts, queue_key, totals, with_rates
 
 
@@ -70,9 +71,7 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
         "type": "classic",
         "node": node,
         "state": "running",
-        "policy": None,
-        "operator_policy": None,
-        "effective_policy_definition": {},
+        **policy_fields(queue.policy_definition, queue.policy, queue.operator_policy),
         **with_rates(TOTALS, totals([queue]), rates[n:]),
         "message_bytes": queue.ready_bytes + unacked,
         "message_bytes_ready": queue.ready_bytes,

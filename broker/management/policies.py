@@ -1,0 +1,154 @@
+"""``/api/policies[/{vhost}[/{name}]]`` and ``/api/operator-policies[/{vhost}[/{name}]]`` (GET; PUT and
+DELETE of one), as RabbitMQ 3.10's management plugin serves them (issue 15).
+
+Rules:
+
+1. Lists show the policies of the vhosts the user has permissions in (whatever its tags, as
+   RabbitMQ's ``list_login_vhosts``); a named vhost without access is 401 ``User not authorised to
+   access object``.
+2. PUT and DELETE of a policy need the ``policymaker`` or ``administrator`` tag and access to the
+   vhost; operator policies need ``administrator``.
+3. PUT takes ``pattern`` and ``definition`` (missing: 400 ``[{key_missing,pattern}]``),
+   ``priority`` (0) and ``apply-to`` (``all``); a bad one is 400 ``Validation failed\\n\\n<reason>\\n``
+   (HTML-escaped for policies, not for operator policies, as RabbitMQ). 201 when created, 204 when
+   replaced. The vhost re-applies its policies to every queue and exchange at once
+   (``VHost.set_policy``) and the store keeps them across restarts.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from ottermq.persistence.store import PolicyRecord
+from ottermq.vhost.policy import Policy, PolicyError, make_policy
+
+from .common import (
+    NotFound,
+    bad_request,
+    broker_of,
+    json_body,
+    not_authorised,
+    require_administrator,
+    user_of,
+    vhost_or_404,
+)
+
+if TYPE_CHECKING:
+    from ottermq.vhost.vhost import VHost
+
+POLICY_TAGS = frozenset({"policymaker", "administrator"})
+
+
+def record_of(policy: Policy) -> PolicyRecord:
+    """The store's record of a policy."""
+    return PolicyRecord(
+        policy.vhost, policy.name, policy.pattern, policy.apply_to, policy.priority,
+        json.dumps(policy.definition), policy.operator,
+    )  # fmt: skip
+
+
+def policy_of(record: PolicyRecord) -> Policy:
+    """A stored policy, validated again.
+
+    Raises:
+        PolicyError: the record is not a valid policy (any more).
+    """
+    return make_policy(
+        record.vhost, record.name, record.pattern, json.loads(record.definition), record.apply_to,
+        record.priority, operator=record.operator,
+    )  # fmt: skip
+
+
+def _operator(request: web.Request) -> bool:
+    return request.match_info.route.resource is not None and "/operator-policies" in (
+        request.match_info.route.resource.canonical
+    )
+
+
+def _accessible(request: web.Request) -> list[VHost]:
+    broker = broker_of(request)
+    user = user_of(request)
+    return [v for name, v in sorted(broker.vhosts.items()) if (user.name, name) in broker.auth.permissions]
+
+
+def _vhost(request: web.Request) -> VHost:
+    vhost = vhost_or_404(request)
+    if (user_of(request).name, vhost.name) not in broker_of(request).auth.permissions:
+        raise not_authorised("User not authorised to access object")
+    return vhost
+
+
+def _registry(vhost: VHost, operator: bool) -> dict[str, Policy]:
+    return vhost.operator_policies if operator else vhost.policies
+
+
+async def list_policies(request: web.Request) -> web.Response:
+    operator = _operator(request)
+    vhosts = [_vhost(request)] if "vhost" in request.match_info else _accessible(request)
+    items = [p.as_json() for v in vhosts for _, p in sorted(_registry(v, operator).items())]
+    return web.json_response(items)
+
+
+async def get_policy(request: web.Request) -> web.Response:
+    policy = _registry(_vhost(request), _operator(request)).get(request.match_info["name"])
+    if policy is None:
+        raise NotFound()
+    return web.json_response(policy.as_json())
+
+
+def _may_write(request: web.Request, operator: bool) -> None:
+    if operator:
+        require_administrator(request)
+    elif POLICY_TAGS.isdisjoint(user_of(request).tags):
+        raise not_authorised("Not policymaker user")
+
+
+async def put_policy(request: web.Request) -> web.Response:
+    operator = _operator(request)
+    _may_write(request, operator)
+    vhost = _vhost(request)
+    body = await json_body(request)
+    for key in ("pattern", "definition"):
+        if key not in body:
+            raise bad_request(f"[{{key_missing,{key}}}]")
+    name = request.match_info["name"]
+    try:
+        policy = make_policy(
+            vhost.name, name, body["pattern"], body["definition"], body.get("apply-to", "all"),
+            body.get("priority", 0), operator=operator,
+        )  # fmt: skip
+    except PolicyError as exc:
+        reason = f"Validation failed\n\n{exc}\n"
+        raise bad_request(reason if operator else html.escape(reason, quote=False)) from None
+    existed = name in _registry(vhost, operator)
+    vhost.set_policy(policy)
+    broker_of(request).store.put_policy(record_of(policy))
+    return web.Response(status=204 if existed else 201)
+
+
+async def delete_policy(request: web.Request) -> web.Response:
+    operator = _operator(request)
+    _may_write(request, operator)
+    vhost = _vhost(request)
+    name = request.match_info["name"]
+    if vhost.delete_policy(name, operator) is None:
+        raise NotFound()
+    broker_of(request).store.delete_policy(vhost.name, name, operator)
+    return web.Response(status=204)
+
+
+def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
+    for kind in ("policies", "operator-policies"):
+        routes.get(f"{prefix}/{kind}")(list_policies)
+        routes.get(f"{prefix}/{kind}/{{vhost}}")(list_policies)
+        routes.get(f"{prefix}/{kind}/{{vhost}}/{{name}}")(get_policy)
+        routes.put(f"{prefix}/{kind}/{{vhost}}/{{name}}")(put_policy)
+        routes.delete(f"{prefix}/{kind}/{{vhost}}/{{name}}")(delete_policy)
+
+
+def policy_fields(definition: dict[str, Any], policy: str | None, operator: str | None) -> dict[str, Any]:
+    """The ``policy``, ``operator_policy`` and ``effective_policy_definition`` of a queue."""
+    return {"policy": policy, "operator_policy": operator, "effective_policy_definition": dict(definition)}
