@@ -207,3 +207,21 @@ def test_definitions_need_an_administrator(broker, names):
     auth = (names["user"], "pw")
     assert call(broker, "/api/definitions", auth=auth)[0::2] == refused
     assert call(broker, "/api/definitions", "POST", {}, auth=auth)[0::2] == refused
+
+
+def test_policies_travel_with_definitions(broker, names):
+    vhost = names["vhost"]
+    policy = {"vhost": vhost, "name": "e2e-defs-pol", "pattern": "^cap\\.", "apply-to": "queues",
+              "definition": {"max-length": 3}, "priority": 2}  # fmt: skip
+    value = {"pattern": "^cap\\.", "definition": {"max-length": 1}, "priority": 0, "apply-to": "all"}
+    operator = {"value": value, "vhost": vhost, "component": "operator_policy", "name": "e2e-defs-op"}
+    body = {"vhosts": [{"name": vhost}], "policies": [policy], "parameters": [operator]}
+    assert call(broker, "/api/definitions", "POST", body)[0] == 204
+    vh = q(vhost)
+    assert call(broker, f"/api/policies/{vh}/e2e-defs-pol")[2] == policy
+    assert call(broker, f"/api/operator-policies/{vh}/e2e-defs-op")[2]["definition"] == {"max-length": 1}
+    exported = call(broker, "/api/definitions")[2]
+    assert policy in exported["policies"]
+    assert operator in exported["parameters"]
+    scoped = call(broker, f"/api/definitions/{vh}")[2]
+    assert scoped["policies"] == [policy] and scoped["parameters"] == [operator]

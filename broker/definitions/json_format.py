@@ -14,8 +14,11 @@ Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` i
   the way ``queue.declare``/``exchange.declare`` would; exchange types must be built in.
 - ``bindings``: ``source``, ``vhost``, ``destination``, ``destination_type``, ``routing_key``,
   ``arguments``; a binding whose endpoint is skipped above is skipped too.
-- ``topic_permissions``, ``parameters``, ``global_parameters``, ``policies``: accepted and ignored
-  with a warning (not implemented); other unknown keys are ignored.
+- ``policies``: ``vhost``, ``name``, ``pattern``, ``apply-to``, ``priority``, ``definition``, validated
+  as the management API does (``vhost/policy.py``); operator policies are the ``parameters`` of
+  component ``operator_policy`` (their ``value`` holds the policy), as RabbitMQ exports them.
+- ``topic_permissions``, ``global_parameters`` and other ``parameters``: accepted and ignored with
+  a warning (not implemented); other unknown keys are ignored.
 - Arguments: JSON -> AMQP field table: ints -> ``l`` (signed 64-bit), strings -> ``S``, booleans
   -> ``t``, floats -> ``d``, lists -> ``A``, objects -> ``F``, null -> ``V`` (RabbitMQ's choices).
   AMQP -> JSON maps every integer type and timestamps to numbers, decimals to floats, byte
@@ -51,12 +54,14 @@ from ottermq.persistence.store import (
     Definitions,
     ExchangeRecord,
     PermissionRecord,
+    PolicyRecord,
     QueueRecord,
     UserRecord,
     VHostRecord,
 )
 from ottermq.vhost.arguments import parse_exchange_args, parse_queue_args
 from ottermq.vhost.exchange import EXCHANGE_TYPES
+from ottermq.vhost.policy import PolicyError, make_policy
 
 from ..auth import DEFAULT_HASHING_ALGORITHM, HASHING_ALGORITHMS, hash_password
 
@@ -64,10 +69,9 @@ log = logging.getLogger(__name__)
 
 IGNORED_SECTIONS = {
     "topic_permissions": "topic permissions are not implemented",
-    "parameters": "runtime parameters (federation, shovel, vhost limits...) are not implemented",
     "global_parameters": "global parameters are not implemented",
-    "policies": "policies are not implemented",
 }
+OPERATOR_POLICY = "operator_policy"  # the ``parameters`` component of operator policies
 _MD5_VERSIONS = re.compile(r"^3\.[0-5]\.")
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -351,6 +355,65 @@ def _read_binding(entry: _Entry) -> BindingRecord:
     return BindingRecord(vhost, source, kind, destination, routing_key, arguments)
 
 
+def _read_policy(
+    entry: _Entry, value: Mapping[str, Any], vhost: str, name: str, operator: bool
+) -> PolicyRecord:
+    """A policy (``policies`` item, or the ``value`` of an ``operator_policy`` parameter), validated as
+    the management API validates it."""
+    entry.label(f"{'operator policy' if operator else 'policy'} '{name}' in vhost '{vhost}'")
+    try:
+        policy = make_policy(
+            vhost, name, value.get("pattern"), value.get("definition"), value.get("apply-to", "all"),
+            value.get("priority", 0), operator=operator,
+        )  # fmt: skip
+    except PolicyError as exc:
+        raise entry.fail(str(exc)) from None
+    return PolicyRecord(vhost, name, policy.pattern, policy.apply_to, policy.priority,
+                        json.dumps(policy.definition), operator)  # fmt: skip
+
+
+def _read_policies(data: Mapping[str, Any]) -> list[PolicyRecord]:
+    """``policies`` and the operator policies among ``parameters`` (other parameters are ignored)."""
+    found: dict[tuple[str, str, bool], PolicyRecord] = {}
+    for i, item in enumerate(_section(data, "policies")):
+        entry = _Entry("policies", i, item)
+        vhost, name = entry.string("vhost", non_empty=True), entry.string("name", non_empty=True)
+        found[(vhost, name, False)] = _read_policy(entry, item, vhost, name, False)
+    ignored = 0
+    for i, item in enumerate(_section(data, "parameters")):
+        entry = _Entry("parameters", i, item)
+        if item.get("component") != OPERATOR_POLICY:
+            ignored += 1
+            continue
+        vhost, name = entry.string("vhost", non_empty=True), entry.string("name", non_empty=True)
+        value = item.get("value")
+        if not isinstance(value, dict):
+            raise entry.fail(f"'value' must be an object, got {value!r}")
+        found[(vhost, name, True)] = _read_policy(entry, value, vhost, name, True)
+    if ignored:
+        log.warning("definitions: ignoring %d item(s) in 'parameters': runtime parameters other than"
+                    " operator policies (federation, shovel, vhost limits...) are not implemented",
+                    ignored)  # fmt: skip
+    return list(found.values())
+
+
+def policies_to_json(policies: list[PolicyRecord]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(policies, parameters)`` sections in RabbitMQ's export shapes: user policies, and operator
+    policies as ``operator_policy`` runtime parameters."""
+    users, operators = [], []
+    for p in policies:
+        value = {"pattern": p.pattern, "definition": json.loads(p.definition), "priority": p.priority,
+                 "apply-to": p.apply_to}  # fmt: skip
+        if p.operator:
+            operators.append(
+                {"value": value, "vhost": p.vhost, "component": OPERATOR_POLICY, "name": p.name}
+            )
+        else:
+            users.append({"vhost": p.vhost, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
+                          "definition": value["definition"], "priority": p.priority})  # fmt: skip
+    return users, operators
+
+
 def binding_key(b: BindingRecord) -> tuple[str, str, str, str, str, bytes]:
     """What makes two bindings the same binding."""
     return (b.vhost, b.source, b.destination_kind, b.destination, b.routing_key, b.arguments)
@@ -428,6 +491,7 @@ def definitions_from_json(data: Mapping[str, Any], transient: bool = False) -> D
         if identity not in bindings:
             bindings.add(identity)
             defs.bindings.append(binding)
+    defs.policies = _read_policies(data)
     return defs
 
 
@@ -481,9 +545,9 @@ def definitions_to_json(defs: Definitions, version: str) -> dict[str, Any]:
             for p in defs.permissions
         ],
         "topic_permissions": [],
-        "parameters": [],
+        "parameters": policies_to_json(defs.policies)[1],
         "global_parameters": [],
-        "policies": [],
+        "policies": policies_to_json(defs.policies)[0],
         "queues": [_queue_json(q) for q in defs.queues],
         "exchanges": [
             {

@@ -41,6 +41,7 @@ async def import_definitions(store: Store, defs: Definitions) -> Definitions:
     entities: list[tuple[str, str, str]] = [("exchange", x.vhost, x.name) for x in defs.exchanges]
     entities += [("queue", q.vhost, q.name) for q in defs.queues]
     entities += [("binding to exchange", b.vhost, b.source) for b in defs.bindings]
+    entities += [("operator policy" if p.operator else "policy", p.vhost, p.name) for p in defs.policies]
     for kind, vhost, name in entities:
         if vhost not in vhosts:
             raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
@@ -89,6 +90,9 @@ async def import_definitions(store: Store, defs: Definitions) -> Definitions:
         old_bindings.add(binding_key(b))
         store.put_binding(dataclasses.replace(b))
         written.bindings.append(b)
+    for policy in defs.policies:  # created or replaced, as RabbitMQ's import does
+        store.put_policy(dataclasses.replace(policy))
+        written.policies.append(policy)
     await store.flush()
     return written
 

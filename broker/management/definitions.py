@@ -6,18 +6,20 @@ Rules:
 1. Export reads the running broker, not the store: users, vhosts and permissions as the API shows
    them; every queue but exclusive ones and every exchange but the default and ``amq.*`` ones,
    durable or not (with their ``durable`` flag), as RabbitMQ 3.10 exports them; bindings but the
-   default exchange's. ``/{vhost}`` gives that vhost's queues, exchanges and bindings without
-   ``vhost`` fields, and no users, vhosts or permissions. ``?download=<file>`` adds
-   ``Content-Disposition: attachment`` as RabbitMQ's.
+   default exchange's; policies, and operator policies as ``operator_policy`` parameters.
+   ``/{vhost}`` gives that vhost's queues, exchanges and bindings without ``vhost`` fields, its
+   policies and parameters with them (as RabbitMQ's), and no users, vhosts or permissions.
+   ``?download=<file>`` adds ``Content-Disposition: attachment`` as RabbitMQ's.
 2. Import takes a JSON body, or a ``multipart/form-data`` upload in the field ``file`` (RabbitMQ's
    web UI), checks it whole with the parser ``ottermq definitions import`` uses
    (``broker/definitions``), then applies it through the same operations the other write endpoints
-   use: users are created or replaced, vhosts created, permissions set, missing exchanges and
-   queues declared with their ``durable`` flag (durable ones reach the store as a client's declare
-   would), bindings made when both ends exist. Existing exchanges and queues are left unchanged, as
-   RabbitMQ's import does. The answer is 204; an unreadable body is 400 ``failed_to_parse_json``,
-   invalid definitions 400 with the parser's reason. ``/{vhost}`` imports queues, exchanges and
-   bindings into that vhost (their ``vhost`` fields are ignored).
+   use: users are created or replaced, vhosts created, permissions set, policies set (and
+   applied), missing exchanges and queues declared with their ``durable`` flag (durable ones reach
+   the store as a client's declare would), bindings made when both ends exist. Existing exchanges
+   and queues are left unchanged, as RabbitMQ's import does. The answer is 204; an unreadable body
+   is 400 ``failed_to_parse_json``, invalid definitions 400 with the parser's reason. ``/{vhost}``
+   imports queues, exchanges, bindings and policies into that vhost (their ``vhost`` fields are
+   ignored).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ottermq.vhost.vhost import PREDECLARED
 from .. import VERSION
 from ..auth import AuthError
 from ..definitions import DefinitionsError, definitions_from_json
+from ..definitions.json_format import policies_to_json
 from .bindings import vhost_bindings
 from .common import (
     amqp_errors,
@@ -47,6 +50,7 @@ from .common import (
 from .node_metrics import cluster_permanent_id
 from .overview import RABBITMQ_API_VERSION
 from .permissions import permission_json
+from .policies import policy_of, record_of
 from .users import user_json
 
 if TYPE_CHECKING:
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESERVED_EXCHANGES = frozenset(name for name, _type, _internal in PREDECLARED)
-TOPOLOGY = ("queues", "exchanges", "bindings")
+TOPOLOGY = ("queues", "exchanges", "bindings", "policies", "parameters")
 
 
 def topology(vhost: VHost, with_vhost: bool) -> dict[str, list[dict[str, Any]]]:
@@ -87,11 +91,20 @@ def topology(vhost: VHost, with_vhost: bool) -> dict[str, list[dict[str, Any]]]:
     return {"queues": queues, "exchanges": exchanges, "bindings": bindings}
 
 
+def live_policies(vhosts: list[VHost]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(policies, parameters)`` of these vhosts in RabbitMQ's export shapes."""
+    records = [record_of(p) for v in vhosts for registry in (v.policies, v.operator_policies)
+               for _, p in sorted(registry.items())]  # fmt: skip
+    return policies_to_json(records)
+
+
 def export(broker: Broker, only: VHost | None = None) -> dict[str, Any]:
     """The running broker's definitions, node-wide or of the vhost ``only`` (rule 1)."""
     if only is not None:
+        policies, parameters = live_policies([only])
         scoped = topology(only, False)
-        return {"rabbit_version": RABBITMQ_API_VERSION, "parameters": [], "policies": [], **scoped}
+        head = {"rabbit_version": RABBITMQ_API_VERSION, "parameters": parameters, "policies": policies}
+        return {**head, **scoped}
     auth = broker.auth
     body: dict[str, Any] = {
         "rabbit_version": RABBITMQ_API_VERSION,
@@ -105,13 +118,12 @@ def export(broker: Broker, only: VHost | None = None) -> dict[str, Any]:
         ],
         "permissions": [permission_json(auth.permissions[key]) for key in sorted(auth.permissions)],
         "topic_permissions": [],
-        "parameters": [],
         "global_parameters": [{"name": "internal_cluster_id", "value": cluster_permanent_id(node_name())}],
-        "policies": [],
         "queues": [],
         "exchanges": [],
         "bindings": [],
     }
+    body["policies"], body["parameters"] = live_policies([v for _, v in sorted(broker.vhosts.items())])
     for _name, vhost in sorted(broker.vhosts.items()):
         for key, items in topology(vhost, True).items():
             body[key] += items
@@ -179,6 +191,7 @@ def _check_references(broker: Broker, defs: Definitions) -> None:
     entities = [("exchange", x.vhost, x.name) for x in defs.exchanges]
     entities += [("queue", q.vhost, q.name) for q in defs.queues]
     entities += [("binding to exchange", b.vhost, b.source) for b in defs.bindings]
+    entities += [("policy", p.vhost, p.name) for p in defs.policies]
     for kind, vhost, name in entities:
         if vhost not in vhosts:
             raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
@@ -224,6 +237,9 @@ def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
             continue
         kind = "queue" if b.destination_kind == "queue" else "exchange"
         vhost.bind(b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
+    for record in defs.policies:  # validated by the parser already
+        broker.vhosts[record.vhost].set_policy(policy_of(record))
+        broker.store.put_policy(record)
 
 
 async def post_definitions(request: web.Request) -> web.Response:

@@ -3,9 +3,9 @@ DELETE of one), as RabbitMQ 3.10's management plugin serves them (issue 15).
 
 Rules:
 
-1. Lists show the policies of the vhosts the user has permissions in (whatever its tags, as
-   RabbitMQ's ``list_login_vhosts``); a named vhost without access is 401 ``User not authorised to
-   access object``.
+1. Lists show the policies of the vhosts the user has permissions in (every vhost for an
+   administrator; a monitoring tag is not enough, as RabbitMQ's); a named vhost without access is
+   401 ``User not authorised to access object``.
 2. PUT and DELETE of a policy need the ``policymaker`` or ``administrator`` tag and access to the
    vhost; operator policies need ``administrator``.
 3. PUT takes ``pattern`` and ``definition`` (missing: 400 ``[{key_missing,pattern}]``),
@@ -68,15 +68,18 @@ def _operator(request: web.Request) -> bool:
     )
 
 
-def _accessible(request: web.Request) -> list[VHost]:
-    broker = broker_of(request)
+def _may_access(request: web.Request, vhost: str) -> bool:
     user = user_of(request)
-    return [v for name, v in sorted(broker.vhosts.items()) if (user.name, name) in broker.auth.permissions]
+    return "administrator" in user.tags or (user.name, vhost) in broker_of(request).auth.permissions
+
+
+def _accessible(request: web.Request) -> list[VHost]:
+    return [v for name, v in sorted(broker_of(request).vhosts.items()) if _may_access(request, name)]
 
 
 def _vhost(request: web.Request) -> VHost:
     vhost = vhost_or_404(request)
-    if (user_of(request).name, vhost.name) not in broker_of(request).auth.permissions:
+    if not _may_access(request, vhost.name):
         raise not_authorised("User not authorised to access object")
     return vhost
 
