@@ -35,8 +35,8 @@ LISTS: dict[str, tuple[list[str], bool]] = {
 }
 GET_COLUMNS = ["routing_key", "exchange", "redelivered", "message_count", "payload_encoding", "payload"]
 ACKMODES = ["ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"]
-COMMANDS = ("list", "purge", "get", "publish", "close-connection", "users", "permissions", "vhosts")
-ACCESS = ("users", "permissions", "vhosts")  # the commands with their own actions (add, delete, ...)
+ACCESS = ("users", "permissions", "vhosts", "policies")  # the commands with their own actions (add, ...)
+COMMANDS = ("list", "purge", "get", "publish", "close-connection", *ACCESS)
 
 
 class AdminError(Exception):
@@ -212,6 +212,25 @@ def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api
     )
     vdel.add_argument("name")
 
+    pol = sub.add_parser("policies", formatter_class=fmt, help="list, set or clear (operator) policies" + api)
+    pol_sub = pol.add_subparsers(dest="action", required=True)
+    plist = pol_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list policies")
+    pset = pol_sub.add_parser(
+        "set", parents=[common], formatter_class=fmt,
+        help="set a policy, as rabbitmqctl set_policy NAME PATTERN DEFINITION",
+    )  # fmt: skip
+    pset.add_argument("name")
+    pset.add_argument("pattern", help="regular expression searched in queue/exchange names")
+    pset.add_argument("definition", help='JSON object, e.g. \'{"message-ttl": 60000}\'')
+    pset.add_argument("--priority", type=int, default=0)
+    pset.add_argument("--apply-to", default="all", choices=["all", "queues", "exchanges"])
+    pclear = pol_sub.add_parser("clear", parents=[common], formatter_class=fmt, help="delete a policy")
+    pclear.add_argument("name")
+    for parser in (plist, pset, pclear):
+        parser.add_argument("--vhost", default="/" if parser is not plist else None,
+                            help="the vhost" + (" (default: all)" if parser is plist else ""))  # fmt: skip
+        parser.add_argument("--operator", action="store_true", help="operator policies")
+
 
 def run(args: argparse.Namespace, out: Any = None) -> int:
     """Run one admin subcommand; returns the exit code."""
@@ -293,6 +312,8 @@ def _access(client: AdminClient, command: str, args: argparse.Namespace) -> tupl
             return {"vhost": args.vhost, "user": args.user_name, **body}, columns
         client.request("DELETE", path)
         return {"vhost": args.vhost, "user": args.user_name, "cleared": True}, ["vhost", "user", "cleared"]
+    if command == "policies":
+        return _policies(client, args)
     if action == "list":
         return client.request("GET", "/vhosts"), LISTS["vhosts"][0]
     path = f"/vhosts/{quote(args.name)}"
@@ -301,6 +322,27 @@ def _access(client: AdminClient, command: str, args: argparse.Namespace) -> tupl
         return {"vhost": args.name, "created": True}, ["vhost", "created"]
     client.request("DELETE", path)
     return {"vhost": args.name, "deleted": True}, ["vhost", "deleted"]
+
+
+def _policies(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """``policies list|set|clear`` (``--operator``: operator policies)."""
+    kind = "operator-policies" if args.operator else "policies"
+    columns = ["vhost", "name", "pattern", "apply-to", "priority", "definition"]
+    if args.action == "list":
+        path = f"/{kind}" + (f"/{quote(args.vhost)}" if args.vhost else "")
+        return client.request("GET", path), columns
+    path = f"/{kind}/{quote(args.vhost)}/{quote(args.name)}"
+    if args.action == "clear":
+        client.request("DELETE", path)
+        return {"vhost": args.vhost, "name": args.name, "cleared": True}, ["vhost", "name", "cleared"]
+    try:
+        definition = json.loads(args.definition)
+    except ValueError as exc:
+        raise AdminError(f"DEFINITION is not JSON: {exc}") from None
+    body = {"pattern": args.pattern, "definition": definition, "priority": args.priority,
+            "apply-to": args.apply_to}  # fmt: skip
+    client.request("PUT", path, body)
+    return {"vhost": args.vhost, "name": args.name, **body}, columns
 
 
 def definitions(action: str, path: str, args: argparse.Namespace, out: Any = None) -> int:

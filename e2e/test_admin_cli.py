@@ -198,3 +198,23 @@ def test_version(ottermq):
     command = [sys.executable, "-m", "ottermq.broker", "--version"]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONSAFEPATH": "1"})
     assert done.returncode == 0 and done.stdout.startswith("ottermq ")
+
+
+def test_policies_set_list_clear(ottermq, broker, unique):
+    name = unique("cli-pol")
+    try:
+        shown = as_json(ottermq, "policies", "set", name, "^cli-pol-never$", '{"max-length": 5}',
+                        "--priority", "3", "--apply-to", "queues", "--vhost", broker.vhost)  # fmt: skip
+        assert shown["definition"] == {"max-length": 5}
+        listed = {p["name"]: p for p in as_json(ottermq, "policies", "list", "--vhost", broker.vhost)}
+        assert (listed[name]["priority"], listed[name]["apply-to"]) == (3, "queues")
+        assert name in ottermq("policies", "list").stdout
+        ottermq("policies", "set", name, "^x$", '{"max-length": 1}', "--vhost", broker.vhost, "--operator")
+        assert name in [p["name"] for p in as_json(ottermq, "policies", "list", "--operator")]
+        ottermq("policies", "clear", name, "--vhost", broker.vhost, "--operator")
+        bad = ottermq("policies", "set", name, "x", '{"max-length": -1}', "--vhost", broker.vhost,
+                      check=False)  # fmt: skip
+        assert bad.returncode == 1 and "is not a valid maximum length" in bad.stderr
+    finally:
+        ottermq("policies", "clear", name, "--vhost", broker.vhost, check=False)
+    assert name not in [p["name"] for p in as_json(ottermq, "policies", "list")]
