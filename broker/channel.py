@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +114,7 @@ class Channel(PublisherMethods, TopologyMethods):
         "_body",
         "_body_size",
         "_confirms",
+        "_delivery_clock",
         "_handlers",
         "_interned",
         "_interned_props",
@@ -164,6 +166,7 @@ class Channel(PublisherMethods, TopologyMethods):
         self.reply: ReplyConsumer | None = None  # direct reply-to consumer (broker/reply_to.py)
         self.reply_id: str | None = None  # this channel's id in reply addresses, once it has one
         self._unacked: dict[int, tuple[Entry, Queue, ChannelConsumer | None]] = {}
+        self._delivery_clock: deque[tuple[int, float]] = deque()  # (delivery tag, time): overdue_ack
         self._next_tag = 0
         self.unacked_count = 0
         self.prefetch = 0  # applies to consumers created afterwards
@@ -299,6 +302,32 @@ class Channel(PublisherMethods, TopologyMethods):
                     message.routing_key, message.raw_props, message.body, self.conn.frame_max,
                 )
             )
+
+    def overdue_ack(self, now: float, default_ms: int | None) -> int | None:
+        """The consumer timeout (ms) the oldest unacked delivery has outlived, else None.
+
+        Called by ``broker/ack_timeout.py`` at every check, never per message: a call records
+        ``(highest delivery tag so far, now)`` when there were deliveries since the last record and
+        the last is older than 1/60 of the timeout in force (so a channel keeps at most about 60),
+        and a delivery tag's delivery time is bounded by the first record at or above it (late by
+        at most that granularity plus one check, never early). As RabbitMQ
+        (``evaluate_consumer_timeout``), only the oldest unacked delivery is looked at, against the
+        lower of its queue's timeout (``x-consumer-timeout``/policy) and the node's ``default_ms``.
+        """
+        clock = self._delivery_clock
+        if not self._unacked:
+            clock.clear()
+            return None
+        oldest_tag, (_entry, queue, _consumer) = next(iter(self._unacked.items()))
+        limits = [t for t in (queue.ack_timeout, default_ms) if t]
+        timeout = min(limits) if limits else None
+        if not clock or (clock[-1][0] != self._next_tag and now - clock[-1][1] >= (timeout or 0) / 60000):
+            clock.append((self._next_tag, now))
+        while len(clock) > 1 and clock[0][0] < oldest_tag:
+            clock.popleft()
+        if timeout is None or clock[0][0] < oldest_tag:  # not yet recorded (granularity)
+            return None
+        return timeout if (now - clock[0][1]) * 1000 >= timeout else None
 
     @property
     def unconfirmed(self) -> int:

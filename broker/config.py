@@ -155,6 +155,13 @@ class Settings(BaseSettings):
         pattern=r"^/[A-Za-z0-9._~/-]*$",
         description="URL path of the aggregated metrics; per-queue ones under <path>/per-object",
     )
+    consumer_timeout: Duration = Field(
+        1800.0,
+        ge=0,
+        description="How long a delivery may stay unacknowledged before its channel is closed with 406"
+        " (RabbitMQ's consumer_timeout, 30 min); 0 = off. x-consumer-timeout / the consumer-timeout policy"
+        " key set a lower one per queue",
+    )
     enable_swagger: bool = Field(
         False, description="Serve an OpenAPI description of the management API (ottermq extension)"
     )

@@ -34,6 +34,7 @@ from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
 from ottermq.vhost.vhost import VHost
 
 from . import VERSION
+from .ack_timeout import AckTimeouts
 from .auth import AuthDB
 from .config import Settings, env_name
 from .connection import AMQPConnection
@@ -115,6 +116,7 @@ class Broker:
         self.memory_limit = memory_limit(settings.memory_high_watermark)
         self.alarm = False
         self._memory_timer: asyncio.TimerHandle | None = None
+        self.ack_timeouts = AckTimeouts(self)  # OTTERMQ_CONSUMER_TIMEOUT and per-queue ones
 
     def ensure_vhost(self, name: str) -> VHost:
         """The vhost called ``name``, created (and wired to the store) if missing."""
@@ -279,6 +281,7 @@ class Broker:
         if self.prometheus is not None:
             await self.prometheus.start()
         self.check_memory()
+        self.ack_timeouts.start()
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, close every connection with 320, wait for them to go."""
@@ -290,6 +293,7 @@ class Broker:
             await self.prometheus.stop()
         if self._memory_timer is not None:
             self._memory_timer.cancel()
+        self.ack_timeouts.stop()
         for conn in list(self.connections):
             conn.force_close("shutdown")
         deadline = self.loop.time() + timeout

@@ -92,6 +92,11 @@ class DropSink:
         pass
 
 
+def _positive_ms(value: object) -> int | None:
+    """A consumer timeout in ms from an argument or policy value (anything else: none)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 class QueueStats:
     """A queue's message counters since it was declared (the management API's queue
     ``message_stats``): plain integers, incremented by the queue (``publish``: every message it
@@ -157,6 +162,7 @@ class Queue:
         "policy",
         "operator_policy",
         "policy_definition",
+        "ack_timeout",
     )
 
     def __init__(
@@ -207,6 +213,8 @@ class Queue:
         self.policy: str | None = None  # names of the user and operator policy that apply
         self.operator_policy: str | None = None
         self.policy_definition: dict[str, Any] = {}  # their merged definition
+        # consumer timeout (ms) of its deliveries: x-consumer-timeout or a policy's (None: the node's)
+        self.ack_timeout: int | None = _positive_ms(args.raw.get("x-consumer-timeout"))
         if args.expires is not None:
             self.touch()
 
@@ -496,6 +504,9 @@ class Queue:
         """
         old = self.args
         self.policy, self.operator_policy, self.policy_definition = policy, operator_policy, definition
+        own = _positive_ms(self.declared_args.raw.get("x-consumer-timeout"))
+        timeouts = [t for t in (own, _positive_ms(definition.get("consumer-timeout"))) if t is not None]
+        self.ack_timeout = min(timeouts) if timeouts else None
         if args == old:
             return
         self.args = args

@@ -122,6 +122,7 @@ BAD_VALUES = {
     "prometheus_path": "metrics",
     "metrics_samples_interval": "0",
     "enable_swagger": "maybe",
+    "consumer_timeout": "-1",
     "swagger_path": "docs",
     "log_level": "VERBOSE",
 }
