@@ -239,3 +239,15 @@ def test_policies_survive_a_restart(broker_process, tmp_path):
     b = process.start()
     assert call(b, "/api/policies/%2F/kept")[2]["priority"] == 2
     assert call(b, "/api/queues/%2F/kept")[2]["policy"] == "kept"
+
+
+@pytest.mark.extension  # RabbitMQ 3.12's apply-to values; 3.10 refuses them with 400
+def test_queue_type_apply_to_values(broker, channel, policies, prefix):
+    queue = f"{prefix}.typed"
+    channel.queue_declare(queue)
+    pattern = f"^{prefix}\\.typed$"
+    assert policies(f"{prefix}.quorum", {"pattern": pattern, "definition": {"max-length": 1},
+                                         "apply-to": "quorum_queues", "priority": 9})[0] == 201  # fmt: skip
+    assert policies(f"{prefix}.classic", {"pattern": pattern, "definition": {"max-length": 2},
+                                          "apply-to": "classic_queues"})[0] == 201  # fmt: skip
+    assert queue_info(broker, queue)["policy"] == f"{prefix}.classic"

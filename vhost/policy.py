@@ -6,9 +6,10 @@ queues; the management API validates with :func:`make_policy`.
 Rules:
 
 1. A policy has ``pattern`` (a regular expression *searched* in the queue or exchange name),
-   ``apply-to`` (``all``, ``queues``, ``exchanges``), ``priority`` (an integer, default 0) and a
-   non-empty ``definition``. Invalid ones raise :class:`PolicyError` with RabbitMQ's text (its
-   ``Validation failed`` reasons, Erlang terms as ``~p`` prints them).
+   ``apply-to`` (``all``, ``queues``, ``exchanges``; and RabbitMQ 3.12's ``classic_queues``, which is
+   every queue here, ``quorum_queues`` and ``streams``, which match nothing), ``priority`` (an
+   integer, default 0) and a non-empty ``definition``. Invalid ones raise :class:`PolicyError` with
+   RabbitMQ's text (its ``Validation failed`` reasons, Erlang terms as ``~p`` prints them).
 2. Of the policies that match an object, the one with the highest priority applies (ties: the
    first by name); at most one user policy and one operator policy apply to an object.
 3. A queue's effective settings merge, key by key:
@@ -35,7 +36,11 @@ from ottermq.amqp.erlang import Atom, format_term
 
 from .arguments import QueueArgs
 
-APPLY_TO = ("all", "queues", "exchanges")
+# RabbitMQ 3.10's three, and 3.12's queue-type ones: classic_queues is every queue here (all are
+# classic), quorum_queues and streams match nothing
+APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
+_APPLIES = {"all": ("queue", "exchange"), "queues": ("queue",), "exchanges": ("exchange",),
+            "classic_queues": ("queue",), "quorum_queues": (), "streams": ()}  # fmt: skip
 OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")
 # Accepted (RabbitMQ features without a counterpart here), never applied
@@ -107,7 +112,7 @@ class Policy:
 
     def applies(self, kind: str, name: str) -> bool:
         """Whether this policy matches the ``kind`` (``queue``/``exchange``) object ``name``."""
-        if self.apply_to != "all" and self.apply_to != kind + "s":
+        if kind not in _APPLIES[self.apply_to]:
             return False
         return self.regex.search(name) is not None
 

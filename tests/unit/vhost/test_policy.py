@@ -119,3 +119,11 @@ def test_consumer_timeout_lowest_wins():
     assert consumer_timeout(declared, {}, 1_800_000) == 1_800_000
     assert consumer_timeout(declared, {"consumer-timeout": 5000}, 1_800_000) == 5000
     assert consumer_timeout(declared, {}, None) is None
+
+
+def test_queue_type_apply_to_values_of_rabbitmq_3_12():
+    classic = policy("c", apply_to="classic_queues")
+    assert classic.applies("queue", "q") and not classic.applies("exchange", "q")
+    for kind in ("quorum_queues", "streams"):
+        nothing = policy(kind, apply_to=kind)
+        assert not nothing.applies("queue", "q") and not nothing.applies("exchange", "q")
