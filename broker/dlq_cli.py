@@ -97,6 +97,7 @@ def dead_letter_record(
         "routing_keys": [k for k in map(_text, keys) if k is not None] if isinstance(keys, list) else [],
         "dlx": exchange,
         "dlx_routing_key": routing_key,
+        "policy": None,  # not known from the message
         "outcome": "routed",
         "drop_reason": None,
         "death_count": int(count) if isinstance(count, int) and not isinstance(count, bool) else 1,

@@ -71,6 +71,18 @@ def cycle_queues(deaths: list[Any]) -> frozenset[str] | None:
     return frozenset(names) if names else None
 
 
+
+def policy_of(queue: Queue) -> str | None:
+    """The policy that set the queue's dead-letter exchange or message TTL in force, for the archive
+    (``None`` when both came from its arguments, or it has neither)."""
+    if queue.policy is None:
+        return None
+    definition, own = queue.policy_definition, queue.declared_args.raw
+    from_policy_dlx = "dead-letter-exchange" in definition and "x-dead-letter-exchange" not in own
+    ttl, declared_ttl = queue.args.message_ttl, queue.declared_args.message_ttl
+    from_policy_ttl = "message-ttl" in definition and ttl != declared_ttl
+    return queue.policy if from_policy_dlx or from_policy_ttl else None
+
 class DeadLetterRecorder(Protocol):
     """Where every dead letter is reported (``persistence.archive.DeadLetterArchive``/``NullArchive``).
 
@@ -88,6 +100,7 @@ class DeadLetterRecorder(Protocol):
         reason: str,
         dlx: str | None,
         items: list[Any],
+        policy: str | None = None,
     ) -> None:
         """``items`` is flat, five values per dead letter: ``message`` (as it died),
         ``enqueued_at``, ``death_count`` (``None``: unknown), ``dlx_routing_key`` (``None``:
@@ -221,6 +234,7 @@ class DeadLetterer:
                 archive.record(
                     now_ms, vhost.name, queue.name, reason, dlx_name,
                     [x for entry in entries for x in (entry.message, entry.enqueued_at, None, None, drop)],
+                    policy_of(queue),
                 )
             return
         assert dlx_name is not None
@@ -259,7 +273,7 @@ class DeadLetterer:
             if archive is not None:
                 archived += (message, entry.enqueued_at, count, routing_keys[0], None)
         if archived and archive is not None:
-            archive.record(now_ms, vhost.name, queue.name, reason, dlx_name, archived)
+            archive.record(now_ms, vhost.name, queue.name, reason, dlx_name, archived, policy_of(queue))
 
     @staticmethod
     def _rewrite(

@@ -28,7 +28,7 @@ import pytest
 
 SCHEMA_KEYS = [
     "schema", "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "dlx",
-    "dlx_routing_key", "outcome", "drop_reason", "death_count", "original_expiration",
+    "dlx_routing_key", "policy", "outcome", "drop_reason", "death_count", "original_expiration",
     "enqueued_ms", "message_id", "correlation_id", "content_type", "headers", "body_size",
     "body_b64", "body_truncated",
 ]  # fmt: skip
@@ -133,7 +133,7 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
     assert exp == {
         **exp,
         "reason": "expired", "exchange": "orders", "routing_keys": ["exp", "exp-cc"], "dlx": "",
-        "dlx_routing_key": "dlq", "outcome": "routed", "drop_reason": None, "death_count": 1,
+        "dlx_routing_key": "dlq", "policy": None, "outcome": "routed", "drop_reason": None, "death_count": 1,
         "original_expiration": "0", "message_id": "m-1", "correlation_id": "c-1",
         "content_type": "text/plain", "body_size": 11, "body_b64": base64.b64encode(b"hell").decode(),
         "body_truncated": True,
@@ -396,7 +396,8 @@ def test_dlq_export_browse_then_drain(broker, channel, unique, tmp_path, poll_un
         assert record == {
             **record,
             "schema": 1, "reason": "rejected", "vhost": vhost, "queue": work, "exchange": "",
-            "routing_keys": [work, "also"], "dlx": "", "dlx_routing_key": dlq, "outcome": "routed",
+            "routing_keys": [work, "also"], "dlx": "", "dlx_routing_key": dlq, "policy": None,
+            "outcome": "routed",
             "drop_reason": None, "death_count": 1, "original_expiration": "60000", "enqueued_ms": None,
             "message_id": f"m-{i}", "correlation_id": "c", "content_type": "text/plain", "body_size": 6,
             "body_b64": base64.b64encode(b"body").decode(), "body_truncated": True,

@@ -263,6 +263,7 @@ def _record(rng: random.Random, index: int, n: int, start_ms: int, span_ms: int)
         "routing_keys": keys,
         "dlx": queue.dlx,
         "dlx_routing_key": None if queue.dlx is None or rng.random() < 0.5 else "dead",
+        "policy": None if queue.dlx is None or rng.random() < 0.5 else "dead-lettering",
         "outcome": "routed" if drop_reason is None else "dropped",
         "drop_reason": drop_reason,
         "death_count": death_count,

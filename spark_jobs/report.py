@@ -46,6 +46,7 @@ __all__ = [
     "count_by_exchange",
     "count_by_hour",
     "count_by_outcome",
+    "count_by_policy",
     "count_by_queue",
     "count_by_reason",
     "count_by_routing_key",
@@ -68,7 +69,7 @@ ACCURACY = 10_000
 
 #: Columns the report reads (``headers`` is added when ``--type-header`` asks for it).
 REPORT_COLUMNS = (
-    "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "outcome", "drop_reason",
+    "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "policy", "outcome", "drop_reason",
     "death_count", "original_expiration", "enqueued_ms", "message_id", "content_type", "body_size",
 )  # fmt: skip
 
@@ -107,6 +108,16 @@ def count_by_queue(df: DataFrame) -> DataFrame:
         df.groupBy("vhost", "queue")
         .agg(_count(), *_reason_counts(), dropped)
         .orderBy(F.desc("count"), "vhost", "queue")
+    )
+
+
+def count_by_policy(df: DataFrame) -> DataFrame:
+    """``vhost, policy, count``, one column per reason: which policy set the dead-lettering (``policy``
+    null: the queues' own arguments, or records from before policies), most frequent first."""
+    return (
+        df.groupBy("vhost", "policy")
+        .agg(_count(), *_reason_counts())
+        .orderBy(F.desc("count"), "vhost", F.asc_nulls_first("policy"))
     )
 
 
@@ -311,6 +322,7 @@ def tables(retry_threshold: int = 3, top: int = 20, type_header: str | None = No
         Table("by_reason", "Deaths by reason", count_by_reason),
         Table("by_outcome", "Outcome", count_by_outcome),
         Table("by_queue", "Deaths by queue", count_by_queue),
+        Table("by_policy", "Deaths by policy", count_by_policy),
         Table("by_exchange", "Deaths by exchange", count_by_exchange),
         Table("by_routing_key", "Deaths by routing key", count_by_routing_key),
         Table("by_hour", "Deaths per hour (UTC)", count_by_hour),

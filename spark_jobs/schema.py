@@ -15,6 +15,8 @@ vhost, queue           where the message died
 exchange               the exchange it had been published to (``""`` = default exchange)
 routing_keys           its routing keys (publish key plus ``CC``/``BCC``)
 dlx, dlx_routing_key   the queue's dead-letter exchange and key, or null
+policy                 the policy that set the queue's dead-letter exchange or message TTL, or null
+                       (both from its arguments; records written before policies existed lack it)
 outcome                ``routed`` (re-published to the DLX) | ``dropped``
 drop_reason            null | ``dlx_disabled`` | ``no_dlx`` | ``dlx_missing`` | ``no_route`` | ``cycle``
 death_count            the ``x-death`` count for this (queue, reason) after this death
@@ -92,6 +94,7 @@ ARCHIVE_SCHEMA: Final = StructType(
         StructField("routing_keys", ArrayType(StringType())),
         StructField("dlx", StringType()),
         StructField("dlx_routing_key", StringType()),
+        StructField("policy", StringType()),
         StructField("outcome", StringType()),
         StructField("drop_reason", StringType()),
         StructField("death_count", LongType()),

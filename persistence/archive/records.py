@@ -33,7 +33,7 @@ from ottermq.amqp.table import (
 SCHEMA_VERSION: Final = 1
 SCHEMA_KEYS: Final = (
     "schema", "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "dlx",
-    "dlx_routing_key", "outcome", "drop_reason", "death_count", "original_expiration",
+    "dlx_routing_key", "policy", "outcome", "drop_reason", "death_count", "original_expiration",
     "enqueued_ms", "message_id", "correlation_id", "content_type", "headers", "body_size",
     "body_b64", "body_truncated",
 )  # fmt: skip

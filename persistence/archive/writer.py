@@ -39,9 +39,10 @@ ITEM_FIELDS: Final = 5
 """Values per dead letter in ``record``'s flat ``items`` list: ``message, enqueued_at,
 death_count, dlx_routing_key, drop_reason`` (flat: no tuple per dead letter for the cyclic GC to
 track while it waits for the writer)."""
-Record = tuple[int, str, str, str, "str | None", int]
-"""A death event in the writer's buffer: ``(time_ms, vhost, queue, reason, dlx, n)``, then ``n``
-dead letters of :data:`ITEM_FIELDS` values each."""
+Record = tuple[int, str, str, str, "str | None", "str | None", int]
+"""A death event in the writer's buffer: ``(time_ms, vhost, queue, reason, dlx, policy, n)``, then
+``n`` dead letters of :data:`ITEM_FIELDS` values each."""
+HEADER_FIELDS: Final = 7  # len(Record)
 
 
 # --- the archive -----------------------------------------------------------------------------------
@@ -108,7 +109,14 @@ class DeadLetterArchive:
 
     # -- event loop side ----------------------------------------------------------------------
     def record(
-        self, time_ms: int, vhost: str, queue: str, reason: str, dlx: str | None, items: list[Any]
+        self,
+        time_ms: int,
+        vhost: str,
+        queue: str,
+        reason: str,
+        dlx: str | None,
+        items: list[Any],
+        policy: str | None = None,
     ) -> None:
         """Archive the dead letters of one death event (cheap: appends references; never blocks
         or raises).
@@ -116,7 +124,9 @@ class DeadLetterArchive:
         Args:
             time_ms: time of death, epoch ms.
             vhost, queue, reason: where and why they died.
-            dlx: the queue's ``x-dead-letter-exchange`` (``None`` when it has none).
+            dlx: the queue's dead-letter exchange in force (``None`` when it has none).
+            policy: the policy that set the queue's dead-letter exchange or message TTL (``None``
+                when they came from its arguments).
             items: flat, :data:`ITEM_FIELDS` values per dead letter: ``message, enqueued_at,
                 death_count, dlx_routing_key, drop_reason``: the ``Message`` as it died (headers
                 before this death), ``Entry.enqueued_at`` (0 = unknown), the ``x-death``
@@ -135,7 +145,7 @@ class DeadLetterArchive:
             items, n = items[: room * ITEM_FIELDS], room
         # one flat extend (atomic: C-level iteration, no bytecode runs, so the writer cannot
         # see half an event) and no object per event for the cyclic GC to track
-        self._buf.extend(chain((time_ms, vhost, queue, reason, dlx, n), items))
+        self._buf.extend(chain((time_ms, vhost, queue, reason, dlx, policy, n), items))
         self._added += n
         if self._thread is None:
             if self._threaded:
@@ -241,14 +251,14 @@ class DeadLetterArchive:
         out: list[Any] = []
         taken = 0
         while buf and taken < budget:  # record() extends atomically: whole events only
-            header = [popleft() for _ in range(6)]
-            n = header[5]
+            header = [popleft() for _ in range(HEADER_FIELDS)]
+            n = header[-1]
             k = min(n, budget - taken)
-            header[5] = k
+            header[-1] = k
             out += header
             out += [popleft() for _ in range(k * ITEM_FIELDS)]
             if k < n:  # record() only appends on the right: the front is ours
-                buf.extendleft(reversed((*header[:5], n - k)))
+                buf.extendleft(reversed((*header[:-1], n - k)))
             taken += k
         self._taken += taken
         return out
@@ -274,10 +284,10 @@ class DeadLetterArchive:
         lines: list[bytes] = []
         i, end = 0, len(flat)
         while i < end:
-            time_ms, vhost, queue, reason, dlx, n = flat[i : i + 6]
-            i += 6
+            time_ms, vhost, queue, reason, dlx, policy, n = flat[i : i + HEADER_FIELDS]
+            i += HEADER_FIELDS
             stop = i + n * ITEM_FIELDS
-            event = (vhost, queue, reason, dlx)
+            event = (vhost, queue, reason, dlx, policy)
             if event != context:
                 context = event
                 cached = templates.get(context)
@@ -323,7 +333,7 @@ class DeadLetterArchive:
     def _template(self, context: tuple[Any, ...], key: tuple[Any, ...]) -> tuple[bytes, bytes]:
         """The constant parts of a line: from ``reason`` to ``original_expiration``, and from
         ``message_id`` to ``headers`` (JSON fragments, each with its leading comma)."""
-        vhost, queue, reason, dlx = context
+        vhost, queue, reason, dlx, policy = context
         count, dlx_key, drop_reason, exchange, routing_key, raw = key
         content_type, correlation_id, expiration, message_id, headers = read_props(raw)
         middle = fragment({
@@ -334,6 +344,7 @@ class DeadLetterArchive:
             "routing_keys": self._routing_keys(routing_key, headers),
             "dlx": dlx,
             "dlx_routing_key": dlx_key,
+            "policy": policy,
             "outcome": "routed" if drop_reason is None else "dropped",
             "drop_reason": drop_reason,
             "death_count": count if count is not None else self._death_count(headers, queue, reason),
@@ -411,7 +422,14 @@ class NullArchive:
     waiting = 0
 
     def record(
-        self, time_ms: int, vhost: str, queue: str, reason: str, dlx: str | None, items: list[Any]
+        self,
+        time_ms: int,
+        vhost: str,
+        queue: str,
+        reason: str,
+        dlx: str | None,
+        items: list[Any],
+        policy: str | None = None,
     ) -> None:
         """Ignore dead letters."""
 

@@ -117,6 +117,7 @@ BASE: dict[str, Any] = {
     "routing_keys": ["order.created"],
     "dlx": "dlx",
     "dlx_routing_key": None,
+    "policy": None,
     "outcome": "routed",
     "drop_reason": None,
     "death_count": 1,

@@ -85,7 +85,7 @@ def test_generator_is_deterministic_whatever_the_worker_count(tmp_path: Path) ->
     assert len(lines) == 230
     assert lines[0].keys() == {
         "schema", "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "dlx", "dlx_routing_key",
-        "outcome", "drop_reason", "death_count", "original_expiration", "enqueued_ms", "message_id",
+        "policy", "outcome", "drop_reason", "death_count", "original_expiration", "enqueued_ms", "message_id",
         "correlation_id", "content_type", "headers", "body_size", "body_b64", "body_truncated",
     }  # fmt: skip
 

@@ -79,6 +79,25 @@ def test_count_by_outcome(records_df: Any, rows: Any) -> None:
     ]
 
 
+def test_count_by_policy(records_df: Any, rows: Any) -> None:
+    from pyspark.sql import functions as F
+
+    # payments' dead-lettering comes from a policy, orders' from its arguments (policy null)
+    tagged = records_df.withColumn(
+        "policy", F.when(F.col("queue") == "payments", F.lit("pay-dlx")).otherwise(F.lit(None))
+    )
+    table = rows(R.count_by_policy(tagged))
+    assert [(vhost, policy) for vhost, policy, *_ in table] == [
+        (vhost, policy) for vhost, policy, *_ in sorted(table, key=lambda r: (-r[2], r[0], r[1] or ""))
+    ]
+    counts = {(vhost, policy): count for vhost, policy, count, *_ in table}
+    payments = records_df.filter(F.col("queue") == "payments").count()
+    assert counts[("/", "pay-dlx")] == payments
+    assert sum(counts.values()) == records_df.count()
+    reasons = {(vhost, policy): dict(zip(R.REASONS, rest, strict=True)) for vhost, policy, _c, *rest in table}
+    assert sum(reasons[("/", "pay-dlx")].values()) == payments
+
+
 def test_time_in_queue_overall(records_df: Any, rows: Any) -> None:
     # 11 records with enqueued_ms: 10 20 30 100 200 300 400 500 1010 1050 5000
     assert rows(R.time_in_queue(records_df)) == [(11, 300, 1050, 5000, 5000)]

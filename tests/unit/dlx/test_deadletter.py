@@ -14,6 +14,7 @@ from ottermq.amqp.props import decode_properties
 from ottermq.dlx.deadletter import DeadLetterer, cycle_queues, is_cycle
 from ottermq.ttl.deadline import expires_at
 from ottermq.vhost.message import Entry, Message, sender_selected
+from ottermq.vhost.policy import make_policy
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 from pamqp import commands
@@ -69,9 +70,10 @@ class Recorder:
         self.calls: list[dict[str, Any]] = []
 
     def record(self, time_ms: int, vhost: str, queue: str, reason: str, dlx: str | None,
-               items: list[Any]) -> None:
+               items: list[Any], policy: str | None = None) -> None:
         rows = [tuple(items[i:i + 5]) for i in range(0, len(items), 5)]
-        self.calls.append(dict(time_ms=time_ms, vhost=vhost, queue=queue, reason=reason, dlx=dlx, rows=rows))
+        self.calls.append(dict(time_ms=time_ms, vhost=vhost, queue=queue, reason=reason, dlx=dlx, rows=rows,
+                               policy=policy))
 
     def drops(self) -> list[str | None]:
         return [row[4] for call in self.calls for row in call["rows"]]
@@ -366,7 +368,7 @@ def test_the_archive_gets_one_call_per_death_event_with_every_dead_letter():
     assert [m.body for m in w.take("dlq")] == [b"a", b"b"]
     first, second = w.archive.calls
     assert first == dict(time_ms=NOW_MS + 50, vhost="/", queue="work", reason="expired", dlx="",
-                         rows=first["rows"])
+                         rows=first["rows"], policy=None)
     [(message, enqueued_at, count, key, drop)] = first["rows"]
     assert (message.body, enqueued_at, count, key, drop) == (b"a", NOW_MS, 1, "dlq", None)
     assert "x-death" not in (message.headers or {})  # the message as it died, not the dead letter
@@ -410,3 +412,20 @@ def test_cycle_queues_is_exactly_where_is_cycle_holds(deaths):
     excluded = cycle_queues(deaths) or frozenset()
     for queue in ("a", "b", "c", "d", "e"):
         assert (queue in excluded) == is_cycle(queue, deaths), queue
+
+
+def test_the_archive_names_the_policy_that_set_the_dead_lettering():
+    w = World()
+    w.queue("dlq")
+    work = w.queue("work")
+    own = w.queue("own", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
+    policy = make_policy("/", "dl", "^(work|own)$", {"message-ttl": 10, "dead-letter-exchange": "",
+                                                    "dead-letter-routing-key": "dlq"})  # fmt: skip
+    w.vh.set_policy(policy)
+    assert (work.policy, own.policy) == ("dl", "dl")
+    w.publish("work", b"a")
+    w.publish("own", b"b")
+    w.ttl.advance(10)
+    assert sorted(m.body for m in w.take("dlq")) == [b"a", b"b"]
+    policies = {call["queue"]: call["policy"] for call in w.archive.calls}
+    assert policies == {"work": "dl", "own": "dl"}  # own: its DLX is its argument, its TTL the policy's

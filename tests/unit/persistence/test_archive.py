@@ -211,9 +211,10 @@ def test_record_fields(tmp_path):
     assert path.read_bytes() == dumps_line(first) + dumps_line(second)
     assert first == {
         "schema": 1, "time_ms": T0, "reason": "expired", "vhost": "/", "queue": "q", "exchange": "orders",
-        "routing_keys": ["rk", "cc1", "cc2"], "dlx": "dlx", "dlx_routing_key": "rk", "outcome": "routed",
-        "drop_reason": None, "death_count": 3, "original_expiration": "5000", "enqueued_ms": T0 - 5,
-        "message_id": "m-1", "correlation_id": "c-1", "content_type": "application/json",
+        "routing_keys": ["rk", "cc1", "cc2"], "dlx": "dlx", "dlx_routing_key": "rk", "policy": None,
+        "outcome": "routed", "drop_reason": None, "death_count": 3, "original_expiration": "5000",
+        "enqueued_ms": T0 - 5, "message_id": "m-1", "correlation_id": "c-1",
+        "content_type": "application/json",
         "headers": {"CC": {"t": "A", "v": [{"t": "S", "v": "cc1"}, {"t": "S", "v": "cc2"}]},
                     "n": {"t": "I", "v": 7}, "who": {"t": "S", "v": "José ✓"}},
         "body_size": 10, "body_b64": base64.b64encode(b"xxxx").decode(), "body_truncated": True,
