@@ -251,3 +251,21 @@ def test_queue_type_apply_to_values(broker, channel, policies, prefix):
     assert policies(f"{prefix}.classic", {"pattern": pattern, "definition": {"max-length": 2},
                                           "apply-to": "classic_queues"})[0] == 201  # fmt: skip
     assert queue_info(broker, queue)["policy"] == f"{prefix}.classic"
+
+
+@pytest.mark.extension  # ottermq's exact TTL; RabbitMQ refuses the key as not recognised
+def test_exact_ttl_policy_expires_a_message_behind_a_long_lived_head(broker, channel, policies, prefix):
+    queue, dlq = f"{prefix}.exact", f"{prefix}.exact.dlq"
+    channel.queue_declare(dlq)
+    channel.queue_declare(queue, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    channel.basic_publish("", queue, b"head", pika.BasicProperties(expiration="600000"))
+    channel.basic_publish("", queue, b"behind", pika.BasicProperties(expiration="100"))
+    time.sleep(0.3)
+    assert depth(channel, dlq) == 0  # head-only expiry: "behind" waits for the head
+    assert policies(f"{prefix}.exact", {"pattern": f"^{prefix}\\.exact$",
+                                        "definition": {"ottermq-exact-ttl": True}})[0] == 201  # fmt: skip
+    _, props, body = eventually(lambda: _get(channel, dlq), what="dead letter")
+    assert body == b"behind" and props.headers["x-death"][0]["reason"] == "expired"
+    assert depth(channel, queue) == 1
+    info = queue_info(broker, queue)
+    assert info["effective_policy_definition"] == {"ottermq-exact-ttl": True}

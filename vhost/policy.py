@@ -19,7 +19,11 @@ Rules:
    - then the queue's own ``x-`` arguments: the lower value of ``message-ttl``, ``expires``,
      ``max-length``, ``max-length-bytes``, ``delivery-limit``, ``consumer-timeout``; the argument
      wins for ``dead-letter-exchange``, ``dead-letter-routing-key`` and ``overflow``.
-4. Keys other RabbitMQ features read (``ha-*``, ``queue-mode``, ``max-age``, federation, ...) are
+4. ``ottermq-exact-ttl`` (true/false) is the policy spelling of the ``x-ottermq-exact-ttl``
+   extension argument (policy keys are argument names without ``x-``, as RabbitMQ's are); the
+   argument wins when the queue declares it. RabbitMQ refuses the key as not recognised, so a
+   policy that uses it is ottermq-only; operator policies do not take it.
+5. Keys other RabbitMQ features read (``ha-*``, ``queue-mode``, ``max-age``, federation, ...) are
    accepted and have no effect here; unknown keys are refused (``... are not recognised policy
    settings``). ``consumer-timeout`` is RabbitMQ 3.12's key; 3.10 refuses it.
 """
@@ -82,6 +86,10 @@ def _text(value: Any) -> bool:
     return isinstance(value, str)
 
 
+def _bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
 # key -> (check, "is not a valid ..." noun)
 CHECKS: dict[str, tuple[Any, str]] = {
     "message-ttl": (_non_negative, "message TTL"),
@@ -94,6 +102,8 @@ CHECKS: dict[str, tuple[Any, str]] = {
     "delivery-limit": (_non_negative, "delivery limit"),
     "alternate-exchange": (_text, "alternate exchange name"),
     "consumer-timeout": (_non_negative, "consumer timeout"),
+    # ottermq extensions (rule 4)
+    "ottermq-exact-ttl": (_bool, "exact TTL setting (true or false)"),
 }
 
 
@@ -194,8 +204,9 @@ _QUEUE_FIELDS = {
     "dead-letter-exchange": "dead_letter_exchange",
     "dead-letter-routing-key": "dead_letter_routing_key",
     "overflow": "overflow",
+    "ottermq-exact-ttl": "exact_ttl",
 }
-_ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow")
+_ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "ottermq-exact-ttl")
 
 
 def effective_args(declared: QueueArgs, definition: Mapping[str, Any]) -> QueueArgs:

@@ -21,7 +21,7 @@ Rules:
   redelivered. A message whose TTL is 0 goes to a consumer that can take it at once, or expires.
 - Exact TTL (``x-ottermq-exact-ttl``, an ottermq extension): every ready message expires at its
   own deadline wherever it sits, through a deadline heap (O(log n) per message); expired entries
-  become tombstones that takes skip.
+  become tombstones that takes skip. The policy key ``ottermq-exact-ttl`` switches it on a live queue.
 - ``x-expires``: a queue with no consumers that is not declared or read (``basic.get``) for the
   period is deleted; its messages are discarded, never dead-lettered.
 - Length limits count ready messages and their body bytes: ``drop-head`` dead-letters the head
@@ -516,8 +516,21 @@ class Queue:
         self._delivery_limit = args.delivery_limit
         if args.expires != old.expires:
             self.touch()
+        if args.exact_ttl != old.exact_ttl:
+            self._set_exact_ttl(args.exact_ttl)
         if self._max_len is not None or self._max_bytes is not None:
             self._drop_head_overflow()
+
+    def _set_exact_ttl(self, on: bool) -> None:
+        """Switch exact TTL (a policy's ``ottermq-exact-ttl``): on, every ready message's deadline goes
+        into the heap and what is already due expires now; off, expiry is back to head-only."""
+        if not on:
+            self._heap = None
+            return
+        self._heap = [(e.deadline, e.seq, e) for e in self._ready if e.deadline is not None]
+        heapq.heapify(self._heap)
+        if self._heap:
+            self.expire(self.ttl.now())
 
     def touch(self) -> None:
         """The queue was used (declared, read, consumed from): restart its ``x-expires`` clock."""

@@ -28,6 +28,7 @@ def policy(name="p", pattern=".*", definition=None, apply_to="all", priority=0, 
         ({"overflow": "bad"}, '<<"bad">> is not a valid overflow value'),
         ({"delivery-limit": -1}, "-1 is not a valid delivery limit"),
         ({"alternate-exchange": 5}, "5 is not a valid alternate exchange name"),
+        ({"ottermq-exact-ttl": "yes"}, '<<"yes">> is not a valid exact TTL setting (true or false)'),
         ({"nope": 1}, '[{<<"nope">>,1}] are not recognised policy settings'),
         ({"message-ttl": 5, "other": 2, "bogus": 1},
          '[{<<"bogus">>,1},{<<"other">>,2}] are not recognised policy settings'),
@@ -49,6 +50,8 @@ def test_other_checks():
         policy(pattern="(")
     with pytest.raises(PolicyError, match=r'^\[\{<<"dead-letter-exchange">>,<<"x">>\}\] are not recognised'):
         policy(definition={"dead-letter-exchange": "x"}, operator=True)
+    with pytest.raises(PolicyError, match=r'^\[\{<<"ottermq-exact-ttl">>,true\}\] are not recognised'):
+        policy(definition={"ottermq-exact-ttl": True}, operator=True)
 
 
 def test_accepted_keys_of_other_features():
@@ -104,6 +107,9 @@ def test_user_and_operator_merge(user, operator, merged):
         ({"x-overflow": "reject-publish"}, {"overflow": "drop-head"}, {"overflow": "reject-publish"}),
         ({}, {"overflow": "reject-publish"}, {"overflow": "reject-publish"}),
         ({"x-delivery-limit": 5}, {"delivery-limit": 2}, {"delivery_limit": 2}),
+        ({}, {"ottermq-exact-ttl": True}, {"exact_ttl": True}),
+        ({"x-ottermq-exact-ttl": False}, {"ottermq-exact-ttl": True}, {"exact_ttl": False}),
+        ({"x-ottermq-exact-ttl": True}, {"ottermq-exact-ttl": False}, {"exact_ttl": True}),
     ],
 )  # fmt: skip
 def test_policy_against_queue_arguments(arguments, definition, expected):

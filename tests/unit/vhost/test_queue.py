@@ -130,6 +130,26 @@ def test_exact_ttl_expires_each_message_at_its_own_deadline():
     assert [e.message.body for e in c.got] == [b"long", b"none"]
 
 
+def test_exact_ttl_switched_on_and_off_by_a_policy():
+    from ottermq.vhost.policy import effective_args
+
+    q, ttl, sink = make()
+    q.enqueue(msg(b"long", expiration=1000))
+    q.enqueue(msg(b"due", expiration=10))
+    q.enqueue(msg(b"later", expiration=50))
+    ttl.advance(20, q)
+    assert sink.dead == []  # head-only: "due" waits behind "long"
+    on = {"ottermq-exact-ttl": True}
+    q.set_policy("exact", None, on, effective_args(q.declared_args, on))
+    assert sink.dead == [("q", "expired", b"due")]  # already due: expires at once
+    ttl.advance(30, q)
+    assert sink.dead[-1] == ("q", "expired", b"later") and q.message_count == 1
+    q.set_policy(None, None, {}, q.declared_args)  # policy deleted: head-only again
+    q.enqueue(msg(b"short", expiration=5))
+    ttl.advance(10, q)
+    assert len(sink.dead) == 2 and q.message_count == 2
+
+
 def test_ttl_zero_goes_to_a_ready_consumer_or_expires_at_once():
     q, ttl, sink = make({"x-message-ttl": 0})
     c = FakeConsumer()
