@@ -147,9 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         help="load a RabbitMQ definitions JSON file into the store",
         description="Load a RabbitMQ definitions JSON file into the store: users (with their"
         " passwords), vhosts and permissions are created or replaced; durable exchanges, queues and"
-        " bindings are added (existing ones are left unchanged). Skipped with a warning: non-durable"
+        " bindings are added (existing ones are left unchanged); policies and operator policies"
+        " (operator_policy parameters) are created or replaced. Skipped with a warning: non-durable"
         " queues and exchanges, amq.* names and the default exchange, non-classic queues, bindings"
-        " of skipped entities, policies, parameters and topic permissions. " + stopped
+        " of skipped entities, other runtime parameters and topic permissions. " + stopped
         + " To load a file at every start instead, set OTTERMQ_DEFINITIONS_FILE.",
         formatter_class=fmt,
     )

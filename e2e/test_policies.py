@@ -158,6 +158,37 @@ def test_highest_priority_policy_wins(broker, channel, policies, prefix):
     assert shown["effective_policy_definition"] == {"max-length": 3}
 
 
+def test_a_policy_with_a_stream_key_does_not_apply_to_a_classic_queue(broker, channel, policies, prefix):
+    """RabbitMQ skips such a policy for classic queues (even at a higher priority): the next one applies."""
+    queue = f"{prefix}.cq"
+    channel.queue_declare(queue)
+    low = {"pattern": f"^{prefix}\\.cq", "definition": {"max-length": 9}, "priority": 1}
+    streams = {"pattern": f"^{prefix}\\.cq$", "definition": {"max-length": 3, "max-age": "1D"}, "priority": 5}
+    assert policies(f"{prefix}.low", low)[0] == 201 and policies(f"{prefix}.stream", streams)[0] == 201
+    shown = eventually(lambda: (i := queue_info(broker, queue)).get("policy") == f"{prefix}.low" and i)
+    assert shown["effective_policy_definition"] == {"max-length": 9}
+
+
+@pytest.mark.extension  # RabbitMQ 3.10 skips a delivery-limit policy for classic queues
+def test_delivery_limit_policy_on_a_classic_queue(broker, channel, policies, prefix):
+    queue, dlq = f"{prefix}.dl", f"{prefix}.dl.dlq"
+    channel.queue_declare(dlq)
+    channel.queue_declare(queue, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    body = {"pattern": f"^{prefix}\\.dl$", "definition": {"delivery-limit": 1}}
+    assert policies(f"{prefix}.dl", body)[0] == 201
+    channel.basic_publish("", queue, b"poison")
+    for _ in range(2):  # returned twice: over the limit of 1
+        method, props, _ = eventually(lambda: _get_ack(channel, queue), what="redelivery")
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    _, props, body = eventually(lambda: _get(channel, dlq), what="dead letter")
+    assert body == b"poison" and props.headers["x-death"][0]["reason"] == "delivery_limit"
+
+
+def _get_ack(channel, queue: str) -> Any:
+    got = channel.basic_get(queue)
+    return got if got[0] is not None else None
+
+
 def test_queue_argument_and_policy_lower_length_wins_argument_dlx_wins(broker, channel, policies, prefix):
     queue, arg_dlq, pol_dlq = f"{prefix}.args", f"{prefix}.argdlq", f"{prefix}.poldlq"
     for name in (arg_dlq, pol_dlq):

@@ -24,7 +24,12 @@ Rules:
    argument wins when the queue declares it. RabbitMQ refuses the key as not recognised, so a
    policy that uses it is ottermq-only; operator policies do not take it.
 5. Keys other RabbitMQ features read (``ha-*``, ``queue-mode``, ``max-age``, federation, ...) are
-   accepted and have no effect here; unknown keys are refused (``... are not recognised policy
+   accepted and have no effect here. A policy holding a key of quorum queues or streams
+   (``max-age``, ``stream-max-segment-size-bytes``, ``initial-cluster-size``,
+   ``dead-letter-strategy``, ``queue-leader-locator``) does not apply to a classic queue, so to no
+   queue here, as in RabbitMQ 3.10, which skips it and applies the next matching policy. RabbitMQ
+   skips ``delivery-limit`` policies for classic queues too; ottermq applies them (its extension,
+   as the ``x-delivery-limit`` argument is); unknown keys are refused (``... are not recognised policy
    settings``). ``consumer-timeout`` is RabbitMQ 3.12's key; 3.10 refuses it.
 """
 
@@ -53,8 +58,12 @@ INERT_KEYS = frozenset({
     "ha-promote-on-failure", "queue-mode", "queue-master-locator", "queue-leader-locator", "queue-version",
     "max-age", "stream-max-segment-size-bytes", "max-in-memory-length", "max-in-memory-bytes",
     "dead-letter-strategy", "federation-upstream", "federation-upstream-set", "initial-cluster-size",
-    "target-group-size",
 })  # fmt: skip
+# Keys of quorum queues and streams: RabbitMQ 3.10 does not apply a policy holding one to a classic
+# queue at all (``rabbit_classic_queue:is_policy_applicable``), so the next matching policy applies.
+# ``delivery-limit`` is one of them there; here it is our extension on classic queues (rule 5).
+NOT_FOR_CLASSIC = frozenset({"max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
+                             "dead-letter-strategy", "queue-leader-locator"})  # fmt: skip
 OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "overflow",
                            "delivery-limit", "max-in-memory-length", "max-in-memory-bytes"})  # fmt: skip
 
@@ -124,6 +133,8 @@ class Policy:
         """Whether this policy matches the ``kind`` (``queue``/``exchange``) object ``name``."""
         if kind not in _APPLIES[self.apply_to]:
             return False
+        if kind == "queue" and not NOT_FOR_CLASSIC.isdisjoint(self.definition):
+            return False  # every queue here is classic (rule 5)
         return self.regex.search(name) is not None
 
     def as_json(self) -> dict[str, Any]:

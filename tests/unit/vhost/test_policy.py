@@ -71,6 +71,22 @@ def test_choose_highest_priority_matching_kind_and_searched_pattern():
     assert choose([tie_b, tie_a], "queue", "q") is tie_a
 
 
+@pytest.mark.parametrize("key", ["max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
+                                 "dead-letter-strategy", "queue-leader-locator"])  # fmt: skip
+def test_a_policy_with_a_quorum_or_stream_key_is_skipped_for_classic_queues(key):
+    lower = policy("lower", "^q", {"max-length": 5})
+    other = policy("other", "^q$", {"max-length": 1, key: "x" if key != "initial-cluster-size" else 3},
+                   apply_to="all", priority=9)  # fmt: skip
+    assert choose([lower, other], "queue", "q") is lower  # as RabbitMQ 3.10 (is_policy_applicable)
+    assert choose([lower, other], "exchange", "q") is other
+
+
+def test_delivery_limit_policies_apply_to_classic_queues_here():
+    lower = policy("lower", "^q", {"max-length": 5})
+    limit = policy("limit", "^q$", {"delivery-limit": 2}, priority=9)
+    assert choose([lower, limit], "queue", "q") is limit  # RabbitMQ skips it for classic queues
+
+
 @pytest.mark.parametrize(
     ("user", "operator", "merged"),
     [
