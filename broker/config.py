@@ -144,6 +144,14 @@ class Settings(BaseSettings):
         pattern=r"^/[A-Za-z0-9._~/-]*$",
         description="URL path prefix of the management HTTP API (RabbitMQ: /api)",
     )
+    enable_ui: bool = Field(
+        True, description="Web UI for operators at / on the management port (needs OTTERMQ_ENABLE_WEB_API)"
+    )
+    dlx_reports_dir: Path | None = Field(
+        None,
+        description="Folder holding `ottermq dlq report --out` outputs (one subfolder each), shown by the"
+        " web UI's archive page; empty = none",
+    )
     enable_prometheus: bool = Field(
         True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible, issue 14)"
     )

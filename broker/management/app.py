@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from aiohttp import BasicAuth, hdrs, web
 
 from . import (
+    archive,
     bindings,
     connections,
     definitions,
@@ -39,6 +40,7 @@ from .common import BROKER_KEY, MANAGEMENT_TAGS, PREFIX_KEY, REALM, SAMPLER_KEY,
 from .listener import HTTPListener
 from .openapi import add_docs
 from .rates import RateSampler
+from .webui import add_ui, is_ui_path
 
 if TYPE_CHECKING:
     from ..server import Broker
@@ -48,7 +50,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RESOURCES = (
     overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions, health, nodes,
-    definitions, policies,
+    definitions, policies, archive,
 )  # fmt: skip
 
 
@@ -58,6 +60,8 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     docs = request.app.get(DOCS_KEY)
     if docs is not None and (request.path == docs or request.path.startswith(docs + "/")):
         return await handler(request)  # the OpenAPI description needs no login (openapi.py)
+    if request.app.get(UI_KEY) and is_ui_path(request.path) and request.match_info.http_exception is None:
+        return await handler(request)  # the web UI's files; the page logs in to the API itself
     routing_error = request.match_info.http_exception
     if isinstance(routing_error, web.HTTPMethodNotAllowed):
         methods = set(routing_error.allowed_methods) | {"OPTIONS"}
@@ -88,6 +92,7 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 DOCS_KEY: web.AppKey[str] = web.AppKey("docs", str)  # OTTERMQ_SWAGGER_PATH when enabled
+UI_KEY: web.AppKey[bool] = web.AppKey("ui", bool)  # OTTERMQ_ENABLE_UI
 METHOD_ORDER = ("HEAD", "GET", "PUT", "POST", "DELETE", "OPTIONS")  # RabbitMQ's (cowboy's) Allow order
 SHAPING_PARAMS = frozenset({"columns", "sort", "sort_reverse", "page"})
 # The lists RabbitMQ paginates (paths under the API prefix)
@@ -127,6 +132,9 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
     for resource in RESOURCES:
         resource.add_routes(routes, prefix)
     app.add_routes(routes)
+    if broker.settings.enable_ui:
+        app[UI_KEY] = True
+        add_ui(app, prefix)
     if broker.settings.enable_swagger:
         docs = broker.settings.swagger_path.rstrip("/") or "/docs"
         app[DOCS_KEY] = docs

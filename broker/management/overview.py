@@ -2,7 +2,8 @@
 
 Versions: ``management_version`` and ``rabbitmq_version`` name the RabbitMQ release whose API this
 emulates (3.10.8), so tools that compare them keep working; ``product_name``/``product_version``
-are OtterMQ's own.
+are OtterMQ's own. ``dead_letter_stats`` (an ottermq extension; RabbitMQ's API has none) counts the
+messages dead-lettered in the user's vhosts by reason since start (the web UI charts their rates).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from ottermq.dlx.reasons import Reason
 
 from .. import VERSION
 from ..stats import MessageStats
@@ -75,8 +77,18 @@ async def overview(request: web.Request) -> web.Response:
         "node": node,
         "cluster_name": node,
         "listeners": listeners(request, node),
+        "dead_letter_stats": dead_letter_stats(vhosts),
     }
     return web.json_response(body)
+
+
+def dead_letter_stats(vhosts: list[Any]) -> dict[str, int]:
+    """Messages dead-lettered by reason in ``vhosts`` (dropped ones too: they died all the same)."""
+    counts = {reason.value: 0 for reason in Reason}
+    for vhost in vhosts:
+        for (reason, _strategy), n in getattr(vhost.sink, "dead_lettered", {}).items():
+            counts[reason] = counts.get(reason, 0) + n
+    return counts
 
 
 def listeners(request: web.Request, node: str) -> list[dict[str, Any]]:
