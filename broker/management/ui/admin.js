@@ -89,7 +89,7 @@ function policyEditor(kind, vhosts) {
       placeholder: "message-ttl=60000\ndead-letter-exchange=dlx", title: "keys: " + POLICY_KEYS.join(", ")})),
     h("div", {class: "actions"}, h("button", {type: "submit", class: "primary"}, "Save policy")),
   ], "Save policy", (d) => api("PUT", `/${kind}/${vhostPath(d.vhost, d.name)}`, {pattern: d.pattern,
-    "apply-to": d.apply_to, priority: Number(d.priority || 0), definition: parseArgs(d.definition)}));
+    "apply-to": d.apply_to, priority: Number(d.priority || 0), definition: parseArgs(d.definition)}), {reset: false});
   function fill(p) {
     form.vhost.value = p.vhost; form.name.value = p.name; form.pattern.value = p.pattern;
     form.apply_to.value = p["apply-to"]; form.priority.value = p.priority;

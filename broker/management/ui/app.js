@@ -24,7 +24,9 @@ async function api(method, path, body, options = {}) {
   const headers = {Authorization: "Basic " + session.auth};
   if (body !== undefined) headers["Content-Type"] = "application/json";
   Object.assign(headers, options.headers || {});
-  const response = await fetch(API + path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+  // credentials "omit": our own Authorization header only, so a 401 never opens the browser's login prompt
+  const response = await fetch(API + path, {method, headers, credentials: "omit",
+    body: body === undefined ? undefined : JSON.stringify(body)});
   if (options.raw) {
     if (!response.ok) throw new ApiError(response.status, null);
     return response;
@@ -54,6 +56,7 @@ function flash(message, bad = false) {
 // Run an action, report its outcome; destructive ones ask first
 async function act(what, fn, {confirmText = null, after = null} = {}) {
   if (confirmText && !window.confirm(confirmText)) return false;
+  document.getElementById("flash").hidden = true;
   try {
     const result = await fn();
     flash(what + ": done");
