@@ -99,6 +99,10 @@ def _dlq(action: str, rest: list[str]) -> int:
         from . import dlq_cli
 
         return dlq_cli.main(["export", *rest])
+    if action == "move":
+        from . import dlq_move_cli
+
+        return dlq_move_cli.main(rest)
     jobs = importlib.import_module("ottermq.spark_jobs.cli")  # never imported by the broker itself
     entry = getattr(jobs, f"{action}_main")
     return int(entry(rest))
@@ -158,13 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     admin_cli.add_connection_options(imp, admin_defaults())
     dlq = sub.add_parser(
         "dlq",
-        help="dead letters: export a queue to the archive format, analyse or replay an archive",
-        description="export: read any AMQP queue into archive JSON Lines (broker.dlq_cli; the broker"
-        " keeps running); report/compact/select/replay: Spark jobs on an archive (needs the 'spark'"
-        " extra)",
+        help="dead letters: send them back, export a queue to the archive format, analyse or replay an"
+        " archive",
+        description="move: send a queue's dead letters back to their original (or a chosen) exchange,"
+        " run by a running broker (management API); export: read any AMQP queue into archive JSON Lines"
+        " (broker.dlq_cli; the broker keeps running); report/compact/select/replay: Spark jobs on an"
+        " archive (needs the 'spark' extra)",
         formatter_class=fmt,
     )
-    dlq.add_argument("action", choices=["export", "report", "compact", "select", "replay"])
+    dlq.add_argument("action", choices=["move", "export", "report", "compact", "select", "replay"])
     dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")
     admin_cli.add_parsers(sub, admin_defaults())
     args = parser.parse_args(argv)

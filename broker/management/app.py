@@ -24,6 +24,7 @@ from . import (
     archive,
     bindings,
     connections,
+    deadletters,
     definitions,
     exchanges,
     health,
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RESOURCES = (
     overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions, health, nodes,
-    definitions, policies, archive,
+    definitions, policies, archive, deadletters,
 )  # fmt: skip
 
 
@@ -128,6 +129,7 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
 
     app.on_startup.append(start_sampling)
     app.on_cleanup.append(stop_sampling)
+    deadletters.setup_moves(app, broker)
     routes = web.RouteTableDef()
     for resource in RESOURCES:
         resource.add_routes(routes, prefix)

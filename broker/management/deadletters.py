@@ -1,0 +1,240 @@
+"""Dead letters over the API (issue 16; ottermq extensions, RabbitMQ has no such endpoints). The work
+is in ``broker/dlq_move.py``; see its rules.
+
+- ``GET /api/dead-letters``: queues holding dead-lettered messages (any with an ``x-death`` among
+  its first ``SAMPLE`` ready messages), with counts by reason of those sampled.
+- ``GET /api/dead-letters/{vhost}/{queue}?reason=&source_queue=&offset=0&limit=100&truncate=``:
+  browse in place (nothing is consumed): ``total`` ready messages, ``dead_lettered`` (with
+  ``x-death``), ``summary`` (counts by reason x source queue of the most recent death, over all ready
+  messages), ``matching`` (after the filters) and one page of ``messages`` with their decoded deaths.
+- ``POST /api/dead-letters/{vhost}/{queue}/moves`` body ``{"ids": [...]}`` or ``{"filter":
+  {"reason", "source_queue"}}`` or ``{"all": true}``, plus ``target`` (null = the original exchange and
+  routing key; or ``{"exchange", "routing_key"}``), ``keep_death_headers`` (false), ``rate`` (msg/s,
+  0 = no limit): 201 with the job and its ``Location``.
+- ``GET /api/dead-letter-moves``, ``GET``/``PUT {"state": "paused"|"running"}``/``DELETE``
+  (cancel) ``/api/dead-letter-moves/{id}``.
+- Permissions as for a channel of the user: browsing needs ``read`` on the queue; a move needs
+  ``read`` on it and ``write`` on the target exchange, or on every original exchange the selected
+  messages name (checked up front). A user sees the moves of the vhosts it sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from ottermq.persistence.memory import MemoryStore
+from ottermq.vhost.message import Entry
+
+from ..dlq_move import MoveJob, MoveJobs, deaths_of, first_death, selection_from_json, target_of
+from .common import (
+    NotFound,
+    bad_request,
+    check_permission,
+    json_body,
+    vhost_or_404,
+    visible_vhosts,
+)
+from .messages import payload_json, properties_json
+
+MOVES_KEY: web.AppKey[MoveJobs] = web.AppKey("dlq_moves", MoveJobs)
+SAMPLE = 1000
+MAX_LIMIT = 1000
+
+
+def moves_of(request: web.Request) -> MoveJobs:
+    return request.app[MOVES_KEY]
+
+
+def setup_moves(app: web.Application, broker: Any) -> None:
+    """The app's move jobs: resumed from the data directory's state file when the store is durable."""
+    durable = not isinstance(broker.store, MemoryStore)
+    state_file = broker.settings.data_dir / "dlq-moves.json" if durable else None
+    moves = app[MOVES_KEY] = MoveJobs(broker, state_file)
+
+    async def start(_app: web.Application) -> None:
+        moves.resume_saved()
+
+    async def stop(_app: web.Application) -> None:
+        await moves.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+
+
+def _int(query: Any, key: str, default: int, low: int, high: int | None = None) -> int:
+    raw = query.get(key, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"{key} must be an integer") from None
+    if value < low or (high is not None and value > high):
+        raise bad_request(f"{key} must be between {low} and {high}" if high else f"{key} must be >= {low}")
+    return value
+
+
+def _last(entry: Entry) -> dict[str, Any]:
+    deaths = deaths_of(entry.message.headers)
+    return deaths[0] if deaths else {}
+
+
+async def index(request: web.Request) -> web.Response:
+    found = []
+    for vhost in visible_vhosts(request):
+        for queue in vhost.queues.values():
+            if not queue.message_count:
+                continue
+            reasons: dict[str, int] = {}
+            sampled = 0
+            for entry in queue.ready_entries():
+                if sampled >= SAMPLE:
+                    break
+                sampled += 1
+                reason = _last(entry).get("reason")
+                if reason is not None:
+                    reasons[reason] = reasons.get(reason, 0) + 1
+            if reasons:
+                found.append({"vhost": vhost.name, "name": queue.name, "messages_ready": queue.message_count,
+                              "dead_lettered": sum(reasons.values()), "reasons": reasons,
+                              "sampled": sampled if sampled < queue.message_count else None})  # fmt: skip
+    found.sort(key=lambda q: (q["vhost"], q["name"]))
+    return web.json_response(found)
+
+
+def _queue(request: web.Request) -> Any:
+    vhost = vhost_or_404(request)
+    queue = vhost.queues.get(request.match_info["queue"])
+    if queue is None:
+        raise NotFound()
+    return vhost, queue
+
+
+async def browse(request: web.Request) -> web.Response:
+    vhost, queue = _queue(request)
+    check_permission(request, vhost, "read", "queue", queue.name)
+    query = request.query
+    offset = _int(query, "offset", 0, 0)
+    limit = _int(query, "limit", 100, 0, MAX_LIMIT)
+    truncate = _int(query, "truncate", 0, 0) or None
+    reason, source = query.get("reason") or None, query.get("source_queue") or None
+    summary: dict[tuple[str, str], int] = {}
+    total = dead = matching = 0
+    page: list[dict[str, Any]] = []
+    for entry in queue.ready_entries():
+        total += 1
+        last = _last(entry)
+        if last:
+            dead += 1
+            key = (last.get("reason") or "", last.get("queue") or "")
+            summary[key] = summary.get(key, 0) + 1
+        if (reason is not None and last.get("reason") != reason) or (
+            source is not None and last.get("queue") != source
+        ):
+            continue
+        if offset <= matching < offset + limit:
+            page.append(_message_json(entry, truncate))
+        matching += 1
+    return web.json_response({
+        "vhost": vhost.name, "queue": queue.name, "total": total, "dead_lettered": dead, "matching": matching,
+        "summary": [{"reason": r, "source_queue": s, "count": n} for (r, s), n in sorted(summary.items())],
+        "offset": offset, "limit": limit, "messages": page,
+    })  # fmt: skip
+
+
+def _message_json(entry: Entry, truncate: int | None) -> dict[str, Any]:
+    message = entry.message
+    payload, encoding = payload_json(message.body, "auto", truncate)
+    return {"id": entry.seq, "payload": payload, "payload_encoding": encoding,
+            "payload_bytes": len(message.body), "redelivered": entry.redelivered,
+            "exchange": message.exchange, "routing_key": message.routing_key,
+            "properties": properties_json(message.raw_props), "deaths": deaths_of(message.headers),
+            "first_death": first_death(message.headers)}  # fmt: skip
+
+
+async def create_move(request: web.Request) -> web.Response:
+    vhost, queue = _queue(request)
+    body = await json_body(request)
+    try:
+        selection = selection_from_json(body)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    target_spec = body.get("target")
+    target: tuple[str, str] | None = None
+    if target_spec is not None:
+        if not isinstance(target_spec, dict) or not isinstance(target_spec.get("exchange", ""), str) or not (
+            isinstance(target_spec.get("routing_key", ""), str)
+        ):
+            raise bad_request("target must be null or {\"exchange\": string, \"routing_key\": string}")
+        name = target_spec.get("exchange", "")
+        name = "" if name == "amq.default" else name
+        if name and name not in vhost.exchanges:
+            raise bad_request(f"target exchange '{name}' not found in vhost '{vhost.name}'")
+        target = (name, target_spec.get("routing_key", ""))
+    keep = body.get("keep_death_headers", False)
+    rate = body.get("rate", 0) or 0
+    if not isinstance(keep, bool):
+        raise bad_request("keep_death_headers must be a boolean")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
+        raise bad_request("rate must be a non-negative number (messages per second; 0 = no limit)")
+    check_permission(request, vhost, "read", "queue", queue.name)
+    exchanges = {target[0]} if target is not None else {
+        where[0]
+        for e in queue.ready_entries()
+        if selection.matches(e) and (where := target_of(e.message, None)) is not None
+    }
+    for exchange in sorted(exchanges):
+        check_permission(request, vhost, "write", "exchange", exchange)
+    job = moves_of(request).create(vhost.name, queue.name, selection, target, keep, float(rate))
+    location = request.path.split("/dead-letters/")[0] + f"/dead-letter-moves/{job.id}"
+    return web.json_response(job.as_json(), status=201, headers={"Location": location})
+
+
+def _visible(request: web.Request, job: MoveJob) -> bool:
+    return job.vhost in {v.name for v in visible_vhosts(request)}
+
+
+def _job(request: web.Request) -> MoveJob:
+    job = moves_of(request).jobs.get(request.match_info["id"])
+    if job is None or not _visible(request, job):
+        raise NotFound()
+    return job
+
+
+async def list_moves(request: web.Request) -> web.Response:
+    jobs = [j.as_json() for j in moves_of(request).jobs.values() if _visible(request, j)]
+    jobs.sort(key=lambda j: int(j["id"]) if j["id"].isdigit() else 0, reverse=True)
+    return web.json_response(jobs)
+
+
+async def get_move(request: web.Request) -> web.Response:
+    return web.json_response(_job(request).as_json())
+
+
+async def put_move(request: web.Request) -> web.Response:
+    job = _job(request)
+    body = await json_body(request)
+    state = body.get("state")
+    if state not in ("paused", "running"):
+        raise bad_request('state must be "paused" or "running"')
+    if job.state not in ("paused", "running"):
+        raise bad_request(f"the move is {job.state}")
+    moves_of(request).set_state(job, state)
+    return web.json_response(job.as_json())
+
+
+async def delete_move(request: web.Request) -> web.Response:
+    job = _job(request)
+    moves_of(request).cancel(job)
+    return web.Response(status=204)
+
+
+def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
+    routes.get(f"{prefix}/dead-letters")(index)
+    routes.get(f"{prefix}/dead-letters/{{vhost}}/{{queue}}")(browse)
+    routes.post(f"{prefix}/dead-letters/{{vhost}}/{{queue}}/moves")(create_move)
+    routes.get(f"{prefix}/dead-letter-moves")(list_moves)
+    routes.get(f"{prefix}/dead-letter-moves/{{id}}")(get_move)
+    routes.put(f"{prefix}/dead-letter-moves/{{id}}")(put_move)
+    routes.delete(f"{prefix}/dead-letter-moves/{{id}}")(delete_move)
