@@ -232,7 +232,8 @@ def test_durable_move_survives_a_restart_without_loss_or_duplicates(broker_proce
 def test_cli_moves_and_reports(broker, channel, setup):
     work, dlq, _ = setup
     login = ["--url", broker.management_url, "--user", broker.user, "--password", broker.password]
-    command = [sys.executable, "-m", "ottermq.broker", "dlq", "move", "/", dlq, "--reason", "rejected", *login]
+    command = [sys.executable, "-m", "ottermq.broker", "dlq", "move", "/", dlq, "--reason", "rejected"]
+    command += login
     run = subprocess.run(command, capture_output=True, text=True, timeout=60, env={"PYTHONSAFEPATH": "1"})
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "done: moved 2, unroutable 0, skipped 0"
