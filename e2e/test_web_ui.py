@@ -431,3 +431,54 @@ def test_archive_files_and_a_rendered_report(ui, amqp, ui_broker, broker_process
     ui.go("#/archive")
     shots(ui.page, "archive")
     amqp.queue_delete(work)
+
+
+# -- dead letters --------------------------------------------------------------------------------------
+def test_dead_letters_decoded_and_sent_back_once(ui, amqp, shots):
+    work, dlq = name("dwork"), name("ddlq")
+    amqp.queue_declare(dlq)
+    amqp.queue_declare(work, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    for i in range(4):
+        amqp.basic_publish("", work, f"late-{i}".encode(), pika.BasicProperties(expiration="1"))
+    assert eventually(lambda: amqp.queue_declare(dlq, passive=True).method.message_count == 4)
+    for i in range(2):
+        amqp.basic_publish("", work, f"bad-{i}".encode())
+    for _ in range(2):
+        method, _, _ = eventually(lambda: (got := amqp.basic_get(work))[0] and got)
+        amqp.basic_reject(method.delivery_tag, requeue=False)
+    assert eventually(lambda: amqp.queue_declare(dlq, passive=True).method.message_count == 6)
+    page = ui.go("#/dead-letters")
+    page.wait_for_selector(f"td a:text-is('{dlq}')")
+    assert "expired: 4" in page.inner_text("main") and "rejected: 2" in page.inner_text("main")
+    shots(page, "dead-letters")
+    page.click(f"td a:text-is('{dlq}')")
+    page.wait_for_selector("td:text-is('rejected')")
+    summary = page.locator("table").first.inner_text()
+    assert "expired\t" + work in summary and "rejected\t" + work in summary
+    assert page.locator("td:text-is('1')").count() >= 4  # original-expiration of the expired ones
+    # two selected messages back to where they came from
+    page.select_option("select[aria-label='reason filter']", "rejected")
+    page.wait_for_selector("text=1–2 of 2")
+    for box in page.locator("tbody input[type=checkbox]").all():
+        box.check()
+    shots(page, "dead-letter-queue")
+    page.click("button:text-is('Send back')")
+    page.wait_for_selector("progress")
+    page.wait_for_selector("text=done: moved 2 of 2")
+    assert ui.dialogs[-1][0] == "confirm" and ui.dialogs[-1][1].startswith("Move 2 selected message(s)")
+    back = sorted(body for body in iter(lambda: amqp.basic_get(work, auto_ack=True)[2], None))
+    assert back == [b"bad-0", b"bad-1"]
+    # then everything matching a filter, at a rate limit
+    page.select_option("select[aria-label='reason filter']", "expired")
+    page.select_option("#move-form select[name=which]", "filter")
+    page.fill("#move-form input[name=rate]", "20")
+    page.click("button:text-is('Send back')")
+    page.wait_for_selector("text=done: moved 4 of 4")
+    assert "Send back done: moved 4, unroutable 0, skipped 0" in ui.flash()
+    back = sorted(body for body in iter(lambda: amqp.basic_get(work, auto_ack=True)[2], None))
+    assert back == [b"late-0", b"late-1", b"late-2", b"late-3"]  # each once, none left behind
+    assert amqp.queue_declare(dlq, passive=True).method.message_count == 0
+    page.wait_for_selector("td:text-is('done')")
+    shots(page, "dead-letter-moves")
+    amqp.queue_delete(work)
+    amqp.queue_delete(dlq)
