@@ -70,6 +70,7 @@ def list_archive(root: Path) -> list[dict[str, Any]]:
 
 
 async def archive(request: web.Request) -> web.Response:
+    """The dead-letter archive's files by hour, with sizes and record counts (ottermq extension)."""
     require_monitor(request)
     root = broker_of(request).settings.dlx_archive_dir
     if root is None:
@@ -100,6 +101,7 @@ def _summary(folder: Path) -> dict[str, Any]:
 
 
 async def reports(request: web.Request) -> web.Response:
+    """The `ottermq dlq report` outputs in OTTERMQ_DLX_REPORTS_DIR (ottermq extension)."""
     require_monitor(request)
     root = _reports_root(request)
     if root is None or not root.is_dir():
@@ -118,6 +120,7 @@ async def reports(request: web.Request) -> web.Response:
 
 
 async def report(request: web.Request) -> web.Response:
+    """One report: its summary.json and report.md (ottermq extension)."""
     require_monitor(request)
     folder = _report_dir(request)
     md = folder / "report.md"
@@ -126,6 +129,7 @@ async def report(request: web.Request) -> web.Response:
 
 
 async def chart(request: web.Request) -> web.Response:
+    """One of a report's PNG charts (ottermq extension)."""
     require_monitor(request)
     folder = _report_dir(request)
     name = request.match_info["file"]

@@ -81,6 +81,7 @@ def _last(entry: Entry) -> dict[str, Any]:
 
 
 async def index(request: web.Request) -> web.Response:
+    """Queues holding dead-lettered messages, with counts by reason (ottermq extension)."""
     found = []
     for vhost in visible_vhosts(request):
         for queue in vhost.queues.values():
@@ -112,6 +113,7 @@ def _queue(request: web.Request) -> Any:
 
 
 async def browse(request: web.Request) -> web.Response:
+    """A queue's dead letters, read in place: decoded x-death, summary, filters, paging (ottermq)."""
     vhost, queue = _queue(request)
     check_permission(request, vhost, "read", "queue", queue.name)
     query = request.query
@@ -154,6 +156,7 @@ def _message_json(entry: Entry, truncate: int | None) -> dict[str, Any]:
 
 
 async def create_move(request: web.Request) -> web.Response:
+    """Start moving dead letters back to their original or a chosen exchange (ottermq extension)."""
     vhost, queue = _queue(request)
     body = await json_body(request)
     try:
@@ -203,16 +206,19 @@ def _job(request: web.Request) -> MoveJob:
 
 
 async def list_moves(request: web.Request) -> web.Response:
+    """Dead-letter moves and their progress (ottermq extension)."""
     jobs = [j.as_json() for j in moves_of(request).jobs.values() if _visible(request, j)]
     jobs.sort(key=lambda j: int(j["id"]) if j["id"].isdigit() else 0, reverse=True)
     return web.json_response(jobs)
 
 
 async def get_move(request: web.Request) -> web.Response:
+    """One dead-letter move's progress (ottermq extension)."""
     return web.json_response(_job(request).as_json())
 
 
 async def put_move(request: web.Request) -> web.Response:
+    """Pause or resume a dead-letter move: {"state": "paused"|"running"} (ottermq extension)."""
     job = _job(request)
     body = await json_body(request)
     state = body.get("state")
@@ -225,6 +231,7 @@ async def put_move(request: web.Request) -> web.Response:
 
 
 async def delete_move(request: web.Request) -> web.Response:
+    """Cancel a dead-letter move; what it moved stays moved (ottermq extension)."""
     job = _job(request)
     moves_of(request).cancel(job)
     return web.Response(status=204)

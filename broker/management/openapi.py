@@ -20,6 +20,7 @@ from aiohttp import web
 
 from .. import VERSION
 from .overview import RABBITMQ_API_VERSION
+from .webui import is_ui_path
 
 METHODS = ("GET", "PUT", "POST", "DELETE")
 RESPONSES = {
@@ -45,8 +46,8 @@ def describe(app: web.Application, skip: str) -> dict[str, Any]:
         if route.method not in METHODS or resource is None:
             continue
         path = re.sub(r"\{(\w+):[^}]*\}", r"{\1}", resource.canonical)
-        if path == skip or path.startswith(skip + "/"):
-            continue
+        if path == skip or path.startswith(skip + "/") or is_ui_path(path):
+            continue  # the docs themselves and the web UI's files
         params = re.findall(r"\{(\w+)\}", path)
         operation = {
             "summary": _summary(route.handler),

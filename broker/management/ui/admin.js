@@ -58,9 +58,10 @@ ROUTES.push([/^#\/policies$/, "Policies", async (main) => {
   const vhosts = await vhostNames();
   const admin = hasTag("administrator");
   const editor = policyEditor("policies", vhosts);
+  const operatorEditor = admin ? policyEditor("operator-policies", vhosts) : null;
   append(main, [h("h1", {}, "Policies"), user, h("h2", {}, "Add / update a policy"), editor.form,
     admin ? [h("h2", {}, "Operator policies"), operator, h("h2", {}, "Add / update an operator policy"),
-      policyEditor("operator-policies", vhosts).form] : null]);
+      operatorEditor.form] : null]);
   function policyTable(kind, rows, edit) {
     return table([["Virtual host", (p) => p.vhost], ["Name", (p) => p.name], ["Pattern", (p) => h("code", {}, p.pattern)],
       ["Apply to", (p) => p["apply-to"]], ["Priority", (p) => p.priority, {num: true}],
@@ -72,7 +73,7 @@ ROUTES.push([/^#\/policies$/, "Policies", async (main) => {
   }
   async function refresh() {
     replace(user, policyTable("policies", await get("/policies"), editor.fill));
-    if (admin) replace(operator, policyTable("operator-policies", await get("/operator-policies"), () => {}));
+    if (admin) replace(operator, policyTable("operator-policies", await get("/operator-policies"), operatorEditor.fill));
   }
   await refresh();
   return {refresh};
