@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install clients run test unit e2e conformance bench lint typecheck clean
+.PHONY: install clients run test unit e2e screenshots conformance bench lint typecheck clean
 
 # Re-install when pyproject changes or a module is added/removed (strict editable installs
 # link files one by one, so new modules need a re-run; subpackages such as broker/management count).
@@ -43,6 +43,10 @@ unit: install
 
 e2e: install clients
 	$(BIN)/pytest e2e
+
+# The web UI's browser tests, saving their screenshots as the README's (docs/screenshots)
+screenshots: install clients
+	OTTERMQ_SCREENSHOTS=docs/screenshots $(BIN)/pytest e2e/test_web_ui.py
 
 conformance: install clients
 	bash .ci/rabbitmq.sh "$(RABBIT_URL)"
