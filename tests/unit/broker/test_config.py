@@ -114,6 +114,8 @@ BAD_VALUES = {
     "dlx_archive_body_bytes": "-1",
     "dlx_archive_queue": "0",
     "enable_web_api": "perhaps",
+    "enable_ui": "perhaps",
+    "dlx_reports_dir": None,  # any path; a missing folder shows as no reports in the UI
     "web_port": "70000",
     "web_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
     "web_api_path": "api",
