@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ottermq.amqp.props import rewrite_props
+from ottermq.amqp.props import get_headers, rewrite_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.message import READY, Entry, Message
 
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BATCH = 100
+SCAN_CHUNK = 2000  # entries looked at between two yields to the event loop (~20 ms)
 DEATH_HEADERS = ("x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange",
                  "x-last-death-reason", "x-last-death-queue", "x-last-death-exchange")  # fmt: skip
 STATES = ("running", "paused", "done", "failed", "cancelled")
@@ -94,6 +95,39 @@ def first_death(headers: Mapping[str, Any] | None) -> dict[str, str | None] | No
     return {k: _text(headers.get(f"x-first-death-{k}")) for k in ("reason", "queue", "exchange")}
 
 
+LastDeath = tuple[str | None, str | None, str | None, str | None]  # reason, queue, exchange, first key
+
+
+class LastDeaths:
+    """Each message's most recent death (``x-death[0]``: reason, queue, exchange, first routing key,
+    or None when it never died), memoised by property octets: dead letters of one burst share
+    theirs, so a queue of them is decoded once per burst. Headers are decoded without being kept on
+    the message, so scanning a long queue does not grow it (at most ``limit`` memo entries)."""
+
+    __slots__ = ("_memo", "_limit")
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self._memo: dict[bytes, LastDeath | None] = {}
+        self._limit = limit
+
+    def __call__(self, message: Message) -> LastDeath | None:
+        raw = message.raw_props
+        try:
+            return self._memo[raw]
+        except KeyError:
+            pass
+        deaths = deaths_of(get_headers(raw))
+        last: LastDeath | None = None
+        if deaths:
+            d = deaths[0]
+            keys = d["routing_keys"]
+            last = (d["reason"], d["queue"], d["exchange"], keys[0] if keys else None)
+        if len(self._memo) >= self._limit:
+            self._memo.clear()
+        self._memo[raw] = last
+        return last
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     """Which messages of the queue: ``ids`` (entry seq numbers), or those whose most recent death
@@ -104,16 +138,15 @@ class Selection:
     source_queue: str | None = None
     all_: bool = False
 
-    def matches(self, entry: Entry) -> bool:
+    def matches(self, entry: Entry, last_deaths: LastDeaths) -> bool:
         if self.ids is not None:
             return entry.seq in self.ids
         if self.all_:
             return True
-        deaths = deaths_of(entry.message.headers)
-        last = deaths[0] if deaths else {}
-        if self.reason is not None and last.get("reason") != self.reason:
-            return False
-        return self.source_queue is None or last.get("queue") == self.source_queue
+        last = last_deaths(entry.message) or (None, None, None, None)
+        return (self.reason is None or last[0] == self.reason) and (
+            self.source_queue is None or last[1] == self.source_queue
+        )
 
     def as_json(self) -> dict[str, Any]:
         if self.ids is not None:
@@ -126,34 +159,40 @@ class Selection:
 def strip_death_headers(message: Message) -> bytes:
     """The message's property octets without the dead-letter headers (other headers keep their
     AMQP types; no headers left: no headers property)."""
-    headers = message.headers
+    headers = get_headers(message.raw_props)
     if not headers or not any(key in headers for key in DEATH_HEADERS):
         return message.raw_props
     kept = {k: v for k, v in headers.items() if k not in DEATH_HEADERS}
     return rewrite_props(message.raw_props, encode_table(kept) if kept else None, drop_expiration=False)
 
 
-def target_of(message: Message, target: tuple[str, str] | None) -> tuple[str, str] | None:
+def target_of(
+    message: Message, target: tuple[str, str] | None, last_deaths: LastDeaths
+) -> tuple[str, str] | None:
     """``(exchange, routing key)`` to send ``message`` to: the chosen ``target``, else its most recent
     death's exchange and first routing key (None: the message never died, nowhere to send it)."""
     if target is not None:
         return target
-    deaths = deaths_of(message.headers)
-    if not deaths or deaths[0]["exchange"] is None:
+    last = last_deaths(message)
+    if last is None or last[2] is None:
         return None
-    keys = deaths[0]["routing_keys"]
-    return deaths[0]["exchange"] or "", keys[0] if keys else ""
+    return last[2], last[3] or ''
 
 
-def move_one(vhost: VHost, queue: Queue, entry: Entry, target: tuple[str, str] | None, keep: bool) -> tuple[
-    str, list[Any]
-]:
+def move_one(
+    vhost: VHost,
+    queue: Queue,
+    entry: Entry,
+    target: tuple[str, str] | None,
+    keep: bool,
+    last_deaths: LastDeaths,
+) -> tuple[str, list[Any]]:
     """Move one ready entry (rule 3). Returns ``(outcome, stored target entries)`` with outcome
     ``moved``, ``unroutable`` or ``skipped``."""
     if entry.state != READY or queue.deleted:
         return "skipped", []
     message = entry.message
-    where = target_of(message, target)
+    where = target_of(message, target, last_deaths)
     if where is None:
         return "unroutable", []
     exchange_name, routing_key = where
@@ -343,7 +382,14 @@ class MoveJobs:
         if vhost is None or queue is None:
             self._finish(job, "failed", f"queue '{job.queue}' in vhost '{job.vhost}' not found")
             return
-        chosen = [e for e in list(queue.ready_entries()) if job.selection.matches(e)]
+        last_deaths = LastDeaths()
+        chosen: list[Entry] = []
+        snapshot = list(queue.ready_entries())
+        for start in range(0, len(snapshot), SCAN_CHUNK):  # a long queue: let others in between
+            part = snapshot[start : start + SCAN_CHUNK]
+            chosen += [e for e in part if job.selection.matches(e, last_deaths)]
+            await asyncio.sleep(0)
+        del snapshot
         job.selected = job.moved + job.unroutable + job.skipped + len(chosen)
         pending = iter(chosen)
         wake = self._wake[job.id]
@@ -361,7 +407,8 @@ class MoveJobs:
                 return
             moved, stored = 0, []
             for entry in batch:
-                outcome, written = move_one(vhost, queue, entry, job.target, job.keep_death_headers)
+                keep = job.keep_death_headers
+                outcome, written = move_one(vhost, queue, entry, job.target, keep, last_deaths)
                 if outcome == "moved":
                     moved += 1
                     stored.extend(written)

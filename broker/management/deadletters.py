@@ -20,13 +20,24 @@ is in ``broker/dlq_move.py``; see its rules.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
+from ottermq.amqp.props import get_headers
 from ottermq.persistence.memory import MemoryStore
 from ottermq.vhost.message import Entry
 
-from ..dlq_move import MoveJob, MoveJobs, deaths_of, first_death, selection_from_json, target_of
+from ..dlq_move import (
+    SCAN_CHUNK,
+    LastDeaths,
+    MoveJob,
+    MoveJobs,
+    deaths_of,
+    first_death,
+    selection_from_json,
+    target_of,
+)
 from .common import (
     NotFound,
     bad_request,
@@ -75,16 +86,12 @@ def _int(query: Any, key: str, default: int, low: int, high: int | None = None) 
     return value
 
 
-def _last(entry: Entry) -> dict[str, Any]:
-    deaths = deaths_of(entry.message.headers)
-    return deaths[0] if deaths else {}
-
-
 async def index(request: web.Request) -> web.Response:
     """Queues holding dead-lettered messages, with counts by reason (ottermq extension)."""
     found = []
+    last_deaths = LastDeaths()
     for vhost in visible_vhosts(request):
-        for queue in vhost.queues.values():
+        for queue in list(vhost.queues.values()):
             if not queue.message_count:
                 continue
             reasons: dict[str, int] = {}
@@ -93,13 +100,14 @@ async def index(request: web.Request) -> web.Response:
                 if sampled >= SAMPLE:
                     break
                 sampled += 1
-                reason = _last(entry).get("reason")
-                if reason is not None:
-                    reasons[reason] = reasons.get(reason, 0) + 1
+                last = last_deaths(entry.message)
+                if last is not None and last[0] is not None:
+                    reasons[last[0]] = reasons.get(last[0], 0) + 1
             if reasons:
                 found.append({"vhost": vhost.name, "name": queue.name, "messages_ready": queue.message_count,
                               "dead_lettered": sum(reasons.values()), "reasons": reasons,
                               "sampled": sampled if sampled < queue.message_count else None})  # fmt: skip
+            await asyncio.sleep(0)  # many queues: let others in between
     found.sort(key=lambda q: (q["vhost"], q["name"]))
     return web.json_response(found)
 
@@ -122,18 +130,20 @@ async def browse(request: web.Request) -> web.Response:
     truncate = _int(query, "truncate", 0, 0) or None
     reason, source = query.get("reason") or None, query.get("source_queue") or None
     summary: dict[tuple[str, str], int] = {}
-    total = dead = matching = 0
+    dead = matching = 0
     page: list[dict[str, Any]] = []
-    for entry in queue.ready_entries():
-        total += 1
-        last = _last(entry)
-        if last:
+    last_deaths = LastDeaths()
+    entries = list(queue.ready_entries())  # a snapshot: the scan yields to the loop between chunks
+    total = len(entries)
+    for i, entry in enumerate(entries):
+        if i % SCAN_CHUNK == SCAN_CHUNK - 1:
+            await asyncio.sleep(0)
+        last = last_deaths(entry.message) or (None, None, None, None)
+        if last[0] is not None:
             dead += 1
-            key = (last.get("reason") or "", last.get("queue") or "")
+            key = (last[0] or "", last[1] or "")
             summary[key] = summary.get(key, 0) + 1
-        if (reason is not None and last.get("reason") != reason) or (
-            source is not None and last.get("queue") != source
-        ):
+        if (reason is not None and last[0] != reason) or (source is not None and last[1] != source):
             continue
         if offset <= matching < offset + limit:
             page.append(_message_json(entry, truncate))
@@ -147,12 +157,13 @@ async def browse(request: web.Request) -> web.Response:
 
 def _message_json(entry: Entry, truncate: int | None) -> dict[str, Any]:
     message = entry.message
+    headers = get_headers(message.raw_props)  # not kept on the message (memory)
     payload, encoding = payload_json(message.body, "auto", truncate)
     return {"id": entry.seq, "payload": payload, "payload_encoding": encoding,
             "payload_bytes": len(message.body), "redelivered": entry.redelivered,
             "exchange": message.exchange, "routing_key": message.routing_key,
-            "properties": properties_json(message.raw_props), "deaths": deaths_of(message.headers),
-            "first_death": first_death(message.headers)}  # fmt: skip
+            "properties": properties_json(message.raw_props), "deaths": deaths_of(headers),
+            "first_death": first_death(headers)}  # fmt: skip
 
 
 async def create_move(request: web.Request) -> web.Response:
@@ -182,16 +193,26 @@ async def create_move(request: web.Request) -> web.Response:
     if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
         raise bad_request("rate must be a non-negative number (messages per second; 0 = no limit)")
     check_permission(request, vhost, "read", "queue", queue.name)
-    exchanges = {target[0]} if target is not None else {
-        where[0]
-        for e in queue.ready_entries()
-        if selection.matches(e) and (where := target_of(e.message, None)) is not None
-    }
+    exchanges = {target[0]} if target is not None else await _original_exchanges(queue, selection)
     for exchange in sorted(exchanges):
         check_permission(request, vhost, "write", "exchange", exchange)
     job = moves_of(request).create(vhost.name, queue.name, selection, target, keep, float(rate))
     location = request.path.split("/dead-letters/")[0] + f"/dead-letter-moves/{job.id}"
     return web.json_response(job.as_json(), status=201, headers={"Location": location})
+
+
+async def _original_exchanges(queue: Any, selection: Any) -> set[str]:
+    """The exchanges the selected messages would go back to (a chunked scan: see ``browse``)."""
+    last_deaths = LastDeaths()
+    found: set[str] = set()
+    for i, entry in enumerate(list(queue.ready_entries())):
+        if i % SCAN_CHUNK == SCAN_CHUNK - 1:
+            await asyncio.sleep(0)
+        if selection.matches(entry, last_deaths):
+            where = target_of(entry.message, None, last_deaths)
+            if where is not None:
+                found.add(where[0])
+    return found
 
 
 def _visible(request: web.Request, job: MoveJob) -> bool:

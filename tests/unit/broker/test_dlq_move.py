@@ -9,6 +9,7 @@ import pytest
 from ottermq.amqp.props import HEADERS_BIT, join_props, split_props
 from ottermq.amqp.table import Long, ShortShort, decode_table, encode_table
 from ottermq.broker.dlq_move import (
+    LastDeaths,
     Selection,
     deaths_of,
     first_death,
@@ -54,11 +55,16 @@ def test_stripping_keeps_other_headers_and_their_types():
     assert strip_death_headers(plain) == b"\x00\x00"
 
 
-def test_targets():
-    assert target_of(dead(), None) == ("orders", "eu.new")
-    assert target_of(dead(exchange=""), None) == ("", "eu.new")
-    assert target_of(dead(), ("x", "k")) == ("x", "k")
-    assert target_of(Message("", "q", b"\x00\x00", b""), None) is None
+def test_targets_and_last_deaths_memo():
+    last = LastDeaths(limit=2)
+    assert target_of(dead(), None, last) == ("orders", "eu.new")
+    assert target_of(dead(exchange=""), None, last) == ("", "eu.new")
+    assert target_of(dead(), ("x", "k"), last) == ("x", "k")
+    assert target_of(Message("", "q", b"\x00\x00", b""), None, last) is None
+    assert len(last._memo) <= 2  # bounded
+    message = dead()
+    assert last(message) == ("expired", "work", "orders", "eu.new")
+    assert message._headers is False  # decoded without being kept on the message
 
 
 @pytest.mark.parametrize(
@@ -86,14 +92,15 @@ def test_one_step_move_on_a_vhost():
     for i, reason in enumerate(["expired", "rejected", "expired"]):
         dlq.enqueue(dead(f"m{i}".encode(), reason))
     selection = selection_from_json({"filter": {"reason": "expired"}})
-    chosen = [e for e in dlq.ready_entries() if selection.matches(e)]
+    last = LastDeaths()
+    chosen = [e for e in dlq.ready_entries() if selection.matches(e, last)]
     assert [e.message.body for e in chosen] == [b"m0", b"m2"]
-    assert [move_one(vh, dlq, e, None, keep=False)[0] for e in chosen] == ["moved", "moved"]
+    assert [move_one(vh, dlq, e, None, False, last)[0] for e in chosen] == ["moved", "moved"]
     assert [e.message.body for e in work.ready_entries()] == [b"m0", b"m2"]
     assert [e.message.body for e in dlq.ready_entries()] == [b"m1"]
-    assert move_one(vh, dlq, chosen[0], None, keep=False)[0] == "skipped"  # already gone
+    assert move_one(vh, dlq, chosen[0], None, False, last)[0] == "skipped"  # already gone
     rest = next(iter(dlq.ready_entries()))
-    assert move_one(vh, dlq, rest, ("orders", "us.new"), keep=True)[0] == "unroutable"  # no binding
-    assert move_one(vh, dlq, rest, ("missing", "k"), keep=True)[0] == "unroutable"
+    assert move_one(vh, dlq, rest, ("orders", "us.new"), True, last)[0] == "unroutable"  # no binding
+    assert move_one(vh, dlq, rest, ("missing", "k"), True, last)[0] == "unroutable"
     assert dlq.message_count == 1
-    assert Selection(ids=frozenset({rest.seq})).matches(rest)
+    assert Selection(ids=frozenset({rest.seq})).matches(rest, last)
