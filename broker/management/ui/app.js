@@ -34,8 +34,11 @@ async function api(method, path, body, options = {}) {
   const text = await response.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = {reason: text}; }
-  if (response.status === 401 && !options.login && !(data && /^Not /.test(data.reason || ""))) {
-    logout("Your session ended: log in again.");  // not for "Not administrator user" and the like
+  // a 401 that refuses the login itself ends the session; "Not administrator user", "Access
+  // refused." and the like only refuse this request
+  if (response.status === 401 && !options.login && (!data || data.reason === "Login failed" ||
+      data.reason === "Not management user")) {
+    logout("Your session ended: log in again.");
     throw new ApiError(401, data);
   }
   if (!response.ok) throw new ApiError(response.status, data);
