@@ -349,6 +349,17 @@ class AuthDB:
             return None
         return user
 
+    def authenticate_external(self, username: str, peer_host: str) -> UserRecord | None:
+        """SASL EXTERNAL: the user named by a verified client certificate, if it exists (no password
+        is checked: the certificate is the credential); loopback-only users as for a password."""
+        user = self.users.get(username)
+        if user is None:
+            return None
+        if username in self.loopback_users and not is_loopback(peer_host):
+            log.warning("user '%s' can only connect via localhost", username)
+            return None
+        return user
+
     def check_vhost(self, user: UserRecord, vhost: str) -> None:
         """``Connection.Open``: the vhost must exist and the user needs a permission entry there.
 

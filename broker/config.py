@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from dotenv import dotenv_values
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError
@@ -63,6 +63,9 @@ def parse_log_level(value: Any) -> Any:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 LogLevel = Annotated[str, BeforeValidator(parse_log_level)]
+SSLVerify = Literal["verify_none", "verify_peer"]
+CertLoginFrom = Literal["common_name", "distinguished_name", "subject_alternative_name"]
+SanType = Literal["dns", "email", "uri", "ip"]
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
 
 
@@ -80,7 +83,29 @@ class Settings(BaseSettings):
     )
 
     broker_host: str = Field("", description="Interface to listen on; empty = all interfaces")
-    broker_port: int = Field(5672, ge=0, le=65535, description="AMQP port")
+    broker_port: int = Field(5672, ge=0, le=65535, description="AMQP port; 0 = no plain AMQP listener")
+    ssl: bool = Field(False, description="AMQPS listener (AMQP over TLS, RabbitMQ's listeners.ssl)")
+    ssl_port: int = Field(5671, ge=1, le=65535, description="AMQPS port (RabbitMQ: 5671)")
+    ssl_cert_file: Path | None = Field(None, description="Server certificate (PEM), its chain after it")
+    ssl_key_file: Path | None = Field(None, description="The certificate's private key (PEM)")
+    ssl_ca_file: Path | None = Field(
+        None, description="CA bundle (PEM) client certificates are checked against; empty = the system's"
+    )
+    ssl_verify: SSLVerify = Field(
+        "verify_none",
+        description="verify_peer asks clients for a certificate (RabbitMQ's ssl_options.verify)",
+    )
+    ssl_fail_if_no_peer_cert: bool = Field(
+        False, description="With verify_peer: refuse clients without a certificate"
+    )
+    ssl_cert_login_from: CertLoginFrom = Field(
+        "common_name",
+        description="SASL EXTERNAL user name from the client certificate: common_name, distinguished_name"
+        " or subject_alternative_name (RabbitMQ's ssl_cert_login_from)",
+    )
+    ssl_cert_login_san_type: SanType = Field(
+        "dns", description="With subject_alternative_name: dns, email, uri or ip (the first of that type)"
+    )
     data_dir: Path = Field(Path("data"), description="Where durable state (SQLite) lives")
     heartbeat_interval: Duration = Field(60.0, ge=0, description="Heartbeat the server proposes (s)")
     channel_max: int = Field(2047, ge=0, le=65535, description="Channels per connection")
@@ -152,6 +177,13 @@ class Settings(BaseSettings):
         description="Folder holding `ottermq dlq report --out` outputs (one subfolder each), shown by the"
         " web UI's archive page; empty = none",
     )
+    web_ssl: bool = Field(
+        False, description="HTTPS for the management API and UI on OTTERMQ_WEB_SSL_PORT (RabbitMQ: 15671)"
+    )
+    web_ssl_port: int = Field(15671, ge=1, le=65535, description="HTTPS port of the management API and UI")
+    web_ssl_cert_file: Path | None = Field(None, description="Its certificate; empty = OTTERMQ_SSL_CERT_FILE")
+    web_ssl_key_file: Path | None = Field(None, description="Its key; empty = OTTERMQ_SSL_KEY_FILE")
+    web_ssl_ca_file: Path | None = Field(None, description="Its CA bundle; empty = OTTERMQ_SSL_CA_FILE")
     enable_prometheus: bool = Field(
         True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible, issue 14)"
     )
@@ -162,6 +194,12 @@ class Settings(BaseSettings):
         "/metrics",
         pattern=r"^/[A-Za-z0-9._~/-]*$",
         description="URL path of the aggregated metrics; per-queue ones under <path>/per-object",
+    )
+    prometheus_ssl: bool = Field(
+        False, description="HTTPS for the metrics on OTTERMQ_PROMETHEUS_SSL_PORT, with the web_ssl files"
+    )
+    prometheus_ssl_port: int = Field(
+        15691, ge=1, le=65535, description="HTTPS metrics port (RabbitMQ: 15691)"
     )
     consumer_timeout: Duration = Field(
         1800.0,

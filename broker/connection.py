@@ -45,6 +45,7 @@ from pamqp.base import Frame
 from .channel import ACCESS_REQUEST, KNOWN_METHODS, Channel, UnknownMethod
 from .sasl import MECHANISMS, credentials
 from .states import Routed, State, Step, check_transition, route
+from .tls import peer_identity
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import UserRecord
@@ -131,6 +132,11 @@ class AMQPConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._peer_host = peer[0] if peer else ""
+        ssl_object = transport.get_extra_info("ssl_object")
+        self.tls = ssl_object is not None
+        # the client certificate, when one was sent and verified (OTTERMQ_SSL_VERIFY=verify_peer)
+        self.peer_cert = (ssl_object.getpeercert() or None) if ssl_object is not None else None
+        self.mechanisms = (*MECHANISMS, "EXTERNAL") if self.peer_cert else MECHANISMS
         self.broker.connections.add(self)
         self.broker.churn.connections_opened += 1
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
@@ -295,7 +301,7 @@ class AMQPConnection(asyncio.Protocol):
                 version_major=0,
                 version_minor=9,
                 server_properties=self.broker.server_properties,
-                mechanisms=" ".join(MECHANISMS),
+                mechanisms=" ".join(self.mechanisms),
                 locales="en_US",
             ),
         )
@@ -374,14 +380,20 @@ class AMQPConnection(asyncio.Protocol):
         # RabbitMQ's (global=false: per new consumer).
         self.spec_qos = self.client_properties.get("product") == "py-amqp"
         mechanism = method.mechanism
-        if mechanism not in MECHANISMS:
+        if mechanism not in self.mechanisms:
             self._silent_close(f"unknown authentication mechanism '{mechanism}'")
             return
-        username, password = credentials(mechanism, method.response)
-        if username is None or password is None:  # RabbitMQ: a protocol error, not a refused login
-            self._silent_close(f"{mechanism} response invalid")
-            return
-        user = self.broker.authenticate(username, password, self._peer_host)
+        if mechanism == "EXTERNAL":  # the verified client certificate names the user; no password
+            settings = self.settings
+            login_from, san_type = settings.ssl_cert_login_from, settings.ssl_cert_login_san_type
+            username = peer_identity(self.peer_cert, login_from, san_type)
+            user = self.broker.authenticate_external(username, self._peer_host)
+        else:
+            username, password = credentials(mechanism, method.response)
+            if username is None or password is None:  # RabbitMQ: a protocol error, not a refused login
+                self._silent_close(f"{mechanism} response invalid")
+                return
+            user = self.broker.authenticate(username, password, self._peer_host)
         if user is None:
             log.warning("connection %s: login refused for user %r (%s)", self.peer, username, mechanism)
             if self._auth_failure_close:

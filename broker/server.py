@@ -23,8 +23,10 @@ import fcntl
 import logging
 import os
 import signal
+import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
 from ottermq.vhost.vhost import VHost
 
-from . import VERSION
+from . import VERSION, tls
 from .ack_timeout import AckTimeouts
 from .auth import AuthDB
 from .config import Settings, env_name
@@ -46,6 +48,7 @@ from .recovery import recover
 from .reply_to import ReplyRegistry
 from .sasl import server_properties
 from .stats import Churn, MessageStats
+from .tls import TLSConfigError, amqps_context, amqps_files, web_context, web_files
 from .wiring import Archive, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
 
 log = logging.getLogger(__name__)
@@ -110,7 +113,10 @@ class Broker:
         self.started_at = time.time()  # process_start_time_seconds
         self.retired_vhost_stats: dict[str, MessageStats] = {}
         self.server_properties: dict[str, Any] = server_properties(VERSION)
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []  # plain AMQP and/or AMQPS
+        self.auth_attempts: dict[str, list[int]] = {}  # protocol -> [succeeded, failed]
+        self.tls_context: ssl.SSLContext | None = None
+        self.web_tls_context: ssl.SSLContext | None = None
         self.web: ManagementServer | None = None  # OTTERMQ_ENABLE_WEB_API, bound by listen()
         self.prometheus: PrometheusServer | None = None  # OTTERMQ_ENABLE_PROMETHEUS, bound by listen()
         self.memory_limit = memory_limit(settings.memory_high_watermark)
@@ -177,59 +183,119 @@ class Broker:
         for conn in list(self.connections):
             conn.set_blocked(on, "low on memory")
 
-    def authenticate(self, username: str, password: str, peer_host: str) -> UserRecord | None:
-        """Check credentials; loopback-only users are refused from other addresses."""
-        return self.auth.authenticate(username, password, peer_host)
+    def authenticate(
+        self, username: str, password: str, peer_host: str, protocol: str = "amqp091"
+    ) -> UserRecord | None:
+        """Check credentials; loopback-only users are refused from other addresses. Counted by
+        ``protocol`` (``amqp091``, ``http``) for ``rabbitmq_auth_attempts_*``."""
+        return self._count_auth(protocol, self.auth.authenticate(username, password, peer_host))
 
-    async def listen(self) -> asyncio.Server:
-        """Bind the listening sockets without accepting yet (``start`` does that at the end).
+    def authenticate_external(self, username: str | None, peer_host: str) -> UserRecord | None:
+        """SASL EXTERNAL: the user named by a verified client certificate (None: no name in it)."""
+        user = self.auth.authenticate_external(username, peer_host) if username else None
+        return self._count_auth("amqp091", user)
+
+    def _count_auth(self, protocol: str, user: UserRecord | None) -> UserRecord | None:
+        counts = self.auth_attempts.setdefault(protocol, [0, 0])
+        counts[0 if user is not None else 1] += 1
+        return user
+
+    async def listen(self) -> list[asyncio.Server]:
+        """Bind the listening sockets without accepting yet (``start`` does that at the end): plain
+        AMQP on ``OTTERMQ_BROKER_PORT`` (unless 0), AMQPS on ``OTTERMQ_SSL_PORT`` with ``OTTERMQ_SSL``.
 
         Raises:
-            StartupError: the address is in use or cannot be bound.
+            StartupError: the address is in use or cannot be bound, a TLS file is unusable, or no
+                AMQP listener is configured.
         """
-        if self._server is None:
+        if not self._servers:
             settings = self.settings
+            if not settings.broker_port and not settings.ssl:
+                raise StartupError("broker_port", 0, "no AMQP listener", "set it, or OTTERMQ_SSL=true")
             try:
-                self._server = await self.loop.create_server(
-                    lambda: AMQPConnection(self),
-                    host=settings.broker_host or None,
-                    port=settings.broker_port,
-                    reuse_address=True,
-                    backlog=1024,
-                    start_serving=False,
-                )
+                self.tls_context = amqps_context(settings) if settings.ssl else None
+                self.web_tls_context = web_context(settings)
+            except TLSConfigError as exc:
+                raise StartupError(exc.field, exc.value, exc.reason) from None
+            try:
+                if settings.broker_port:
+                    self._servers.append(await self._create_server(settings.broker_port, None))
+                if self.tls_context is not None:
+                    self._servers.append(await self._create_server(settings.ssl_port, self.tls_context))
             except OSError as exc:
-                fix = "set OTTERMQ_BROKER_PORT to a free port" if exc.errno == errno.EADDRINUSE else ""
+                self.close_listeners()
+                tls_failed = bool(self._servers) or not settings.broker_port
+                field = "ssl_port" if tls_failed else "broker_port"
+                port = getattr(settings, field)
+                fix = f"set {env_name(field)} to a free port" if exc.errno == errno.EADDRINUSE else ""
                 if settings.broker_host and exc.errno == errno.EADDRNOTAVAIL:
                     raise StartupError("broker_host", settings.broker_host, os_cause(exc)) from None
-                raise StartupError("broker_port", settings.broker_port, os_cause(exc), fix) from None
+                raise StartupError(field, port, os_cause(exc), fix) from None
             if settings.enable_web_api:
                 self.web = ManagementServer(self)
                 try:
                     self.web.bind()
                 except OSError as exc:
-                    self._server.close()
+                    self.close_listeners()
                     raise web_startup_error(settings, exc) from None
             if settings.enable_prometheus:
                 self.prometheus = PrometheusServer(self)
                 try:
                     self.prometheus.bind()
                 except OSError as exc:
-                    self._server.close()
+                    self.close_listeners()
                     if self.web is not None:
                         self.web.close_sockets()
                     raise prometheus_startup_error(settings, exc) from None
-        return self._server
+        return self._servers
+
+    async def _create_server(self, port: int, context: ssl.SSLContext | None) -> asyncio.Server:
+        return await self.loop.create_server(
+            lambda: AMQPConnection(self),
+            host=self.settings.broker_host or None,
+            port=port,
+            reuse_address=True,
+            backlog=1024,
+            start_serving=False,
+            ssl=context,
+            ssl_handshake_timeout=self.settings.handshake_timeout if context is not None else None,
+        )
+
+    def close_listeners(self) -> None:
+        for server in self._servers:
+            server.close()
+
+    def reload_tls(self) -> None:
+        """SIGHUP: read the certificate files again; open connections keep their session."""
+        settings = self.settings
+        if self.tls_context is not None:
+            tls.reload(self.tls_context, amqps_files(settings))
+        if self.web_tls_context is not None:
+            tls.reload(self.web_tls_context, web_files(settings))
 
     def amqp_addresses(self) -> list[tuple[str, int]]:
-        """``(ip, port)`` of each AMQP listening socket."""
-        server = self._server
-        sockets = server.sockets if server is not None else ()
-        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in sockets]
+        """``(ip, port)`` of each AMQP listening socket (plain and TLS)."""
+        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for server in self._servers
+                for s in server.sockets]  # fmt: skip
+
+    def amqp_listeners(self) -> list[tuple[str, str, int]]:
+        """``(protocol, ip, port)``: ``amqp`` and ``amqp/ssl`` listeners, as RabbitMQ names them."""
+        out = []
+        for server in self._servers:
+            protocol = "amqp/ssl" if server is self._tls_server() else "amqp"
+            out += [(protocol, str(s.getsockname()[0]), int(s.getsockname()[1])) for s in server.sockets]
+        return out
+
+    def _tls_server(self) -> asyncio.Server | None:
+        return self._servers[-1] if self.tls_context is not None and self._servers else None
 
     def web_addresses(self) -> list[tuple[str, int]]:
         """``(ip, port)`` of each management API socket (none when disabled)."""
         return self.web.addresses() if self.web is not None else []
+
+    def web_listeners(self) -> list[tuple[str, str, int]]:
+        """``(protocol, ip, port)`` of the management listener: ``http`` and/or ``https``."""
+        return self.web.listeners() if self.web is not None else []
 
     async def start(self, definitions: Definitions | None = None) -> None:
         """Bind (if ``listen`` was not called), open the store, import ``definitions`` (default:
@@ -239,7 +305,7 @@ class Broker:
             StartupError: the port, the data dir or the definitions file is unusable.
         """
         settings = self.settings
-        server = await self.listen()
+        servers = await self.listen()
         if definitions is None and settings.definitions_file is not None:
             definitions = read_definitions(settings)
         try:
@@ -269,12 +335,14 @@ class Broker:
         await recover(self, self.store, self.hook)
         self._load_policies(defs)
         try:
-            await server.start_serving()
+            for server in servers:
+                await server.start_serving()
         except OSError as exc:  # listen() lost a race for the port to another process since bind
             raise StartupError(
                 "broker_port", settings.broker_port, os_cause(exc), "set OTTERMQ_BROKER_PORT to a free port"
             ) from None
-        addresses = ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in server.sockets)
+        addresses = ", ".join(f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")
+                              for proto, ip, port in self.amqp_listeners())  # fmt: skip
         log.info("OtterMQ %s listening on %s", VERSION, addresses)
         if self.web is not None:
             await self.web.start()
@@ -285,8 +353,7 @@ class Broker:
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, close every connection with 320, wait for them to go."""
-        if self._server is not None:
-            self._server.close()
+        self.close_listeners()
         if self.web is not None:
             await self.web.stop()
         if self.prometheus is not None:
@@ -457,17 +524,20 @@ async def serve(settings: Settings) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    reload_tls: list[Callable[[], None]] = []  # SIGHUP: TLS files read again, once the broker exists
+    loop.add_signal_handler(signal.SIGHUP, lambda: [f() for f in reload_tls])
     definitions = read_definitions(settings)
     # Constructing the broker and its store touches no file; the archive starts once checked.
     broker = Broker(settings, loop, open_store(settings), archive=NullArchive())
-    server = await broker.listen()
+    await broker.listen()
+    reload_tls.append(broker.reload_tls)
     try:
         check_archive_dir(settings)  # before the data dir: a failure here leaves no store behind
         prepare_data_dir(settings)
         broker.archive = shared_archive(settings)
         await broker.start(definitions)
     except BaseException:
-        server.close()
+        broker.close_listeners()
         if broker.web is not None:
             await broker.web.stop()
         if broker.prometheus is not None:

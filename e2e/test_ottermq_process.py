@@ -163,6 +163,19 @@ def run_broker(tmp_path, timeout: float = 30, args: tuple[str, ...] = (), **sett
     return result.returncode, (result.stdout + result.stderr).strip().splitlines()
 
 
+def free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def test_no_amqp_listener_is_one_line(tmp_path):
+    code, lines = run_broker(tmp_path, OTTERMQ_BROKER_PORT="0", OTTERMQ_DATA_DIR=str(tmp_path / "data"))
+    assert code != 0
+    assert single_error(lines) == "OTTERMQ_BROKER_PORT=0: no AMQP listener (set it, or OTTERMQ_SSL=true)"
+    assert list(tmp_path.iterdir()) == []
+
+
 def single_error(lines: list[str]) -> str:
     """The one ``cannot start:`` line, with the timestamp and logger cut off."""
     assert len(lines) == 1, "\n".join(lines)
@@ -198,7 +211,7 @@ def test_unusable_data_dir_is_one_line(tmp_path, kind):
         data_dir, cause = tmp_path / "ro" / "data", "permission denied"
     else:  # root ignores file modes; sysfs refuses new directories even to root
         data_dir, cause = Path("/sys/ottermq-e2e-data"), None
-    code, lines = run_broker(tmp_path, OTTERMQ_BROKER_PORT="0", OTTERMQ_DATA_DIR=str(data_dir))
+    code, lines = run_broker(tmp_path, OTTERMQ_BROKER_PORT=free_port(), OTTERMQ_DATA_DIR=str(data_dir))
     assert code != 0
     text = single_error(lines)
     assert text.startswith(f"OTTERMQ_DATA_DIR={data_dir}: ")
@@ -209,7 +222,7 @@ def test_unusable_data_dir_is_one_line(tmp_path, kind):
 
 def test_missing_definitions_file_is_one_line_and_creates_nothing(tmp_path):
     code, lines = run_broker(
-        tmp_path, OTTERMQ_BROKER_PORT="0", OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+        tmp_path, OTTERMQ_BROKER_PORT=free_port(), OTTERMQ_DATA_DIR=str(tmp_path / "data"),
         OTTERMQ_DEFINITIONS_FILE="definitions.json",
     )  # fmt: skip
     assert code != 0
@@ -220,7 +233,7 @@ def test_missing_definitions_file_is_one_line_and_creates_nothing(tmp_path):
 def test_unwritable_archive_dir_is_reported_at_startup(tmp_path):
     (tmp_path / "file").write_text("")
     code, lines = run_broker(
-        tmp_path, OTTERMQ_BROKER_PORT="0", OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+        tmp_path, OTTERMQ_BROKER_PORT=free_port(), OTTERMQ_DATA_DIR=str(tmp_path / "data"),
         OTTERMQ_DLX_ARCHIVE_DIR=str(tmp_path / "file"),
     )  # fmt: skip
     assert code != 0

@@ -80,8 +80,9 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     except ValueError:
         return json_error(401, "not_authorized", "Login failed", challenge=True)
     broker = request.app[BROKER_KEY]
-    user = broker.authenticate(credentials.login, credentials.password, request.remote or "")
-    if user is None:
+    user = broker.authenticate(credentials.login, credentials.password, request.remote or "", "http")
+    if user is None:  # the same answer whether or not the user exists
+        log.warning("HTTP login refused for user %r from %s", credentials.login, request.remote)
         return json_error(401, "not_authorized", "Login failed", challenge=True)
     if MANAGEMENT_TAGS.isdisjoint(user.tags):
         return json_error(401, "not_authorised", "Not management user", challenge=True)
@@ -149,4 +150,6 @@ class ManagementServer(HTTPListener):
 
     def __init__(self, broker: Broker) -> None:
         settings = broker.settings
-        super().__init__(broker, settings.web_port, settings.web_api_path, "management API", make_app)
+        tls = broker.web_tls_context if settings.web_ssl else None
+        super().__init__(broker, settings.web_port, settings.web_api_path, "management API", make_app,
+                         settings.web_ssl_port, tls)  # fmt: skip

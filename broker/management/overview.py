@@ -95,11 +95,9 @@ def listeners(request: web.Request, node: str) -> list[dict[str, Any]]:
     """The AMQP and HTTP listeners, as RabbitMQ lists them."""
     broker = broker_of(request)
     result = []
-    for protocol, addresses in (("amqp", broker.amqp_addresses()), ("http", broker.web_addresses())):
-        for ip, port in addresses:
-            result.append(
-                {"node": node, "protocol": protocol, "ip_address": ip, "port": port, "socket_opts": {}}
-            )
+    listening = [*broker.amqp_listeners(), *broker.web_listeners()]
+    for protocol, ip, port in listening:
+        result.append({"node": node, "protocol": protocol, "ip_address": ip, "port": port, "socket_opts": {}})
     return result
 
 

@@ -291,4 +291,6 @@ class PrometheusServer(HTTPListener):
     def __init__(self, broker: Broker) -> None:
         settings = broker.settings
         port, path = settings.prometheus_port, settings.prometheus_path
-        super().__init__(broker, port, path, "Prometheus metrics", make_app)
+        tls = broker.web_tls_context if settings.prometheus_ssl else None
+        tls_port = settings.prometheus_ssl_port
+        super().__init__(broker, port, path, "Prometheus metrics", make_app, tls_port, tls)

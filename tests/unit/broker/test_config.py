@@ -90,6 +90,22 @@ def test_unknown_log_level_stops_startup(monkeypatch, var):
 BAD_VALUES = {
     "broker_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
     "broker_port": "65536",
+    "ssl": "perhaps",
+    "ssl_port": "0",
+    "ssl_cert_file": None,  # any path; start-up checks the file (StartupError naming it)
+    "ssl_key_file": None,
+    "ssl_ca_file": None,
+    "ssl_verify": "verify_maybe",
+    "ssl_fail_if_no_peer_cert": "perhaps",
+    "ssl_cert_login_from": "nickname",
+    "ssl_cert_login_san_type": "phone",
+    "web_ssl": "perhaps",
+    "web_ssl_port": "70000",
+    "web_ssl_cert_file": None,
+    "web_ssl_key_file": None,
+    "web_ssl_ca_file": None,
+    "prometheus_ssl": "perhaps",
+    "prometheus_ssl_port": "0",
     "data_dir": None,  # any path; start-up reports an unusable one (StartupError)
     "heartbeat_interval": "soon",
     "channel_max": "-1",
