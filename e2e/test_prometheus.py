@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import urllib.request
 
+import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -205,3 +206,16 @@ def test_values_move_with_publishing_and_consuming(broker, channel, unique):
 @pytest.mark.extension
 def test_ottermq_extras_are_served(broker):
     assert set(EXTRA_NAMES) <= names(scrape(broker))
+
+
+def test_auth_attempts_count_failures_by_protocol(broker, connect, poll_until):
+    failed = ("rabbitmq_auth_attempts_failed_total", (("protocol", "amqp091"),))
+    succeeded = ("rabbitmq_auth_attempts_succeeded_total", (("protocol", "amqp091"),))
+    before = scrape(broker)
+    params = broker.params(credentials=pika.PlainCredentials(broker.user, "not-the-password"))
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(params)
+    connect().close()
+    assert poll_until(lambda: scrape(broker)[failed] == before[failed] + 1, timeout=20, interval=0.5)
+    assert poll_until(lambda: scrape(broker)[succeeded] >= before[succeeded] + 1, timeout=20, interval=0.5)
+    assert ("rabbitmq_auth_attempts_total", (("protocol", "http"),)) in scrape(broker)

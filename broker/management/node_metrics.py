@@ -205,3 +205,21 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
     )  # fmt: skip
     for name, text, on in alarms:
         yield GaugeMetricFamily(name, text, value=1 if on else 0)
+    yield from auth_metrics(broker)
+
+
+def auth_metrics(broker: Broker) -> Iterator[Metric]:
+    """``rabbitmq_auth_attempts_{,succeeded_,failed_}total`` by protocol (``amqp091``, ``http``)."""
+    families = (
+        ("rabbitmq_auth_attempts", "Total number of authorization attempts", lambda ok, bad: ok + bad),
+        ("rabbitmq_auth_attempts_succeeded", "Total number of successful authentication attempts",
+         lambda ok, bad: ok),
+        ("rabbitmq_auth_attempts_failed", "Total number of failed authentication attempts",
+         lambda ok, bad: bad),
+    )  # fmt: skip
+    attempts = {"amqp091": [0, 0], "http": [0, 0], **broker.auth_attempts}
+    for name, text, value in families:
+        family = CounterMetricFamily(name, text, labels=["protocol"])
+        for protocol, (ok, bad) in sorted(attempts.items()):
+            family.add_metric([protocol], value(ok, bad))
+        yield family
