@@ -62,7 +62,20 @@ def parse_log_level(value: Any) -> Any:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+               "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}  # fmt: skip
+
+
+def parse_bytes(value: Any) -> Any:
+    """``50MB`` (decimal units, as RabbitMQ reads them), ``2GiB`` (binary), or a plain number of bytes."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", value)
+        if match and match.group(2).lower() in _BYTE_UNITS:
+            return int(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
+    return value
 LogLevel = Annotated[str, BeforeValidator(parse_log_level)]
+ByteSize = Annotated[int, BeforeValidator(parse_bytes)]
 SSLVerify = Literal["verify_none", "verify_peer"]
 CertLoginFrom = Literal["common_name", "distinguished_name", "subject_alternative_name"]
 SanType = Literal["dns", "email", "uri", "ip"]
@@ -135,6 +148,17 @@ class Settings(BaseSettings):
     )
     definitions_file: Path | None = Field(
         None, description="RabbitMQ definitions JSON imported at start-up"
+    )
+    disk_free_limit: ByteSize = Field(
+        50_000_000,
+        ge=0,
+        description="Disk alarm: block publishers when the data directory's file system has less free"
+        " (bytes, or 50MB / 2GiB; RabbitMQ's disk_free_limit.absolute, 50MB); 0 = off",
+    )
+    disk_free_limit_relative: float | None = Field(
+        None,
+        gt=0,
+        description="Instead: this many times the machine's RAM (RabbitMQ's disk_free_limit.relative)",
     )
     memory_high_watermark: float = Field(
         0.4,

@@ -453,8 +453,9 @@ class AMQPConnection(asyncio.Protocol):
                  self.username, vhost.name)  # fmt: skip
         self._to(RUNNING)
         self.send_method(0, spec.Connection.OpenOk())
-        if self.broker.alarm:
-            self.set_blocked(True, "low on memory")
+        reason = self.broker.alarm_reason
+        if reason is not None:
+            self.set_blocked(True, reason)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -22,6 +22,7 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import ssl
 import tempfile
@@ -120,7 +121,10 @@ class Broker:
         self.web: ManagementServer | None = None  # OTTERMQ_ENABLE_WEB_API, bound by listen()
         self.prometheus: PrometheusServer | None = None  # OTTERMQ_ENABLE_PROMETHEUS, bound by listen()
         self.memory_limit = memory_limit(settings.memory_high_watermark)
-        self.alarm = False
+        self.alarm = False  # the memory alarm
+        self.disk_free_limit = disk_limit(settings)
+        self.disk_alarm = False
+        self.disk_free_probe: Callable[[], int | None] = self._disk_free  # tests put a fake one here
         self._memory_timer: asyncio.TimerHandle | None = None
         self.ack_timeouts = AckTimeouts(self)  # OTTERMQ_CONSUMER_TIMEOUT and per-queue ones
 
@@ -175,13 +179,49 @@ class Broker:
             elif self.alarm and used <= self.memory_limit:
                 log.info("memory alarm cleared: %d bytes used", used)
                 self.set_alarm(False)
+        self.check_disk()
         self._memory_timer = self.loop.call_later(1.0, self.check_memory)
 
     def set_alarm(self, on: bool) -> None:
         """Block (or unblock) publishing connections, as RabbitMQ's memory alarm does."""
         self.alarm = on
+        self._block_publishers()
+
+    # -- disk alarm -----------------------------------------------------------------------
+    def _disk_free(self) -> int | None:
+        try:
+            return shutil.disk_usage(self.settings.data_dir).free
+        except OSError:
+            return None
+
+    def check_disk(self) -> None:
+        """Raise or clear the disk alarm from the free space where the data directory is (RabbitMQ's
+        disk_free_limit); the memory timer calls it every second."""
+        limit = self.disk_free_limit
+        free = self.disk_free_probe() if limit else None
+        if free is None:
+            return
+        if not self.disk_alarm and free < limit:
+            log.warning("disk alarm: %d bytes free on %s, limit %d; blocking publishers", free,
+                        self.settings.data_dir, limit)  # fmt: skip
+            self.disk_alarm = True
+            self._block_publishers()
+        elif self.disk_alarm and free >= limit:
+            log.info("disk alarm cleared: %d bytes free", free)
+            self.disk_alarm = False
+            self._block_publishers()
+
+    @property
+    def alarm_reason(self) -> str | None:
+        """Why publishers are blocked (``connection.blocked``'s reason), None when they are not."""
+        if self.disk_alarm:
+            return "low on disk"
+        return "low on memory" if self.alarm else None
+
+    def _block_publishers(self) -> None:
+        reason = self.alarm_reason
         for conn in list(self.connections):
-            conn.set_blocked(on, "low on memory")
+            conn.set_blocked(reason is not None, reason or "")
 
     def authenticate(
         self, username: str, password: str, peer_host: str, protocol: str = "amqp091"
@@ -400,11 +440,21 @@ def memory_limit(watermark: float) -> int:
     """Bytes allowed before the memory alarm: a fraction of physical RAM, or bytes if > 1."""
     if watermark > 1:
         return int(watermark)
+    return int(physical_memory() * watermark)
+
+
+def disk_limit(settings: Settings) -> int:
+    """Free bytes the disk alarm keeps: ``disk_free_limit_relative`` x RAM, else ``disk_free_limit``."""
+    if settings.disk_free_limit_relative is not None:
+        return int(physical_memory() * settings.disk_free_limit_relative)
+    return settings.disk_free_limit
+
+
+def physical_memory() -> int:
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        total = 8 * 1024**3
-    return int(total * watermark)
+        return 8 * 1024**3
 
 
 def process_rss() -> int | None:

@@ -61,8 +61,10 @@ async def aliveness_test(request: web.Request) -> web.Response:
 
 
 def _alarms(request: web.Request, reason: str) -> web.Response:
-    if broker_of(request).alarm:
-        return failed(reason, alarms=[{"node": node_name(), "resource": "memory"}])
+    broker = broker_of(request)
+    raised = [resource for resource, on in (("memory", broker.alarm), ("disk", broker.disk_alarm)) if on]
+    if raised:
+        return failed(reason, alarms=[{"node": node_name(), "resource": r} for r in raised])
     return ok()
 
 

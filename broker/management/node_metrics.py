@@ -196,11 +196,13 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
     if free is not None:
         yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
                                 value=free)  # fmt: skip
+    limit_text = "Free disk space low watermark in bytes"
+    yield GaugeMetricFamily("rabbitmq_disk_space_available_limit_bytes", limit_text, value=broker.disk_free_limit)
     alarms = (
         ("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
          broker.alarm),
         ("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect",
-         False),
+         broker.disk_alarm),
         ("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", False),
     )  # fmt: skip
     for name, text, on in alarms:

@@ -154,6 +154,35 @@ def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, b
     assert c.transport.reading
 
 
+def test_disk_alarm_from_a_fake_probe_blocks_and_unblocks(make_client, broker, loop):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.send(0, spec.Connection.StartOk(client_properties={"capabilities": {"connection.blocked": True}},
+                                      mechanism="PLAIN", response="\0guest\0guest"))
+    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+           spec.Connection.Open(virtual_host="/"))
+    c.frames()
+    c.open_channel(1)
+    free = [broker.disk_free_limit + 1]
+    broker.disk_free_probe = lambda: free[0]
+    broker.check_disk()
+    assert not broker.disk_alarm
+    free[0] = broker.disk_free_limit - 1
+    broker.check_disk()
+    loop.run_soon()
+    assert broker.disk_alarm and c.expect(spec.Connection.Blocked).reason == "low on disk"
+    c.publish(1, "", "nowhere", b"x")
+    assert not c.transport.reading
+    broker.set_alarm(True)  # memory too: still blocked, one reason shown
+    broker.set_alarm(False)
+    assert not c.transport.reading
+    free[0] = broker.disk_free_limit
+    broker.check_disk()
+    loop.run_soon()
+    c.expect(spec.Connection.Unblocked)
+    assert c.transport.reading and not broker.disk_alarm
+
+
 def test_memory_alarm_without_capability_only_stops_reading(client, broker):
     client.publish(1, "", "nowhere", b"x")
     broker.set_alarm(True)

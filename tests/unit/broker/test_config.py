@@ -91,6 +91,8 @@ BAD_VALUES = {
     "broker_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
     "broker_port": "65536",
     "ssl": "perhaps",
+    "disk_free_limit": "lots",
+    "disk_free_limit_relative": "0",
     "ssl_port": "0",
     "ssl_cert_file": None,  # any path; start-up checks the file (StartupError naming it)
     "ssl_key_file": None,
