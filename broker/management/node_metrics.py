@@ -196,8 +196,10 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
     if free is not None:
         yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
                                 value=free)  # fmt: skip
-    limit_text = "Free disk space low watermark in bytes"
-    yield GaugeMetricFamily("rabbitmq_disk_space_available_limit_bytes", limit_text, value=broker.disk_free_limit)
+    yield GaugeMetricFamily(
+        "rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
+        value=broker.disk_free_limit,
+    )  # fmt: skip
     alarms = (
         ("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
          broker.alarm),
