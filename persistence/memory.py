@@ -43,6 +43,7 @@ from .store import (
     CommitCallback,
     Definitions,
     ExchangeRecord,
+    LimitRecord,
     MessageRecord,
     PermissionRecord,
     PolicyRecord,
@@ -221,10 +222,17 @@ class BatchingStore:
     def delete_policy(self, vhost: str, name: str, operator: bool) -> None:
         self._add(s.DELETE_POLICY, (vhost, name, int(operator)))
 
+    def put_limit(self, record: LimitRecord) -> None:
+        self._add(s.PUT_LIMIT, s.limit_row(record))
+
+    def delete_limit(self, kind: str, owner: str, name: str) -> None:
+        self._add(s.DELETE_LIMIT, (kind, owner, name))
+
     def delete_vhost(self, name: str) -> None:
         """Delete the vhost with its permissions, exchanges, bindings, queues and messages."""
         self._add(s.DELETE_VHOST_PERMISSIONS, (name,))
         self._add(s.DELETE_VHOST_POLICIES, (name,))
+        self._add(s.DELETE_OWNER_LIMITS, ("vhost", name))
         self._add(s.DELETE_VHOST_BINDINGS, (name,))
         self._add(s.DELETE_VHOST_EXCHANGES, (name,))
         for qid, (vhost, _) in list(self._queue_keys.items()):
@@ -240,6 +248,7 @@ class BatchingStore:
     def delete_user(self, name: str) -> None:
         """Delete the user and its permissions."""
         self._add(s.DELETE_USER_PERMISSIONS, (name,))
+        self._add(s.DELETE_OWNER_LIMITS, ("user", name))
         self._add(s.DELETE_USER, (name,))
 
     def put_permission(self, record: PermissionRecord) -> None:
@@ -417,12 +426,16 @@ class MemoryStore(BatchingStore):
         self._queues: dict[int, s.Row] = {}
         self._bindings: dict[Any, s.Row] = {}
         self._policies: dict[Any, s.Row] = {}  # (vhost, operator, name) -> row
+        self._limits: dict[Any, s.Row] = {}  # (kind, owner, name) -> row
         self._messages: dict[int, dict[int, s.Row]] = {}  # queue id -> {message id: row}, id order
         self._apply: dict[str, Callable[[tuple[Any, ...]], None]] = {
             s.PUT_VHOST: lambda p: self._vhosts.__setitem__(p[0], p),
             s.PUT_POLICY: lambda p: self._policies.__setitem__((p[0], p[2], p[1]), p),
             s.DELETE_POLICY: lambda p: self._drop(self._policies, lambda k, r: (r[0], r[1], r[2]) == p),
             s.DELETE_VHOST_POLICIES: lambda p: self._drop(self._policies, lambda k, r: r[0] == p[0]),
+            s.PUT_LIMIT: lambda p: self._limits.__setitem__(p[:3], p),
+            s.DELETE_LIMIT: lambda p: self._drop(self._limits, lambda k, r: k == p),
+            s.DELETE_OWNER_LIMITS: lambda p: self._drop(self._limits, lambda k, r: k[:2] == p),
             s.DELETE_VHOST: lambda p: self._drop(self._vhosts, lambda k, r: k == p[0]),
             s.DELETE_VHOST_PERMISSIONS: lambda p: self._drop(self._permissions, lambda k, r: r[1] == p[0]),
             s.DELETE_VHOST_EXCHANGES: lambda p: self._drop(self._exchanges, lambda k, r: r[0] == p[0]),
@@ -523,6 +536,7 @@ class MemoryStore(BatchingStore):
             [r for _, r in sorted(self._queues.items())],
             [r for _, r in sorted(self._bindings.items())],
             [r for _, r in sorted(self._policies.items())],
+            [r for _, r in sorted(self._limits.items())],
         )
 
     async def iter_messages(self, queue_id: int, chunk: int = 10000) -> AsyncIterator[list[MessageRecord]]:

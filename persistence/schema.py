@@ -31,6 +31,7 @@ from .store import (
     BindingRecord,
     Definitions,
     ExchangeRecord,
+    LimitRecord,
     MessageRecord,
     PermissionRecord,
     PolicyRecord,
@@ -42,7 +43,7 @@ from .store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x4F74724D  # "OtrM": PRAGMA application_id of every OtterMQ database
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -146,8 +147,23 @@ def _migrate_to_2(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_to_3(conn: sqlite3.Connection) -> None:
+    """Schema 3: vhost and user limits (issue 17)."""
+    conn.execute(
+        """CREATE TABLE limits (
+            kind TEXT NOT NULL,                    -- 'vhost' or 'user'
+            owner TEXT NOT NULL,
+            name TEXT NOT NULL,                    -- max-connections, max-queues, max-channels
+            value INTEGER NOT NULL,
+            PRIMARY KEY (kind, owner, name)
+        ) WITHOUT ROWID"""
+    )
+
+
 # MIGRATIONS[v] turns schema v - 1 into v (1: the empty database into the first schema).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _create_v1, 2: _migrate_to_2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _create_v1, 2: _migrate_to_2, 3: _migrate_to_3,
+}
 
 
 # -- opening: checks and migrations ---------------------------------------------------------------
@@ -351,6 +367,9 @@ PUT_POLICY = (
 )
 DELETE_POLICY = "DELETE FROM policies WHERE vhost = ? AND name = ? AND operator = ?"
 DELETE_VHOST_POLICIES = "DELETE FROM policies WHERE vhost = ?"
+PUT_LIMIT = "INSERT OR REPLACE INTO limits (kind, owner, name, value) VALUES (?, ?, ?, ?)"
+DELETE_LIMIT = "DELETE FROM limits WHERE kind = ? AND owner = ? AND name = ?"
+DELETE_OWNER_LIMITS = "DELETE FROM limits WHERE kind = ? AND owner = ?"
 MARK_DELIVERED = "UPDATE messages SET deliveries = ? WHERE id = ?"
 DELETE_MESSAGES = "DELETE FROM messages WHERE id BETWEEN ? AND ?"  # a whole queue's range
 
@@ -381,6 +400,7 @@ SELECT_POLICIES = (
     "SELECT vhost, name, operator, pattern, apply_to, priority, definition FROM policies "
     "ORDER BY vhost, operator, name"
 )
+SELECT_LIMITS = "SELECT kind, owner, name, value FROM limits ORDER BY kind, owner, name"
 SELECT_MESSAGES = (
     "SELECT id, exchange, routing_key, props, body, enqueued_at, deadline, extra_keys, deliveries "
     "FROM messages WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
@@ -418,10 +438,14 @@ def policy_row(r: PolicyRecord) -> Row:
     return (r.vhost, r.name, int(r.operator), r.pattern, r.apply_to, r.priority, r.definition)
 
 
+def limit_row(r: LimitRecord) -> Row:
+    return (r.kind, r.owner, r.name, r.value)
+
+
 def definitions(
     vhosts: Iterable[Row], users: Iterable[Row], permissions: Iterable[Row],
     exchanges: Iterable[Row], queues: Iterable[Row], bindings: Iterable[Row],
-    policies: Iterable[Row] = (),
+    policies: Iterable[Row] = (), limits: Iterable[Row] = (),
 ) -> Definitions:
     """Build ``Definitions`` from rows shaped like the put statements' params."""
     return Definitions(
@@ -432,6 +456,7 @@ def definitions(
         queues=[QueueRecord(v, n, bool(d), a, e, i) for i, v, n, d, a, e in queues],
         bindings=[BindingRecord(*r) for r in bindings],
         policies=[PolicyRecord(v, n, p, a, pr, d, bool(o)) for v, n, o, p, a, pr, d in policies],
+        limits=[LimitRecord(*r) for r in limits],
     )
 
 

@@ -323,6 +323,7 @@ def _read_definitions(conn: sqlite3.Connection) -> Definitions:
         for query in (
             schema.SELECT_VHOSTS, schema.SELECT_USERS, schema.SELECT_PERMISSIONS,
             schema.SELECT_EXCHANGES, schema.SELECT_QUEUES, schema.SELECT_BINDINGS, schema.SELECT_POLICIES,
+            schema.SELECT_LIMITS,
         )
     ))
 

@@ -94,6 +94,17 @@ class MessageRecord:
 
 
 @dataclass(slots=True)
+class LimitRecord:
+    """A vhost limit (``max-connections``, ``max-queues``) or a user limit (``max-connections``,
+    ``max-channels``), as RabbitMQ's ``set_vhost_limits``/``set_user_limits`` set them."""
+
+    kind: str  # "vhost" or "user"
+    owner: str  # the vhost's or the user's name
+    name: str
+    value: int
+
+
+@dataclass(slots=True)
 class PolicyRecord:
     vhost: str
     name: str
@@ -113,6 +124,7 @@ class Definitions:
     queues: list[QueueRecord] = field(default_factory=list)
     bindings: list[BindingRecord] = field(default_factory=list)
     policies: list[PolicyRecord] = field(default_factory=list)
+    limits: list[LimitRecord] = field(default_factory=list)
 
 
 CommitCallback = Callable[[bool], None]
@@ -168,6 +180,8 @@ class Store(Protocol):
     def delete_binding(self, record: BindingRecord) -> None: ...
     def put_policy(self, record: PolicyRecord) -> None: ...
     def delete_policy(self, vhost: str, name: str, operator: bool) -> None: ...
+    def put_limit(self, record: LimitRecord) -> None: ...
+    def delete_limit(self, kind: str, owner: str, name: str) -> None: ...
 
     # messages
     def insert_message(self, record: MessageRecord) -> int:

@@ -11,6 +11,7 @@ import pytest
 from ottermq.persistence import (
     BindingRecord,
     ExchangeRecord,
+    LimitRecord,
     MemoryStore,
     MessageRecord,
     PermissionRecord,
@@ -537,6 +538,34 @@ def test_policies_round_trip_replace_delete_and_go_with_their_vhost(new_store: F
         d = await store.load_definitions()
         left = [(p.vhost, p.operator, p.definition) for p in d.policies]
         assert left == [("/", False, '{"message-ttl": 9}')]
+        await store.close()
+
+    run(main)
+
+
+def test_limits_round_trip_replace_delete_and_go_with_their_owner(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        store.put_vhost(VHostRecord("v"))
+        store.put_user(UserRecord("u", ""))
+        store.put_limit(LimitRecord("vhost", "v", "max-queues", 5))
+        store.put_limit(LimitRecord("vhost", "v", "max-queues", 7))  # replaces
+        store.put_limit(LimitRecord("vhost", "v", "max-connections", 2))
+        store.put_limit(LimitRecord("user", "u", "max-channels", 3))
+        await store.flush()
+        d = await store.load_definitions()
+        assert [(x.kind, x.owner, x.name, x.value) for x in d.limits] == [
+            ("user", "u", "max-channels", 3), ("vhost", "v", "max-connections", 2),
+            ("vhost", "v", "max-queues", 7),
+        ]  # fmt: skip
+        store.delete_limit("vhost", "v", "max-connections")
+        store.delete_user("u")
+        await store.flush()
+        assert [(x.owner, x.name) for x in (await store.load_definitions()).limits] == [("v", "max-queues")]
+        store.delete_vhost("v")
+        await store.flush()
+        assert (await store.load_definitions()).limits == []
         await store.close()
 
     run(main)
