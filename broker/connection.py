@@ -447,6 +447,7 @@ class AMQPConnection(asyncio.Protocol):
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
             raise NotAllowed(f"vhost {method.virtual_host} not found")
+        self.broker.check_connection_limits(self, vhost.name)
         self.broker.auth.check_vhost(self.user, vhost.name)
         self.vhost = vhost
         log.info("connection %s: user '%s' authenticated and granted access to vhost '%s'", self._label(),
@@ -562,6 +563,10 @@ class AMQPConnection(asyncio.Protocol):
                 f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})"
             )
+        limit = self.broker.limits.limit("user", self.username, "max-channels")
+        if limit is not None and self.broker.user_channels(self.username) >= limit:
+            raise NotAllowed(f"number of channels opened for user '{self.username}' has reached the maximum"
+                             f" allowed user limit of ({limit})")  # fmt: skip
         self.channels[number] = Channel(self, number)
         self.broker.churn.channels_opened += 1
         self.send_method(number, spec.Channel.OpenOk())

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ottermq.amqp.errors import NotAllowed
 from ottermq.persistence.archive import NullArchive
 from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
@@ -42,6 +43,7 @@ from .auth import AuthDB
 from .config import Settings, env_name
 from .connection import AMQPConnection
 from .definitions import DefinitionsError, import_definitions, load_definitions_file
+from .limits import Limits
 from .management import ManagementServer
 from .management.policies import policy_of
 from .management.prometheus import PrometheusServer
@@ -116,6 +118,7 @@ class Broker:
         self.server_properties: dict[str, Any] = server_properties(VERSION)
         self._servers: list[asyncio.Server] = []  # plain AMQP and/or AMQPS
         self.auth_attempts: dict[str, list[int]] = {}  # protocol -> [succeeded, failed]
+        self.limits = Limits()  # vhost and user limits (broker/limits.py)
         self.tls_context: ssl.SSLContext | None = None
         self.web_tls_context: ssl.SSLContext | None = None
         self.web: ManagementServer | None = None  # OTTERMQ_ENABLE_WEB_API, bound by listen()
@@ -234,6 +237,32 @@ class Broker:
         """SASL EXTERNAL: the user named by a verified client certificate (None: no name in it)."""
         user = self.auth.authenticate_external(username, peer_host) if username else None
         return self._count_auth("amqp091", user)
+
+    # -- limits -------------------------------------------------------------------------------
+    def check_connection_limits(self, conn: AMQPConnection, vhost: str) -> None:
+        """``connection.open``: the vhost's, then the user's connection limit (broker/limits.py).
+
+        Raises:
+            NotAllowed: a limit is reached (530, RabbitMQ's texts).
+        """
+        opened = [c for c in self.connections if c is not conn and c.vhost is not None]
+        limit = self.limits.limit("vhost", vhost, "max-connections")
+        if limit is not None and sum(1 for c in opened if c.vhost.name == vhost) >= limit:
+            raise NotAllowed(f"access to vhost '{vhost}' refused for user '{conn.username}': connection limit"
+                             f" ({limit}) is reached")  # fmt: skip
+        limit = self.limits.limit("user", conn.username, "max-connections")
+        if limit is not None and sum(1 for c in opened if c.username == conn.username) >= limit:
+            raise NotAllowed(f"connection refused for user '{conn.username}': user connection limit ({limit})"
+                             " is reached")  # fmt: skip
+
+    def user_channels(self, username: str) -> int:
+        """Channels open on ``username``'s connections (the ``max-channels`` limit counts them all)."""
+        return sum(len(c.channels) for c in self.connections if c.username == username)
+
+    def apply_limits(self) -> None:
+        """Give each vhost its ``max-queues`` limit (after recovery and on every change)."""
+        for name, vhost in self.vhosts.items():
+            vhost.max_queues = self.limits.limit("vhost", name, "max-queues")
 
     def _count_auth(self, protocol: str, user: UserRecord | None) -> UserRecord | None:
         counts = self.auth_attempts.setdefault(protocol, [0, 0])
@@ -374,6 +403,8 @@ class Broker:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
         self._load_policies(defs)
+        self.limits.load(defs.limits)
+        self.apply_limits()
         try:
             for server in servers:
                 await server.start_serving()

@@ -127,6 +127,7 @@ class VHost:
         # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
         # created by them (or the API, definitions, recovery) and queues deleted
         self.queues_declared = self.queues_created = self.queues_deleted = 0
+        self.max_queues: int | None = None  # the vhost's max-queues limit (broker/limits.py)
         # name -> policy (vhost/policy.py); set_policy/delete_policy re-apply them to everything
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
@@ -311,6 +312,11 @@ class VHost:
             return queue
         if name.startswith("amq.") and not generated:
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        if self.max_queues is not None and len(self.queues) >= self.max_queues:  # the vhost's limit
+            limit = self.max_queues
+            raise PreconditionFailed(
+                f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) is reached"
+            )
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
         queue = Queue(
             name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args,

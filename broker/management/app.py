@@ -28,6 +28,7 @@ from . import (
     definitions,
     exchanges,
     health,
+    limits,
     messages,
     nodes,
     overview,
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RESOURCES = (
     overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions, health, nodes,
-    definitions, policies, archive, deadletters,
+    definitions, policies, archive, deadletters, limits,
 )  # fmt: skip
 
 

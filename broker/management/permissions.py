@@ -78,6 +78,7 @@ async def delete_user(request: web.Request) -> web.Response:
     if name not in auth.users:
         raise NotFound()
     auth.delete_user(name)  # its open connections stay open, as in RabbitMQ 3.10
+    broker_of(request).limits.clear("user", name)  # the store drops them with the user
     return web.Response(status=204)
 
 
@@ -117,6 +118,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
             if not exchange.startswith("amq."):
                 vhost.delete_exchange(exchange, False)
     broker.auth.delete_vhost(name)
+    broker.limits.clear("vhost", name)  # the store drops them with the vhost
     return web.Response(status=204)
 
 
