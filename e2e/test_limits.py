@@ -80,8 +80,8 @@ def test_vhost_connection_limit(broker, tenant):
     first = pika.BlockingConnection(params(broker, vhost, user))
     try:
         assert refused(lambda: pika.BlockingConnection(params(broker, vhost, user))) == (
-            530, f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{user}': connection limit (1) is "
-            "reached")  # fmt: skip
+            530, f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{user}': connection limit "
+            "(1) is reached")  # fmt: skip
     finally:
         first.close()
     pika.BlockingConnection(params(broker, vhost, user)).close()  # room again
@@ -122,5 +122,5 @@ def test_user_connection_and_channel_limits(broker, tenant):
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
         conn.channel()
     assert (info.value.reply_code, info.value.reply_text) == (
-        530, f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the maximum allowed user "
-        "limit of (1)")  # fmt: skip
+        530, f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the maximum allowed "
+        "user limit of (1)")  # fmt: skip
