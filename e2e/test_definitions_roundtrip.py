@@ -74,7 +74,8 @@ def seed(vhost: str, user: str) -> dict[str, Any]:
 
     return {
         "users": [{"name": user, "password_hash": rabbit_hash("rt-secret"),
-                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["policymaker"]}],
+                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["policymaker"],
+                   "limits": {"max-channels": 50, "max-connections": 10}}],
         "vhosts": [{"name": vhost}],
         "permissions": [
             {"user": user, "vhost": vhost, "configure": "^rt\\.", "write": ".*", "read": "^rt\\."},
@@ -94,6 +95,8 @@ def seed(vhost: str, user: str) -> dict[str, Any]:
             {"vhost": vhost, "component": "operator_policy", "name": "rt-cap",
              "value": {"pattern": "^rt\\.", "definition": {"max-length": 500, "message-ttl": 3_600_000},
                        "priority": 1, "apply-to": "queues"}},
+            {"vhost": vhost, "component": "vhost-limits", "name": "limits",
+             "value": {"max-connections": 20, "max-queues": 30}},
         ],  # fmt: skip
         "queues": [queue("rt.work"), queue("rt.dead"), queue("rt.capped", {"x-max-length": 10}),
                    queue("rt.lost")],  # fmt: skip
@@ -129,7 +132,7 @@ def of_vhost(definitions: dict[str, Any], vhost: str) -> dict[str, list[str]]:
 
 def user_entry(definitions: dict[str, Any], name: str) -> dict[str, Any]:
     (found,) = [u for u in definitions["users"] if u["name"] == name]
-    return {k: found[k] for k in ("name", "password_hash", "hashing_algorithm", "tags")}
+    return {k: found[k] for k in ("name", "password_hash", "hashing_algorithm", "tags", "limits")}
 
 
 def export_rabbitmq(path: Path) -> dict[str, Any]:
@@ -166,7 +169,7 @@ def test_rabbitmq_ottermq_rabbitmq_round_trip_keeps_policies(rabbitmq, broker_pr
     rabbitmqctl("import_definitions", stdin=json.dumps(seed(vhost, user)))
     original = export_rabbitmq(tmp_path / "rabbitmq.json")
     expected = of_vhost(original, vhost)
-    assert len(expected["policies"]) == 5 and len(expected["parameters"]) == 1
+    assert len(expected["policies"]) == 5 and len(expected["parameters"]) == 2  # operator policy, limits
 
     # into ottermq's store (broker stopped), then started: the policies are in force on its queues
     data_dir = tmp_path / "ottermq-data"
@@ -185,6 +188,10 @@ def test_rabbitmq_ottermq_rabbitmq_round_trip_keeps_policies(rabbitmq, broker_pr
         "max-length": 3, "overflow": "reject-publish", "expires": 3_600_000, "message-ttl": 3_600_000,
     }  # fmt: skip
     assert call(broker, f"/api/exchanges/{q(vhost)}/rt.in")[2]["policy"] == "rt-ae"
+    assert call(broker, f"/api/vhost-limits/{q(vhost)}")[2] == [
+        {"vhost": vhost, "value": {"max-connections": 20, "max-queues": 30}}]  # fmt: skip
+    assert call(broker, f"/api/user-limits/{q(user)}")[2] == [
+        {"user": user, "value": {"max-channels": 50, "max-connections": 10}}]  # fmt: skip
     params = pika.ConnectionParameters(
         broker.host, broker.port, vhost, pika.PlainCredentials(user, "rt-secret"), heartbeat=0
     )  # the imported user logs in with the password RabbitMQ hashed

@@ -124,3 +124,19 @@ def test_user_connection_and_channel_limits(broker, tenant):
     assert (info.value.reply_code, info.value.reply_text) == (
         530, f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the maximum allowed "
         "user limit of (1)")  # fmt: skip
+
+
+@pytest.mark.extension  # a restart of the broker under test
+def test_limits_survive_a_restart(broker_process):
+    process = broker_process()
+    b = process.start()
+    assert call(b, "/api/vhost-limits/%2F/max-queues", "PUT", {"value": 0})[0] == 204
+    assert call(b, "/api/user-limits/guest/max-channels", "PUT", {"value": 7})[0] == 204
+    assert process.stop() == 0
+    b = process.start()
+    assert call(b, "/api/vhost-limits/%2F")[2] == [{"vhost": "/", "value": {"max-queues": 0}}]
+    assert call(b, "/api/user-limits/guest")[2] == [{"user": "guest", "value": {"max-channels": 7}}]
+    with pika.BlockingConnection(b.params()) as conn:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            conn.channel().queue_declare("no.room")
+    assert info.value.reply_code == 406

@@ -17,6 +17,9 @@ Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` i
 - ``policies``: ``vhost``, ``name``, ``pattern``, ``apply-to``, ``priority``, ``definition``, validated
   as the management API does (``vhost/policy.py``); operator policies are the ``parameters`` of
   component ``operator_policy`` (their ``value`` holds the policy), as RabbitMQ exports them.
+- Limits: users' ``limits`` (an object), vhosts' ``limits`` (an object, or 3.10's list of pairs)
+  and ``vhost-limits`` parameters, validated as the API does (``broker/limits.py``); exported in
+  all three of RabbitMQ's places.
 - ``topic_permissions``, ``global_parameters`` and other ``parameters``: accepted and ignored with
   a warning (not implemented); other unknown keys are ignored.
 - Arguments: JSON -> AMQP field table: ints -> ``l`` (signed 64-bit), strings -> ``S``, booleans
@@ -53,6 +56,7 @@ from ottermq.persistence.store import (
     BindingRecord,
     Definitions,
     ExchangeRecord,
+    LimitRecord,
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
@@ -64,6 +68,8 @@ from ottermq.vhost.exchange import EXCHANGE_TYPES
 from ottermq.vhost.policy import PolicyError, make_policy
 
 from ..auth import DEFAULT_HASHING_ALGORITHM, HASHING_ALGORITHMS, hash_password
+from ..limits import LimitError
+from ..limits import validate as validate_limit
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,7 @@ IGNORED_SECTIONS = {
     "global_parameters": "global parameters are not implemented",
 }
 OPERATOR_POLICY = "operator_policy"  # the ``parameters`` component of operator policies
+VHOST_LIMITS = "vhost-limits"  # the ``parameters`` component of vhost limits
 _MD5_VERSIONS = re.compile(r"^3\.[0-5]\.")
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -253,9 +260,22 @@ def _read_user(entry: _Entry, default_algorithm: str) -> UserRecord:
         tags = entry.tags(item["tags"])
     else:
         tags = ["administrator"] if str(item.get("administrator", "")).lower() == "true" else []
-    if item.get("limits"):
-        log.warning("%s: user limits are not implemented; ignored", entry.where)
     return UserRecord(name, password_hash, algorithm, tags)
+
+
+def _read_limits(entry: _Entry, kind: str, owner: str, raw: Any) -> list[LimitRecord]:
+    """``limits`` of a user (an object) or of a vhost (an object, or RabbitMQ 3.10's list of pairs)."""
+    if raw in (None, [], {}):
+        return []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    try:
+        items = [(str(k), v) for k, v in pairs]
+    except (TypeError, ValueError):
+        raise entry.fail(f"'limits' must be an object, got {raw!r}") from None
+    try:
+        return [LimitRecord(kind, owner, name, validate_limit(kind, name, value)) for name, value in items]
+    except LimitError as exc:
+        raise entry.fail(str(exc)) from None
 
 
 def _read_vhost(entry: _Entry) -> VHostRecord:
@@ -270,8 +290,6 @@ def _read_vhost(entry: _Entry) -> VHostRecord:
     if not isinstance(description, str):
         raise entry.fail(f"'description' must be a string, got {description!r}")
     tags = entry.tags(entry.item.get("tags", metadata.get("tags")))
-    if entry.item.get("limits"):
-        log.warning("%s: vhost limits are not implemented; ignored", entry.where)
     return VHostRecord(name, description, tags)
 
 
@@ -382,6 +400,8 @@ def _read_policies(data: Mapping[str, Any]) -> list[PolicyRecord]:
     ignored = 0
     for i, item in enumerate(_section(data, "parameters")):
         entry = _Entry("parameters", i, item)
+        if item.get("component") == VHOST_LIMITS:
+            continue  # read by _read_vhost_limits
         if item.get("component") != OPERATOR_POLICY:
             ignored += 1
             continue
@@ -492,7 +512,41 @@ def definitions_from_json(data: Mapping[str, Any], transient: bool = False) -> D
             bindings.add(identity)
             defs.bindings.append(binding)
     defs.policies = _read_policies(data)
+    defs.limits = _read_all_limits(data)
     return defs
+
+
+def _read_all_limits(data: Mapping[str, Any]) -> list[LimitRecord]:
+    """Users' ``limits``, vhosts' ``limits`` and ``vhost-limits`` parameters; the last one given wins."""
+    found: dict[tuple[str, str, str], LimitRecord] = {}
+    for i, item in enumerate(_section(data, "users")):
+        entry = _Entry("users", i, item)
+        for r in _read_limits(entry, "user", str(item.get("name")), item.get("limits")):
+            found[(r.kind, r.owner, r.name)] = r
+    for i, item in enumerate(_section(data, "vhosts")):
+        entry = _Entry("vhosts", i, item)
+        for r in _read_limits(entry, "vhost", str(item.get("name")), item.get("limits")):
+            found[(r.kind, r.owner, r.name)] = r
+    for i, item in enumerate(_section(data, "parameters")):
+        if item.get("component") != VHOST_LIMITS:
+            continue
+        entry = _Entry("parameters", i, item)
+        vhost = entry.string("vhost", non_empty=True)
+        entry.label(f"limits of vhost '{vhost}'")
+        for r in _read_limits(entry, "vhost", vhost, item.get("value")):
+            found[(r.kind, r.owner, r.name)] = r
+    return list(found.values())
+
+
+def limits_of(defs_limits: list[LimitRecord], kind: str, owner: str) -> dict[str, int]:
+    return {r.name: r.value for r in defs_limits if r.kind == kind and r.owner == owner}
+
+
+def vhost_limit_parameters(limits: list[LimitRecord]) -> list[dict[str, Any]]:
+    """``vhost-limits`` runtime parameters, as RabbitMQ exports them."""
+    owners = sorted({r.owner for r in limits if r.kind == "vhost"})
+    return [{"value": limits_of(limits, "vhost", v), "vhost": v, "component": VHOST_LIMITS, "name": "limits"}
+            for v in owners]  # fmt: skip
 
 
 def load_definitions_file(path: str | Path) -> Definitions:
@@ -532,12 +586,13 @@ def definitions_to_json(defs: Definitions, version: str) -> dict[str, Any]:
                 "password_hash": u.password_hash,
                 "hashing_algorithm": u.hashing_algorithm,
                 "tags": list(u.tags),
-                "limits": {},
+                "limits": limits_of(defs.limits, "user", u.name),
             }
             for u in defs.users
         ],
         "vhosts": [
-            {"name": v.name, "limits": [], "metadata": {"description": v.description, "tags": list(v.tags)}}
+            {"name": v.name, "limits": [list(kv) for kv in limits_of(defs.limits, "vhost", v.name).items()],
+             "metadata": {"description": v.description, "tags": list(v.tags)}}
             for v in defs.vhosts
         ],
         "permissions": [
@@ -545,7 +600,7 @@ def definitions_to_json(defs: Definitions, version: str) -> dict[str, Any]:
             for p in defs.permissions
         ],
         "topic_permissions": [],
-        "parameters": policies_to_json(defs.policies)[1],
+        "parameters": policies_to_json(defs.policies)[1] + vhost_limit_parameters(defs.limits),
         "global_parameters": [],
         "policies": policies_to_json(defs.policies)[0],
         "queues": [_queue_json(q) for q in defs.queues],

@@ -45,6 +45,11 @@ async def import_definitions(store: Store, defs: Definitions) -> Definitions:
     for kind, vhost, name in entities:
         if vhost not in vhosts:
             raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
+    for r in defs.limits:
+        if r.kind == "vhost" and r.owner not in vhosts:
+            raise DefinitionsError(f"limits of vhost '{r.owner}': no such vhost")
+        if r.kind == "user" and r.owner not in users:
+            raise DefinitionsError(f"limits of user '{r.owner}': no such user")
 
     written = Definitions()
     old_exchanges = {(x.vhost, x.name) for x in current.exchanges}
@@ -93,6 +98,9 @@ async def import_definitions(store: Store, defs: Definitions) -> Definitions:
     for policy in defs.policies:  # created or replaced, as RabbitMQ's import does
         store.put_policy(dataclasses.replace(policy))
         written.policies.append(policy)
+    for limit in defs.limits:  # set, as RabbitMQ's import does
+        store.put_limit(dataclasses.replace(limit))
+        written.limits.append(limit)
     await store.flush()
     return written
 

@@ -36,7 +36,7 @@ from ottermq.vhost.vhost import PREDECLARED
 from .. import VERSION
 from ..auth import AuthError
 from ..definitions import DefinitionsError, definitions_from_json
-from ..definitions.json_format import policies_to_json
+from ..definitions.json_format import policies_to_json, vhost_limit_parameters
 from .bindings import vhost_bindings
 from .common import (
     amqp_errors,
@@ -111,9 +111,10 @@ def export(broker: Broker, only: VHost | None = None) -> dict[str, Any]:
         "rabbitmq_version": RABBITMQ_API_VERSION,
         "product_name": "OtterMQ",
         "product_version": VERSION,
-        "users": [user_json(auth.users[name]) for name in sorted(auth.users)],
+        "users": [user_json(auth.users[name], broker.limits.of("user", name)) for name in sorted(auth.users)],
         "vhosts": [
-            {"name": v.name, "limits": [], "metadata": {"description": v.description, "tags": list(v.tags)}}
+            {"name": v.name, "limits": [list(kv) for kv in broker.limits.of("vhost", v.name).items()],
+             "metadata": {"description": v.description, "tags": list(v.tags)}}
             for _name, v in sorted(auth.vhosts.items())
         ],
         "permissions": [permission_json(auth.permissions[key]) for key in sorted(auth.permissions)],
@@ -124,6 +125,7 @@ def export(broker: Broker, only: VHost | None = None) -> dict[str, Any]:
         "bindings": [],
     }
     body["policies"], body["parameters"] = live_policies([v for _, v in sorted(broker.vhosts.items())])
+    body["parameters"] += vhost_limit_parameters(broker.limits.records())
     for _name, vhost in sorted(broker.vhosts.items()):
         for key, items in topology(vhost, True).items():
             body[key] += items
@@ -195,6 +197,11 @@ def _check_references(broker: Broker, defs: Definitions) -> None:
     for kind, vhost, name in entities:
         if vhost not in vhosts:
             raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
+    for r in defs.limits:
+        if r.kind == "vhost" and r.owner not in vhosts:
+            raise DefinitionsError(f"limits of vhost '{r.owner}': no such vhost")
+        if r.kind == "user" and r.owner not in users:
+            raise DefinitionsError(f"limits of user '{r.owner}': no such user")
 
 
 def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
@@ -240,6 +247,10 @@ def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
     for record in defs.policies:  # validated by the parser already
         broker.vhosts[record.vhost].set_policy(policy_of(record))
         broker.store.put_policy(record)
+    for limit in defs.limits:  # validated by the parser already
+        broker.limits.set(limit.kind, limit.owner, limit.name, limit.value)
+        broker.store.put_limit(limit)
+    broker.apply_limits()
 
 
 async def post_definitions(request: web.Request) -> web.Response:

@@ -10,14 +10,14 @@ from ottermq.persistence.store import UserRecord
 from .common import NotFound, broker_of, json_error, user_of
 
 
-def user_json(user: UserRecord) -> dict[str, Any]:
-    """One user as RabbitMQ 3.10 shows it (tags as a list)."""
+def user_json(user: UserRecord, limits: dict[str, int] | None = None) -> dict[str, Any]:
+    """One user as RabbitMQ 3.10 shows it (tags as a list, its limits)."""
     return {
         "name": user.name,
         "password_hash": user.password_hash,
         "hashing_algorithm": user.hashing_algorithm,
         "tags": list(user.tags),
-        "limits": {},
+        "limits": dict(limits or {}),
     }
 
 
