@@ -35,7 +35,8 @@ LISTS: dict[str, tuple[list[str], bool]] = {
 }
 GET_COLUMNS = ["routing_key", "exchange", "redelivered", "message_count", "payload_encoding", "payload"]
 ACKMODES = ["ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"]
-ACCESS = ("users", "permissions", "vhosts", "policies")  # the commands with their own actions (add, ...)
+# the commands with their own actions (add, ...)
+ACCESS = ("users", "permissions", "vhosts", "policies", "limits")
 COMMANDS = ("list", "purge", "get", "publish", "close-connection", *ACCESS)
 
 
@@ -231,6 +232,25 @@ def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api
                             help="the vhost" + (" (default: all)" if parser is plist else ""))  # fmt: skip
         parser.add_argument("--operator", action="store_true", help="operator policies")
 
+    lim = sub.add_parser(
+        "limits", formatter_class=fmt,
+        help="list, set or clear vhost limits (max-connections, max-queues) or, with --user-limits, user"
+        " limits (max-connections, max-channels)" + api,
+    )  # fmt: skip
+    lim_sub = lim.add_subparsers(dest="action", required=True)
+    llist = lim_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list limits")
+    lset = lim_sub.add_parser(
+        "set", parents=[common], formatter_class=fmt,
+        help="set limits, as rabbitmqctl set_vhost_limits / set_user_limits: OWNER '{\"max-queues\": 10}'",
+    )  # fmt: skip
+    lset.add_argument("owner", help="the vhost (or the user, with --user-limits)")
+    lset.add_argument("definition", help='JSON object, e.g. \'{"max-connections": 100}\' (-1: no limit)')
+    lclear = lim_sub.add_parser("clear", parents=[common], formatter_class=fmt, help="clear limits")
+    lclear.add_argument("owner", help="the vhost (or the user, with --user-limits)")
+    lclear.add_argument("name", nargs="?", help="one limit (default: all of them)")
+    for parser in (llist, lset, lclear):
+        parser.add_argument("--user-limits", action="store_true", help="user limits instead of vhost ones")
+
 
 def run(args: argparse.Namespace, out: Any = None) -> int:
     """Run one admin subcommand; returns the exit code."""
@@ -314,6 +334,8 @@ def _access(client: AdminClient, command: str, args: argparse.Namespace) -> tupl
         return {"vhost": args.vhost, "user": args.user_name, "cleared": True}, ["vhost", "user", "cleared"]
     if command == "policies":
         return _policies(client, args)
+    if command == "limits":
+        return _limits(client, args)
     if action == "list":
         return client.request("GET", "/vhosts"), LISTS["vhosts"][0]
     path = f"/vhosts/{quote(args.name)}"
@@ -343,6 +365,29 @@ def _policies(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[
             "apply-to": args.apply_to}  # fmt: skip
     client.request("PUT", path, body)
     return {"vhost": args.vhost, "name": args.name, **body}, columns
+
+
+def _limits(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """``limits list|set|clear`` (``--user-limits``: user limits)."""
+    kind, key = ("user-limits", "user") if args.user_limits else ("vhost-limits", "vhost")
+    if args.action == "list":
+        return client.request("GET", f"/{kind}"), [key, "value"]
+    if args.action == "clear":
+        names = [args.name] if args.name else list(
+            next(iter(client.request("GET", f"/{kind}/{quote(args.owner)}")), {}).get("value", {})
+        )  # fmt: skip
+        for name in names:
+            client.request("DELETE", f"/{kind}/{quote(args.owner)}/{quote(name)}")
+        return {key: args.owner, "cleared": ",".join(names)}, [key, "cleared"]
+    try:
+        values = json.loads(args.definition)
+    except ValueError as exc:
+        raise AdminError(f"DEFINITION is not JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise AdminError('DEFINITION must be a JSON object, e.g. \'{"max-connections": 100}\'')
+    for name, value in values.items():
+        client.request("PUT", f"/{kind}/{quote(args.owner)}/{quote(name)}", {"value": value})
+    return {key: args.owner, "value": values}, [key, "value"]
 
 
 def definitions(action: str, path: str, args: argparse.Namespace, out: Any = None) -> int:

@@ -73,7 +73,7 @@ class Limits:
         limits = self.by_kind[kind].get(owner)
         if limits is not None:
             limits.pop(name, None)
-            if not limits:
+            if not limits and kind == "user":  # a vhost stays listed with no limits, as RabbitMQ's
                 del self.by_kind[kind][owner]
 
     def limit(self, kind: str, owner: str, name: str) -> int | None:

@@ -218,3 +218,25 @@ def test_policies_set_list_clear(ottermq, broker, unique):
     finally:
         ottermq("policies", "clear", name, "--vhost", broker.vhost, check=False)
     assert name not in [p["name"] for p in as_json(ottermq, "policies", "list")]
+
+
+def test_limits_set_list_clear(ottermq, broker):
+    try:
+        limits = '{"max-connections": 100, "max-queues": 1000}'
+        shown = as_json(ottermq, "limits", "set", broker.vhost, limits)
+        assert shown["value"] == {"max-connections": 100, "max-queues": 1000}
+        listed = {item["vhost"]: item["value"] for item in as_json(ottermq, "limits", "list")}
+        assert listed[broker.vhost] == {"max-connections": 100, "max-queues": 1000}
+        ottermq("limits", "set", broker.user, '{"max-channels": 500}', "--user-limits")
+        users = {item["user"]: item["value"] for item in as_json(ottermq, "limits", "list", "--user-limits")}
+        assert users[broker.user] == {"max-channels": 500}
+        ottermq("limits", "clear", broker.vhost, "max-queues")
+        listed = {item["vhost"]: item["value"] for item in as_json(ottermq, "limits", "list")}
+        assert listed[broker.vhost] == {"max-connections": 100}
+        bad = ottermq("limits", "set", broker.vhost, '{"max-bogus": 1}', check=False)
+        assert bad.returncode == 1 and "Unrecognised terms" in bad.stderr
+    finally:
+        ottermq("limits", "clear", broker.vhost, check=False)
+        ottermq("limits", "clear", broker.user, "--user-limits", check=False)
+    left = {item["vhost"]: item["value"] for item in as_json(ottermq, "limits", "list")}
+    assert not left.get(broker.vhost)  # gone, or RabbitMQ's empty [] once all were cleared

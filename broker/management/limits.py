@@ -23,8 +23,10 @@ from .common import NotFound, bad_request, broker_of, json_body, require_adminis
 
 def _listing(kind: str, owners: dict[str, dict[str, int]], only: set[str] | None = None) -> web.Response:
     key = "vhost" if kind == "vhost" else "user"
-    return web.json_response([{key: owner, "value": dict(values)} for owner, values in sorted(owners.items())
-                              if values and (only is None or owner in only)])  # fmt: skip
+    # a vhost whose limits were all cleared is listed with [] (RabbitMQ keeps an empty parameter)
+    shown = [(owner, values) for owner, values in sorted(owners.items())
+             if (values or kind == "vhost") and (only is None or owner in only)]  # fmt: skip
+    return web.json_response([{key: owner, "value": dict(values) if values else []} for owner, values in shown])
 
 
 async def list_vhost_limits(request: web.Request) -> web.Response:
