@@ -26,7 +26,7 @@ def _listing(kind: str, owners: dict[str, dict[str, int]], only: set[str] | None
     # a vhost whose limits were all cleared is listed with [] (RabbitMQ keeps an empty parameter)
     shown = [(owner, values) for owner, values in sorted(owners.items())
              if (values or kind == "vhost") and (only is None or owner in only)]  # fmt: skip
-    return web.json_response([{key: owner, "value": dict(values) if values else []} for owner, values in shown])
+    return web.json_response([{key: owner, "value": dict(v) if v else []} for owner, v in shown])
 
 
 async def list_vhost_limits(request: web.Request) -> web.Response:
