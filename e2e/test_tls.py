@@ -233,3 +233,77 @@ def test_https_for_the_management_api_and_metrics(broker_process, pki):
     metrics = f"https://localhost:{metrics_port}/metrics"
     with urllib.request.urlopen(metrics, context=context, timeout=10) as response:
         assert b"rabbitmq_build_info" in response.read()
+
+
+# -- the other clients over TLS ------------------------------------------------------------------------
+from .test_go_client import go_client  # noqa: E402,F401 - the session fixture building the Go client
+from .test_node_client import node_client  # noqa: E402,F401 - node and the locked amqplib
+
+
+@pytest.fixture(scope="module")
+def tls_broker(pki, tmp_path_factory):
+    """One AMQPS broker (verify_peer, client certificates optional) with user ``alice`` for EXTERNAL."""
+    from .conftest import BrokerProcess
+
+    env = tls_env(pki, OTTERMQ_SSL_VERIFY="verify_peer")
+    process = BrokerProcess(env)
+    broker = process.start()
+    call(broker, "/api/users/alice", "PUT", {"password": "", "tags": ""})
+    call(broker, "/api/permissions/%2F/alice", "PUT", {"configure": ".*", "write": ".*", "read": ".*"})
+    try:
+        yield int(env["OTTERMQ_SSL_PORT"])
+    finally:
+        process.close()
+
+
+def client_run(argv: list[str]) -> dict[str, Any]:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    result = json.loads(done.stdout)
+    assert done.returncode == 0 and result["ok"], f"{done.stdout}\n{done.stderr}"
+    return dict(result["data"])
+
+
+@pytest.mark.parametrize("login", ["plain", "certificate", "external"])
+def test_amqp091_go_over_tls(go_client, pki, tls_broker, login):  # noqa: F811
+    port, alice = tls_broker, pki["alice"]
+    url = f"amqps://guest:guest@localhost:{port}/%2F" if login != "external" else f"amqps://localhost:{port}/%2F"
+    argv = [str(go_client), "pubsub", "-url", url, "-prefix", f"tls.go.{login}", "-count", "20",
+            "-prefetch", "5", "-ca", str(pki["ca"].cert_file)]  # fmt: skip
+    if login != "plain":
+        argv += ["-cert", str(alice.cert), "-key", str(alice.key)]
+    if login == "external":
+        argv.append("-external")
+    assert client_run(argv)["received"] == 20
+
+
+@pytest.mark.parametrize("login", ["plain", "certificate", "external"])
+def test_amqplib_over_tls(node_client, pki, tls_broker, login):  # noqa: F811
+    port, alice = tls_broker, pki["alice"]
+    url = f"amqps://guest:guest@localhost:{port}/%2F" if login != "external" else f"amqps://localhost:{port}/%2F"
+    argv = [*node_client, "confirm", "--url", url, "--prefix", f"tls.node.{login}",
+            "--ca", str(pki["ca"].cert_file)]  # fmt: skip
+    if login != "plain":
+        argv += ["--cert", str(alice.cert), "--key", str(alice.key)]
+    if login == "external":
+        argv.append("--external")
+    client_run(argv)
+
+
+def test_aio_pika_over_tls_with_external(pki, tls_broker):
+    import asyncio
+
+    import aio_pika
+
+    async def main() -> bytes:
+        context = client_context(pki, pki["alice"])
+        connection = await aio_pika.connect(f"amqps://localhost:{tls_broker}/%2F?auth=external",
+                                            ssl_context=context, timeout=10)  # fmt: skip
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue("tls.aio", auto_delete=True)
+            await channel.default_exchange.publish(aio_pika.Message(b"aio over tls"), routing_key=queue.name)
+            message = await queue.get(timeout=5)
+            await message.ack()
+            return bytes(message.body)
+
+    assert asyncio.run(main()) == b"aio over tls"

@@ -11,6 +11,7 @@
 //
 //     node e2e/node/ottermq-e2e.js <scenario> --url amqp://guest:guest@127.0.0.1:5672/%2F \
 //         --prefix e2e.node.1234 [--timeout 5000] [scenario options]
+//     ... --url amqps://localhost:5671/%2F --ca ca.pem [--cert c.pem --key c.key --external]
 //
 // Scenarios: see `node e2e/node/ottermq-e2e.js --help` and the header of each file in scenarios/.
 //
@@ -39,6 +40,10 @@ const COMMON_OPTIONS = {
   url: { type: 'string', default: 'amqp://guest:guest@127.0.0.1:5672/%2F' },
   prefix: { type: 'string' },
   timeout: { type: 'string', default: '5000' }, // ms: overall deadline for the scenario
+  ca: { type: 'string' }, // amqps:// URLs: CA bundle (PEM) the server certificate is checked against
+  cert: { type: 'string' }, // amqps:// URLs: client certificate (PEM)
+  key: { type: 'string' }, // amqps:// URLs: its key (PEM)
+  external: { type: 'boolean', default: false }, // SASL EXTERNAL: the client certificate names the user
   help: { type: 'boolean', short: 'h', default: false },
 };
 
@@ -83,7 +88,12 @@ async function main() {
     return 2;
   }
 
-  const run = new Run(name, { url: values.url, prefix: values.prefix, timeoutMs });
+  const fs = require('node:fs');
+  const tls = {};
+  for (const option of ['ca', 'cert', 'key']) {
+    if (values[option]) tls[option] = fs.readFileSync(values[option]);
+  }
+  const run = new Run(name, { url: values.url, prefix: values.prefix, timeoutMs, tls, external: values.external });
   // A client call whose promise never settles (and that no `within` guards) would leave Node idle or
   // waiting forever: print what we have and exit instead of hanging the test suite.
   const watchdog = setTimeout(() => {

@@ -6,10 +6,13 @@ const amqpCallback = require('amqplib/callback_api');
 const { describeError, redact, within } = require('./run');
 
 function connectOptions(run) {
-  return {
+  const options = {
     clientProperties: { connection_name: `ottermq-e2e-node ${run.res.scenario}` },
     timeout: run.timeoutMs, // socket connect timeout
+    ...run.tls, // amqps://: ca, cert, key (passed to tls.connect)
   };
+  if (run.external) options.credentials = amqplib.credentials.external();
+  return options;
 }
 
 /** Watch a connection or channel: an 'error' the scenario did not expect becomes a failure. */

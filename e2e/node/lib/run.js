@@ -11,6 +11,8 @@ class Run {
     this.url = opts.url;
     this.prefix = opts.prefix;
     this.timeoutMs = opts.timeoutMs;
+    this.tls = opts.tls || {}; // ca, cert, key buffers for amqps://
+    this.external = Boolean(opts.external);
     this.deadline = Date.now() + opts.timeoutMs; // the scenario's overall deadline (like Go's ctx)
     this.res = { scenario, ok: false, failures: [], error: '', step: '', data: {} };
     this.cleanups = [];

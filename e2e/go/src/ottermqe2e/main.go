@@ -8,6 +8,7 @@
 // Usage:
 //
 //	ottermq-e2e <scenario> -url amqp://guest:guest@127.0.0.1:5672/%2F -prefix e2e.go.1234 [-timeout 5s]
+//	ottermq-e2e <scenario> -url amqps://localhost:5671/%2F -ca ca.pem [-cert c.pem -key c.key -external] ...
 //
 // Scenarios: pubsub, ttl-dlx, return, close, table-roundtrip, publish, flow-secret (run with -h for
 // their flags).
@@ -24,6 +25,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -35,6 +38,30 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// clientTLS is the TLS configuration of -ca, -cert and -key (the server is checked against -ca).
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	config := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-ca %s: no PEM certificate", caFile)
+		}
+		config.RootCAs = pool
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("-cert/-key: %w", err)
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return config, nil
+}
 
 // result is the JSON document printed on stdout.
 type result struct {
@@ -52,6 +79,9 @@ type run struct {
 	url     string
 	prefix  string
 	timeout time.Duration
+
+	tls      *tls.Config // amqps:// with -ca/-cert/-key
+	external bool        // SASL EXTERNAL
 
 	mu      sync.Mutex
 	res     result
@@ -102,6 +132,10 @@ func main() {
 	url := fs.String("url", "amqp://guest:guest@127.0.0.1:5672/%2F", "AMQP URL of the broker")
 	prefix := fs.String("prefix", "", "unique prefix for queue and exchange names (required)")
 	timeout := fs.Duration("timeout", 5*time.Second, "overall deadline for the scenario")
+	caFile := fs.String("ca", "", "amqps:// URLs: CA bundle (PEM) the server certificate is checked against")
+	certFile := fs.String("cert", "", "amqps:// URLs: client certificate (PEM)")
+	keyFile := fs.String("key", "", "amqps:// URLs: the client certificate's key (PEM)")
+	external := fs.Bool("external", false, "log in with SASL EXTERNAL (the client certificate names the user)")
 	body := sc.flags(fs)
 	_ = fs.Parse(os.Args[2:])
 	if *prefix == "" || fs.NArg() != 0 {
@@ -112,8 +146,16 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	r := &run{
-		ctx: ctx, url: *url, prefix: *prefix, timeout: *timeout,
+		ctx: ctx, url: *url, prefix: *prefix, timeout: *timeout, external: *external,
 		res: result{Scenario: os.Args[1], Failures: []string{}, Data: map[string]interface{}{}},
+	}
+	if *caFile != "" || *certFile != "" {
+		tlsConfig, err := clientTLS(*caFile, *certFile, *keyFile)
+		if err != nil {
+			r.res.Error = err.Error()
+			os.Exit(r.finish(1))
+		}
+		r.tls = tlsConfig
 	}
 	// amqp091-go calls such as QueueDeclare wait for the broker's reply without a deadline: if the broker
 	// never answers, print what we have and exit instead of hanging the test suite.
@@ -192,12 +234,17 @@ func (r *run) name(suffix string) string {
 // dial opens a connection; it is closed after the scenario (cleanup runs in reverse order).
 func (r *run) dial() (*amqp.Connection, error) {
 	r.step("dial %s", redact(r.url))
-	conn, err := amqp.DialConfig(r.url, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Locale:     "en_US",
-		Dial:       amqp.DefaultDial(r.timeout),
-		Properties: amqp.Table{"connection_name": "ottermq-e2e " + r.res.Scenario},
-	})
+	config := amqp.Config{
+		Heartbeat:       10 * time.Second,
+		Locale:          "en_US",
+		Dial:            amqp.DefaultDial(r.timeout),
+		Properties:      amqp.Table{"connection_name": "ottermq-e2e " + r.res.Scenario},
+		TLSClientConfig: r.tls,
+	}
+	if r.external {
+		config.SASL = []amqp.Authentication{&amqp.ExternalAuth{}}
+	}
+	conn, err := amqp.DialConfig(r.url, config)
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
