@@ -307,3 +307,17 @@ def test_aio_pika_over_tls_with_external(pki, tls_broker):
             return bytes(message.body)
 
     assert asyncio.run(main()) == b"aio over tls"
+
+
+def test_health_checks_know_the_tls_listeners_and_certificate_expiry(broker_process, pki):
+    short = pki["ca"].issue("localhost", server=True, days=10)
+    env = tls_env(pki, short)
+    broker = broker_process(env).start()
+    port = int(env["OTTERMQ_SSL_PORT"])
+    assert call(broker, f"/api/health/checks/port-listener/{port}")[0] == 200
+    assert call(broker, "/api/health/checks/protocol-listener/amqps")[2] == {"status": "ok", "protocol": "amqp/ssl"}
+    assert call(broker, "/api/health/checks/certificate-expiration/1/weeks")[0] == 200
+    status, _, body = call(broker, "/api/health/checks/certificate-expiration/1/months")
+    assert status == 503 and body["reason"] == "Certificates expiring"
+    expiring = [(e["protocol"], e["port"], e["certfile"]) for e in body["expired"]]
+    assert expiring == [("amqp/ssl", port, str(short.cert))]

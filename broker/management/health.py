@@ -19,11 +19,15 @@ Rules:
 
 from __future__ import annotations
 
+import datetime
+import ssl
+import time
 from typing import Any
 
 from aiohttp import web
 from ottermq.vhost.message import Message
 
+from ..tls import amqps_files, web_files
 from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, vhost_or_404
 
 ALIVENESS_QUEUE = "aliveness-test"
@@ -33,7 +37,9 @@ TIME_UNITS = ("days", "weeks", "months", "years")
 PROTOCOL_ALIASES = {
     "amqp": "amqp", "amqp091": "amqp", "amqp0-9-1": "amqp", "amqp0.9.1": "amqp", "amqp0_9_1": "amqp",
     "http": "http", "management": "http", "http/prometheus": "http/prometheus",
+    "amqps": "amqp/ssl", "amqp/ssl": "amqp/ssl", "https": "https", "https/prometheus": "https/prometheus",
 }  # fmt: skip
+DAYS = {"days": 1, "weeks": 7, "months": 30, "years": 365}  # RabbitMQ's month and year
 
 
 def ok(**extra: Any) -> web.Response:
@@ -84,10 +90,10 @@ async def virtual_hosts(request: web.Request) -> web.Response:
 def listeners(request: web.Request) -> list[tuple[str, int]]:
     """``(protocol, port)`` of every listener, in RabbitMQ's order (AMQP, then HTTP)."""
     broker = broker_of(request)
-    found = [("amqp", port) for _ip, port in broker.amqp_addresses()]
-    found += [("http", port) for _ip, port in broker.web_addresses()]
+    found = [(protocol, port) for protocol, _ip, port in broker.amqp_listeners()]  # amqp, amqp/ssl
+    found += [(scheme, port) for scheme, _ip, port in broker.web_listeners()]  # http, https
     if broker.prometheus is not None:
-        found += [("http/prometheus", port) for _ip, port in broker.prometheus.addresses()]
+        found += [(f"{scheme}/prometheus", port) for scheme, _ip, port in broker.prometheus.listeners()]
     return found
 
 
@@ -130,7 +136,34 @@ async def certificate_expiration(request: web.Request) -> web.Response:
         raise bad_request("Invalid expiration value.")
     if request.match_info["unit"] not in TIME_UNITS:
         raise bad_request("Time unit not recognised. Supported units: days, weeks, months, years.")
-    return ok()  # no TLS listener, so no certificate expires
+    broker = broker_of(request)
+    deadline = time.time() + within * DAYS[request.match_info["unit"]] * 86400
+    expiring = []
+    for protocol, ip, port, files in tls_listeners(broker):
+        try:
+            decoded = ssl._ssl._test_decode_cert(str(files.cert_file))  # type: ignore[attr-defined]
+        except (ssl.SSLError, OSError, ValueError):
+            continue
+        not_after = ssl.cert_time_to_seconds(decoded["notAfter"])
+        if not_after <= deadline:
+            expiring.append({"node": node_name(), "protocol": protocol, "interface": ip, "port": port,
+                             "certfile": str(files.cert_file), "cacertfile": str(files.ca_file or ""),
+                             "expiration_date": datetime.datetime.fromtimestamp(not_after, datetime.UTC)
+                             .strftime("%Y-%m-%dT%H:%M:%SZ")})  # fmt: skip
+    if expiring:
+        return failed("Certificates expiring", expired=expiring)
+    return ok()
+
+
+def tls_listeners(broker: Any) -> list[tuple[str, str, int, Any]]:
+    """``(protocol, ip, port, TLSFiles)`` of every TLS listener (AMQPS and HTTPS)."""
+    found = [(p, ip, port, amqps_files(broker.settings)) for p, ip, port in broker.amqp_listeners()
+             if p == "amqp/ssl"]  # fmt: skip
+    web = [(s, ip, port) for s, ip, port in broker.web_listeners() if s == "https"]
+    if broker.prometheus is not None:
+        metrics = broker.prometheus.listeners()
+        web += [(f"{s}/prometheus", ip, port) for s, ip, port in metrics if s == "https"]
+    return found + [(p, ip, port, web_files(broker.settings)) for p, ip, port in web]
 
 
 def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
