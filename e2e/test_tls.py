@@ -315,7 +315,8 @@ def test_health_checks_know_the_tls_listeners_and_certificate_expiry(broker_proc
     broker = broker_process(env).start()
     port = int(env["OTTERMQ_SSL_PORT"])
     assert call(broker, f"/api/health/checks/port-listener/{port}")[0] == 200
-    assert call(broker, "/api/health/checks/protocol-listener/amqps")[2] == {"status": "ok", "protocol": "amqp/ssl"}
+    answer = call(broker, "/api/health/checks/protocol-listener/amqps")[2]
+    assert answer == {"status": "ok", "protocol": "amqp/ssl"}
     assert call(broker, "/api/health/checks/certificate-expiration/1/weeks")[0] == 200
     status, _, body = call(broker, "/api/health/checks/certificate-expiration/1/months")
     assert status == 503 and body["reason"] == "Certificates expiring"
