@@ -102,8 +102,9 @@ def test_tls_only_and_bad_clients_are_refused_cleanly(broker_process, pki):
         raw.sendall(b"AMQP\x00\x00\x09\x01")
         answer = raw.recv(100)
         assert answer == b"" or answer[:1] == b"\x15"  # closed at once: EOF or a TLS alert record
-    # a client certificate from another CA, and no certificate at all
-    for context in (client_context(pki, pki["mallory"]), client_context(pki)):
+    # a client certificate from another CA, an expired one, and none at all
+    expired = pki["ca"].issue("alice", server=False, expired=True)
+    for context in (client_context(pki, pki["mallory"]), client_context(pki, expired), client_context(pki)):
         with pytest.raises((pika.exceptions.AMQPConnectionError, ssl.SSLError, OSError)):
             amqps(port, context)
     assert round_trip(good) == b"over tls"  # the good one never noticed
