@@ -328,12 +328,24 @@ def settings_help() -> str:
     return "\n".join(lines)
 
 
+def _set_but_empty(name: str, env_file: str | Path = ".env") -> bool:
+    """Whether ``name`` is set to an empty value (the environment first, then ``.env``)."""
+    if name in os.environ:
+        return os.environ[name].strip() == ""
+    if Path(env_file).is_file():
+        value = dotenv_values(env_file).get(name)
+        return value is not None and value.strip() == ""
+    return False
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment and ``.env``.
 
     Raises:
         SystemExit: a variable has an invalid value; the message names it.
     """
+    if "broker_port" not in overrides and _set_but_empty("OTTERMQ_BROKER_PORT"):
+        overrides["broker_port"] = 0  # an empty value elsewhere means the default; here: no plain AMQP
     try:
         return Settings(**overrides)
     except ValidationError as exc:

@@ -50,9 +50,9 @@ def test_go_style_booleans(monkeypatch, value, expected):
 def test_durations_and_empty_values(monkeypatch):
     assert parse_duration("5m") == 300 and parse_duration("250ms") == 0.25 and parse_duration("1h") == 3600
     monkeypatch.setenv("OTTERMQ_HEARTBEAT_INTERVAL", "30s")
-    monkeypatch.setenv("OTTERMQ_BROKER_PORT", "")  # empty = unset
+    monkeypatch.setenv("OTTERMQ_CHANNEL_MAX", "")  # empty = unset (but see OTTERMQ_BROKER_PORT below)
     s = load_settings(_env_file=None)
-    assert (s.heartbeat_interval, s.broker_port) == (30, 5672)
+    assert (s.heartbeat_interval, s.channel_max) == (30, 2047)
 
 
 def test_bad_value_names_the_variable(monkeypatch):
@@ -189,3 +189,13 @@ def test_settings_help_lists_every_setting_with_the_env_example_default(monkeypa
     example_lines = (ROOT / ".env.example").read_text().splitlines()
     example = dict(line.split("=", 1) for line in example_lines if "=" in line and not line.startswith("#"))
     assert listed == example
+
+
+def test_an_empty_broker_port_means_no_plain_listener(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OTTERMQ_BROKER_PORT", "")
+    assert load_settings().broker_port == 0
+    monkeypatch.delenv("OTTERMQ_BROKER_PORT")
+    assert load_settings().broker_port == 5672
+    (tmp_path / ".env").write_text("OTTERMQ_BROKER_PORT=\n")
+    assert load_settings().broker_port == 0
