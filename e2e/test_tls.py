@@ -122,8 +122,10 @@ def test_sasl_external_with_the_certificate_common_name(broker_process, pki):
     assert call(broker, "/api/permissions/%2F/alice", "PUT", everything)[0] in (201, 204)
     with amqps(port, client_context(pki, pki["alice"]), pika.credentials.ExternalCredentials()) as conn:
         assert round_trip(conn, "ext.q") == b"over tls"
-        names = [c["user"] for c in call(broker, "/api/connections")[2]]
-        assert "alice" in names
+        (shown,) = [c for c in call(broker, "/api/connections")[2] if c["user"] == "alice"]
+        assert shown["ssl"] is True and shown["ssl_protocol"] in ("tlsv1.2", "tlsv1.3")
+        assert shown["ssl_cipher"] and shown["peer_cert_subject"] == "CN=alice,O=Otters"
+        assert shown["peer_cert_issuer"] == "CN=ottermq test CA"
     # EXTERNAL is offered only with a verified certificate: without one the mechanism is unknown
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         amqps(port, client_context(pki), pika.credentials.ExternalCredentials())

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from ..channel import Channel
 from ..connection import AMQPConnection
+from ..tls import distinguished_name
 from .common import (
     SEE_ALL_TAGS,
     NotFound,
@@ -41,6 +42,25 @@ def connection_name(conn: AMQPConnection) -> str:
     return f"{peer_host}:{peer_port} -> {host}:{port}"
 
 
+def tls_json(conn: AMQPConnection) -> dict[str, Any]:
+    """RabbitMQ's TLS fields of a connection: ``ssl`` and, over TLS, the protocol, cipher and the
+    client certificate's subject, issuer and validity (null without one)."""
+    ssl_object = conn.transport.get_extra_info("ssl_object") if conn.tls else None
+    if ssl_object is None:
+        return {"ssl": False}
+    cipher = ssl_object.cipher() or ("", "", 0)
+    cert = conn.peer_cert or {}
+    issuer = distinguished_name({"subject": cert.get("issuer", ())}) if cert else None
+    return {
+        "ssl": True,
+        "ssl_protocol": {"TLSv1.2": "tlsv1.2", "TLSv1.3": "tlsv1.3"}.get(ssl_object.version() or "", ""),
+        "ssl_cipher": cipher[0],
+        "peer_cert_subject": distinguished_name(cert) if cert else None,
+        "peer_cert_issuer": issuer,
+        "peer_cert_validity": f"{cert['notBefore']} - {cert['notAfter']}" if cert else None,
+    }
+
+
 def connection_json(conn: AMQPConnection, node: str, rates: tuple[float, ...]) -> dict[str, Any]:
     """One connection with RabbitMQ's field names; ``rates`` are its ``OCTETS``' (the sampler's)."""
     peer_host, peer_port = _address(conn, "peername")
@@ -57,7 +77,7 @@ def connection_json(conn: AMQPConnection, node: str, rates: tuple[float, ...]) -
         "port": port,
         "peer_host": peer_host,
         "peer_port": peer_port,
-        "ssl": False,
+        **tls_json(conn),
         "channels": len(conn.channels),
         "channel_max": conn.channel_max,
         "frame_max": conn.frame_max,
