@@ -5,8 +5,9 @@
     python benchmarks/run.py --compare amqp://guest:guest@127.0.0.1:5672/%2F --reps 3 \\
         --scenarios noack,ack-each,fanout10 --json out.json
 
-With ``--compare`` every repetition runs ottermq then the other broker (A B A B ...), so drift on
-a shared machine hits both; the table shows medians and ``ottermq/other`` ratios. The broker's
+Scenarios named ``go:*`` run the same workloads with the independent amqp091-go generator
+(``benchmarks/goloadgen.py``). With ``--compare`` every repetition runs ottermq then the other
+broker (A B A B ...), so drift on a shared machine hits both; the table shows medians and ``ottermq/other`` ratios. The broker's
 CPU seconds (``/proc/<pid>/stat``) and peak RSS (sampled every 100 ms) are shown when its pid is
 known: ours always, the other one when it listens on this machine (or ``--other-pid``).
 """
@@ -29,11 +30,15 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:  # PYTHONSAFEPATH=1 (the Makefile sets it) leaves the script dir out
     sys.path.insert(0, str(_HERE))
 
+from goloadgen import GO_SCENARIOS  # noqa: E402
 from procinfo import OtterMQProcess, RssSampler, cpu_seconds, find_broker_pid, raise_fd_limit  # noqa: E402
-from scenarios import FULL, QUICK, SCENARIOS, Context, Outcome, Scenario, failed  # noqa: E402
+from scenarios import FULL, QUICK, Context, Outcome, Scenario, failed  # noqa: E402
+from scenarios import SCENARIOS as PY_SCENARIOS  # noqa: E402
 from wire import BrokerURL, RawConnection  # noqa: E402
 
 log = logging.getLogger("bench")
+# our Python generator's scenarios, then the independent amqp091-go generator's (go:*)
+SCENARIOS: dict[str, Scenario] = {**PY_SCENARIOS, **GO_SCENARIOS}
 
 
 @dataclass

@@ -1,0 +1,102 @@
+"""The independent load generator (issue 18): ``benchmarks/go/src/ottermqbench`` with amqp091-go.
+
+Its scenarios join ``benchmarks/run.py``'s under the names ``go:<scenario>`` (same sizes, same
+interleaved A B A B runs, same broker CPU and RSS sampling), so one ``make bench`` table shows both
+generators side by side with RabbitMQ. The binary is built once per run in GOPATH mode from Debian's
+``golang-github-rabbitmq-amqp091-go-dev`` (``.ci/install-go.sh``); without Go these scenarios report
+"unsupported: ..." instead of numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.parse
+from functools import cache
+from pathlib import Path
+
+from scenarios import Context, MetricSpec, Outcome, Scenario
+
+HERE = Path(__file__).resolve().parent
+GOPATH = f"{HERE / 'go'}{os.pathsep}/usr/share/gocode"
+
+
+@cache
+def binary() -> Path | str:
+    """The built ``ottermq-bench`` binary, or why there is none."""
+    go = shutil.which("go") or ("/usr/lib/go/bin/go" if Path("/usr/lib/go/bin/go").exists() else None)
+    if go is None:
+        return "no go command (bash .ci/install-go.sh)"
+    out = Path(tempfile.mkdtemp(prefix="ottermq-bench-")) / "ottermq-bench"
+    env = dict(os.environ, GO111MODULE="off", GOFLAGS="", GOPATH=GOPATH, GOPROXY="off", GOTOOLCHAIN="local",
+               CGO_ENABLED="1" if shutil.which("gcc") else "0")  # fmt: skip
+    env.setdefault("GOCACHE", str(out.parent / "gocache"))
+    done = subprocess.run([go, "build", "-o", str(out), "ottermqbench"], cwd=HERE / "go", env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    if done.returncode != 0:
+        return f"go build failed: {done.stderr.strip()[-300:]}"
+    return out
+
+
+def _url(ctx: Context) -> str:
+    u = ctx.url
+    user, password = urllib.parse.quote(u.user, safe=""), urllib.parse.quote(u.password, safe="")
+    return f"amqp://{user}:{password}@{u.host}:{u.port}/{urllib.parse.quote(u.vhost, safe='')}"
+
+
+async def _run(ctx: Context, scenario: str, count: int, *extra: str) -> dict[str, object] | str:
+    built = binary()
+    if isinstance(built, str):
+        return f"unsupported: {built}"
+    argv = [str(built), scenario, "-url", _url(ctx), "-prefix", f"bench.go.{ctx.tag}", "-count", str(count),
+            "-stall", f"{ctx.sizes.stall}s", *extra]  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)  # fmt: skip
+    out, err = await proc.communicate()
+    try:
+        result: dict[str, object] = json.loads(out)
+    except ValueError:
+        return f"ottermq-bench {scenario} printed no JSON: {err.decode()[-300:]}"
+    if result.get("error"):
+        return f"failed: {result['error']}"
+    return result
+
+
+def _throughput(scenario: str, size: str) -> Scenario:
+    async def fn(ctx: Context) -> Outcome:
+        result = await _run(ctx, scenario, getattr(ctx.sizes, size))
+        if isinstance(result, str):
+            return Outcome({"msgs/s": None}, result)
+        return Outcome({"msgs/s": float(result["msgs_per_s"])})  # type: ignore[arg-type]
+
+    return Scenario(f"go:{scenario}", fn, (MetricSpec("msgs/s", "msg/s"),),
+                    f"amqp091-go: {scenario} (independent generator)")  # fmt: skip
+
+
+async def _latency(ctx: Context) -> Outcome:
+    sizes = ctx.sizes
+    result = await _run(ctx, "latency", 0, "-rate", str(sizes.latency_rate), "-duration",
+                        f"{sizes.latency_seconds}s")  # fmt: skip
+    if isinstance(result, str):
+        return Outcome({"p50": None, "p99": None}, result)
+    return Outcome({"p50": float(result["p50_ms"]), "p99": float(result["p99_ms"])})  # type: ignore[arg-type]
+
+
+GO_SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        _throughput("noack", "noack"),
+        _throughput("ack-each", "acks"),
+        _throughput("ack-multiple50", "acks"),
+        _throughput("confirms", "confirms"),
+        _throughput("confirms-consumed", "confirms"),
+        _throughput("fanout10", "fanout"),
+        _throughput("dlx", "dlx"),
+        Scenario("go:latency", _latency, (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
+                 "amqp091-go: publish->deliver latency at a fixed 2k msgs/s"),  # fmt: skip
+    )
+}
