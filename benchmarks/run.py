@@ -8,8 +8,9 @@
 Scenarios named ``go:*`` run the same workloads with the independent amqp091-go generator
 (``benchmarks/goloadgen.py``). With ``--compare`` every repetition runs ottermq then the other
 broker (A B A B ...), so drift on a shared machine hits both; the table shows medians and
-``ottermq/other`` ratios. The broker's CPU seconds (``/proc/<pid>/stat``) and peak RSS (sampled every 100 ms) are shown when its pid is
-known: ours always, the other one when it listens on this machine (or ``--other-pid``).
+``ottermq/other`` ratios. The broker's CPU seconds (``/proc/<pid>/stat``) and peak RSS (sampled
+every 100 ms) are shown when its pid is known: ours always, the other one when it listens on this
+machine (or ``--other-pid``).
 """
 
 from __future__ import annotations
