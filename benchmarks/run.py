@@ -65,6 +65,7 @@ class Run:
     broker_cpu_s: float | None
     broker_peak_rss: int | None
     loadgen_cpu_s: float
+    messages: int | None = None
 
 
 @dataclass
@@ -113,6 +114,7 @@ def run_once(scenario: Scenario, target: Target, ctx: Context, rep: int, timeout
         broker_cpu_s=cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
         broker_peak_rss=peak,
         loadgen_cpu_s=_own_cpu() - own0,
+        messages=outcome.messages,
     )
     units = {m.name: m.unit for m in scenario.metrics}
     shown = ", ".join(f"{k}={_fmt(v, units.get(k, ''))}" for k, v in outcome.values.items())
@@ -180,7 +182,7 @@ def table(report: Report) -> str:
     head = ["scenario", "metric", "unit", "better", *report.targets]
     if others:
         head.append(f"ratio {short[0]}/{short[1]}")
-    head += [f"cpu s {t}" for t in short] + [f"peak MiB {t}" for t in short]
+    head += [f"cpu s {t}" for t in short] + [f"µs/msg {t}" for t in short] + [f"peak MiB {t}" for t in short]
     rows = [head]
     notes: list[str] = []
     for name in dict.fromkeys(r.scenario for r in report.runs):
@@ -203,6 +205,10 @@ def table(report: Report) -> str:
             for t in report.targets:
                 cpu = _median([r.broker_cpu_s for r in runs[t]])
                 row.append(f"{cpu:.1f}" if first and cpu is not None else "")
+            for t in report.targets:  # broker CPU per message handled (when the scenario counts them)
+                per = _median([r.broker_cpu_s / r.messages * 1e6 if r.broker_cpu_s is not None and r.messages
+                               else None for r in runs[t]])  # fmt: skip
+                row.append(f"{per:.1f}" if first and per is not None else "")
             for t in report.targets:
                 peak = _median([r.broker_peak_rss for r in runs[t]])
                 row.append(f"{peak / 2**20:.0f}" if first and peak is not None else "")

@@ -86,6 +86,7 @@ class MetricSpec:
 class Outcome:
     values: dict[str, float | None]
     note: str = ""
+    messages: int | None = None  # messages the broker handled (published + delivered), for CPU per message
 
 
 @dataclass(frozen=True)
