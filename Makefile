@@ -53,7 +53,9 @@ conformance: install clients
 	AMQP_URL="$(RABBIT_URL)" $(BIN)/pytest e2e -m "not extension"
 
 # Side by side with RabbitMQ when one answers at RABBIT_URL (interleaved A B A B), else ottermq
-# alone; then the storage benchmark (1M persistent messages: throughput, disk, recovery).
+# alone, with our Python generator and the independent amqp091-go one (go:*); then the storage
+# benchmark (1M persistent messages: throughput, disk, recovery); then the scale curves
+# (benchmarks/scale.py: queues, consumers, connections, backlog; benchmarks/scale.png).
 bench: install
 	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
 	  $(BIN)/python benchmarks/run.py --compare "$(RABBIT_URL)"; \
@@ -61,6 +63,11 @@ bench: install
 	  $(BIN)/python benchmarks/run.py; \
 	fi
 	cd benchmarks && ../$(BIN)/python recovery.py --messages 1000000
+	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
+	  $(BIN)/python benchmarks/scale.py --compare "$(RABBIT_URL)"; \
+	else \
+	  $(BIN)/python benchmarks/scale.py; \
+	fi
 
 lint: install
 	$(BIN)/ruff check $(PKGS) tests e2e benchmarks

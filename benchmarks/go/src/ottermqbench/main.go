@@ -49,6 +49,8 @@ type bench struct {
 	dur    time.Duration
 	stall  time.Duration
 	conns  []*amqp.Connection
+
+	queues, consumers, connections, backlog int
 }
 
 func main() {
@@ -66,6 +68,10 @@ func main() {
 	fs.IntVar(&b.rate, "rate", 2000, "latency: messages per second")
 	fs.DurationVar(&b.dur, "duration", 10*time.Second, "latency: how long to publish")
 	fs.DurationVar(&b.stall, "stall", 15*time.Second, "give up after this long without progress")
+	fs.IntVar(&b.queues, "queues", 1, "scale: queues the messages are spread over")
+	fs.IntVar(&b.consumers, "consumers", 1, "scale: no-ack consumers per queue")
+	fs.IntVar(&b.connections, "connections", 1, "scale: client connections (each publishes to and consumes from its queues)")
+	fs.IntVar(&b.backlog, "backlog", 0, "scale: messages queued before the timed run starts")
 	_ = fs.Parse(os.Args[2:])
 
 	scenarios := map[string]func() (result, error){
@@ -77,6 +83,7 @@ func main() {
 		"fanout10":          func() (result, error) { return b.fanout(name, 10) },
 		"dlx":               func() (result, error) { return b.dlx(name) },
 		"latency":           func() (result, error) { return b.latency(name) },
+		"scale":             func() (result, error) { return b.scale(name) },
 	}
 	run, ok := scenarios[name]
 	if !ok {
@@ -431,4 +438,134 @@ func (b *bench) latency(name string) (result, error) {
 		res.P99Ms = samples[i]
 	}
 	return res, err
+}
+
+// scale: -count messages spread round-robin over -queues queues, each with -consumers no-ack
+// consumers, the queues split over -connections connections (each publishes to and consumes from its
+// own queues), after -backlog messages were queued (spread the same way) before the clock starts.
+// msgs_per_s = (backlog + count) deliveries / time from the first timed publish to the last delivery.
+func (b *bench) scale(name string) (result, error) {
+	type side struct {
+		ch     *amqp.Channel
+		queues []string
+	}
+	if b.queues < b.connections { // every connection publishes to and consumes from a queue of its own
+		b.queues = b.connections
+	}
+	sides := make([]side, b.connections)
+	for i := range sides {
+		_, ch, err := b.dial()
+		if err != nil {
+			return result{}, err
+		}
+		sides[i].ch = ch
+	}
+	for q := 0; q < b.queues; q++ {
+		s := &sides[q%b.connections]
+		name, err := b.queue(s.ch, fmt.Sprintf("scale.%d", q), false, nil)
+		if err != nil {
+			return result{}, err
+		}
+		s.queues = append(s.queues, name)
+	}
+	publish := func(n int) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, len(sides))
+		for i := range sides {
+			s := sides[i]
+			share := n / len(sides)
+			if i < n%len(sides) {
+				share++
+			}
+			if len(s.queues) == 0 || share == 0 {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				msg := amqp.Publishing{Body: b.body()}
+				for k := 0; k < share; k++ {
+					q := s.queues[k%len(s.queues)]
+					if err := s.ch.PublishWithContext(context.Background(), "", q, false, false, msg); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+	if b.backlog > 0 {
+		if err := publish(b.backlog); err != nil {
+			return result{}, err
+		}
+		for _, s := range sides { // wait until the backlog is queued
+			for _, q := range s.queues {
+				for {
+					st, err := s.ch.QueueDeclarePassive(q, false, false, false, false, nil)
+					if err != nil {
+						return result{}, err
+					}
+					if st.Messages >= b.backlog/b.queues {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}
+	}
+	total := b.backlog + b.count
+	var received int64
+	var mu sync.Mutex
+	done := make(chan struct{})
+	last := time.Now()
+	for i := range sides {
+		s := sides[i]
+		for _, q := range s.queues {
+			for c := 0; c < b.consumers; c++ {
+				deliveries, err := s.ch.Consume(q, "", true, false, false, false, nil)
+				if err != nil {
+					return result{}, err
+				}
+				go func() {
+					for range deliveries {
+						mu.Lock()
+						received++
+						last = time.Now()
+						if received == int64(total) {
+							close(done)
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+		}
+	}
+	start := time.Now()
+	if err := publish(b.count); err != nil {
+		return result{}, err
+	}
+	for {
+		select {
+		case <-done:
+			mu.Lock()
+			elapsed := last.Sub(start).Seconds()
+			mu.Unlock()
+			for _, s := range sides {
+				for _, q := range s.queues {
+					_, _ = s.ch.QueueDelete(q, false, false, false)
+				}
+			}
+			return result{Count: total, Delivered: total, Seconds: elapsed, MsgsPerS: float64(total) / elapsed}, nil
+		case <-time.After(b.stall):
+			mu.Lock()
+			got := received
+			mu.Unlock()
+			if time.Since(last) > b.stall {
+				return result{Delivered: int(got)}, fmt.Errorf("stalled after %d of %d deliveries", got, total)
+			}
+		}
+	}
 }
