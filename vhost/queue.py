@@ -54,6 +54,7 @@ class Consumer(Protocol):
 
     tag: str
     exclusive: bool
+    no_ack: bool  # deliveries are settled on sending (basic.consume no-ack)
 
     def can_deliver(self) -> bool: ...
 
@@ -247,15 +248,20 @@ class Queue:
         entry = Entry(message, self._seq, None, now)
         if message.expiration is not None or self.args.message_ttl is not None:
             entry.deadline = self.ttl.expires_at(now, self.args.message_ttl, message.expiration)
-        if message.persistent and self.store is not None:
-            self.store.message_added(self, entry)
         ready = self._ready
         if self.consumers and not ready:
             consumer = self._next_consumer()
             if consumer is not None:  # straight to a consumer: a TTL of 0 is fine here
+                # A no-ack consumer takes it for good: nothing is left to store (its publisher's
+                # confirm goes out at once, as RabbitMQ's does for a message consumed before it is
+                # persisted). Any other consumer may return it: it is stored first.
+                if message.persistent and self.store is not None and not consumer.no_ack:
+                    self.store.message_added(self, entry)
                 entry.state = OUT
                 consumer.deliver(self, entry)
                 return entry
+        if message.persistent and self.store is not None:
+            self.store.message_added(self, entry)
         ready.append(entry)
         self.ready_bytes += size
         if self.consumers:

@@ -63,6 +63,7 @@ class Sink:
 class FakeConsumer:
     tag = "c"
     exclusive = False
+    no_ack = False
 
     def __init__(self, capacity: int = 10**9) -> None:
         self.capacity = capacity

@@ -71,6 +71,7 @@ class RecordingSink:
 class FakeConsumer:
     tag = "c"
     exclusive = False
+    no_ack = False
 
     def __init__(self) -> None:
         self.got: list[Entry] = []

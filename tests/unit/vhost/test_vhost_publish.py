@@ -81,6 +81,42 @@ def test_stored_entries_are_reported_for_the_confirm():
     assert queue is vh.queues["d"] and entry is store.added[0] and entry.store_id == 1
 
 
+class DirectConsumer:
+    tag = "c"
+    exclusive = False
+
+    def __init__(self, no_ack: bool) -> None:
+        self.no_ack = no_ack
+        self.got: list[Entry] = []
+
+    def can_deliver(self) -> bool:
+        return True
+
+    def deliver(self, queue: Queue, entry: Entry) -> None:
+        self.got.append(entry)
+
+    def on_queue_deleted(self, queue: Queue) -> None:
+        pass
+
+
+def test_a_persistent_message_taken_at_once_by_a_no_ack_consumer_is_not_stored():
+    vh = vhost("d")
+    store = FakeMessageStore()
+    queue = vh.queues["d"]
+    queue.store = store  # type: ignore[assignment]
+    no_ack = DirectConsumer(no_ack=True)
+    queue.add_consumer(no_ack)
+    result = vh.publish(None, msg("d", persistent=True))
+    assert result.routed and result.stored is None and store.added == []  # confirmed at once
+    assert [e.message.body for e in no_ack.got] == [b"body"]
+    queue.remove_consumer(no_ack)
+    acking = DirectConsumer(no_ack=False)
+    queue.add_consumer(acking)
+    result = vh.publish(None, msg("d", persistent=True))
+    assert result.stored is not None and len(store.added) == 1  # it may come back: stored first
+    assert acking.got == store.added
+
+
 def test_exclude_filters_target_queues():
     vh = vhost("a", "b")
     vh.declare_exchange("f", "fanout", False, False, False, False, None)
