@@ -131,8 +131,9 @@ def run_once(scenario: Scenario, target: Target, ctx: Context, rep: int, timeout
 
 
 def _own_cpu() -> float:
+    """CPU of this process and of its reaped children (the go:* scenarios' ottermq-bench)."""
     times = os.times()
-    return times.user + times.system
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def broker_label(url: BrokerURL) -> str:
@@ -183,6 +184,7 @@ def table(report: Report) -> str:
     if others:
         head.append(f"ratio {short[0]}/{short[1]}")
     head += [f"cpu s {t}" for t in short] + [f"µs/msg {t}" for t in short] + [f"peak MiB {t}" for t in short]
+    head += [f"gen % {t}" for t in short]
     rows = [head]
     notes: list[str] = []
     for name in dict.fromkeys(r.scenario for r in report.runs):
@@ -212,6 +214,9 @@ def table(report: Report) -> str:
             for t in report.targets:
                 peak = _median([r.broker_peak_rss for r in runs[t]])
                 row.append(f"{peak / 2**20:.0f}" if first and peak is not None else "")
+            for t in report.targets:  # load generator CPU over the run, % of one core (~100: it is the limit)
+                gen = _median([r.loadgen_cpu_s / r.wall_s * 100 if r.wall_s else None for r in runs[t]])
+                row.append(f"{gen:.0f}" if first and gen is not None else "")
             rows.append(row)
     widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]

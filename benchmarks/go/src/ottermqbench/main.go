@@ -147,9 +147,36 @@ func (b *bench) publishAll(ch *amqp.Channel, exchange, key string, count int, pe
 	return nil
 }
 
+// watchdog tells a receive loop that nothing moved for b.stall. It is one timer per loop, not a
+// time.After per message: 100k pending timers would make the generator measure its own timer heap.
+type watchdog struct {
+	C     <-chan time.Time
+	t     *time.Timer
+	stall time.Duration
+	last  int
+}
+
+func (b *bench) watchdog() *watchdog {
+	t := time.NewTimer(b.stall)
+	return &watchdog{C: t.C, t: t, stall: b.stall}
+}
+
+// stalled is called when C fires: true when progress has not moved since the previous firing
+// (a stall is then reported after between one and two stall periods); otherwise it re-arms.
+func (w *watchdog) stalled(progress int) bool {
+	if progress != w.last {
+		w.last = progress
+		w.t.Reset(w.stall)
+		return false
+	}
+	return true
+}
+
 // drain receives until n deliveries arrived (acking as asked); it gives up after b.stall without one.
 func (b *bench) drain(ch *amqp.Channel, deliveries <-chan amqp.Delivery, n, ackEvery int) (int, error) {
 	got := 0
+	wd := b.watchdog()
+	defer wd.t.Stop()
 	for got < n {
 		select {
 		case d, ok := <-deliveries:
@@ -162,8 +189,10 @@ func (b *bench) drain(ch *amqp.Channel, deliveries <-chan amqp.Delivery, n, ackE
 					return got, fmt.Errorf("ack: %w", err)
 				}
 			}
-		case <-time.After(b.stall):
-			return got, fmt.Errorf("stalled after %d of %d deliveries", got, n)
+		case <-wd.C:
+			if wd.stalled(got) {
+				return got, fmt.Errorf("stalled after %d of %d deliveries", got, n)
+			}
 		}
 	}
 	return got, nil
@@ -243,6 +272,8 @@ func (b *bench) confirms(name string, consumed bool) (result, error) {
 	// at most 1000 outstanding confirms, as benchmarks/run.py
 	msg := amqp.Publishing{Body: b.body(), DeliveryMode: amqp.Persistent}
 	acked, nacked, sent := 0, 0, 0
+	wd := b.watchdog()
+	defer wd.t.Stop()
 	for acked+nacked < b.count {
 		for sent < b.count && sent-(acked+nacked) < 1000 {
 			if err := pch.PublishWithContext(context.Background(), "", q, false, false, msg); err != nil {
@@ -257,8 +288,10 @@ func (b *bench) confirms(name string, consumed bool) (result, error) {
 			} else {
 				nacked++
 			}
-		case <-time.After(b.stall):
-			return result{}, fmt.Errorf("stalled at %d confirms", acked+nacked)
+		case <-wd.C:
+			if wd.stalled(acked + nacked) {
+				return result{}, fmt.Errorf("stalled at %d confirms", acked+nacked)
+			}
 		}
 	}
 	wg.Wait()
@@ -399,14 +432,18 @@ func (b *bench) latency(name string) (result, error) {
 	samples := make([]float64, 0, total)
 	done := make(chan error, 1)
 	go func() {
+		wd := b.watchdog()
+		defer wd.t.Stop()
 		for len(samples) < total {
 			select {
 			case d := <-deliveries:
 				sent := int64(binary.BigEndian.Uint64(d.Body[:8]))
 				samples = append(samples, float64(time.Now().UnixNano()-sent)/1e6)
-			case <-time.After(b.stall):
-				done <- fmt.Errorf("stalled after %d of %d deliveries", len(samples), total)
-				return
+			case <-wd.C:
+				if wd.stalled(len(samples)) {
+					done <- fmt.Errorf("stalled after %d of %d deliveries", len(samples), total)
+					return
+				}
 			}
 		}
 		done <- nil
