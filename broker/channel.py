@@ -599,7 +599,7 @@ class Channel(PublisherMethods, TopologyMethods):
             exchange = self.vhost.exchanges.get(exchange_name) if exchange_name else None
             if exchange_name and exchange is None:
                 continue  # exchange deleted since the publish: the message is dropped
-            result = self.vhost.publish(exchange, message)  # CC/BCC were checked at publish
+            result = self.vhost.publish(exchange, message, None, mandatory)  # CC/BCC were checked at publish
             self._count_routing(result, mandatory)
             if mandatory and not result.routed:
                 self._return_unroutable(message)

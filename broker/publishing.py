@@ -135,7 +135,7 @@ class PublisherMethods(ChannelBase):
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
-        result = self.vhost.publish(exchange, message)
+        result = self.vhost.publish(exchange, message, None, mandatory)
         if result is ROUTED and not self.confirm:  # nothing to send back: the common case
             stats.routed += 1
             return

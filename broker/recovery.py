@@ -54,6 +54,7 @@ async def recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, 
 async def _recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, int]:
     started = time.monotonic()
     defs = await store.load_definitions()
+    await broker.dedup.load()  # before the exchanges and queues whose caches persist
     for record in defs.vhosts:
         broker.ensure_vhost(record.name)
     counts = {"exchanges": 0, "queues": 0, "bindings": 0, "messages": 0}
@@ -102,6 +103,7 @@ async def _recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str,
         counts["messages"] += await _load_messages(store, queue, queue_id)
     for queue, _ in queues:
         queue.recovered()  # expires (dead-letters) what lapsed while we were down, arms timers
+    counts["delayed"] = await broker.delays.recover()  # the due ones are routed right after
     await store.flush()
     log.info(
         "recovered %d exchanges, %d queues, %d bindings, %d messages in %.2f s",

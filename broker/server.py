@@ -43,6 +43,7 @@ from .auth import AuthDB
 from .config import Settings, env_name
 from .connection import AMQPConnection
 from .definitions import DefinitionsError, import_definitions, load_definitions_file
+from .delayed import DedupPersistence, DelayService
 from .limits import Limits
 from .management import ManagementServer
 from .management.policies import policy_of
@@ -130,6 +131,9 @@ class Broker:
         self.disk_free_probe: Callable[[], int | None] = self._disk_free  # tests put a fake one here
         self._memory_timer: asyncio.TimerHandle | None = None
         self.ack_timeouts = AckTimeouts(self)  # OTTERMQ_CONSUMER_TIMEOUT and per-queue ones
+        # x-delayed-message exchanges and persistent deduplication caches (broker/delayed.py)
+        self.delays = DelayService(self.vhosts, self.store, loop, self.ttl.now)
+        self.dedup = DedupPersistence(self.store, self.ttl.now)
 
     def ensure_vhost(self, name: str) -> VHost:
         """The vhost called ``name``, created (and wired to the store) if missing."""
@@ -137,6 +141,8 @@ class Broker:
         if vhost is None:
             vhost = self.vhosts[name] = make_vhost(name, self.settings, self.ttl, self.archive)
             vhost.store = self.hook
+            vhost.delayer = self.delays
+            vhost.dedup_store = self.dedup
         return vhost
 
     # -- memory alarm ---------------------------------------------------------------------
@@ -432,6 +438,7 @@ class Broker:
         if self._memory_timer is not None:
             self._memory_timer.cancel()
         self.ack_timeouts.stop()
+        self.delays.stop()
         for conn in list(self.connections):
             conn.force_close("shutdown")
         deadline = self.loop.time() + timeout

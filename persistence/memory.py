@@ -41,7 +41,9 @@ from . import schema as s
 from .store import (
     BindingRecord,
     CommitCallback,
+    DedupRecord,
     Definitions,
+    DelayedRecord,
     ExchangeRecord,
     LimitRecord,
     MessageRecord,
@@ -78,6 +80,7 @@ class BatchingStore:
         self._inflight = 0
         self._task: asyncio.Task[None] | None = None
         self._queue_ids: dict[tuple[str, str], int] = {}
+        self._last_delayed = 0  # highest delayed-message id handed out
         self._queue_keys: dict[int, tuple[str, str]] = {}
         self._last_seq: dict[int, int] = {}  # queue id -> highest seq allocated
         self._next_queue_id = 1
@@ -90,7 +93,10 @@ class BatchingStore:
     async def _commit(self, ops: list[Op | None]) -> None:
         raise NotImplementedError
 
-    def _load_ids(self, queues: Iterable[tuple[int, str, str]], last_seq: dict[int, int]) -> None:
+    def _load_ids(
+        self, queues: Iterable[tuple[int, str, str]], last_seq: dict[int, int], last_delayed: int = 0
+    ) -> None:
+        self._last_delayed = last_delayed
         self._queue_ids = {(vhost, name): qid for qid, vhost, name in queues}
         self._queue_keys = {qid: key for key, qid in self._queue_ids.items()}
         self._last_seq = {qid: last_seq.get(qid, 0) for qid in self._queue_keys}
@@ -240,6 +246,8 @@ class BatchingStore:
                 self._forget_queue(qid)
                 self._add(s.DELETE_MESSAGES, s.queue_range(qid))
         self._add(s.DELETE_VHOST_QUEUES, (name,))
+        self._add(s.DELETE_VHOST_DELAYED, (name,))
+        self._add(s.DELETE_VHOST_DEDUP, (name,))
         self._add(s.DELETE_VHOST, (name,))
 
     def put_user(self, record: UserRecord) -> None:
@@ -391,6 +399,29 @@ class BatchingStore:
         """Delete every message of the queue."""
         self._add(s.DELETE_MESSAGES, s.queue_range(queue_id))
 
+    # -- Store: delayed messages and deduplication caches (issue 19) -------------------------------
+    def insert_delayed(self, record: DelayedRecord) -> int:
+        """Queue the insert of a delayed message; returns (and sets) ``record.id`` (publish order)."""
+        self._last_delayed += 1
+        record.id = self._last_delayed
+        self._add(s.INSERT_DELAYED, s.delayed_row(record))
+        return record.id
+
+    def delete_delayed(self, delayed_id: int) -> None:
+        self._add(s.DELETE_DELAYED, (delayed_id,))
+
+    def delete_delayed_exchange(self, vhost: str, exchange: str) -> None:
+        self._add(s.DELETE_DELAYED_EXCHANGE, (vhost, exchange))
+
+    def put_dedup(self, record: DedupRecord) -> None:
+        self._add(s.PUT_DEDUP, s.dedup_row(record))
+
+    def delete_dedup(self, vhost: str, kind: str, owner: str, key: bytes) -> None:
+        self._add(s.DELETE_DEDUP, (vhost, kind, owner, bytes(key)))
+
+    def delete_dedup_owner(self, vhost: str, kind: str, owner: str) -> None:
+        self._add(s.DELETE_DEDUP_OWNER, (vhost, kind, owner))
+
 
 def _fire(callback: CommitCallback, ok: bool) -> None:
     try:
@@ -428,6 +459,8 @@ class MemoryStore(BatchingStore):
         self._policies: dict[Any, s.Row] = {}  # (vhost, operator, name) -> row
         self._limits: dict[Any, s.Row] = {}  # (kind, owner, name) -> row
         self._messages: dict[int, dict[int, s.Row]] = {}  # queue id -> {message id: row}, id order
+        self._delayed: dict[int, s.Row] = {}  # id -> row
+        self._dedup: dict[Any, s.Row] = {}  # (vhost, kind, owner, key) -> row, in insertion order
         self._apply: dict[str, Callable[[tuple[Any, ...]], None]] = {
             s.PUT_VHOST: lambda p: self._vhosts.__setitem__(p[0], p),
             s.PUT_POLICY: lambda p: self._policies.__setitem__((p[0], p[2], p[1]), p),
@@ -464,6 +497,14 @@ class MemoryStore(BatchingStore):
             s.DELETE_MESSAGE: self._delete_message,
             s.MARK_DELIVERED: self._mark_delivered,
             s.DELETE_MESSAGES: self._delete_messages,
+            s.INSERT_DELAYED: lambda p: self._delayed.__setitem__(p[0], p),
+            s.DELETE_DELAYED: lambda p: self._drop(self._delayed, lambda k, r: k == p[0]),
+            s.DELETE_DELAYED_EXCHANGE: lambda p: self._drop(self._delayed, lambda k, r: r[1:3] == p),
+            s.DELETE_VHOST_DELAYED: lambda p: self._drop(self._delayed, lambda k, r: r[1] == p[0]),
+            s.PUT_DEDUP: self._put_dedup,
+            s.DELETE_DEDUP: lambda p: self._drop(self._dedup, lambda k, r: k == p),
+            s.DELETE_DEDUP_OWNER: lambda p: self._drop(self._dedup, lambda k, r: k[:3] == p),
+            s.DELETE_VHOST_DEDUP: lambda p: self._drop(self._dedup, lambda k, r: k[0] == p[0]),
         }
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -473,7 +514,8 @@ class MemoryStore(BatchingStore):
         self._closed = False
         await self._settle()  # writes queued before open() keep their ids
         last_seq = {qid: max(rows, default=0) & s.SEQ_MASK for qid, rows in self._messages.items()}
-        self._load_ids(((qid, r[1], r[2]) for qid, r in sorted(self._queues.items())), last_seq)
+        self._load_ids(((qid, r[1], r[2]) for qid, r in sorted(self._queues.items())), last_seq,
+                       max(self._delayed, default=0))  # fmt: skip
 
     async def close(self) -> None:
         """Commit what is queued; the data stays in this object (reopen to use it again)."""
@@ -518,6 +560,10 @@ class MemoryStore(BatchingStore):
     def _delete_messages(self, p: tuple[Any, ...]) -> None:
         self._messages.pop(p[0] >> s.SEQ_BITS, None)  # always one whole queue range
 
+    def _put_dedup(self, p: tuple[Any, ...]) -> None:
+        self._dedup.pop(p[:4], None)  # INSERT OR REPLACE: a new rowid, so the key moves to the end
+        self._dedup[p[:4]] = p
+
     def _mark_delivered(self, p: tuple[Any, ...]) -> None:
         rows = self._messages.get(p[1] >> s.SEQ_BITS)
         row = None if rows is None else rows.get(p[1])
@@ -545,6 +591,18 @@ class MemoryStore(BatchingStore):
         rows = sorted(self._messages.get(queue_id, {}).items())
         for start in range(0, len(rows), chunk):
             yield s.message_records(queue_id, (row for _, row in rows[start:start + chunk]))
+
+    async def iter_delayed(self, chunk: int = 10000) -> AsyncIterator[list[DelayedRecord]]:
+        """Every committed delayed message in id order, ``chunk`` at a time."""
+        await self._settle()
+        rows = [row for _, row in sorted(self._delayed.items())]
+        for start in range(0, len(rows), chunk):
+            yield s.delayed_records(rows[start:start + chunk])
+
+    async def load_dedup(self) -> list[DedupRecord]:
+        """Every committed deduplication key, in the order they were remembered."""
+        await self._settle()
+        return [DedupRecord(*row) for row in self._dedup.values()]
 
     async def stats(self) -> dict[str, int]:
         """``messages``, ``queues``, ``pending``, ``batches``, ``failed_batches``, ``bytes_on_disk`` (0)."""

@@ -29,7 +29,9 @@ from typing import Any
 
 from .store import (
     BindingRecord,
+    DedupRecord,
     Definitions,
+    DelayedRecord,
     ExchangeRecord,
     LimitRecord,
     MessageRecord,
@@ -43,7 +45,7 @@ from .store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x4F74724D  # "OtrM": PRAGMA application_id of every OtterMQ database
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -160,9 +162,37 @@ def _migrate_to_3(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_to_4(conn: sqlite3.Connection) -> None:
+    """Schema 4: delayed messages and persistent deduplication caches (issue 19)."""
+    conn.execute(
+        """CREATE TABLE delayed (
+            id INTEGER PRIMARY KEY,                -- assigned by the store: publish order
+            vhost TEXT NOT NULL,
+            exchange TEXT NOT NULL,
+            due INTEGER NOT NULL,                  -- epoch ms
+            delay INTEGER NOT NULL,                -- ms, as published
+            routing_key TEXT NOT NULL,
+            props BLOB NOT NULL,
+            body BLOB NOT NULL,
+            extra_keys TEXT                        -- JSON array of CC/BCC keys, NULL = none
+        )"""
+    )
+    conn.execute("CREATE INDEX delayed_by_exchange ON delayed (vhost, exchange)")
+    conn.execute(
+        """CREATE TABLE dedup (
+            vhost TEXT NOT NULL,
+            kind TEXT NOT NULL,                    -- 'exchange' or 'queue'
+            owner TEXT NOT NULL,
+            key BLOB NOT NULL,                     -- the header value with its type tag
+            expires_at INTEGER,                    -- epoch ms, NULL = until evicted
+            UNIQUE (vhost, kind, owner, key)       -- rowid order = the order keys were remembered
+        )"""
+    )
+
+
 # MIGRATIONS[v] turns schema v - 1 into v (1: the empty database into the first schema).
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    1: _create_v1, 2: _migrate_to_2, 3: _migrate_to_3,
+    1: _create_v1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4,
 }
 
 
@@ -371,6 +401,17 @@ PUT_LIMIT = "INSERT OR REPLACE INTO limits (kind, owner, name, value) VALUES (?,
 DELETE_LIMIT = "DELETE FROM limits WHERE kind = ? AND owner = ? AND name = ?"
 DELETE_OWNER_LIMITS = "DELETE FROM limits WHERE kind = ? AND owner = ?"
 MARK_DELIVERED = "UPDATE messages SET deliveries = ? WHERE id = ?"
+INSERT_DELAYED = (
+    "INSERT INTO delayed (id, vhost, exchange, due, delay, routing_key, props, body, extra_keys) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+DELETE_DELAYED = "DELETE FROM delayed WHERE id = ?"
+DELETE_DELAYED_EXCHANGE = "DELETE FROM delayed WHERE vhost = ? AND exchange = ?"
+DELETE_VHOST_DELAYED = "DELETE FROM delayed WHERE vhost = ?"
+PUT_DEDUP = "INSERT OR REPLACE INTO dedup (vhost, kind, owner, key, expires_at) VALUES (?, ?, ?, ?, ?)"
+DELETE_DEDUP = "DELETE FROM dedup WHERE vhost = ? AND kind = ? AND owner = ? AND key = ?"
+DELETE_DEDUP_OWNER = "DELETE FROM dedup WHERE vhost = ? AND kind = ? AND owner = ?"
+DELETE_VHOST_DEDUP = "DELETE FROM dedup WHERE vhost = ?"
 DELETE_MESSAGES = "DELETE FROM messages WHERE id BETWEEN ? AND ?"  # a whole queue's range
 
 # Multi-row forms of the hot statements: one statement (one sqlite3_step, one GIL release) per
@@ -401,6 +442,12 @@ SELECT_POLICIES = (
     "ORDER BY vhost, operator, name"
 )
 SELECT_LIMITS = "SELECT kind, owner, name, value FROM limits ORDER BY kind, owner, name"
+SELECT_DELAYED = (
+    "SELECT id, vhost, exchange, due, delay, routing_key, props, body, extra_keys FROM delayed "
+    "WHERE id > ? ORDER BY id LIMIT ?"
+)
+SELECT_DEDUP = "SELECT vhost, kind, owner, key, expires_at FROM dedup ORDER BY rowid"
+SELECT_MAX_DELAYED = "SELECT max(id) FROM delayed"
 SELECT_MESSAGES = (
     "SELECT id, exchange, routing_key, props, body, enqueued_at, deadline, extra_keys, deliveries "
     "FROM messages WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
@@ -458,6 +505,22 @@ def definitions(
         policies=[PolicyRecord(v, n, p, a, pr, d, bool(o)) for v, n, o, p, a, pr, d in policies],
         limits=[LimitRecord(*r) for r in limits],
     )
+
+
+def delayed_row(r: DelayedRecord) -> Row:
+    keys = json.dumps(list(r.extra_keys)) if r.extra_keys else None
+    return (r.id, r.vhost, r.exchange, r.due, r.delay, r.routing_key, r.props, r.body, keys)
+
+
+def delayed_records(rows: Iterable[Row]) -> list[DelayedRecord]:
+    return [
+        DelayedRecord(v, x, due, d, k, p, b, () if e is None else tuple(json.loads(e)), i)
+        for i, v, x, due, d, k, p, b, e in rows
+    ]
+
+
+def dedup_row(r: DedupRecord) -> Row:
+    return (r.vhost, r.kind, r.owner, bytes(r.key), r.expires_at)
 
 
 def message_records(queue_id: int, rows: Iterable[Row]) -> list[MessageRecord]:

@@ -58,7 +58,7 @@ import aiosqlite
 
 from . import schema
 from .memory import BatchingStore, Op
-from .store import Definitions, MessageRecord, StoreError
+from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord, StoreError
 from .worker import Worker
 
 if sys.platform != "win32":
@@ -128,7 +128,7 @@ class SQLiteStore(BatchingStore):
         conn: sqlite3.Connection | None = None
         try:
             conn = await worker.call(_connect, path)
-            queues, last_seq = await worker.call(_open_database, conn, path, self.synchronous)
+            queues, last_seq, last_delayed = await worker.call(_open_database, conn, path, self.synchronous)
         except BaseException as exc:
             if conn is not None:
                 worker.call(conn.close)  # runs before stop() returns
@@ -140,7 +140,7 @@ class SQLiteStore(BatchingStore):
         self._worker, self._conn = worker, conn
         self._loop = asyncio.get_running_loop()
         self._closed = False
-        self._load_ids(queues, last_seq)
+        self._load_ids(queues, last_seq, last_delayed)
         log.info("opened %s (%d durable queues, synchronous=%s)", path, len(queues), self.synchronous)
 
     async def close(self) -> None:
@@ -213,6 +213,24 @@ class SQLiteStore(BatchingStore):
                 return
             after = records[-1].id
 
+    async def iter_delayed(self, chunk: int = 10000) -> AsyncIterator[list[DelayedRecord]]:
+        """Every committed delayed message in id order, ``chunk`` rows at a time (keyset queries)."""
+        await self._settle()
+        after = 0
+        while True:
+            records = await self._call(_read_delayed, self._connection(), after, chunk)
+            if records:
+                yield records
+            if len(records) < chunk:
+                return
+            after = records[-1].id
+
+    async def load_dedup(self) -> list[DedupRecord]:
+        """Every committed deduplication key, in the order they were remembered."""
+        await self._settle()
+        rows = await self._call(_read_all, self._connection(), schema.SELECT_DEDUP)
+        return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
+
     async def stats(self) -> dict[str, int]:
         """``messages``, ``queues``, ``bytes_on_disk`` (db + WAL), ``db_bytes``, ``wal_bytes``,
         ``free_bytes`` (reusable pages in the file), ``pending``, ``batches``, ``failed_batches``.
@@ -262,7 +280,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def _open_database(
     conn: sqlite3.Connection, path: Path, synchronous: str
-) -> tuple[schema.QueueIds, dict[int, int]]:
+) -> tuple[schema.QueueIds, dict[int, int], int]:
     version = schema.verify(conn, path)  # read-only: nothing is written before this passes
     if version == 0:
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only possible before the first table
@@ -273,7 +291,9 @@ def _open_database(
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
     schema.migrate(conn, path, version)
-    return schema.load_ids(conn)
+    queues, last_seq = schema.load_ids(conn)
+    last_delayed = conn.execute(schema.SELECT_MAX_DELAYED).fetchone()[0] or 0
+    return queues, last_seq, int(last_delayed)
 
 
 def _executemany(conn: sqlite3.Connection, statement: str, params: list[tuple[Any, ...]]) -> None:
@@ -333,6 +353,14 @@ def _read_messages(
 ) -> list[MessageRecord]:
     rows = conn.execute(schema.SELECT_MESSAGES, (after, high, chunk)).fetchall()
     return schema.message_records(queue_id, rows)
+
+
+def _read_delayed(conn: sqlite3.Connection, after: int, chunk: int) -> list[DelayedRecord]:
+    return schema.delayed_records(conn.execute(schema.SELECT_DELAYED, (after, chunk)).fetchall())
+
+
+def _read_all(conn: sqlite3.Connection, query: str) -> list[tuple[Any, ...]]:
+    return conn.execute(query).fetchall()
 
 
 async def _read_stats(path: Path) -> tuple[int, int, int, int]:

@@ -94,6 +94,32 @@ class MessageRecord:
 
 
 @dataclass(slots=True)
+class DelayedRecord:
+    """A message waiting in a delayed exchange (issue 19): routed from ``exchange`` at ``due``."""
+
+    vhost: str
+    exchange: str
+    due: int  # epoch ms
+    delay: int  # ms, as published (the x-delay header is set to -delay when routed)
+    routing_key: str
+    props: bytes
+    body: bytes
+    extra_keys: tuple[str, ...] = ()
+    id: int = 0  # assigned by the store; publish order among equal due times
+
+
+@dataclass(slots=True)
+class DedupRecord:
+    """A key remembered by a deduplicating exchange or queue whose cache persists (issue 19)."""
+
+    vhost: str
+    kind: str  # "exchange" or "queue"
+    owner: str
+    key: bytes  # the header value with its AMQP type tag
+    expires_at: int | None  # epoch ms; None = until evicted
+
+
+@dataclass(slots=True)
 class LimitRecord:
     """A vhost limit (``max-connections``, ``max-queues``) or a user limit (``max-connections``,
     ``max-channels``), as RabbitMQ's ``set_vhost_limits``/``set_user_limits`` set them."""
@@ -194,6 +220,37 @@ class Store(Protocol):
 
     def mark_delivered(self, message_id: int, delivery_count: int) -> None:
         """Remember the message was delivered (recovered as redelivered); coalesced per batch."""
+        ...
+
+    # delayed messages and deduplication caches (issue 19)
+    def insert_delayed(self, record: DelayedRecord) -> int:
+        """Queue the insert of a delayed message; returns (and sets) ``record.id``."""
+        ...
+
+    def delete_delayed(self, delayed_id: int) -> None:
+        """Forget a delayed message (routed, withdrawn)."""
+        ...
+
+    def delete_delayed_exchange(self, vhost: str, exchange: str) -> None:
+        """Forget every delayed message of a deleted exchange."""
+        ...
+
+    def iter_delayed(self, chunk: int = 10000) -> AsyncIterator[list[DelayedRecord]]:
+        """Every committed delayed message in id order, ``chunk`` at a time."""
+        ...
+
+    def put_dedup(self, record: DedupRecord) -> None:
+        """Remember a key (replacing the same key of the same owner)."""
+        ...
+
+    def delete_dedup(self, vhost: str, kind: str, owner: str, key: bytes) -> None: ...
+
+    def delete_dedup_owner(self, vhost: str, kind: str, owner: str) -> None:
+        """Forget every key of an exchange or queue."""
+        ...
+
+    async def load_dedup(self) -> list[DedupRecord]:
+        """Every committed key, oldest first per owner."""
         ...
 
     def purge_queue(self, queue_id: int) -> None:

@@ -25,6 +25,10 @@ ottermq extensions (RabbitMQ 3.10 accepts the first and rejects the second on cl
 - ``x-ottermq-exact-ttl`` (bool, default false): expire messages at their deadline even when they
   are not at the head of the queue.
 - ``x-delivery-limit`` (non-negative integer) on classic queues.
+- RabbitMQ 4.3's quorum-queue delayed retry on classic queues: ``x-delayed-retry-type``
+  (``disabled``, ``all``, ``failed``, ``returned``), ``x-delayed-retry-min`` / ``-max`` (ms, positive).
+- Deduplication (LavinMQ's): ``x-message-deduplication`` and its ``x-cache-*`` arguments, validated
+  by ``dedup.dedup_settings``.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ MAX_EXPIRY = 315_360_000_000
 EXACT_TTL_ARG = "x-ottermq-exact-ttl"
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_MODES = ("default", "lazy")
+RETRY_TYPES = ("disabled", "all", "failed", "returned")  # RabbitMQ 4.3's x-delayed-retry-type
 QUEUE_VERSIONS = (1, 2)
 SUPPORTED_QUEUE_TYPES = ("classic",)
 
@@ -247,6 +252,9 @@ class QueueArgs:
     single_active_consumer: bool = False
     exact_ttl: bool = False
     queue_type: str = "classic"
+    delayed_retry_type: str = "disabled"
+    delayed_retry_min: int | None = None
+    delayed_retry_max: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -346,9 +354,20 @@ def parse_queue_args(
                 )
         delivery_limit = None
         exact_ttl = False
+        retry: dict[str, Any] = {}
         for key, value in args.items():  # ottermq extensions, checked last
             if key == "x-delivery-limit":
                 delivery_limit = _non_neg_int(value, type_of(key))
+            elif key == "x-delayed-retry-type":
+                kind = _longstr(value, type_of(key))
+                if kind not in RETRY_TYPES:
+                    raise _unsupported("delayed retry type", kind)
+                retry["delayed_retry_type"] = kind
+            elif key in ("x-delayed-retry-min", "x-delayed-retry-max"):
+                number = _non_neg_int(value, type_of(key))
+                if number == 0:
+                    raise _Invalid("{value_zero,0}")
+                retry["delayed_retry_" + key[-3:]] = number
             elif key == EXACT_TTL_ARG:
                 if type_of(key) != "bool":
                     raise _Invalid(f"{{unacceptable_type,{type_of(key)}}}")
@@ -371,6 +390,7 @@ def parse_queue_args(
         exact_ttl=exact_ttl,
         queue_type=queue_type,
         raw=dict(args),
+        **retry,
     )
 
 

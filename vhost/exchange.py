@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 from ottermq.amqp.errors import CommandInvalid, PreconditionFailed
 
 from .arguments import assert_args_equivalence, parse_exchange_args
+from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache
+from .delayed import DELAYED_EXCHANGE_TYPE, delayed_type_error
 from .headers import HeadersMatcher, validate_binding_args
 from .topic import Destination, TopicTrie
 from .values import amqp_type_name, erl_term, freeze_value, longstr_text
@@ -28,6 +30,8 @@ from .values import amqp_type_name, erl_term, freeze_value, longstr_text
 __all__ = [
     "EXCHANGE_TYPES",
     "Destination",
+    "DedupExchange",
+    "DelayedExchange",
     "DirectExchange",
     "Exchange",
     "FanoutExchange",
@@ -39,7 +43,7 @@ __all__ = [
     "make_exchange",
 ]
 
-EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers", "x-delayed-message", "x-message-deduplication")
 
 _EMPTY: frozenset[Destination] = frozenset()
 
@@ -103,10 +107,12 @@ class Exchange:
         "declared_alternate",
         "policy",
         "vhost",
+        "dedup",
         "_bindings",
         "_by_dest",
     )
     TYPE: ClassVar[str] = ""
+    DELAYED: ClassVar[bool] = False  # an x-delayed-message exchange (``delayed.py``)
 
     def __init__(
         self,
@@ -128,6 +134,7 @@ class Exchange:
         self.declared_alternate = self.alternate_exchange  # the argument; a policy may add one (set_policy)
         self.policy: str | None = None
         self.vhost = vhost
+        self.dedup: DedupCache | None = None  # set by the vhost when it deduplicates (``dedup.py``)
         # (dest, routing key, frozen args) -> binding as given
         self._bindings: dict[BindingKey, Binding] = {}
         self._by_dest: dict[Destination, set[BindingKey]] = {}
@@ -354,12 +361,70 @@ class HeadersExchange(Exchange):
         del self._matchers[key]
 
 
+class DedupExchange(FanoutExchange):
+    """The community deduplication plugin's exchange type: routes like ``fanout``; its cache
+    (``x-cache-size`` required) is always on (``dedup.py``)."""
+
+    __slots__ = ()
+    TYPE = DEDUP_EXCHANGE_TYPE
+
+
 _TYPES: dict[str, type[Exchange]] = {
     "direct": DirectExchange,
     "fanout": FanoutExchange,
     "topic": TopicExchange,
     "headers": HeadersExchange,
 }
+_DELAYABLE = dict(_TYPES)  # what x-delayed-type may name
+
+
+class DelayedExchange(Exchange):
+    """``x-delayed-message``: routes like its ``x-delayed-type`` (an inner exchange of that type
+    keeps the routing index); the vhost hands messages with an ``x-delay`` to the broker's delay
+    service instead of routing them at once (``delayed.py``).
+
+    Raises:
+        PreconditionFailed: ``x-delayed-type`` missing or not a string (the plugin's text).
+        CommandInvalid: ``x-delayed-type`` names an unknown exchange type.
+    """
+
+    __slots__ = ("inner",)
+    TYPE = DELAYED_EXCHANGE_TYPE
+    DELAYED = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        value = self.arguments.get("x-delayed-type")
+        if amqp_type_name(value) != "longstr":
+            raise PreconditionFailed(delayed_type_error())
+        inner_type = longstr_text(value)
+        check_exchange_type(inner_type)
+        cls = _DELAYABLE.get(inner_type)
+        if cls is None:  # x-delayed-message itself, x-message-deduplication
+            raise PreconditionFailed(delayed_type_error())
+        self.inner: Exchange = cls(self.name, self.durable, self.auto_delete, self.internal, {}, self.vhost)
+
+    @property
+    def delayed_type(self) -> str:
+        return self.inner.TYPE
+
+    def bind(self, routing_key: str, dest: Destination, arguments: dict[str, Any] | None) -> bool:
+        if isinstance(self.inner, HeadersExchange):
+            validate_binding_args(arguments)
+        return super().bind(routing_key, dest, arguments)
+
+    def route(self, routing_key: str, headers: Mapping[str, Any] | None = None) -> Routed:
+        return self.inner.route(routing_key, headers)
+
+    def _link(self, key: BindingKey, routing_key: str, dest: Destination, arguments: dict[str, Any]) -> None:
+        self.inner._link(key, routing_key, dest, arguments)
+
+    def _unlink(self, key: BindingKey, routing_key: str, dest: Destination) -> None:
+        self.inner._unlink(key, routing_key, dest)
+
+
+_TYPES[DELAYED_EXCHANGE_TYPE] = DelayedExchange
+_TYPES[DEDUP_EXCHANGE_TYPE] = DedupExchange
 
 
 def make_exchange(

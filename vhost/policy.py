@@ -31,6 +31,11 @@ Rules:
    skips ``delivery-limit`` policies for classic queues too; ottermq applies them (its extension,
    as the ``x-delivery-limit`` argument is); unknown keys are refused (``... are not recognised policy
    settings``). ``consumer-timeout`` is RabbitMQ 3.12's key; 3.10 refuses it.
+6. Deduplication keys (ottermq extensions, LavinMQ's queue and exchange arguments without ``x-``):
+   ``message-deduplication``, ``cache-size``, ``cache-ttl``, ``deduplication-header``,
+   ``cache-persistence``; they apply to queues and exchanges, the argument wins (``dedup.py``).
+7. RabbitMQ 4.3's quorum-queue keys ``delayed-retry-type`` / ``-min`` / ``-max`` apply to our classic
+   queues (an extension); the argument wins.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "st
 _APPLIES = {"all": ("queue", "exchange"), "queues": ("queue",), "exchanges": ("exchange",),
             "classic_queues": ("queue",), "quorum_queues": (), "streams": ()}  # fmt: skip
 OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
+RETRY_TYPES = ("disabled", "all", "failed", "returned")
 LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")
 # Accepted (RabbitMQ features without a counterpart here), never applied
 INERT_KEYS = frozenset({
@@ -113,6 +119,15 @@ CHECKS: dict[str, tuple[Any, str]] = {
     "consumer-timeout": (_non_negative, "consumer timeout"),
     # ottermq extensions (rule 4)
     "ottermq-exact-ttl": (_bool, "exact TTL setting (true or false)"),
+    # deduplication (LavinMQ's arguments without x-, rule 6) and RabbitMQ 4.3's delayed retry (rule 7)
+    "message-deduplication": (_bool, "deduplication setting (true or false)"),
+    "cache-size": (_positive, "deduplication cache size"),
+    "cache-ttl": (_non_negative, "deduplication cache TTL"),
+    "deduplication-header": (lambda v: isinstance(v, str) and v != "", "deduplication header name"),
+    "cache-persistence": (lambda v: v in ("memory", "disk"), "cache persistence (memory or disk)"),
+    "delayed-retry-type": (lambda v: v in RETRY_TYPES, "delayed retry type"),
+    "delayed-retry-min": (_positive, "delayed retry minimum"),
+    "delayed-retry-max": (_positive, "delayed retry maximum"),
 }
 
 
@@ -216,8 +231,12 @@ _QUEUE_FIELDS = {
     "dead-letter-routing-key": "dead_letter_routing_key",
     "overflow": "overflow",
     "ottermq-exact-ttl": "exact_ttl",
+    "delayed-retry-type": "delayed_retry_type",
+    "delayed-retry-min": "delayed_retry_min",
+    "delayed-retry-max": "delayed_retry_max",
 }
-_ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "ottermq-exact-ttl")
+_ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "ottermq-exact-ttl",
+                  "delayed-retry-type", "delayed-retry-min", "delayed-retry-max")  # fmt: skip
 
 
 def effective_args(declared: QueueArgs, definition: Mapping[str, Any]) -> QueueArgs:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
+from .dedup import DedupCache
 from .message import OUT, READY, Entry, Message, with_delivery_count
 from .ready import PriorityReady, Ready
 
@@ -164,6 +165,7 @@ class Queue:
         "operator_policy",
         "policy_definition",
         "ack_timeout",
+        "dedup",
     )
 
     def __init__(
@@ -216,6 +218,7 @@ class Queue:
         self.policy_definition: dict[str, Any] = {}  # their merged definition
         # consumer timeout (ms) of its deliveries: x-consumer-timeout or a policy's (None: the node's)
         self.ack_timeout: int | None = _positive_ms(args.raw.get("x-consumer-timeout"))
+        self.dedup: DedupCache | None = None  # set by the vhost when it deduplicates (``dedup.py``)
         if args.expires is not None:
             self.touch()
 

@@ -26,6 +26,8 @@ from .arguments import (
     check_flag_equivalence,
     parse_queue_args,
 )
+from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_settings
+from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
 from .policy import Policy, choose, effective_args, merge
@@ -57,6 +59,7 @@ class PublishResult:
 
 
 UNROUTED = PublishResult(False, False)
+DUPLICATE = PublishResult(False, False)  # a deduplicating exchange saw it before: not routed
 EXCLUDED = PublishResult(False, False, None, True)
 ROUTED = PublishResult(True, False)
 REFUSED = PublishResult(True, True)
@@ -101,6 +104,32 @@ class DefinitionStore(Protocol):
     ) -> None: ...
 
 
+class Delayer(Protocol):
+    """Where a delayed exchange's messages wait (``broker/delayed.py``; ``vhost/delayed.py``)."""
+
+    def delay(
+        self, vhost: VHost, exchange: Exchange, message: Message, delay: int, mandatory: bool
+    ) -> PublishResult:
+        """Keep ``message`` for ``delay`` ms, then route it from ``exchange``."""
+        ...
+
+    def exchange_deleted(self, vhost: str, name: str) -> None:
+        """Drop what waits for a deleted exchange."""
+        ...
+
+
+class DedupStore(Protocol):
+    """Keeps persistent deduplication caches (``broker/wiring.py`` fills it when the store is durable)."""
+
+    def attach(self, vhost: str, kind: str, name: str, cache: DedupCache) -> None:
+        """Load the cache's remembered keys and write its changes from now on."""
+        ...
+
+    def detach(self, vhost: str, kind: str, name: str) -> None:
+        """The owner is gone (or no longer persists its cache): forget its keys."""
+        ...
+
+
 class VHost:
     """Registry of one virtual host's exchanges and queues.
 
@@ -122,6 +151,8 @@ class VHost:
         self.limits = limits
         self.sink: DeadLetterSink = DropSink()  # replaced by broker/wiring.py
         self.store: DefinitionStore | None = None  # set by broker/wiring.py when persistent
+        self.delayer: Delayer | None = None  # set by broker/wiring.py (x-delayed-message exchanges)
+        self.dedup_store: DedupStore | None = None  # set by broker/wiring.py when persistent
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
@@ -160,6 +191,7 @@ class VHost:
             policy = choose(self.policies.values(), "exchange", exchange.name)
             if policy is not None or exchange.policy is not None:
                 exchange.set_policy(policy.name if policy else None, policy.definition if policy else {})
+                self._configure_dedup("exchange", exchange, policy.definition if policy else {})
 
     def _apply_to_queue(self, queue: Queue) -> None:
         user = choose(self.policies.values(), "queue", queue.name)
@@ -173,6 +205,49 @@ class VHost:
             definition,
             effective_args(queue.declared_args, definition),
         )
+        self._configure_dedup("queue", queue, definition)
+
+    # -- deduplication ----------------------------------------------------------------------
+    def _dedup_settings(
+        self, kind: str, owner: Exchange | Queue, definition: dict[str, Any], arguments: dict[str, Any]
+    ) -> DedupSettings | None:
+        """Raises PreconditionFailed for invalid arguments (``dedup.dedup_settings``)."""
+        always = kind == "exchange" and getattr(owner, "TYPE", "") == DEDUP_EXCHANGE_TYPE
+        return dedup_settings(arguments, definition, durable=owner.durable, always=always,
+                              resource=f"{kind} '{owner.name}' in vhost '{self.name}'")  # fmt: skip
+
+    def _configure_dedup(
+        self, kind: str, owner: Exchange | Queue, definition: dict[str, Any], settings: Any = False
+    ) -> None:
+        """Give ``owner`` the deduplication cache its arguments and policy ask for (``dedup.py``)."""
+        if settings is False:
+            arguments = owner.arguments if isinstance(owner, Exchange) else owner.declared_args.raw
+            try:
+                settings = self._dedup_settings(kind, owner, definition, arguments)
+            except PreconditionFailed:
+                settings = None  # a policy value the arguments already refused: keep the arguments' view
+        cache = owner.dedup
+        if settings is None:
+            if cache is not None:
+                owner.dedup = None
+                if cache.settings.persistent and self.dedup_store is not None:
+                    self.dedup_store.detach(self.name, kind, owner.name)
+            return
+        if cache is not None and cache.settings.persistent == settings.persistent:
+            cache.resize(settings)
+            return
+        if cache is not None and cache.settings.persistent and self.dedup_store is not None:
+            self.dedup_store.detach(self.name, kind, owner.name)
+        cache = DedupCache(settings)
+        owner.dedup = cache
+        durable_owner = owner.durable and not getattr(owner, "exclusive", False)
+        if settings.persistent and durable_owner and self.dedup_store is not None:
+            self.dedup_store.attach(self.name, kind, owner.name, cache)
+
+    def _forget_dedup(self, kind: str, owner: Exchange | Queue) -> None:
+        cache = owner.dedup
+        if cache is not None and cache.settings.persistent and self.dedup_store is not None:
+            self.dedup_store.detach(self.name, kind, owner.name)
 
     # -- durability -----------------------------------------------------------------------
     def _durable_dest(self, dest: Destination) -> bool:
@@ -233,11 +308,16 @@ class VHost:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {}, self.name)
+        policy = choose(self.policies.values(), "exchange", name) if self.policies else None
+        definition = policy.definition if policy is not None else {}
+        settings = self._dedup_settings("exchange", exchange, {}, exchange.arguments)  # 406 before it exists
+        if policy is not None:
+            settings = self._dedup_settings("exchange", exchange, definition, exchange.arguments)
         self.exchanges[name] = exchange
-        if self.policies:
-            policy = choose(self.policies.values(), "exchange", name)
-            if policy is not None:
-                exchange.set_policy(policy.name, policy.definition)
+        if policy is not None:
+            exchange.set_policy(policy.name, policy.definition)
+        if settings is not None:
+            self._configure_dedup("exchange", exchange, definition, settings)
         if durable and self.store is not None:
             self.store.exchange_declared(self.name, exchange)
         return exchange
@@ -256,6 +336,9 @@ class VHost:
         self._remove_exchange(exchange)
 
     def _remove_exchange(self, exchange: Exchange) -> None:
+        self._forget_dedup("exchange", exchange)
+        if exchange.DELAYED and self.delayer is not None:
+            self.delayer.exchange_deleted(self.name, exchange.name)
         self._forget_bindings(exchange, None)
         if exchange.durable and self.store is not None:
             self.store.exchange_deleted(self.name, exchange.name)
@@ -318,6 +401,8 @@ class VHost:
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) is reached"
             )
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
+        dedup = dedup_settings(args.raw, None, durable=durable and not exclusive,
+                               resource=f"queue '{name}' in vhost '{self.name}'")  # fmt: skip
         queue = Queue(
             name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args,
             ttl=self.ttl, sink=self.sink, limits=self.limits,
@@ -327,6 +412,8 @@ class VHost:
         self.queues_created += 1
         if self.policies or self.operator_policies:
             self._apply_to_queue(queue)
+        if dedup is not None and queue.dedup is None:
+            self._configure_dedup("queue", queue, {}, dedup)
         if durable and not exclusive and self.store is not None:
             self.store.queue_declared(queue)
         return queue
@@ -335,6 +422,7 @@ class VHost:
         """Delete a queue: unbind it, cancel its consumers. Returns its ready message count."""
         count = queue.message_count
         self.queues_deleted += 1
+        self._forget_dedup("queue", queue)
         self._drop_destination(("queue", queue.name))
         self.queues.pop(queue.name, None)
         if queue.store_id and self.store is not None:
@@ -414,11 +502,19 @@ class VHost:
         exchange: Exchange | None,
         message: Message,
         exclude: frozenset[str] | None = None,
+        mandatory: bool = False,
+        checked: bool = False,
     ) -> PublishResult:
         """The one publish operation (a channel's publish and tx commit, dead-lettering): route
         ``message`` from ``exchange`` (None = the default exchange) with its routing key and its
         ``extra_keys`` (CC/BCC, checked by ``sender_selected`` at publish time), then enqueue it in
         every queue reached but those named in ``exclude`` (dead-lettering's cycle detection).
+
+        A deduplicating exchange does not route a duplicate (``DUPLICATE``: unroutable, confirmed);
+        a deduplicating queue does not enqueue one (it counts as routed). A delayed exchange hands a
+        message with an ``x-delay`` to the delayer (``mandatory``: whether it must be routable now).
+        ``checked``: the exchange's deduplication and delay were applied already (a delayed message
+        that came due).
 
         Returns:
             What the caller's protocol needs: whether any queue took it (else a mandatory message
@@ -431,10 +527,19 @@ class VHost:
             queue = self.queues.get(message.routing_key)
             if queue is None:
                 return UNROUTED
+            if queue.dedup is not None and queue.dedup.duplicate(message.headers, self.ttl.now()):
+                return ROUTED
             entry = queue.enqueue(message)
             if entry is None:
                 return REFUSED
             return PublishResult(True, False, [(queue, entry)]) if entry.store_id else ROUTED
+        if exchange is not None and not checked:
+            if exchange.dedup is not None and exchange.dedup.duplicate(message.headers, self.ttl.now()):
+                return DUPLICATE
+            if exchange.DELAYED and self.delayer is not None:
+                delay = delay_of(message.headers)
+                if delay is not None:
+                    return self.delayer.delay(self, exchange, message, delay, mandatory)
         queues = self.route(exchange, message, list(extra) if extra else None)
         if exclude is not None and queues:
             queues = [queue for queue in queues if queue.name not in exclude]
@@ -445,6 +550,8 @@ class VHost:
         refused = False
         stored: list[tuple[Queue, Entry]] | None = None
         for queue in queues:
+            if queue.dedup is not None and queue.dedup.duplicate(message.headers, self.ttl.now()):
+                continue  # routed, not enqueued
             entry = queue.enqueue(message)
             if entry is None:
                 refused = True  # reject-publish overflow

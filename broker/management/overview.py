@@ -31,6 +31,11 @@ from .rates import (
 
 RABBITMQ_API_VERSION = "3.10.8"
 EXCHANGE_TYPES = ("direct", "fanout", "headers", "topic")
+# the plugins' types ottermq has built in, with the plugins' descriptions
+PLUGIN_EXCHANGE_TYPES = (
+    ("x-delayed-message", "Delayed Message Exchange."),
+    ("x-message-deduplication", "Message Deduplication Exchange."),
+)
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -63,7 +68,7 @@ async def overview(request: web.Request) -> web.Response:
         "exchange_types": [
             {"name": t, "description": f"AMQP {t} exchange, as per the AMQP specification", "enabled": True}
             for t in EXCHANGE_TYPES
-        ],
+        ] + [{"name": t, "description": d, "enabled": True} for t, d in PLUGIN_EXCHANGE_TYPES],
         "message_stats": with_rates(MESSAGE_FIELDS, counts, rates[: len(MESSAGE_FIELDS)]),
         "queue_totals": with_rates(TOTALS, totals(queues), rates[len(MESSAGE_FIELDS) :]),
         "churn_rates": with_rates(CHURN, churn_counts(broker), sampler.rates(churn_key(), len(CHURN))),

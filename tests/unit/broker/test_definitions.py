@@ -644,8 +644,8 @@ def test_defaults_for_missing_optional_fields() -> None:
             "queues[0] (queue 'q' in vhost '/'): integer 9223372036854775808",
         ),
         (
-            {"exchanges": [exchange(type="x-delayed-message")]},
-            "exchanges[0] (exchange 'x' in vhost '/'): unsupported exchange type 'x-delayed-message'",
+            {"exchanges": [exchange(type="x-consistent-hash")]},
+            "exchanges[0] (exchange 'x' in vhost '/'): unsupported exchange type 'x-consistent-hash'",
         ),
         (
             {"exchanges": [exchange(arguments={"alternate-exchange": 5})]},

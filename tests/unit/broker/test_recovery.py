@@ -127,7 +127,7 @@ def test_durable_definitions_come_back_and_transient_ones_do_not():
         broker = boot(store, clock)
         counts = await recover(broker, store, broker.hook)
         again = broker.vhosts["/"]
-        assert counts == {"exchanges": 2, "queues": 2, "bindings": 3, "messages": 0}
+        assert counts == {"exchanges": 2, "queues": 2, "bindings": 3, "messages": 0, "delayed": 0}
         assert {"dx", "ae"} <= set(again.exchanges) and "tx" not in again.exchanges
         dx = again.exchanges["dx"]
         assert (dx.type, dx.durable, dx.alternate_exchange) == ("topic", True, "ae")

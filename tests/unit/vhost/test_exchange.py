@@ -48,8 +48,12 @@ def test_make_exchange(type_: str, cls: type[Exchange]) -> None:
     assert not hasattr(exchange, "__dict__")
 
 
+# the plugins' types need arguments of their own
+TYPE_ARGS = {"x-delayed-message": {"x-delayed-type": "direct"}, "x-message-deduplication": {"x-cache-size": 10}}
+
+
 def test_exchange_types() -> None:
-    assert EXCHANGE_TYPES == ("direct", "fanout", "topic", "headers")
+    assert EXCHANGE_TYPES == ("direct", "fanout", "topic", "headers", "x-delayed-message", "x-message-deduplication")
 
 
 def test_alternate_exchange() -> None:
@@ -76,7 +80,7 @@ def test_alternate_exchange_type_checked_on_create(value: object, type_name: str
         ("foo", "invalid exchange type 'foo'"),
         ("", "invalid exchange type ''"),
         ("bar", "invalid exchange type 'bar'"),
-        ("x-delayed-message", "unknown exchange type 'x-delayed-message'"),
+        ("x-delayed-messages", "unknown exchange type 'x-delayed-messages'"),
         ("x-consistent-hash", "unknown exchange type 'x-consistent-hash'"),
         ("DIRECT", "unknown exchange type 'DIRECT'"),
         ("Topic", "unknown exchange type 'Topic'"),
@@ -101,7 +105,7 @@ def test_unknown_exchange_type(type_: str, text: str) -> None:
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("type_", EXCHANGE_TYPES)
 def test_binding_identity(type_: str) -> None:
-    x = make_exchange("x", type_)
+    x = make_exchange("x", type_, arguments=TYPE_ARGS.get(type_))
     assert x.bind("k", Q1, {})
     assert not x.bind("k", Q1, {})
     assert not x.bind("k", Q1, None)  # None and {} are the same (empty) table
@@ -123,7 +127,7 @@ def test_binding_identity(type_: str) -> None:
 
 @pytest.mark.parametrize("type_", EXCHANGE_TYPES)
 def test_binding_listing_and_removal(type_: str) -> None:
-    x = make_exchange("x", type_)
+    x = make_exchange("x", type_, arguments=TYPE_ARGS.get(type_))
     x.bind("a", Q1, {})
     x.bind("b", Q2, {"x-match": "any"})
     x.bind("c", Q1, {"z": [1, {"k": None}]})
