@@ -247,7 +247,7 @@ class Channel(PublisherMethods, TopologyMethods):
             return
         if key == BASIC_NACK:
             tag, multiple, requeue = fastpath.decode_nack(payload)
-            self.on_reject(tag, multiple, requeue)
+            self.on_reject(tag, multiple, requeue, failed=False)
             return
         if key not in KNOWN_METHODS:
             if key == ACCESS_REQUEST:
@@ -413,21 +413,24 @@ class Channel(PublisherMethods, TopologyMethods):
             return
         self._acked(taken)
 
-    def on_reject(self, tag: int, multiple: bool, requeue: bool) -> None:
+    def on_reject(self, tag: int, multiple: bool, requeue: bool, failed: bool = True) -> None:
+        """basic.reject (``failed``) or basic.nack (not a failure, for RabbitMQ 4.3's delayed retry)."""
         if self.tx:
             self._check_tag(tag, multiple)
-            self._tx_acks.append((tag, multiple, "reject", requeue))
+            self._tx_acks.append((tag, multiple, "reject" if failed else "nack", requeue))
             return
-        self._reject(self._take_unacked(tag, multiple), requeue)
+        self._reject(self._take_unacked(tag, multiple), requeue, failed)
 
-    def _reject(self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]], requeue: bool) -> None:
+    def _reject(
+        self, taken: list[tuple[Entry, Queue, ChannelConsumer | None]], requeue: bool, failed: bool = True
+    ) -> None:
         queues = self._settle(taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for entry, queue, _consumer in taken:
             by_queue.setdefault(queue, []).append(entry)
         for queue, entries in by_queue.items():
             if requeue:
-                queue.requeue(entries)
+                queue.requeue(entries, failed)
             else:
                 queue.reject(entries)
         for queue in queues:
@@ -438,13 +441,13 @@ class Channel(PublisherMethods, TopologyMethods):
         if not (multiple and tag == 0) and tag not in self._unacked:
             raise PreconditionFailed(f"unknown delivery tag {tag}")
 
-    def requeue_all(self) -> None:
-        """Requeue every unacked message (channel close, basic.recover)."""
+    def requeue_all(self, failed: bool = True) -> None:
+        """Requeue every unacked message (channel close: a failed delivery; basic.recover: not one)."""
         if self._unacked:
             taken = list(self._unacked.values())
             self._unacked.clear()
             self.unacked_count = 0
-            self._reject(taken, True)
+            self._reject(taken, True, failed)
 
     # -- channel class --------------------------------------------------------------------
     def on_channel_open(self, method: spec.Channel.Open) -> None:
@@ -566,12 +569,12 @@ class Channel(PublisherMethods, TopologyMethods):
     def on_basic_recover_async(self, m: spec.Basic.RecoverAsync) -> None:
         if not m.requeue:
             raise AMQPNotImplemented("requeue=false")
-        self.requeue_all()
+        self.requeue_all(failed=False)
 
     def on_basic_recover(self, m: spec.Basic.Recover) -> None:
         if not m.requeue:
             raise AMQPNotImplemented("requeue=false")
-        self.requeue_all()
+        self.requeue_all(failed=False)
         self.conn.send_method(self.number, spec.Basic.RecoverOk())
 
     # -- confirm and tx -------------------------------------------------------------------
@@ -611,7 +614,7 @@ class Channel(PublisherMethods, TopologyMethods):
             if kind == "ack":
                 self._acked(taken)
             else:
-                self._reject(taken, requeue)
+                self._reject(taken, requeue, kind == "reject")
         if refused:  # RabbitMQ: a queue refused part of the transaction (what fit stays)
             raise PreconditionFailed("partial tx completion")
         store = self.conn.broker.store

@@ -53,7 +53,7 @@ from .reply_to import ReplyRegistry
 from .sasl import server_properties
 from .stats import Churn, MessageStats
 from .tls import TLSConfigError, amqps_context, amqps_files, web_context, web_files
-from .wiring import Archive, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
+from .wiring import Archive, make_call_at, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,7 @@ class Broker:
             vhost.store = self.hook
             vhost.delayer = self.delays
             vhost.dedup_store = self.dedup
+            vhost.call_at = make_call_at(self.loop, self.ttl.now)
         return vhost
 
     # -- memory alarm ---------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from ottermq.dlx.deadletter import DeadLetterer, death_count
@@ -73,6 +74,17 @@ def shared_archive(settings: Settings) -> Archive:
         bodies = f"first {size} body bytes" if size else "no bodies"
         log.info("dead-letter archive on: every dead letter is written to %s (%s)", directory, bodies)
     return archive
+
+
+def make_call_at(
+    loop: asyncio.AbstractEventLoop, clock: Callable[[], int]
+) -> Callable[..., asyncio.TimerHandle]:
+    """A timer at an epoch-ms time (queues' delayed retry), on ``loop``."""
+
+    def call_at(at: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        return loop.call_later(max(0.0, (at - clock()) / 1000), callback)
+
+    return call_at
 
 
 def make_vhost(name: str, settings: Settings, ttl: TTLManager, archive: Archive | None = None) -> VHost:

@@ -16,7 +16,7 @@ from ottermq.amqp.props import get_headers, rewrite_props
 from ottermq.amqp.table import LongLong, encode_table, field_type
 
 # Entry states
-READY, OUT, GONE = 0, 1, 2
+READY, OUT, GONE, HELD = 0, 1, 2, 3  # HELD: waiting out a delayed retry (``Queue.requeue``)
 
 
 class Message:

@@ -41,7 +41,7 @@ from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
 from .dedup import DedupCache
-from .message import OUT, READY, Entry, Message, with_delivery_count
+from .message import HELD, OUT, READY, Entry, Message, with_delivery_count
 from .ready import PriorityReady, Ready
 
 if TYPE_CHECKING:
@@ -166,6 +166,10 @@ class Queue:
         "policy_definition",
         "ack_timeout",
         "dedup",
+        "call_at",
+        "_retry",
+        "_retry_timer",
+        "_retry_at",
     )
 
     def __init__(
@@ -219,6 +223,11 @@ class Queue:
         # consumer timeout (ms) of its deliveries: x-consumer-timeout or a policy's (None: the node's)
         self.ack_timeout: int | None = _positive_ms(args.raw.get("x-consumer-timeout"))
         self.dedup: DedupCache | None = None  # set by the vhost when it deduplicates (``dedup.py``)
+        # delayed retry (RabbitMQ 4.3's, an extension here): a timer source and the held entries
+        self.call_at: Callable[[int, Callable[[], None]], Any] | None = None  # (epoch ms, callback)
+        self._retry: list[tuple[int, int, Entry]] = []  # (ready at, seq, entry), a heap
+        self._retry_timer: Any = None
+        self._retry_at: int | None = None
         if args.expires is not None:
             self.touch()
 
@@ -353,7 +362,7 @@ class Queue:
             heapq.heapify(self._heap)
         self.expire(self.ttl.now())
 
-    def requeue(self, entries: list[Entry]) -> None:
+    def requeue(self, entries: list[Entry], failed: bool = True) -> None:
         """Return delivered entries to their original positions, marked redelivered.
 
         Then, as RabbitMQ's ``requeue_and_run``: ``drop-head`` overflow, then expired heads are
@@ -361,37 +370,106 @@ class Queue:
         lands at the head, and otherwise waits (counted) until it gets there. With
         ``x-delivery-limit`` an entry returned more often than the limit is dead-lettered as
         ``delivery_limit`` (an expired one is not counted as a return).
+
+        Delayed retry (RabbitMQ 4.3's ``x-delayed-retry-*``): ``failed`` says whether the return is a
+        failure (``basic.reject``, a channel or connection closed with the delivery) or not
+        (``basic.nack``, ``basic.recover``). A return the ``x-delayed-retry-type`` covers (``all``,
+        ``failed``, ``returned``) is held for ``min(x-delayed-retry-min * delivery count,
+        x-delayed-retry-max)`` ms (the count at least 1) before it is back in place.
         """
         if self.deleted or not entries:
             return
         over_limit: list[Entry] = []
         back: list[Entry] = []
+        held: list[Entry] = []
         now = self.ttl.now()
         limit = self._delivery_limit
+        retry = self._retry_applies(failed)
         for entry in entries:
-            if limit is not None and (entry.deadline is None or now < entry.deadline):
+            if (limit is not None or retry) and (entry.deadline is None or now < entry.deadline):
                 entry.delivery_count += 1
-                if entry.delivery_count > limit:
+                if limit is not None and entry.delivery_count > limit:
                     over_limit.append(entry)
                     continue
                 entry.message = with_delivery_count(entry.message, entry.delivery_count)
             entry.redelivered = True
-            entry.state = READY
-            self.ready_bytes += len(entry.message.body)
-            back.append(entry)
+            if retry:
+                held.append(entry)
+            else:
+                back.append(entry)
         if back:
-            self._ready.requeue(back)
-            if self._heap is not None:
-                for entry in back:
-                    if entry.deadline is not None:
-                        heapq.heappush(self._heap, (entry.deadline, entry.seq, entry))
-            if self._max_len is not None or self._max_bytes is not None:
-                self._drop_head_overflow()  # a requeue into a full queue drops the (new) head
-            self._drop_expired()
+            self._put_back(back)
+        if held:
+            self._hold(held, now)
         if over_limit:
             self._dead(over_limit, DELIVERY_LIMIT)
         if back and self.consumers:
             self.dispatch()
+
+    def _put_back(self, back: list[Entry]) -> None:
+        for entry in back:
+            entry.state = READY
+            self.ready_bytes += len(entry.message.body)
+        self._ready.requeue(back)
+        if self._heap is not None:
+            for entry in back:
+                if entry.deadline is not None:
+                    heapq.heappush(self._heap, (entry.deadline, entry.seq, entry))
+        if self._max_len is not None or self._max_bytes is not None:
+            self._drop_head_overflow()  # a requeue into a full queue drops the (new) head
+        self._drop_expired()
+
+    # -- delayed retry ----------------------------------------------------------------------
+    def _retry_applies(self, failed: bool) -> bool:
+        kind = self.args.delayed_retry_type
+        if kind == "disabled" or self.args.delayed_retry_min is None or self.call_at is None:
+            return False
+        return kind == "all" or (kind == "failed") == failed
+
+    def retry_delay(self, delivery_count: int) -> int:
+        """Milliseconds a returned entry is held: RabbitMQ 4.3's linear back-off, capped."""
+        low = self.args.delayed_retry_min or 0
+        delay = low * max(1, delivery_count)
+        high = self.args.delayed_retry_max
+        return min(delay, high) if high is not None else delay
+
+    @property
+    def delayed_count(self) -> int:
+        """Entries held by a delayed retry (management ``messages_delayed``)."""
+        return len(self._retry)
+
+    def _hold(self, entries: list[Entry], now: int) -> None:
+        for entry in entries:
+            entry.state = HELD
+            heapq.heappush(self._retry, (now + self.retry_delay(entry.delivery_count), entry.seq, entry))
+        self._arm_retry()
+
+    def _arm_retry(self) -> None:
+        if not self._retry or self.call_at is None:
+            return
+        due = self._retry[0][0]
+        if self._retry_at is not None and self._retry_at <= due:
+            return
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+        self._retry_at = due
+        self._retry_timer = self.call_at(due, self.release_retries)
+
+    def release_retries(self) -> None:
+        """Timer callback: entries whose retry delay is over go back in place (then dispatch)."""
+        self._retry_timer = None
+        self._retry_at = None
+        if self.deleted:
+            return
+        now = self.ttl.now()
+        back: list[Entry] = []
+        while self._retry and self._retry[0][0] <= now:
+            back.append(heapq.heappop(self._retry)[2])
+        if back:
+            self._put_back(back)
+            if self.consumers:
+                self.dispatch()
+        self._arm_retry()
 
     def _dead(self, entries: list[Entry], reason: str) -> None:
         """Entries leave the queue as dead letters: the source rows are deleted in the same
@@ -626,6 +704,10 @@ class Queue:
         """Flag the queue deleted, drop its messages; returns the consumers to notify."""
         self.deleted = True
         self._ready.clear()
+        self._retry.clear()
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
         self.ready_bytes = 0
         if self._heap is not None:
             self._heap.clear()

@@ -153,6 +153,8 @@ class VHost:
         self.store: DefinitionStore | None = None  # set by broker/wiring.py when persistent
         self.delayer: Delayer | None = None  # set by broker/wiring.py (x-delayed-message exchanges)
         self.dedup_store: DedupStore | None = None  # set by broker/wiring.py when persistent
+        # timer source for queues' delayed retry: (epoch ms, callback) -> handle (broker/wiring.py)
+        self.call_at: Callable[[int, Callable[[], None]], Any] | None = None
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
@@ -408,6 +410,7 @@ class VHost:
             ttl=self.ttl, sink=self.sink, limits=self.limits,
         )
         queue.on_expired = self._expire_queue
+        queue.call_at = self.call_at
         self.queues[name] = queue
         self.queues_created += 1
         if self.policies or self.operator_policies:

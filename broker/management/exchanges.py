@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from ottermq.vhost.dedup import DedupCache
 from ottermq.vhost.exchange import Exchange
 from ottermq.vhost.vhost import VHost
 
@@ -31,9 +32,10 @@ from .common import (
 )
 
 
-def exchange_json(exchange: Exchange, vhost: str) -> dict[str, Any]:
-    """One exchange with RabbitMQ's field names."""
-    return {
+def exchange_json(exchange: Exchange, vhost: str, delayer: Any = None) -> dict[str, Any]:
+    """One exchange with RabbitMQ's field names; a delayed exchange adds the plugin's
+    ``messages_delayed``, a deduplicating one ottermq's ``deduplication`` (settings, entries, duplicates)."""
+    body = {
         "name": exchange.name,
         "vhost": vhost,
         "type": exchange.type,
@@ -44,6 +46,19 @@ def exchange_json(exchange: Exchange, vhost: str) -> dict[str, Any]:
         "policy": exchange.policy,
         "user_who_performed_action": "",
     }
+    if exchange.DELAYED:
+        body["messages_delayed"] = delayer.pending(vhost, exchange.name) if delayer is not None else 0
+    if exchange.dedup is not None:
+        body["deduplication"] = dedup_json(exchange.dedup)
+    return body
+
+
+def dedup_json(cache: DedupCache) -> dict[str, Any]:
+    """A deduplication cache as the API shows it (ottermq extension)."""
+    settings = cache.settings
+    return {"cache_size": settings.size, "cache_ttl": settings.ttl, "header": settings.header,
+            "persistent": settings.persistent, "entries": len(cache),
+            "duplicates": cache.duplicates}  # fmt: skip
 
 
 def default_exchange_json(vhost: str) -> dict[str, Any]:
@@ -63,7 +78,7 @@ def default_exchange_json(vhost: str) -> dict[str, Any]:
 
 def exchanges_json(vhost: VHost) -> list[dict[str, Any]]:
     """Every exchange of ``vhost``, the default one included."""
-    others = [exchange_json(x, vhost.name) for x in vhost.exchanges.values()]
+    others = [exchange_json(x, vhost.name, vhost.delayer) for x in vhost.exchanges.values()]
     return [default_exchange_json(vhost.name), *others]
 
 
@@ -80,7 +95,7 @@ async def get_exchange(request: web.Request) -> web.Response:
     exchange = vhost.exchanges.get(name)
     if exchange is None:
         raise NotFound()
-    return web.json_response(exchange_json(exchange, vhost.name))
+    return web.json_response(exchange_json(exchange, vhost.name, vhost.delayer))
 
 
 async def put_exchange(request: web.Request) -> web.Response:

@@ -260,6 +260,40 @@ class BrokerCollector(Collector):
             "Dead letters the archive (OTTERMQ_DLX_ARCHIVE_DIR) could not record",
             value=self.broker.archive.lost,
         )
+        yield from self._delayed_and_dedup()
+
+    def _delayed_and_dedup(self) -> Iterator[Metric]:
+        """Delayed messages (x-delayed-message exchanges) and deduplication (issue 19)."""
+        delays = self.broker.delays
+        pending = GaugeMetricFamily(
+            "ottermq_delayed_messages", "Messages waiting in delayed exchanges", labels=["vhost", "exchange"]
+        )
+        for (vhost, exchange), count in sorted(delays.heap.pending.items()):
+            pending.add_metric([vhost, exchange], count)
+        yield pending
+        for name, text, value in (
+            ("ottermq_delayed_messages_published", "Messages accepted by delayed exchanges to wait",
+             delays.published),
+            ("ottermq_delayed_messages_delivered", "Delayed messages routed to a queue when due",
+             delays.delivered),
+            ("ottermq_delayed_messages_unroutable", "Delayed messages that routed nowhere when due",
+             delays.unroutable),
+            ("ottermq_delayed_messages_dropped", "Delayed messages dropped with their exchange",
+             delays.dropped),
+        ):  # fmt: skip
+            yield CounterMetricFamily(name, text, value=value)
+        duplicates = CounterMetricFamily(
+            "ottermq_messages_deduplicated", "Duplicates not routed (exchange) or not enqueued (queue)",
+            labels=["vhost", "kind", "name"],
+        )
+        for vhost in self.broker.vhosts.values():
+            for exchange in vhost.exchanges.values():
+                if exchange.dedup is not None:
+                    duplicates.add_metric([vhost.name, "exchange", exchange.name], exchange.dedup.duplicates)
+            for queue in vhost.queues.values():
+                if queue.dedup is not None:
+                    duplicates.add_metric([vhost.name, "queue", queue.name], queue.dedup.duplicates)
+        yield duplicates
 
 
 def exposition(broker: Broker, per_object: bool = False) -> bytes:

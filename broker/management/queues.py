@@ -31,6 +31,7 @@ from .common import (
     sort_by_name,
     vhost_or_404,
 )
+from .exchanges import dedup_json
 from .policies import policy_fields
 from .rates import QUEUE_STATS, TOTALS, queue_counts, queue_key, totals, with_rates
 
@@ -84,6 +85,10 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
     }
     if any(counts):  # RabbitMQ shows message_stats once the queue saw traffic
         body["message_stats"] = with_rates(QUEUE_STATS, counts, rates[:n])
+    if queue.dedup is not None:  # ottermq extensions
+        body["deduplication"] = dedup_json(queue.dedup)
+    if queue.args.delayed_retry_type != "disabled":  # RabbitMQ 4.3's delayed retry, here on classic queues
+        body["messages_delayed"] = queue.delayed_count
     return body
 
 

@@ -23,6 +23,7 @@ from ottermq.persistence import (
     VHostRecord,
 )
 from ottermq.persistence.memory import BatchingStore
+from ottermq.persistence.store import DedupRecord, DelayedRecord
 
 Factory = Callable[[], MemoryStore | SQLiteStore]
 
@@ -569,3 +570,52 @@ def test_limits_round_trip_replace_delete_and_go_with_their_owner(new_store: Fac
         await store.close()
 
     run(main)
+
+
+def test_delayed_messages_and_dedup_keys_round_trip(new_store: Factory) -> None:
+    """Issue 19: delayed messages (ids in publish order, kept across reopen, deleted one by one, by
+    exchange and with their vhost) and deduplication keys (oldest first; a re-put key moves last)."""
+
+    async def write() -> list[int]:
+        store = new_store()
+        await store.open()
+        ids = [
+            store.insert_delayed(DelayedRecord("/", "dx", 1000 + i, 500, "k", b"\x00\x00", b"m%d" % i))
+            for i in range(4)
+        ]
+        store.insert_delayed(DelayedRecord("/", "other", 5, 1, "k", b"\x00\x00", b"o", ("cc",)))
+        store.insert_delayed(DelayedRecord("gone", "dx", 5, 1, "k", b"\x00\x00", b"g"))
+        store.delete_delayed(ids[1])
+        store.delete_delayed_exchange("/", "other")
+        store.delete_vhost("gone")
+        for key in (b"Sa", b"Sb", b"Sc"):
+            store.put_dedup(DedupRecord("/", "queue", "q", key, None))
+        store.put_dedup(DedupRecord("/", "queue", "q", b"Sa", 99))  # remembered again: now newest
+        store.put_dedup(DedupRecord("/", "exchange", "x", b"Sa", None))
+        store.delete_dedup("/", "queue", "q", b"Sb")
+        store.put_dedup(DedupRecord("/", "exchange", "y", b"Sz", None))
+        store.delete_dedup_owner("/", "exchange", "y")
+        await store.close()
+        return ids
+
+    async def read() -> tuple[list[Any], list[Any], int]:
+        store = new_store()
+        await store.open()
+        try:
+            delayed = [r async for chunk in store.iter_delayed(chunk=2) for r in chunk]
+            dedup = await store.load_dedup()
+            next_id = store.insert_delayed(DelayedRecord("/", "dx", 1, 1, "k", b"\x00\x00", b"new"))
+            return delayed, dedup, next_id
+        finally:
+            await store.close()
+
+    ids = run(write)
+    delayed, dedup, next_id = run(read)
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    assert [(r.id, r.body, r.due, r.delay) for r in delayed] == [
+        (ids[0], b"m0", 1000, 500), (ids[2], b"m2", 1002, 500), (ids[3], b"m3", 1003, 500),
+    ]
+    assert next_id > max(r.id for r in delayed)  # after a reopen, new ids follow every stored one
+    assert [(r.kind, r.owner, r.key, r.expires_at) for r in dedup] == [
+        ("queue", "q", b"Sc", None), ("queue", "q", b"Sa", 99), ("exchange", "x", b"Sa", None),
+    ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ottermq.amqp.errors import PreconditionFailed
 from ottermq.amqp.props import rewrite_props
 from ottermq.amqp.table import Long, encode_table
@@ -22,7 +21,8 @@ def test_settings_off_unless_enabled() -> None:
 
 def test_settings_defaults_and_overrides() -> None:
     assert dedup_settings({"x-message-deduplication": True}) == DedupSettings(128, None, H, False)
-    assert dedup_settings({"x-message-deduplication": True}, durable=True) == DedupSettings(128, None, H, True)
+    durable = dedup_settings({"x-message-deduplication": True}, durable=True)
+    assert durable == DedupSettings(128, None, H, True)
     args = {"x-message-deduplication": True, "x-cache-size": 3, "x-cache-ttl": 500,
             "x-deduplication-header": "msg-id", "x-cache-persistence": "memory"}  # fmt: skip
     assert dedup_settings(args, durable=True) == DedupSettings(3, 500, "msg-id", False)
@@ -105,7 +105,9 @@ def test_hooks_see_every_change() -> None:
     cache.duplicate({H: "b"}, 1)
     cache.duplicate({H: "b"}, 10)
     ka, kb = dedup_key({H: "a"}, H), dedup_key({H: "b"}, H)
-    assert events == [("add", ka, 5), ("remove", ka, None), ("add", kb, 6), ("remove", kb, None), ("add", kb, 15)]
+    assert events == [
+        ("add", ka, 5), ("remove", ka, None), ("add", kb, 6), ("remove", kb, None), ("add", kb, 15),
+    ]
 
 
 def test_resize_trims_oldest() -> None:
@@ -137,7 +139,8 @@ def test_plugin_exchange_routes_like_fanout() -> None:
     vhost = VHost()
     for name in ("a", "b"):
         vhost.declare_queue(name, False, False, False, False, None, None)
-    x = vhost.declare_exchange("d", "x-message-deduplication", False, False, False, False, {"x-cache-size": 5})
+    x = vhost.declare_exchange("d", "x-message-deduplication", False, False, False, False,
+                               {"x-cache-size": 5})  # fmt: skip
     vhost.bind("d", ("queue", "a"), "", {})
     vhost.bind("d", ("queue", "b"), "ignored", {})
     assert vhost.publish(x, _msg("k", "whatever")) is ROUTED

@@ -6,7 +6,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-
 from ottermq.amqp.errors import CommandInvalid, PreconditionFailed
 from ottermq.amqp.props import rewrite_props
 from ottermq.amqp.table import Float, Long, LongLong, Short, Timestamp, encode_table
@@ -123,7 +122,9 @@ class FakeDelayer:
         self.calls: list[tuple[str, int, bool]] = []
         self.deleted: list[str] = []
 
-    def delay(self, vhost: VHost, exchange: Any, message: Message, delay: int, mandatory: bool) -> PublishResult:
+    def delay(
+        self, vhost: VHost, exchange: Any, message: Message, delay: int, mandatory: bool
+    ) -> PublishResult:
         self.calls.append((exchange.name, delay, mandatory))
         return ROUTED
 
@@ -136,7 +137,8 @@ def test_vhost_hands_delayed_messages_to_the_delayer() -> None:
     delayer = FakeDelayer()
     vhost.delayer = delayer
     vhost.declare_queue("q", False, False, False, False, None, None)
-    x = vhost.declare_exchange("d", "x-delayed-message", False, True, False, False, {"x-delayed-type": "direct"})
+    x = vhost.declare_exchange("d", "x-delayed-message", False, True, False, False,
+                               {"x-delayed-type": "direct"})  # fmt: skip
     vhost.bind("d", ("queue", "q"), "k", {})
     assert vhost.publish(x, _msg({"x-delay": 100}), mandatory=True) is ROUTED
     assert delayer.calls == [("d", 100, True)]

@@ -49,11 +49,16 @@ def test_make_exchange(type_: str, cls: type[Exchange]) -> None:
 
 
 # the plugins' types need arguments of their own
-TYPE_ARGS = {"x-delayed-message": {"x-delayed-type": "direct"}, "x-message-deduplication": {"x-cache-size": 10}}
+TYPE_ARGS = {
+    "x-delayed-message": {"x-delayed-type": "direct"},
+    "x-message-deduplication": {"x-cache-size": 10},
+}
 
 
 def test_exchange_types() -> None:
-    assert EXCHANGE_TYPES == ("direct", "fanout", "topic", "headers", "x-delayed-message", "x-message-deduplication")
+    assert EXCHANGE_TYPES == (
+        "direct", "fanout", "topic", "headers", "x-delayed-message", "x-message-deduplication",
+    )
 
 
 def test_alternate_exchange() -> None:

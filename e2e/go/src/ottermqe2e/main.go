@@ -103,6 +103,7 @@ var scenarios = map[string]scenario{
 	"table-roundtrip": {"every amqp091-go field type survives a round trip in message headers", tableFlags},
 	"publish":         {"publish one confirmed message with every field type in its headers", publishFlags},
 	"flow-secret":     {"Connection.UpdateSecret, then Channel.Flow(true) and Flow(false) (540)", flowSecretFlags},
+	"delayed-dedup":   {"x-delayed-message exchange and x-message-deduplication (ottermq extensions)", delayedFlags},
 }
 
 func usage() {
