@@ -31,6 +31,7 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:  # PYTHONSAFEPATH=1 (the Makefile sets it) leaves the script dir out
     sys.path.insert(0, str(_HERE))
 
+from delayed_bench import DELAYED_SCENARIOS  # noqa: E402
 from goloadgen import GO_SCENARIOS  # noqa: E402
 from procinfo import OtterMQProcess, RssSampler, cpu_seconds, find_broker_pid, raise_fd_limit  # noqa: E402
 from scenarios import FULL, QUICK, Context, Outcome, Scenario, failed  # noqa: E402
@@ -38,8 +39,8 @@ from scenarios import SCENARIOS as PY_SCENARIOS  # noqa: E402
 from wire import BrokerURL, RawConnection  # noqa: E402
 
 log = logging.getLogger("bench")
-# our Python generator's scenarios, then the independent amqp091-go generator's (go:*)
-SCENARIOS: dict[str, Scenario] = {**PY_SCENARIOS, **GO_SCENARIOS}
+# our Python generator's scenarios, the independent amqp091-go generator's (go:*), delayed messages
+SCENARIOS: dict[str, Scenario] = {**PY_SCENARIOS, **GO_SCENARIOS, **DELAYED_SCENARIOS}
 
 
 @dataclass

@@ -109,12 +109,12 @@ def test_declare_needs_a_delayed_type(
     ch = connect().channel()
     channel_error(
         lambda: ch.exchange_declare(unique("dx"), "x-delayed-message"),
-        406, "Invalid argument, 'x-delayed-type' must bean existing exchnage type",
+        406, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must bean existing exchnage type",
     )
     ch = connect().channel()
     connection_error(
         lambda: ch.exchange_declare(unique("dx"), "x-delayed-message", arguments={"x-delayed-type": "nope"}),
-        503, "unknown exchange type 'nope'",
+        503, "COMMAND_INVALID - unknown exchange type 'nope'",
     )
 
 
@@ -288,7 +288,8 @@ def test_plugin_exchange_type(
     name = unique("px")
     channel_error(
         lambda: ch.exchange_declare(name, "x-message-deduplication"), 406,
-        f"invalid arg 'x-cache-size' for exchange '{name}' in vhost '/': required for exchange type "
+        f"PRECONDITION_FAILED - invalid arg 'x-cache-size' for exchange '{name}' in vhost '/': "
+        "required for exchange type "
         "x-message-deduplication",
     )
 
@@ -352,3 +353,114 @@ def test_durable_dedup_cache_survives_a_restart(broker_process: Any) -> None:
 
     assert bodies("uq") == [b"again-m1"]
     assert bodies("dq") == [b"again-q1"]
+
+
+# -- delayed retry (RabbitMQ 4.3's, on classic queues) ---------------------------------------------
+def _get(ch: Any, queue: str, timeout: float = 5) -> tuple[float, Any, Any, bytes]:
+    deadline = time.monotonic() + timeout
+    while True:
+        method, properties, body = ch.basic_get(queue)
+        if method is not None:
+            return time.monotonic(), method, properties, body
+        assert time.monotonic() < deadline, f"nothing in {queue} within {timeout} s"
+        time.sleep(0.005)
+
+
+def test_delayed_retry_backs_off_linearly_then_dead_letters(channel: Any, with_dlq: Any) -> None:
+    queue, dlq = with_dlq(channel, **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 150,
+                                      "x-delayed-retry-max": 400, "x-delivery-limit": 4})  # fmt: skip
+    channel.basic_publish("", queue, b"job")
+    times, counts = [], []
+    for _ in range(5):  # first delivery + 4 retries
+        at, method, properties, _ = _get(channel, queue)
+        times.append(at)
+        counts.append((properties.headers or {}).get("x-delivery-count"))
+        channel.basic_reject(method.delivery_tag, requeue=True)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    for gap, want in zip(gaps, (0.15, 0.3, 0.4, 0.4), strict=True):
+        assert want - 0.01 <= gap < want + 1.0, gaps
+    assert counts == [None, 1, 2, 3, 4]
+    _, _, properties, body = _get(channel, dlq)
+    assert body == b"job" and properties.headers["x-death"][0]["reason"] == "delivery_limit"
+
+
+def test_delayed_retry_type_failed_leaves_nacks_alone(channel: Any, declare: Any, broker: Any) -> None:
+    queue = declare(channel, "q", **{"x-delayed-retry-type": "failed", "x-delayed-retry-min": 60_000})
+    channel.basic_publish("", queue, b"job")
+    _, method, _, _ = _get(channel, queue)
+    channel.basic_nack(method.delivery_tag, requeue=True)  # not a failure: back at once
+    _, method, _, _ = _get(channel, queue, timeout=1)
+    channel.basic_reject(method.delivery_tag, requeue=True)  # a failure: held for a minute
+    assert channel.basic_get(queue)[0] is None
+    info = api(broker, f"queues/%2F/{urllib.request.quote(queue, safe='')}")
+    assert info["messages_delayed"] == 1 and info["messages_ready"] == 0
+
+
+def test_delayed_retry_from_a_policy(broker: Any, channel: Any, declare: Any, unique: Any) -> None:
+    queue = declare(channel, "q")
+    name = unique("pol")
+    definition = {"delayed-retry-type": "all", "delayed-retry-min": 200}
+    body = json.dumps({"pattern": f"^{queue}$", "apply-to": "queues", "definition": definition}).encode()
+    url = f"{broker.management_url}/api/policies/%2F/{name}"
+    request = urllib.request.Request(url, data=body, method="PUT")
+    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+    request.add_header("content-type", "application/json")
+    urllib.request.urlopen(request, timeout=5).close()
+    try:
+        channel.basic_publish("", queue, b"job")
+        first, method, _, _ = _get(channel, queue)
+        channel.basic_nack(method.delivery_tag, requeue=True)
+        second, _, _, _ = _get(channel, queue)
+        assert second - first >= 0.19
+    finally:
+        delete = urllib.request.Request(url, method="DELETE")
+        delete.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+        urllib.request.urlopen(delete, timeout=5).close()
+
+
+def _http(broker: Any, path: str, method: str = "GET", body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{broker.management_url}{path}", data=data, method=method)
+    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+    request.add_header("content-type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        raw = response.read()
+    return json.loads(raw) if raw else None
+
+
+def test_definitions_carry_delayed_and_deduplicating_objects(
+    broker: Any, channel: Any, unique: Any, nothing_for: Any
+) -> None:
+    dx, ux, dq = unique("dx"), unique("ux"), unique("dq")
+    definitions = {
+        "exchanges": [
+            {"name": dx, "vhost": "/", "type": "x-delayed-message", "durable": True, "auto_delete": False,
+             "internal": False, "arguments": {"x-delayed-type": "topic"}},
+            {"name": ux, "vhost": "/", "type": "x-message-deduplication", "durable": True,
+             "auto_delete": False, "internal": False, "arguments": {"x-cache-size": 5}},
+        ],
+        "queues": [{"name": dq, "vhost": "/", "durable": True, "auto_delete": False,
+                    "arguments": {"x-message-deduplication": True, "x-delayed-retry-type": "failed",
+                                  "x-delayed-retry-min": 100}}],
+        "bindings": [
+            {"source": dx, "vhost": "/", "destination": dq, "destination_type": "queue", "routing_key": "a.#",
+             "arguments": {}},
+            {"source": ux, "vhost": "/", "destination": dq, "destination_type": "queue", "routing_key": "",
+             "arguments": {}},
+        ],
+    }  # fmt: skip
+    _http(broker, "/api/definitions", "POST", definitions)
+    exported = _http(broker, "/api/definitions")
+    by_name = {x["name"]: x for x in exported["exchanges"]}
+    assert by_name[dx]["type"] == "x-delayed-message"
+    assert by_name[dx]["arguments"] == {"x-delayed-type": "topic"}
+    assert by_name[ux]["type"] == "x-message-deduplication"
+    (queue,) = [q for q in exported["queues"] if q["name"] == dq]
+    assert queue["arguments"]["x-delayed-retry-type"] == "failed"
+    # and they work as declared
+    channel.basic_publish(dx, "a.b", b"later", props({"x-delay": 200, H: "k"}))
+    channel.basic_publish(ux, "", b"now", props({H: "k"}))
+    channel.basic_publish(ux, "", b"dup", props({H: "k"}))  # the exchange's cache drops it
+    ((_, _, first),) = collect(channel, dq, 1)
+    assert first == b"now"
+    nothing_for(channel, dq, 0.5)  # "later" comes due after 200 ms: a duplicate for the queue's cache

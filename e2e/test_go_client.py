@@ -348,3 +348,18 @@ def test_update_secret_and_channel_flow(run_go: Callable[..., GoRun], unique: An
     assert data["connection_close"] == refused
     assert data["connection_is_closed"] is True
     run.self_check()
+
+
+@pytest.mark.extension
+def test_delayed_exchange_and_deduplication(run_go: Callable[..., GoRun], unique: Any) -> None:
+    """Issue 19 with amqp091-go: delayed messages in due order with x-delay = -delay (int32), and a
+    deduplicating exchange that returns a mandatory duplicate (312) yet confirms it."""
+    run = run_go("delayed-dedup", unique("go-delayed"))
+    data = run.data
+    assert [d["body"] for d in data["delayed"]] == ["200", "400", "600"]
+    assert [d["x-delay"] for d in data["delayed"]] == [field("int32", -200), field("int32", -400),
+                                                       field("int32", -600)]  # fmt: skip
+    assert data["acks"] == 8
+    assert data["returns"] == ["312 NO_ROUTE 1:a"]
+    assert data["dedup_bodies"] == ["0:a", "2:b", "3:c", "4:a"]
+    run.self_check()

@@ -78,3 +78,35 @@ def test_python_snippets_one_after_another(broker_process, tmp_path):
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
+
+
+def test_retry_with_back_off_snippets(broker_process, tmp_path):
+    """README "Retry with back-off": the pika program, then the Celery tasks with a worker and the client."""
+    b = broker_process().start()
+    (pika_code,) = snippets("### Retry with back-off: pika")
+    lines = run(pika_code, b.port, tmp_path, "pika_retry.py")
+    assert lines == ["b'job 1' True delivery_limit", "b'call back' -300"]
+    tasks_code, client_code = snippets("### Retry with back-off: Celery")
+    (tmp_path / "retry_tasks.py").write_text(tasks_code.replace("localhost:5672", f"127.0.0.1:{b.port}"))
+    celery = Path(sys.executable).with_name("celery")
+    log_path = tmp_path / "retry_worker.log"
+    with open(log_path, "ab") as log:
+        worker = subprocess.Popen(
+            [str(celery) if celery.exists() else (shutil.which("celery") or "celery"),
+             "-A", "retry_tasks", "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO"],
+            cwd=tmp_path, env=dict(os.environ, PYTHONSAFEPATH="1"), stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while " ready." not in log_path.read_text(errors="replace"):
+            assert worker.poll() is None, log_path.read_text(errors="replace")
+            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.05)
+        assert run(client_code, b.port, tmp_path, "retry_client.py") == ["called for 7 True"]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()

@@ -63,6 +63,10 @@ class Message:
             self._headers = get_headers(self.raw_props)
         return self._headers  # type: ignore[no-any-return]
 
+    def forget_headers(self) -> None:
+        """Drop the decoded headers (a message that waits long: they are decoded again when needed)."""
+        self._headers = False
+
     def with_props(self, raw_props: bytes) -> Message:
         """A copy with other property octets (same routing keys, also CC/BCC ones)."""
         return Message(

@@ -362,7 +362,7 @@ class Queue:
             heapq.heapify(self._heap)
         self.expire(self.ttl.now())
 
-    def requeue(self, entries: list[Entry], failed: bool = True) -> None:
+    def requeue(self, entries: list[Entry], failed: bool | None = True) -> None:
         """Return delivered entries to their original positions, marked redelivered.
 
         Then, as RabbitMQ's ``requeue_and_run``: ``drop-head`` overflow, then expired heads are
@@ -375,7 +375,8 @@ class Queue:
         failure (``basic.reject``, a channel or connection closed with the delivery) or not
         (``basic.nack``, ``basic.recover``). A return the ``x-delayed-retry-type`` covers (``all``,
         ``failed``, ``returned``) is held for ``min(x-delayed-retry-min * delivery count,
-        x-delayed-retry-max)`` ms (the count at least 1) before it is back in place.
+        x-delayed-retry-max)`` ms (the count at least 1) before it is back in place. ``failed=None``
+        (the management API's requeueing get) is never held.
         """
         if self.deleted or not entries:
             return
@@ -420,9 +421,11 @@ class Queue:
         self._drop_expired()
 
     # -- delayed retry ----------------------------------------------------------------------
-    def _retry_applies(self, failed: bool) -> bool:
+    def _retry_applies(self, failed: bool | None) -> bool:
         kind = self.args.delayed_retry_type
-        if kind == "disabled" or self.args.delayed_retry_min is None or self.call_at is None:
+        if kind == "disabled" or failed is None or self.call_at is None:
+            return False
+        if self.args.delayed_retry_min is None:
             return False
         return kind == "all" or (kind == "failed") == failed
 

@@ -118,7 +118,7 @@ async def get_messages(request: web.Request) -> web.Response:
         taken.append(entry)
         shown.append(message_json(entry, queue.message_count, encoding, truncate))
     if ackmode.endswith("requeue_true"):
-        queue.requeue(taken)
+        queue.requeue(taken, failed=None)  # a look at the queue, not a consumer's return: never held
     elif ackmode == "reject_requeue_false":
         queue.reject(taken)
     else:
