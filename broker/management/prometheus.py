@@ -268,8 +268,8 @@ class BrokerCollector(Collector):
         pending = GaugeMetricFamily(
             "ottermq_delayed_messages", "Messages waiting in delayed exchanges", labels=["vhost", "exchange"]
         )
-        for (vhost, exchange), count in sorted(delays.heap.pending.items()):
-            pending.add_metric([vhost, exchange], count)
+        for (vhost_name, exchange_name), count in sorted(delays.heap.pending.items()):
+            pending.add_metric([vhost_name, exchange_name], count)
         yield pending
         for name, text, value in (
             ("ottermq_delayed_messages_published", "Messages accepted by delayed exchanges to wait",
