@@ -214,7 +214,7 @@ ROUTES.push([/^#\/exchanges$/, "Exchanges", async (main) => {
     actionForm("inline", [
       field("Virtual host", select("vhost", vhosts, vhosts[0])),
       field("Name", h("input", {name: "name", required: true})),
-      field("Type", select("type", ["direct", "fanout", "headers", "topic"], "direct")),
+      field("Type", select("type", ["direct", "fanout", "headers", "topic", "x-delayed-message", "x-message-deduplication"], "direct")),
       field("Durable", select("durable", [["true", "durable"], ["false", "transient"]], "true")),
       field("Arguments", h("textarea", {name: "arguments", rows: 1, placeholder: "alternate-exchange=ae"})),
       h("button", {type: "submit", class: "primary"}, "Add exchange"),
@@ -254,8 +254,11 @@ ROUTES.push([/^#\/exchanges\/([^/]+)\/([^/]+)$/, "Exchange", async (main, vhost,
   ]);
   async function refresh() {
     const x = await get(path);
-    replace(info, kvTable([["Type", x.type], ["Durable", String(x.durable)], ["Auto delete", String(x.auto_delete)],
-      ["Internal", String(x.internal)], ["Arguments", h("pre", {}, JSON.stringify(x.arguments || {}, null, 2))], ["Policy", x.policy || "none"]]));
+    const rows = [["Type", x.type], ["Durable", String(x.durable)], ["Auto delete", String(x.auto_delete)],
+      ["Internal", String(x.internal)], ["Arguments", h("pre", {}, JSON.stringify(x.arguments || {}, null, 2))], ["Policy", x.policy || "none"]];
+    if (x.messages_delayed !== undefined) rows.push(["Messages delayed", fmtNum(x.messages_delayed)]);
+    if (x.deduplication) rows.push(["Deduplication", `${fmtNum(x.deduplication.entries)} of ${fmtNum(x.deduplication.cache_size)} keys, ${fmtNum(x.deduplication.duplicates)} duplicates dropped`]);
+    replace(info, kvTable(rows));
     if (isDefault) {
       replace(source, h("p", {class: "muted"}, "The default exchange is implicitly bound to every queue, with the queue's name as routing key."));
       return;
