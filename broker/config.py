@@ -183,6 +183,10 @@ class Settings(BaseSettings):
     dlx_archive_queue: int = Field(
         100000, ge=1, description="Dead letters buffered for the archive writer before new ones are lost"
     )
+    dlx_archive_idle_close: float = Field(
+        60.0, ge=0, description="Seconds without a write after which an archive file is closed (renamed"
+        " to .jsonl, so analyses see it); 0 = only at the end of its hour, on rotation and at shutdown",
+    )
     enable_web_api: bool = Field(True, description="Management HTTP API (RabbitMQ-compatible, issue 14)")
     web_port: int = Field(15672, ge=0, le=65535, description="Management HTTP API port (RabbitMQ: 15672)")
     web_host: str = Field(

@@ -67,6 +67,7 @@ def shared_archive(settings: Settings) -> Archive:
             max_bytes=settings.dlx_archive_max_bytes,
             body_bytes=settings.dlx_archive_body_bytes,
             queue_limit=settings.dlx_archive_queue,
+            idle_close=settings.dlx_archive_idle_close,
             clock=wall_clock_ms,
         )
         archive.start()  # finishes .part files a crash left, before any new dead letter

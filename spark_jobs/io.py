@@ -81,6 +81,8 @@ class ArchiveScan:
     unsupported: int
     invalid: int
     bad_files: list[BadFile] = field(default_factory=list)
+    first_ms: int | None = None  # earliest and latest time_ms of the good records
+    last_ms: int | None = None
 
     @property
     def bad(self) -> int:
@@ -200,15 +202,20 @@ def scan_archive(
     if persist:
         classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
     log.info("reading %s archive %s", used, path)
+    span_aggs = [F.min("time_ms").alias("first"), F.max("time_ms").alias("last")] if "time_ms" in keep else []
     rows = (
         classified.groupBy(STATUS_COLUMN, FILE_COLUMN)
-        .agg(F.count(F.lit(1)).alias("n"), F.first(SAMPLE_COLUMN, ignorenulls=True).alias("sample"))
+        .agg(F.count(F.lit(1)).alias("n"), F.first(SAMPLE_COLUMN, ignorenulls=True).alias("sample"),
+             *span_aggs)  # fmt: skip
         .collect()
     )
     totals = {OK: 0, CORRUPT: 0, UNSUPPORTED: 0, INVALID: 0}
     bad_files: list[BadFile] = []
+    span: list[int] = []
     for row in rows:
         totals[row[STATUS_COLUMN]] += row["n"]
+        if row[STATUS_COLUMN] == OK and "first" in row and row["first"] is not None:
+            span += [row["first"], row["last"]]
         if row[STATUS_COLUMN] != OK:
             bad_files.append(BadFile(row[STATUS_COLUMN], row[FILE_COLUMN], row["n"], row["sample"]))
     bad_files.sort(key=lambda b: (-b.count, b.file, b.status))
@@ -220,6 +227,8 @@ def scan_archive(
         unsupported=totals[UNSUPPORTED],
         invalid=totals[INVALID],
         bad_files=bad_files[:_MAX_BAD_FILES],
+        first_ms=min(span) if span else None,
+        last_ms=max(span) if span else None,
     )
     if scan.bad:
         log.warning(

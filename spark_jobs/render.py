@@ -111,10 +111,10 @@ def _cell(name: str, value: Any) -> str:
         return "–"
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
-    if name.endswith("_ms") and name not in ("first_ms", "last_ms"):
-        return format_ms(value)
     if name in ("first_ms", "last_ms"):
-        return str(_iso(value))
+        return str(_iso(value))  # a moment: shown as UTC time (the column is renamed, see _header)
+    if name.endswith("_ms") and isinstance(value, int | float):
+        return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"  # a duration, in ms
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
@@ -125,11 +125,15 @@ def _cell(name: str, value: Any) -> str:
     return text if text else '`""`'
 
 
+def _header(name: str) -> str:
+    return {"first_ms": "first (UTC)", "last_ms": "last (UTC)"}.get(name, name)
+
+
 def _table(rows: Rows, limit: int | None = None, total: int | None = None) -> str:
     if not rows:
         return "_none_\n"
     names = list(rows[0])
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    lines = ["| " + " | ".join(_header(n) for n in names) + " |", "|" + "---|" * len(names)]
     shown = rows[:limit]
     for row in shown:
         lines.append("| " + " | ".join(_cell(n, row[n]) for n in names) + " |")
@@ -141,7 +145,7 @@ def _table(rows: Rows, limit: int | None = None, total: int | None = None) -> st
 
 _CHART_AFTER = {
     "by_queue": ("deaths_by_queue.png", "Deaths by queue"),
-    "by_hour": ("deaths_per_hour.png", "Deaths per hour by reason"),
+    "by_hour": ("deaths_per_hour.png", "Deaths over time by reason"),
     "time_in_queue_histogram": ("time_in_queue.png", "Time in queue"),
 }
 
@@ -182,6 +186,10 @@ def markdown(
         if name == "by_hour" and len(rows) > 48:
             out += [f"_{len(rows)} hour/reason rows: see the chart and `tables/by_hour.csv`._", ""]
             continue
+        if name == "top_message_ids" and rows and all(row.get("count") == 1 for row in rows):
+            out += ["_Every message id was dead-lettered once: no id stands out (see Retry loops for the "
+                    "most-retried messages)._", ""]  # fmt: skip
+            continue
         limit = None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
         out.append(_table(rows, limit, summary.get("table_rows", {}).get(name)))
     return "\n".join(out)
@@ -214,8 +222,59 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def charts(results: Mapping[str, Rows], top: int = 20) -> dict[str, bytes]:
-    """PNG bytes by file name: deaths per hour stacked by reason, deaths by queue, time-in-queue histogram."""
+_BUCKET_NAMES = {60_000: "minute", 3_600_000: "hour", 86_400_000: "day"}
+
+
+def _hours_as_timeline(hours: Rows) -> tuple[Rows, int]:
+    """``by_hour`` rows as timeline points (when no finer timeline was computed)."""
+    points = [
+        {"bucket": int(datetime.datetime.strptime(row["hour"], "%Y-%m-%dT%H:00Z")
+                       .replace(tzinfo=datetime.UTC).timestamp() * 1000),
+         "reason": row["reason"], "count": row["count"]}
+        for row in hours
+    ]  # fmt: skip
+    return points, 3_600_000
+
+
+def _timeline_chart(plt: Any, points: Rows, bucket_ms: int, colours: Mapping[str, str]) -> bytes:
+    """Dead letters per minute, hour or day (whichever the time range asks for), stacked by reason."""
+    per_reason: dict[str, dict[int, int]] = {}
+    for row in points:
+        per_reason.setdefault(row["reason"], {})[row["bucket"]] = row["count"]
+    first = min(min(v) for v in per_reason.values())
+    last = max(max(v) for v in per_reason.values())
+    span = (last - first) // bucket_ms + 1
+    xs = [first + i * bucket_ms for i in range(span)]
+    fig, ax = plt.subplots(figsize=(11, 4))
+    bottom = [0] * span
+    ordered = [r for r in REASONS if r in per_reason] + sorted(set(per_reason) - set(REASONS))
+    for reason in ordered:
+        heights = [per_reason[reason].get(x, 0) for x in xs]
+        ax.bar(range(span), heights, width=1.0, bottom=bottom, align="edge", label=reason,
+               color=colours.get(reason))  # fmt: skip
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    unit = _BUCKET_NAMES.get(bucket_ms, f"{bucket_ms} ms")
+    fmt = {"minute": "%H:%M", "hour": "%m-%d %H:00", "day": "%Y-%m-%d"}.get(unit, "%m-%d %H:%M")
+    step = max(1, span // 10)
+    ticks = list(range(0, span, step))
+    labels = [datetime.datetime.fromtimestamp(xs[i] / 1000, tz=datetime.UTC).strftime(fmt) for i in ticks]
+    ax.set_xticks(ticks, labels, rotation=30, ha="right")
+    day = datetime.datetime.fromtimestamp(first / 1000, tz=datetime.UTC).strftime("%Y-%m-%d")
+    when = f" on {day}" if unit == "minute" else ""
+    ax.set_title(f"Dead letters per {unit} (UTC{when}) by reason")
+    ax.set_ylabel(f"dead letters per {unit}")
+    ax.legend(loc="upper left", fontsize="small")
+    png = _png(fig)
+    plt.close(fig)
+    return png
+
+
+def charts(
+    results: Mapping[str, Rows], top: int = 20, timeline: tuple[Rows, int] | None = None
+) -> dict[str, bytes]:
+    """PNG bytes by file name: deaths over time stacked by reason (``deaths_per_hour.png``; per
+    minute, hour or day from ``timeline``'s points and bucket, else per hour), deaths by queue, and
+    the time-in-queue histogram."""
     try:
         import matplotlib
 
@@ -227,41 +286,9 @@ def charts(results: Mapping[str, Rows], top: int = 20) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     colours = {"expired": "#f2a541", "rejected": "#d1495b", "maxlen": "#00798c", "delivery_limit": "#30638e"}
 
-    hours = results.get("by_hour", [])
-    if hours:
-        per_reason: dict[str, dict[datetime.datetime, int]] = {}
-        for row in hours:
-            moment = datetime.datetime.strptime(row["hour"], "%Y-%m-%dT%H:00Z")
-            per_reason.setdefault(row["reason"], {})[moment] = row["count"]
-        first = min(min(v) for v in per_reason.values())
-        last = max(max(v) for v in per_reason.values())
-        span = int((last - first).total_seconds() // 3600) + 1
-        xs = [first + datetime.timedelta(hours=i) for i in range(span)]
-        positions = list(range(span))
-        fig, ax = plt.subplots(figsize=(11, 4))
-        bottom = [0] * span
-        ordered = [r for r in REASONS if r in per_reason] + sorted(set(per_reason) - set(REASONS))
-        for reason in ordered:
-            heights = [per_reason[reason].get(x, 0) for x in xs]
-            ax.bar(
-                positions,
-                heights,
-                width=1.0,
-                bottom=bottom,
-                align="edge",
-                label=reason,
-                color=colours.get(reason),
-            )
-            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-        step = max(1, span // 12)
-        ticks = list(range(0, span, step))
-        ax.set_xticks(ticks, [xs[i].strftime("%m-%d %H:00") for i in ticks])
-        ax.set_title("Dead letters per hour (UTC) by reason")
-        ax.set_ylabel("dead letters")
-        ax.legend(loc="upper left", fontsize="small")
-        fig.autofmt_xdate()
-        out["deaths_per_hour.png"] = _png(fig)
-        plt.close(fig)
+    points, bucket_ms = timeline if timeline is not None else _hours_as_timeline(results.get("by_hour", []))
+    if points:
+        out["deaths_per_hour.png"] = _timeline_chart(plt, points, bucket_ms, colours)
 
     queues = results.get("by_queue", [])[:top]
     if queues:

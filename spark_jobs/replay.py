@@ -37,8 +37,16 @@ from typing import IO, Any
 from ottermq.spark_jobs.headers import decode_headers
 from ottermq.spark_jobs.io import Format, scan_archive
 from ottermq.spark_jobs.schema import FIELDS, OUTCOMES, REASONS, SCHEMA_VERSION, headers_map
-from ottermq.spark_jobs.session import add_spark_arguments, parse_conf, spark_session
-from ottermq.spark_jobs.storage import is_local, join, list_files, local_path, read_bytes, write_bytes
+from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
+from ottermq.spark_jobs.storage import (
+    is_local,
+    join,
+    list_files,
+    local_path,
+    preflight,
+    read_bytes,
+    write_bytes,
+)
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -380,7 +388,7 @@ def select_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--format", choices=("auto", "json", "parquet"), default="auto", help="input format")
     add_spark_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     headers = tuple((k, v if sep else None) for k, sep, v in (h.partition("=") for h in args.header))
     selection = Selection(
         reasons=tuple(args.reason),
@@ -395,7 +403,13 @@ def select_main(argv: Sequence[str] | None = None) -> int:
     )
     from pyspark.errors import AnalysisException
 
-    with spark_session("ottermq-dlq-select", args.master, parse_conf(args.conf)) as spark:
+    found, problem = preflight(list(args.archive))
+    if problem:
+        log.error("%s", problem)  # before Spark starts
+        return 2
+    if found is not None and found.parts:
+        log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
+    with spark_session("ottermq-dlq-select", args.master, parse_conf(args.conf), args.verbose) as spark:
         try:
             manifest = write_replay_set(spark, args.archive, args.out, selection, fmt=args.format)
         except AnalysisException as exc:
@@ -430,7 +444,7 @@ def publish_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log", help="replay log path (default SET/replay-<UTC time>.jsonl)")
     add_spark_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     try:
         import pika
     except ImportError:
@@ -441,8 +455,14 @@ def publish_main(argv: Sequence[str] | None = None) -> int:
         join(args.set, f"replay-{stamp}.jsonl") if is_local(args.set) else f"replay-{stamp}.jsonl"
     )
     log_path = local_path(log_uri)
+    problem = _check_target(pika, args.url, args.exchange)  # before Spark starts
+    if problem is None and is_local(args.set) and not local_path(join(args.set, "manifest.json")).exists():
+        problem = f"{args.set} is not a replay set (no manifest.json; make one with `ottermq dlq select`)"
+    if problem:
+        log.error("%s", problem)
+        return 2
 
-    with spark_session("ottermq-dlq-replay", args.master, parse_conf(args.conf)) as spark:
+    with spark_session("ottermq-dlq-replay", args.master, parse_conf(args.conf), args.verbose) as spark:
         try:
             manifest = json.loads(read_bytes(spark, join(args.set, "manifest.json")))
         except (OSError, ValueError) as exc:
@@ -486,6 +506,24 @@ def publish_main(argv: Sequence[str] | None = None) -> int:
     counts = {k: v for k, v in asdict(stats).items() if k != "errors"}
     sys.stdout.write("replay: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()) + f"\nlog: {log_path}\n")
     return 0 if stats.ok else 1
+
+
+def _check_target(pika: Any, url: str, exchange: str) -> str | None:
+    """Why replaying to ``exchange`` at ``url`` cannot work (the broker unreachable, the exchange
+    missing), or None; checked with a passive declare before Spark starts."""
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+    except pika.exceptions.AMQPError as exc:
+        return f"cannot connect to {url}: {exc!r}"
+    try:
+        if exchange:
+            connection.channel().exchange_declare(exchange, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        return f"exchange {exchange!r} cannot be used: {exc.reply_code} {exc.reply_text}"
+    finally:
+        if connection.is_open:
+            connection.close()
+    return None
 
 
 def _main_script() -> int:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-__all__ = ["add_spark_arguments", "parse_conf", "spark_session"]
+__all__ = ["add_spark_arguments", "configure_logging", "parse_conf", "spark_session"]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,30 @@ def parse_conf(pairs: Sequence[str]) -> dict[str, str]:
     return conf
 
 
+# The JVM's log4j2 set-up when --verbose is not given: errors only, one line each, so the console
+# shows our own progress lines rather than Spark's banners, WARN lines and progress bars.
+_QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.console.type = Console
+appender.console.name = stderr
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} spark %p %c{1}: %m%n
+"""
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Our progress lines at INFO; py4j's and Spark's chatter only with ``--verbose``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.INFO if verbose else logging.WARNING)
+
+
 def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--master`` and ``--conf`` to an :class:`argparse.ArgumentParser`."""
+    """Add ``--master``, ``--conf`` and ``--verbose`` to an :class:`argparse.ArgumentParser`."""
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Spark's own logging and progress bars (default: quiet)"
+    )
     add = parser.add_argument
     add(
         "--master",
@@ -64,11 +88,12 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def spark_session(
-    app_name: str, master: str | None = None, conf: dict[str, str] | None = None
+    app_name: str, master: str | None = None, conf: dict[str, str] | None = None, verbose: bool = False
 ) -> Iterator[SparkSession]:
     """Yield a SparkSession; stop it afterwards only if this call started it.
 
-    An already active session (tests, notebooks, an embedding application) is reused as is.
+    An already active session (tests, notebooks, an embedding application) is reused as is. Unless
+    ``verbose``, the JVM logs errors only and Spark draws no progress bars (``--conf`` still wins).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -81,14 +106,18 @@ def spark_session(
     elif not _launched_by_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
     builder = builder.config("spark.sql.session.timeZone", "UTC").config(
-        "spark.ui.showConsoleProgress", "true"
+        "spark.ui.showConsoleProgress", "true" if verbose else "false"
     )
+    if not verbose:
+        quiet = Path(tempfile.gettempdir()) / "ottermq-spark-log4j2.properties"
+        quiet.write_text(_QUIET_LOG4J2)
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{quiet}")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     origin = "from spark-submit" if _launched_by_spark_submit() else DEFAULT_MASTER
     log.info("starting Spark (master: %s)", master or origin)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     try:
         yield spark
     finally:

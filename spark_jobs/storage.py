@@ -13,6 +13,7 @@ import glob
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -175,3 +176,36 @@ def detect_format(spark: SparkSession, uri: str) -> Literal["json", "parquet"]:
         if base.endswith(_JSON_SUFFIXES):
             return "json"
     return "json"
+
+
+@dataclass(frozen=True)
+class LocalInput:
+    """What a local archive path holds, seen before Spark starts (``preflight``)."""
+
+    files: int  # complete archive files (``*.jsonl``, ``*.jsonl.gz``, ``*.parquet``)
+    parts: int  # ``*.jsonl.part`` files still being written (never read)
+
+
+def preflight(paths: list[str]) -> tuple[LocalInput | None, str | None]:
+    """Check local archive paths before Spark starts.
+
+    Returns:
+        The files found (None when a path is a Hadoop URI or a glob: Spark reads those) and an
+        error for people (a path that does not exist, or one holding no archive file), or None.
+    """
+    files = parts = 0
+    for uri in paths:
+        if not is_local(uri) or any(c in uri for c in "*?["):
+            return None, None
+        path = local_path(uri)
+        if not path.exists():
+            return None, f"{uri}: no such file or directory"
+        candidates = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        found = [p for p in candidates if p.name.endswith((*_JSON_SUFFIXES, ".parquet"))]
+        waiting = [p for p in candidates if p.name.endswith(".jsonl.part")]
+        files += len(found)
+        parts += len(waiting)
+        if not found:
+            hint = f" ({len(waiting)} .jsonl.part file(s) still being written)" if waiting else ""
+            return LocalInput(files, parts), f"{uri}: no archive files (*.jsonl, *.jsonl.gz, *.parquet){hint}"
+    return LocalInput(files, parts), None

@@ -11,7 +11,9 @@ import datetime
 import logging
 import os
 import re
+import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -53,13 +55,14 @@ def _finish_part(path: Path) -> None:
 
 
 class _OpenFile:
-    __slots__ = ("path", "file", "size", "hour")
+    __slots__ = ("path", "file", "size", "hour", "written_at")
 
     def __init__(self, path: Path, file: Any, hour: int) -> None:
         self.path = path
         self.file = file
         self.size = 0
         self.hour = hour
+        self.written_at: int | None = None  # epoch ms of the last write (``close_stale``'s idle rule)
 
 
 class ArchiveFiles:
@@ -74,8 +77,12 @@ class ArchiveFiles:
         fsync: fsync a file before closing it (and in :meth:`sync`); the broker's archive does not.
     """
 
-    def __init__(self, directory: Path, max_bytes: int, pid: int | None = None, fsync: bool = False) -> None:
+    def __init__(
+        self, directory: Path, max_bytes: int, pid: int | None = None, fsync: bool = False,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self.directory = Path(directory)
+        self.clock = clock if clock is not None else (lambda: int(time.time() * 1000))  # epoch ms
         self.max_bytes = max_bytes
         self.fsync = fsync
         self.pid = os.getpid() if pid is None else pid
@@ -191,6 +198,7 @@ class ArchiveFiles:
                 self._close(f)
             raise
         f.size += len(data)
+        f.written_at = self.clock()
 
     def sync(self) -> None:
         """fsync every open file (what was written so far survives a power loss).
@@ -201,15 +209,19 @@ class ArchiveFiles:
         for f in self._open.values():
             os.fsync(f.file.fileno())
 
-    def close_stale(self, now_ms: int) -> None:
-        """Close (and rename) the files of every hour but the current one.
+    def close_stale(self, now_ms: int, idle_ms: int | None = None) -> None:
+        """Close (and rename) the files of every hour but the current one, and, with ``idle_ms``,
+        any file nothing was written to for that long (so readers see recent lines while the
+        broker is quiet; the next line opens a new file).
 
         Raises:
             OSError: a rename failed.
         """
         hour = now_ms // HOUR_MS
-        for f in [f for f in self._open.values() if f.hour != hour]:
-            self._close(f)
+        for f in list(self._open.values()):
+            idle = idle_ms is not None and f.written_at is not None and now_ms - f.written_at >= idle_ms
+            if f.hour != hour or idle:
+                self._close(f)
 
     def close(self) -> None:
         """Close and rename every open file.

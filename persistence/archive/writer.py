@@ -63,6 +63,9 @@ class DeadLetterArchive:
         body_bytes: ``OTTERMQ_DLX_ARCHIVE_BODY_BYTES``: archive up to this many body bytes (0: none).
         queue_limit: ``OTTERMQ_DLX_ARCHIVE_QUEUE``: records buffered before new ones are lost.
         clock: epoch ms, for closing the previous hour's files.
+        idle_close: ``OTTERMQ_DLX_ARCHIVE_IDLE_CLOSE`` seconds: a file nothing was written to for
+            this long is closed (renamed to ``.jsonl``) so readers see it; 0 or None: only at the
+            end of its hour, on rotation and at shutdown.
         threaded: start the writer thread on the first record; ``False`` (tests) writes only
             when :meth:`write_pending` or :meth:`close_sync` is called.
     """
@@ -80,11 +83,13 @@ class DeadLetterArchive:
         queue_limit: int = 100_000,
         clock: Callable[[], int] = _wall_ms,
         threaded: bool = True,
+        idle_close: float | None = 60.0,
     ) -> None:
         self.directory = Path(directory)
         self.body_bytes = body_bytes
         self.queue_limit = queue_limit
-        self.files = ArchiveFiles(self.directory, max_bytes)
+        self.files = ArchiveFiles(self.directory, max_bytes, clock=clock)
+        self.idle_close_ms = int(idle_close * 1000) if idle_close else None
         self._lost_on_loop = 0  # each counter is written by one thread only
         self._lost_in_writer = 0
         self._added = 0  # dead letters recorded (event loop)
@@ -210,7 +215,7 @@ class DeadLetterArchive:
                     self.files.write(self._pending)
                 if not flat:
                     break
-            self.files.close_stale(self._clock())
+            self.files.close_stale(self._clock(), self.idle_close_ms)
             return True
         except OSError as exc:
             self.write_errors += 1

@@ -210,7 +210,7 @@ def test_report_main_writes_everything(spark: Any, archive_dir: Path, tmp_path: 
     for chart in summary["charts"]:
         assert (out / chart).read_bytes().startswith(b"\x89PNG")
     report_md = (out / "report.md").read_text()
-    assert "![Deaths per hour by reason](charts/deaths_per_hour.png)" in report_md
+    assert "![Deaths over time by reason](charts/deaths_per_hour.png)" in report_md
     assert "| vhost | queue | count |" in report_md
     assert "1 more rows in the CSV/Parquet table" in report_md  # by_queue cut to --top 2
 

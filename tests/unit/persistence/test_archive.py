@@ -342,6 +342,36 @@ def test_rotation_by_hour_and_closing_the_previous_hour(tmp_path):
     a.close_sync()
 
 
+def test_an_idle_file_is_closed_so_readers_see_it(tmp_path):
+    clock = Clock(T0)
+    a = make(tmp_path, clock, idle_close=60)
+    rec(a, t=T0)
+    a.write_pending()
+    assert files(tmp_path) == [] and len(files(tmp_path, "*.part")) == 1
+    clock.now = T0 + 59_999
+    a.write_pending()
+    assert files(tmp_path) == []  # not idle long enough
+    clock.now = T0 + 60_000
+    a.write_pending()
+    assert len(files(tmp_path)) == 1 and files(tmp_path, "*.part") == []
+    rec(a, t=clock.now)  # the next death in the same hour opens a new file
+    a.write_pending()
+    assert len(files(tmp_path)) == 1 and len(files(tmp_path, "*.part")) == 1
+    a.close_sync()
+    assert len(files(tmp_path)) == 2
+
+
+def test_idle_close_off_keeps_the_file_open_within_its_hour(tmp_path):
+    clock = Clock(T0)
+    a = make(tmp_path, clock, idle_close=0)
+    rec(a, t=T0)
+    a.write_pending()
+    clock.now = T0 + 10 * 60_000
+    a.write_pending()
+    assert files(tmp_path) == [] and len(files(tmp_path, "*.part")) == 1
+    a.close_sync()
+
+
 def test_records_of_other_hours_are_filed_by_time_of_death(tmp_path):
     a = make(tmp_path)
     for t in (T0, T0 - HOUR, T0, T0 - HOUR):

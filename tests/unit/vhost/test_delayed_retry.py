@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from ottermq.amqp.errors import PreconditionFailed
 from ottermq.vhost.arguments import parse_queue_args
 from ottermq.vhost.message import Entry, Message
