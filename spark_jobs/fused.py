@@ -71,22 +71,29 @@ def _gid(columns: Sequence[str], present: Sequence[str]) -> int:
 
 
 def _count_aggregation(df: DataFrame, bucket_ms: int) -> DataFrame:
-    projected = df.select(
+    """Two steps: one plain aggregation of the records by every column a count table groups by (a
+    few thousand groups at most for an archive), then the grouping sets over that small result, so
+    the grouping sets' row expansion never touches the records themselves."""
+    fine = df.groupBy(
         "reason", "outcome", "drop_reason", "vhost", "queue", "policy", "exchange",
-        hour_label(F.col("time_ms")).alias("hour"), "content_type", "body_size", "time_ms",
+        hour_label(F.col("time_ms")).alias("hour"), "content_type",
         (F.floor(F.col("time_ms") / bucket_ms) * bucket_ms).cast("long").alias("bucket"),
+    ).agg(
+        F.count(F.lit(1)).alias("n"), F.sum("body_size").alias("bytes"), F.min("time_ms").alias("first"),
+        F.max("time_ms").alias("last"),
     )  # fmt: skip
     sets = ", ".join("(" + ", ".join(cols) + ")" for cols in _COUNT_SETS.values())
     reason_sums = ", ".join(
-        f"CAST(sum(CASE WHEN reason = '{r}' THEN 1 ELSE 0 END) AS BIGINT) AS `{r}`" for r in REASONS
+        f"CAST(sum(CASE WHEN reason = '{r}' THEN n ELSE 0 END) AS BIGINT) AS `{r}`" for r in REASONS
     )
     view = f"_ottermq_fused_{uuid.uuid4().hex}"  # no DataFrame API for grouping sets before Spark 4
-    projected.createOrReplaceTempView(view)
-    return projected.sparkSession.sql(
-        f"SELECT {', '.join(_COUNT_COLUMNS)}, grouping_id() AS gid, count(1) AS count, {reason_sums}, "
-        "CAST(sum(CASE WHEN outcome = 'dropped' THEN 1 ELSE 0 END) AS BIGINT) AS dropped, "
-        "CAST(sum(CASE WHEN outcome = 'routed' THEN 1 ELSE 0 END) AS BIGINT) AS routed, "
-        "sum(body_size) AS body_bytes, min(time_ms) AS first_ms, max(time_ms) AS last_ms "
+    fine.createOrReplaceTempView(view)
+    return fine.sparkSession.sql(
+        f"SELECT {', '.join(_COUNT_COLUMNS)}, grouping_id() AS gid, CAST(sum(n) AS BIGINT) AS count, "
+        f"{reason_sums}, "
+        "CAST(sum(CASE WHEN outcome = 'dropped' THEN n ELSE 0 END) AS BIGINT) AS dropped, "
+        "CAST(sum(CASE WHEN outcome = 'routed' THEN n ELSE 0 END) AS BIGINT) AS routed, "
+        "sum(bytes) AS body_bytes, min(first) AS first_ms, max(last) AS last_ms "
         f"FROM {view} GROUP BY {', '.join(_COUNT_COLUMNS)} GROUPING SETS ({sets})"
     )
 
@@ -126,7 +133,14 @@ def _percentile_aggregation(df: DataFrame, buckets: Buckets) -> DataFrame:
         F.array(*_percentiles(on_time)).alias("late_p"), F.max(on_time).alias("late_max"),
         *histogram,
     ]  # fmt: skip
-    return projected.rollup("vhost", "queue").agg(F.grouping_id().alias("gid"), *aggs)
+    # per queue and overall, as two aggregations in one job (a rollup would also expand every row
+    # for its (vhost) set)
+    per_queue = projected.groupBy("vhost", "queue").agg(F.lit(0).cast("long").alias("gid"), *aggs)
+    nothing = F.lit(None).cast("string")
+    overall = projected.agg(
+        nothing.alias("vhost"), nothing.alias("queue"), F.lit(3).cast("long").alias("gid"), *aggs
+    )
+    return per_queue.unionByName(overall)
 
 
 # -- ordering like Spark's orderBy --------------------------------------------------------------------
@@ -262,3 +276,4 @@ def fused_percentile_rows(records: DataFrame, buckets: Buckets) -> dict[str, lis
 def fused_rows(records: DataFrame, *, top: int, buckets: Buckets) -> dict[str, list[dict[str, Any]]]:
     """Every covered table's rows (dicts, in the reference functions' order and limits)."""
     return {**fused_count_rows(records, top), **fused_percentile_rows(records, buckets)}
+

@@ -197,7 +197,10 @@ def scan_archive(
     raw, used = load_raw(spark, path, fmt)
     keep = list(columns) if columns is not None else list(FIELDS)
     classified = classify(raw).select(
-        *keep, *_touch_all(keep), F.col(STATUS_COLUMN), F.col(FILE_COLUMN), F.col(SAMPLE_COLUMN)
+        # Parquet columns are typed (written by compact): nothing to catch in the ones not kept, so
+        # only the kept ones are read; JSON text must be parsed whole to find every type error.
+        *keep, *(_touch_all(keep) if used == "json" else ()), F.col(STATUS_COLUMN), F.col(FILE_COLUMN),
+        F.col(SAMPLE_COLUMN),
     )
     if persist:
         classified = classified.persist(StorageLevel.MEMORY_AND_DISK)

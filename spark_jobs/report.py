@@ -256,13 +256,18 @@ def retry_loops(df: DataFrame, threshold: int = 3) -> DataFrame:
 
 def top_message_ids(df: DataFrame, n: int = 20) -> DataFrame:
     """``message_id, count, queues, max_death_count``: the ``n`` ids seen most (null ids left out)."""
-    return (
+    # per (id, queue) first, then per id: the same numbers as countDistinct without its expand step
+    per_queue = (
         df.filter(F.col("message_id").isNotNull())
-        .groupBy("message_id")
+        .groupBy("message_id", "vhost", "queue")
+        .agg(_count(), F.max("death_count").alias("max_death_count"))
+    )
+    return (
+        per_queue.groupBy("message_id")
         .agg(
-            _count(),
-            F.countDistinct("vhost", "queue").alias("queues"),
-            F.max("death_count").alias("max_death_count"),
+            F.sum("count").alias("count"),
+            F.count(F.lit(1)).alias("queues"),
+            F.max("max_death_count").alias("max_death_count"),
         )
         .orderBy(F.desc("count"), "message_id")
         .limit(n)
@@ -397,7 +402,9 @@ _FULL_TABLES = frozenset(
 
 
 #: Tables with at most this many rows are collected once and written from the driver.
-COLLECT_LIMIT = 50_000
+COLLECT_LIMIT = 200_000
+#: Up to this many rows a collected table is sent back to Spark to be written as Parquet.
+SEND_BACK_LIMIT = 20_000
 
 
 def _materialise(
@@ -407,15 +414,21 @@ def _materialise(
     result = table.compute(records)
     head = result.limit(COLLECT_LIMIT + 1).collect()
     parquet_dir = join(out, "tables", table.name + ".parquet")
-    if len(head) <= COLLECT_LIMIT:  # the usual case: no recomputation, one small file each
+    if len(head) <= SEND_BACK_LIMIT:  # the usual case: no recomputation, one small file each
         total = len(head)
         source = spark.createDataFrame(head, result.schema).coalesce(1)
         source.write.mode("overwrite").parquet(parquet_dir)
+        csv_rows: Iterable[Sequence[Any]] = head
+    elif len(head) <= COLLECT_LIMIT:  # computing it again beats sending this many rows back to the JVM
+        total = len(head)
+        result.coalesce(1).write.mode("overwrite").parquet(parquet_dir)
+        csv_rows = head
     else:
         result.write.mode("overwrite").parquet(parquet_dir)
         source = spark.read.parquet(parquet_dir)
         total = source.count()
-    csv_rows: Iterable[Sequence[Any]] = head if len(head) <= COLLECT_LIMIT else source.toLocalIterator()
+        # a few partitions streamed to the driver (one job each), not one job per shuffle partition
+        csv_rows = source.coalesce(4).toLocalIterator(prefetchPartitions=True)
     write_csv(spark, join(out, "tables", table.name + ".csv"), result.columns, csv_rows)
     shown = head if table.name in _FULL_TABLES else head[:top]
     return [row.asDict(recursive=True) for row in shown], total
@@ -456,9 +469,41 @@ def run_report(
     Raises:
         pyspark.errors.AnalysisException: the archive path does not exist.
     """
+    started = time.monotonic()
+    restore = _fit_shuffle_partitions(spark)
+    try:
+        return _run_report(spark, archive, out, started, retry_threshold=retry_threshold, top=top,
+                           type_header=type_header, fmt=fmt, charts=charts, parallel=parallel)  # fmt: skip
+    finally:
+        restore()
+
+
+def _fit_shuffle_partitions(spark: SparkSession) -> Callable[[], None]:
+    """Spark's default of 200 shuffle partitions is for clusters: the report's aggregations are small,
+    so with the default in force it uses two per core (at least 4, at most 200) while it runs."""
+    key = "spark.sql.shuffle.partitions"
+    current = spark.conf.get(key)
+    if current != "200":  # set on purpose (--conf): left alone
+        return lambda: None
+    spark.conf.set(key, str(min(200, max(4, 2 * spark.sparkContext.defaultParallelism))))
+    return lambda: spark.conf.set(key, current)
+
+
+def _run_report(
+    spark: SparkSession,
+    archive: str | Sequence[str],
+    out: str,
+    started: float,
+    *,
+    retry_threshold: int,
+    top: int,
+    type_header: str | None,
+    fmt: Format,
+    charts: bool,
+    parallel: int,
+) -> dict[str, Any]:
     from ottermq.spark_jobs import render  # matplotlib is imported only when charts are drawn
 
-    started = time.monotonic()
     columns = [*REPORT_COLUMNS, *(("headers",) if type_header else ())]
     scan = scan_archive(spark, archive, fmt=fmt, columns=columns, persist=True)
     records = scan.records

@@ -131,6 +131,7 @@ BAD_VALUES = {
     "dlx_archive_max_bytes": "10",
     "dlx_archive_body_bytes": "-1",
     "dlx_archive_queue": "0",
+    "dlx_archive_idle_close": "-1",
     "enable_web_api": "perhaps",
     "enable_ui": "perhaps",
     "dlx_reports_dir": None,  # any path; a missing folder shows as no reports in the UI
