@@ -9,7 +9,8 @@ For each size (default 1M and 10M records):
    archive, then on the Parquet one.
 
 Each step prints wall time and records/s (records in the archive / seconds, Spark start-up
-excluded: one session serves every step). Needs the ``spark`` extra and Java 17.
+excluded: one session serves every step; with ``--reps N`` each report runs N times and the median
+is shown, the runs are in ``--json``). Needs the ``spark`` extra and Java 17.
 
     python benchmarks/spark_report.py                      # 1M and 10M under /tmp/ottermq-spark-bench
     python benchmarks/spark_report.py --sizes 100k --master 'local[2]'
@@ -23,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -73,6 +75,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep compacted Parquet and reports afterwards")
     parser.add_argument("--skip", default="", help="steps to skip: compact,report-json,report-parquet")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--reps", type=int, default=1, help="run each report N times and report the median")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     skip = set(filter(None, args.skip.split(",")))
@@ -106,10 +109,14 @@ def main() -> int:
                 if f"report-{fmt}" in skip or not source.exists():
                     continue
                 out = args.workdir / f"report-{label}-{fmt}"
-                started = time.monotonic()
-                summary = run_report(spark, str(source), str(out), fmt=fmt)  # type: ignore[arg-type]
-                row[f"report_{fmt}_s"] = time.monotonic() - started
-                assert summary["records"] == n, summary["records"]
+                times = []
+                for _ in range(max(1, args.reps)):
+                    started = time.monotonic()
+                    summary = run_report(spark, str(source), str(out), fmt=fmt)  # type: ignore[arg-type]
+                    times.append(time.monotonic() - started)
+                    assert summary["records"] == n, summary["records"]
+                row[f"report_{fmt}_s"] = statistics.median(times)
+                row[f"report_{fmt}_runs"] = [round(t, 2) for t in times]
                 if not args.keep:
                     shutil.rmtree(out, ignore_errors=True)
             if not args.keep:

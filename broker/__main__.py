@@ -167,10 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         description="move: send a queue's dead letters back to their original (or a chosen) exchange,"
         " run by a running broker (management API); export: read any AMQP queue into archive JSON Lines"
         " (broker.dlq_cli; the broker keeps running); report/compact/select/replay: Spark jobs on an"
-        " archive (needs the 'spark' extra)",
+        " archive, watch: a streaming job over a live one (need the 'spark' extra)",
         formatter_class=fmt,
     )
-    dlq.add_argument("action", choices=["move", "export", "report", "compact", "select", "replay"])
+    dlq.add_argument("action", choices=["move", "export", "report", "compact", "select", "replay", "watch"])
     dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")
     admin_cli.add_parsers(sub, admin_defaults())
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Entry points for ``ottermq dlq report|compact|select|replay`` (the broker's CLI calls these lazily).
+"""Entry points for ``ottermq dlq report|compact|select|replay|watch`` (the broker's CLI calls these lazily).
 
 Each takes the arguments after the sub-command and returns an exit status: 0 success, 1 the
 replay left messages unconfirmed, 2 bad input or a missing optional dependency. This module
@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-__all__ = ["compact_main", "replay_main", "report_main", "select_main"]
+__all__ = ["compact_main", "replay_main", "report_main", "select_main", "watch_main"]
 
 log = logging.getLogger(__name__)
 
@@ -50,3 +50,8 @@ def select_main(argv: Sequence[str] | None = None) -> int:
 def replay_main(argv: Sequence[str] | None = None) -> int:
     """``ottermq dlq replay SET --url AMQP_URL --exchange X [--routing-key K] [--rate N]``."""
     return _run("replay", "publish_main", argv)
+
+
+def watch_main(argv: Sequence[str] | None = None) -> int:
+    """``ottermq dlq watch ARCHIVE --out DIR [--alert RULE] [--once]``."""
+    return _run("watch", "main", argv)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ottermq.spark_jobs.schema import REASONS, SCHEMA_VERSION
 
-__all__ = ["charts", "console", "format_ms", "markdown", "summary"]
+__all__ = ["charts", "console", "format_ms", "html", "markdown", "summary"]
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,87 @@ def markdown(
         limit = None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
         out.append(_table(rows, limit, summary.get("table_rows", {}).get(name)))
     return "\n".join(out)
+
+
+_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%}
+.muted{color:#777}
+"""
+
+
+def html(
+    summary: Mapping[str, Any],
+    results: Mapping[str, Rows],
+    titles: Mapping[str, str],
+    pngs: Mapping[str, bytes],
+    top: int = 20,
+) -> str:
+    """report.html: report.md's content in one self-contained file (tables, charts inlined as data URIs)."""
+    import base64
+    from html import escape
+
+    inp = summary["input"]
+
+    def table(rows: Rows, limit: int | None = None, total: int | None = None) -> str:
+        if not rows:
+            return "<p class=muted>none</p>"
+        names = list(rows[0])
+        head = "".join(f"<th>{escape(_header(n))}</th>" for n in names)
+        body = []
+        for row in rows[:limit]:
+            cells = []
+            for n in names:
+                value = row[n]
+                numeric = isinstance(value, int | float) and not isinstance(value, bool)
+                cells.append(f"<td{' class=n' if numeric else ''}>{escape(_cell(n, value))}</td>")
+            body.append("<tr>" + "".join(cells) + "</tr>")
+        more = max(len(rows), total or 0) - len(rows[:limit])
+        tail = f"<p class=muted>{more:,} more rows in the CSV/Parquet table.</p>" if more > 0 else ""
+        return f"<table><tr>{head}</tr>{''.join(body)}</table>{tail}"
+
+    def image(name: str, alt: str) -> str:
+        data = pngs.get(name)
+        if not data:
+            return ""
+        encoded = base64.b64encode(data).decode()
+        return f'<p><img alt="{escape(alt)}" src="data:image/png;base64,{encoded}"></p>'
+
+    parts = [
+        "<!doctype html><html><head><meta charset=utf-8><title>Dead-letter report</title>",
+        f"<style>{_STYLE}</style></head><body><h1>Dead-letter report</h1>",
+        f"<p>Archive <code>{escape(str(summary['archive']))}</code> ({escape(str(inp.get('format')))}), "
+        f"generated {escape(str(summary['generated_at']))}.</p><ul>",
+        f"<li><b>{summary['records']:,}</b> dead letters from "
+        f"{escape(str(summary['first_death'] or '–'))} to "
+        f"{escape(str(summary['last_death'] or '–'))} (UTC), {summary['queues']} queues in "
+        f"{summary['vhosts']} vhosts</li>",
+        f"<li>{inp.get('lines', 0):,} lines read, <b>{inp.get('bad', 0):,} skipped</b>: "
+        f"{inp.get('corrupt', 0):,} corrupt, {inp.get('unsupported', 0):,} unsupported schema, "
+        f"{inp.get('invalid', 0):,} missing required fields</li></ul>",
+    ]
+    if inp.get("bad_files"):
+        parts += ["<h2>Skipped lines</h2>", table(inp["bad_files"], 20)]
+    for name, rows in results.items():
+        if name == "overview":
+            continue
+        parts.append(f"<h2>{escape(titles.get(name, name))}</h2>")
+        chart = _CHART_AFTER.get(name)
+        if chart:
+            parts.append(image(chart[0], chart[1]))
+        if name == "by_hour" and len(rows) > 48:
+            parts.append(f"<p class=muted>{len(rows)} hour/reason rows: see the chart and "
+                         "tables/by_hour.csv.</p>")  # fmt: skip
+            continue
+        if name == "top_message_ids" and rows and all(row.get("count") == 1 for row in rows):
+            parts.append("<p class=muted>Every message id was dead-lettered once: no id stands out.</p>")
+            continue
+        limit = None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
+        parts.append(table(rows, limit, summary.get("table_rows", {}).get(name)))
+    parts.append("</body></html>\n")
+    return "".join(parts)
 
 
 def console(summary: Mapping[str, Any], out_dir: str) -> str:

@@ -553,10 +553,12 @@ def _run_report(
     summary["table_rows"] = table_rows
     summary["seconds"] = round(time.monotonic() - started, 3)
     chart_files: dict[str, str] = {}
+    pngs: dict[str, bytes] = {}
     if charts:
         log.info("drawing charts")
         timeline = (fused.get("_timeline", []), bucket_ms)
-        for name, png in render.charts(results, top=top, timeline=timeline).items():
+        pngs = render.charts(results, top=top, timeline=timeline)
+        for name, png in pngs.items():
             write_bytes(spark, join(out, "charts", name), png)
             chart_files[name] = "charts/" + name
     summary["charts"] = sorted(chart_files.values())
@@ -565,6 +567,7 @@ def _run_report(
     write_bytes(
         spark, join(out, "report.md"), render.markdown(summary, results, titles, chart_files, top).encode()
     )
+    write_bytes(spark, join(out, "report.html"), render.html(summary, results, titles, pngs, top).encode())
     log.info("report written to %s in %.1f s", out, summary["seconds"])
     return summary
 

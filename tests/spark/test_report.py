@@ -213,6 +213,11 @@ def test_report_main_writes_everything(spark: Any, archive_dir: Path, tmp_path: 
     assert "![Deaths over time by reason](charts/deaths_per_hour.png)" in report_md
     assert "| vhost | queue | count |" in report_md
     assert "1 more rows in the CSV/Parquet table" in report_md  # by_queue cut to --top 2
+    assert "| p50_ms | p90_ms | p99_ms | max_ms |" in report_md  # ms columns hold ms numbers
+    assert "| 300 | 1,050 | 5,000 | 5,000 |" in report_md
+    report_html = (out / "report.html").read_text()  # self-contained: charts inlined, no file links
+    assert report_html.count('src="data:image/png;base64,') == 3 and "charts/" not in report_html
+    assert "<th>vhost</th><th>queue</th><th>count</th>" in report_html
 
     lines = (out / "tables" / "retry_loops.csv").read_text().splitlines()
     assert lines[0] == "vhost,queue,message_id,deaths,max_death_count,reasons,first_ms,last_ms"
