@@ -3,6 +3,7 @@ after another against one broker: each must exit 0 and print what its comments s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,34 @@ def run(code: str, port: int, cwd: Path, name: str, timeout: float = 60) -> list
     return result.stdout.splitlines()
 
 
+@contextlib.contextmanager
+def celery_worker(tasks_code: str, module: str, port: int, cwd: Path) -> Iterator[None]:
+    """A Celery worker (``--pool=solo``) for ``module`` (the README's tasks file), ready, stopped after."""
+    (cwd / f"{module}.py").write_text(tasks_code.replace("localhost:5672", f"127.0.0.1:{port}"))
+    celery = Path(sys.executable).with_name("celery")
+    log_path = cwd / f"{module}-worker.log"
+    with open(log_path, "ab") as log:
+        worker = subprocess.Popen(
+            [str(celery) if celery.exists() else (shutil.which("celery") or "celery"),
+             "-A", module, "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO"],
+            cwd=cwd, env=dict(os.environ, PYTHONSAFEPATH="1"), stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while " ready." not in log_path.read_text(errors="replace"):
+            assert worker.poll() is None, log_path.read_text(errors="replace")
+            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.05)
+        yield
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
 def test_python_snippets_one_after_another(broker_process, tmp_path):
     b = broker_process().start()
     (pika_code,) = snippets("### pika")
@@ -53,31 +83,10 @@ def test_python_snippets_one_after_another(broker_process, tmp_path):
         assert lines == ["b'order 42' expired pika.orders 1 1000"]
     assert run(aio_code, b.port, tmp_path, "aio_snippet.py") == ["""b'{"order": 1}' expired aio.orders 500"""]
 
-    (tmp_path / "tasks.py").write_text(tasks_code.replace("localhost:5672", f"127.0.0.1:{b.port}"))
-    celery = Path(sys.executable).with_name("celery")
-    log_path = tmp_path / "worker.log"
-    with open(log_path, "ab") as log:
-        worker = subprocess.Popen(
-            [str(celery) if celery.exists() else (shutil.which("celery") or "celery"),
-             "-A", "tasks", "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO"],
-            cwd=tmp_path, env=dict(os.environ, PYTHONSAFEPATH="1"), stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while " ready." not in log_path.read_text(errors="replace"):
-            assert worker.poll() is None, log_path.read_text(errors="replace")
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
-            time.sleep(0.05)
+    with celery_worker(tasks_code, "tasks", b.port, tmp_path):
         assert run(client_code, b.port, tmp_path, "client.py") == [
             "5", "['page', 'info']", "tasks.charge [-1] rejected tasks"
         ]
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
 
 
 def test_retry_with_back_off_snippets(broker_process, tmp_path):
@@ -87,26 +96,5 @@ def test_retry_with_back_off_snippets(broker_process, tmp_path):
     lines = run(pika_code, b.port, tmp_path, "pika_retry.py")
     assert lines == ["b'job 1' True delivery_limit", "b'call back' -300"]
     tasks_code, client_code = snippets("### Retry with back-off: Celery")
-    (tmp_path / "retry_tasks.py").write_text(tasks_code.replace("localhost:5672", f"127.0.0.1:{b.port}"))
-    celery = Path(sys.executable).with_name("celery")
-    log_path = tmp_path / "retry_worker.log"
-    with open(log_path, "ab") as log:
-        worker = subprocess.Popen(
-            [str(celery) if celery.exists() else (shutil.which("celery") or "celery"),
-             "-A", "retry_tasks", "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO"],
-            cwd=tmp_path, env=dict(os.environ, PYTHONSAFEPATH="1"), stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while " ready." not in log_path.read_text(errors="replace"):
-            assert worker.poll() is None, log_path.read_text(errors="replace")
-            assert time.monotonic() < deadline, log_path.read_text(errors="replace")
-            time.sleep(0.05)
+    with celery_worker(tasks_code, "retry_tasks", b.port, tmp_path):
         assert run(client_code, b.port, tmp_path, "retry_client.py") == ["called for 7 True"]
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()

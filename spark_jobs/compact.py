@@ -24,7 +24,7 @@ from typing import Any
 from ottermq.spark_jobs.io import Format, scan_archive
 from ottermq.spark_jobs.schema import SCHEMA_VERSION, day_label
 from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
-from ottermq.spark_jobs.storage import COMPACT_MARKER, join, preflight, read_bytes, write_bytes
+from ottermq.spark_jobs.storage import COMPACT_MARKER, check_inputs, join, read_bytes, write_bytes
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -108,12 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.verbose)
     from pyspark.errors import AnalysisException
 
-    found, problem = preflight(list(args.archive))
-    if problem:
-        log.error("%s", problem)  # before Spark starts
+    if not check_inputs(list(args.archive), log):  # before Spark starts
         return 2
-    if found is not None and found.parts:
-        log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
     with spark_session("ottermq-dlq-compact", args.master, parse_conf(args.conf), args.verbose) as spark:
         try:
             run = compact(spark, args.archive, args.out, mode=args.mode, fmt=args.format)

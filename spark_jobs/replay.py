@@ -39,11 +39,11 @@ from ottermq.spark_jobs.io import Format, scan_archive
 from ottermq.spark_jobs.schema import FIELDS, OUTCOMES, REASONS, SCHEMA_VERSION, headers_map
 from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
 from ottermq.spark_jobs.storage import (
+    check_inputs,
     is_local,
     join,
     list_files,
     local_path,
-    preflight,
     read_bytes,
     write_bytes,
 )
@@ -403,12 +403,8 @@ def select_main(argv: Sequence[str] | None = None) -> int:
     )
     from pyspark.errors import AnalysisException
 
-    found, problem = preflight(list(args.archive))
-    if problem:
-        log.error("%s", problem)  # before Spark starts
+    if not check_inputs(list(args.archive), log):  # before Spark starts
         return 2
-    if found is not None and found.parts:
-        log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
     with spark_session("ottermq-dlq-select", args.master, parse_conf(args.conf), args.verbose) as spark:
         try:
             manifest = write_replay_set(spark, args.archive, args.out, selection, fmt=args.format)

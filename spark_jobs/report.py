@@ -38,7 +38,7 @@ from ottermq.spark_jobs.fused import FUSED_TABLES, fused_count_rows, fused_perce
 from ottermq.spark_jobs.io import Format, scan_archive
 from ottermq.spark_jobs.schema import DAY_MS, HOUR_MS, REASONS, headers_map, hour_label
 from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
-from ottermq.spark_jobs.storage import join, open_output, preflight, write_bytes
+from ottermq.spark_jobs.storage import check_inputs, join, open_output, write_bytes
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -600,12 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ottermq.spark_jobs import render
     from pyspark.errors import AnalysisException
 
-    found, problem = preflight(list(args.archive))
-    if problem:
-        log.error("%s", problem)  # before Spark starts
+    if not check_inputs(list(args.archive), log):  # before Spark starts
         return 2
-    if found is not None and found.parts:
-        log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
     with spark_session("ottermq-dlq-report", args.master, parse_conf(args.conf), args.verbose) as spark:
         try:
             summary = run_report(

@@ -209,3 +209,15 @@ def preflight(paths: list[str]) -> tuple[LocalInput | None, str | None]:
             hint = f" ({len(waiting)} .jsonl.part file(s) still being written)" if waiting else ""
             return LocalInput(files, parts), f"{uri}: no archive files (*.jsonl, *.jsonl.gz, *.parquet){hint}"
     return LocalInput(files, parts), None
+
+
+def check_inputs(paths: list[str], log: Any) -> bool:
+    """:func:`preflight` for a job's ``main``: log the problem (False: exit 2 before Spark starts), or
+    how many ``.jsonl.part`` files will be skipped."""
+    found, problem = preflight(paths)
+    if problem:
+        log.error("%s", problem)
+        return False
+    if found is not None and found.parts:
+        log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
+    return True
