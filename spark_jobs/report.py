@@ -38,7 +38,7 @@ from ottermq.spark_jobs.fused import FUSED_TABLES, fused_count_rows, fused_perce
 from ottermq.spark_jobs.io import Format, scan_archive
 from ottermq.spark_jobs.schema import DAY_MS, HOUR_MS, REASONS, headers_map, hour_label
 from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
-from ottermq.spark_jobs.storage import check_inputs, join, open_output, write_bytes
+from ottermq.spark_jobs.storage import check_inputs, join, move_single_file, open_output, write_bytes
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -387,6 +387,35 @@ def write_csv(spark: SparkSession, uri: str, columns: Sequence[str], rows: Itera
         stream.write(buf.getvalue().encode())
 
 
+def spark_csv(spark: SparkSession, table: DataFrame, uri: str) -> bool:
+    """Write a big table as one CSV file with Spark, byte for byte as :func:`write_csv` would (header,
+    ``;``-joined arrays, empty fields for null and "", RFC 4180 quoting, ``\n`` lines). Tables with
+    floating-point columns are left to :func:`write_csv` (Python and Spark print them differently).
+
+    Returns:
+        Whether it wrote the file.
+    """
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType
+
+    if any(isinstance(f.dataType, DoubleType | FloatType) for f in table.schema.fields):
+        return False
+    columns = [
+        F.array_join(F.col(f.name).cast("array<string>"), ";", "").alias(f.name)
+        if isinstance(f.dataType, ArrayType) else F.col(f.name)
+        for f in table.schema.fields
+    ]  # fmt: skip
+    staging = uri + ".spark"
+    (
+        table.select(*columns).coalesce(1).write.mode("overwrite")
+        .option("header", True).option("nullValue", "").option("emptyValue", "")
+        .option("quote", '"').option("escape", '"').option("lineSep", "\n")
+        .option("ignoreLeadingWhiteSpace", False).option("ignoreTrailingWhiteSpace", False)
+        .csv(staging)
+    )  # fmt: skip
+    move_single_file(spark, staging, ".csv", uri)
+    return True
+
+
 #: Tables report.md and the charts need in full (everything else is shown up to --top rows).
 _FULL_TABLES = frozenset(
     {
@@ -414,11 +443,12 @@ def _materialise(
     result = table.compute(records)
     head = result.limit(COLLECT_LIMIT + 1).collect()
     parquet_dir = join(out, "tables", table.name + ".parquet")
+    csv_uri = join(out, "tables", table.name + ".csv")
     if len(head) <= SEND_BACK_LIMIT:  # the usual case: no recomputation, one small file each
         total = len(head)
         source = spark.createDataFrame(head, result.schema).coalesce(1)
         source.write.mode("overwrite").parquet(parquet_dir)
-        csv_rows: Iterable[Sequence[Any]] = head
+        csv_rows: Iterable[Sequence[Any]] | None = head
     elif len(head) <= COLLECT_LIMIT:  # computing it again beats sending this many rows back to the JVM
         total = len(head)
         result.coalesce(1).write.mode("overwrite").parquet(parquet_dir)
@@ -427,9 +457,12 @@ def _materialise(
         result.write.mode("overwrite").parquet(parquet_dir)
         source = spark.read.parquet(parquet_dir)
         total = source.count()
-        # a few partitions streamed to the driver (one job each), not one job per shuffle partition
-        csv_rows = source.coalesce(4).toLocalIterator(prefetchPartitions=True)
-    write_csv(spark, join(out, "tables", table.name + ".csv"), result.columns, csv_rows)
+        if spark_csv(spark, source, csv_uri):
+            csv_rows = None  # written by Spark
+        else:  # a few partitions streamed to the driver (one job each)
+            csv_rows = source.coalesce(4).toLocalIterator(prefetchPartitions=True)
+    if csv_rows is not None:
+        write_csv(spark, csv_uri, result.columns, csv_rows)
     shown = head if table.name in _FULL_TABLES else head[:top]
     return [row.asDict(recursive=True) for row in shown], total
 

@@ -221,3 +221,22 @@ def check_inputs(paths: list[str], log: Any) -> bool:
     if found is not None and found.parts:
         log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
     return True
+
+
+def move_single_file(spark: SparkSession, directory: str, suffix: str, target: str) -> None:
+    """Move the one ``*suffix`` file Spark wrote under ``directory`` to ``target`` (replacing it), then
+    delete ``directory``.
+
+    Raises:
+        OSError: not exactly one such file.
+    """
+    fs, folder = _jvm_fs(spark, directory)
+    parts = [s.getPath() for s in fs.listStatus(folder) if s.getPath().getName().endswith(suffix)]
+    if len(parts) != 1:
+        raise OSError(f"{directory}: expected one {suffix} file, found {len(parts)}")
+    target_fs, target_path = _jvm_fs(spark, target)
+    if target_fs.exists(target_path):
+        target_fs.delete(target_path, False)
+    if not fs.rename(parts[0], target_path):
+        raise OSError(f"cannot move {parts[0]} to {target}")
+    fs.delete(folder, True)

@@ -231,3 +231,43 @@ def test_report_main_writes_everything(spark: Any, archive_dir: Path, tmp_path: 
 
 def test_report_main_missing_archive(spark: Any, tmp_path: Path) -> None:
     assert R.main([str(tmp_path / "nope"), "--out", str(tmp_path / "out"), "--no-charts"]) == 2
+
+
+def test_spark_csv_writes_what_write_csv_writes(spark: Any, tmp_path: Path) -> None:
+    from ottermq.spark_jobs.report import spark_csv, write_csv
+    from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
+
+    schema = StructType([
+        StructField("name", StringType()), StructField("n", LongType()), StructField("flag", BooleanType()),
+        StructField("keys", ArrayType(StringType())),
+    ])  # fmt: skip
+    rows = [
+        ("plain", 1, True, ["a", "b"]), ('with "quotes"', -2, False, []), ("comma, inside", None, None, None),
+        ("line\nbreak", 3, True, ["x", None, "y"]), ("  spaces  ", 4, False, ["semi;colon"]),
+        ("", 0, None, [""]), (None, 5, True, ["ü", "✓"]),
+    ]  # fmt: skip
+    df = spark.createDataFrame(rows, schema).coalesce(1)
+    assert spark_csv(spark, df, str(tmp_path / "spark.csv"))
+    write_csv(spark, str(tmp_path / "python.csv"), df.columns, rows)
+    assert (tmp_path / "spark.csv").read_bytes() == (tmp_path / "python.csv").read_bytes()
+    assert not (tmp_path / "spark.csv.spark").exists()
+    doubles = spark.createDataFrame([(1.5,)], "x double")
+    assert not spark_csv(spark, doubles, str(tmp_path / "d.csv"))  # floats are left to write_csv
+
+
+def test_big_table_paths_write_the_same_files(
+    spark: Any, archive_dir: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Tables over the collect limits (written by Spark, CSV by Spark) give the same files as small ones."""
+    R.run_report(spark, str(archive_dir), str(tmp_path / "small"), charts=False)
+    monkeypatch.setattr(R, "SEND_BACK_LIMIT", 1)  # 2..3 rows: written again by Spark
+    monkeypatch.setattr(R, "COLLECT_LIMIT", 3)  # more: written by Spark, read back, CSV by Spark
+    R.run_report(spark, str(archive_dir), str(tmp_path / "big"), charts=False)
+    small, big = tmp_path / "small" / "tables", tmp_path / "big" / "tables"
+    names = sorted(p.name for p in small.glob("*.csv"))
+    assert names == sorted(p.name for p in big.glob("*.csv")) and len(names) == 16
+    for name in names:
+        assert (big / name).read_bytes() == (small / name).read_bytes(), name
+        table = name.removesuffix(".csv") + ".parquet"
+        read = spark.read.parquet
+        assert read(str(big / table)).collect() == read(str(small / table)).collect(), table
