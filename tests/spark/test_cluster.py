@@ -85,3 +85,29 @@ def test_spark_submit_report_to_a_standalone_cluster(
     assert summary["records"] == 12
     assert summary["by_reason"] == {"expired": 5, "rejected": 4, "maxlen": 2, "delivery_limit": 1}
     assert "dead letters: 12" in result.stdout
+
+
+def test_spark_submit_watch_to_a_standalone_cluster(
+    standalone_cluster: tuple[str, dict[str, str]], archive_dir: Path, tmp_path: Path, spark: Any
+) -> None:
+    """``dlq watch --once`` through spark-submit on the cluster: the streaming job's totals are the
+    archive's (its ``.part`` file is not read)."""
+    from ottermq.spark_jobs import watch
+
+    url, env = standalone_cluster
+    out = tmp_path / "live"
+    submit = str(Path(env["SPARK_HOME"]) / "bin" / "spark-submit")
+    result = subprocess.run(
+        [submit, "--master", url, "--conf", "spark.executor.memory=512m", watch.__file__, str(archive_dir),
+         "--out", str(out), "--once", "--alert", "reason=expired,rate>=1/min"],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"Connecting to master {url}" in result.stderr
+    rows = spark.read.parquet(str(out / "minutes")).collect()
+    assert sum(r["deaths"] for r in rows) == 12
+    by_reason: dict[str, int] = {}
+    for r in rows:
+        by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + r["deaths"]
+    assert by_reason == {"expired": 5, "rejected": 4, "maxlen": 2, "delivery_limit": 1}
+    assert (out / "alerts.jsonl").read_text().count('"rule": "reason=expired,rate>=1/min"') >= 1
