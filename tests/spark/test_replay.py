@@ -260,6 +260,10 @@ def test_replay_into_a_real_broker(spark: Any, amqp_url: str, archive_dir: Path,
         assert channel.basic_get(queue, auto_ack=True)[0] is None
         nowhere = [str(set_dir), "--url", amqp_url, "--exchange", "", "--routing-key", queue + ".missing"]
         assert replay.publish_main(nowhere) == 1
+        # mistakes are refused before Spark starts: a missing exchange, a folder that is not a set
+        missing = f"{queue}.no-such-exchange"
+        assert replay.publish_main([str(set_dir), "--url", amqp_url, "--exchange", missing]) == 2
+        assert replay.publish_main([str(tmp_path), "--url", amqp_url, "--exchange", ""]) == 2
     finally:
         if connection.is_open:
             connection.channel().queue_delete(queue)
