@@ -74,6 +74,11 @@ PREDECLARED = (
 )
 
 
+def _durable_owner(owner: Exchange | Queue) -> bool:
+    """Whether an exchange or queue outlives a restart (an exclusive queue does not)."""
+    return owner.durable and not getattr(owner, "exclusive", False)
+
+
 def generated_name(prefix: str) -> str:
     """A RabbitMQ-style generated name: ``amq.gen-`` / ``amq.ctag-`` + 22 url-safe chars."""
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
@@ -193,7 +198,7 @@ class VHost:
             policy = choose(self.policies.values(), "exchange", exchange.name)
             if policy is not None or exchange.policy is not None:
                 exchange.set_policy(policy.name if policy else None, policy.definition if policy else {})
-                self._configure_dedup("exchange", exchange, policy.definition if policy else {})
+                self._apply_dedup_policy("exchange", exchange, policy.definition if policy else {})
 
     def _apply_to_queue(self, queue: Queue) -> None:
         user = choose(self.policies.values(), "queue", queue.name)
@@ -207,27 +212,35 @@ class VHost:
             definition,
             effective_args(queue.declared_args, definition),
         )
-        self._configure_dedup("queue", queue, definition)
+        self._apply_dedup_policy("queue", queue, definition)
 
     # -- deduplication ----------------------------------------------------------------------
     def _dedup_settings(
-        self, kind: str, owner: Exchange | Queue, definition: dict[str, Any], arguments: dict[str, Any]
+        self, kind: str, owner: Exchange | Queue, definition: dict[str, Any]
     ) -> DedupSettings | None:
-        """Raises PreconditionFailed for invalid arguments (``dedup.dedup_settings``)."""
-        always = kind == "exchange" and getattr(owner, "TYPE", "") == DEDUP_EXCHANGE_TYPE
-        return dedup_settings(arguments, definition, durable=owner.durable, always=always,
+        """What ``owner``'s arguments and policy ``definition`` ask for (``dedup.dedup_settings``).
+
+        Raises:
+            PreconditionFailed: an invalid argument.
+        """
+        if isinstance(owner, Exchange):
+            arguments, always = owner.arguments, owner.TYPE == DEDUP_EXCHANGE_TYPE
+        else:
+            arguments, always = owner.declared_args.raw, False
+        durable = _durable_owner(owner)
+        return dedup_settings(arguments, definition, durable=durable, always=always,
                               resource=f"{kind} '{owner.name}' in vhost '{self.name}'")  # fmt: skip
 
-    def _configure_dedup(
-        self, kind: str, owner: Exchange | Queue, definition: dict[str, Any], settings: Any = False
-    ) -> None:
-        """Give ``owner`` the deduplication cache its arguments and policy ask for (``dedup.py``)."""
-        if settings is False:
-            arguments = owner.arguments if isinstance(owner, Exchange) else owner.declared_args.raw
-            try:
-                settings = self._dedup_settings(kind, owner, definition, arguments)
-            except PreconditionFailed:
-                settings = None  # a policy value the arguments already refused: keep the arguments' view
+    def _apply_dedup_policy(self, kind: str, owner: Exchange | Queue, definition: dict[str, Any]) -> None:
+        """A policy changed: the cache its arguments and the new definition ask for."""
+        try:
+            settings = self._dedup_settings(kind, owner, definition)
+        except PreconditionFailed:
+            settings = None  # a policy value the arguments already refused: keep the arguments' view
+        self._configure_dedup(kind, owner, settings)
+
+    def _configure_dedup(self, kind: str, owner: Exchange | Queue, settings: DedupSettings | None) -> None:
+        """Give ``owner`` the deduplication cache ``settings`` describe (None: none)."""
         cache = owner.dedup
         if settings is None:
             if cache is not None:
@@ -242,8 +255,7 @@ class VHost:
             self.dedup_store.detach(self.name, kind, owner.name)
         cache = DedupCache(settings)
         owner.dedup = cache
-        durable_owner = owner.durable and not getattr(owner, "exclusive", False)
-        if settings.persistent and durable_owner and self.dedup_store is not None:
+        if settings.persistent and _durable_owner(owner) and self.dedup_store is not None:
             self.dedup_store.attach(self.name, kind, owner.name, cache)
 
     def _forget_dedup(self, kind: str, owner: Exchange | Queue) -> None:
@@ -311,15 +323,13 @@ class VHost:
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {}, self.name)
         policy = choose(self.policies.values(), "exchange", name) if self.policies else None
-        definition = policy.definition if policy is not None else {}
-        settings = self._dedup_settings("exchange", exchange, {}, exchange.arguments)  # 406 before it exists
-        if policy is not None:
-            settings = self._dedup_settings("exchange", exchange, definition, exchange.arguments)
+        # arguments checked (406) before the exchange exists
+        settings = self._dedup_settings("exchange", exchange, policy.definition if policy else {})
         self.exchanges[name] = exchange
         if policy is not None:
             exchange.set_policy(policy.name, policy.definition)
         if settings is not None:
-            self._configure_dedup("exchange", exchange, definition, settings)
+            self._configure_dedup("exchange", exchange, settings)
         if durable and self.store is not None:
             self.store.exchange_declared(self.name, exchange)
         return exchange
@@ -403,20 +413,19 @@ class VHost:
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) is reached"
             )
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
-        dedup = dedup_settings(args.raw, None, durable=durable and not exclusive,
-                               resource=f"queue '{name}' in vhost '{self.name}'")  # fmt: skip
         queue = Queue(
             name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args,
             ttl=self.ttl, sink=self.sink, limits=self.limits,
         )
+        dedup = self._dedup_settings("queue", queue, {})  # 406 before the queue exists
         queue.on_expired = self._expire_queue
         queue.call_at = self.call_at
         self.queues[name] = queue
         self.queues_created += 1
         if self.policies or self.operator_policies:
             self._apply_to_queue(queue)
-        if dedup is not None and queue.dedup is None:
-            self._configure_dedup("queue", queue, {}, dedup)
+        if dedup is not None and queue.dedup is None:  # no policy configured it
+            self._configure_dedup("queue", queue, dedup)
         if durable and not exclusive and self.store is not None:
             self.store.queue_declared(queue)
         return queue
