@@ -24,13 +24,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ottermq.spark_jobs.schema import ARCHIVE_SCHEMA, CORRUPT_COLUMN, FIELDS, SCHEMA_VERSION
 from ottermq.spark_jobs.storage import detect_format
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.readwriter import DataStreamReader
 from pyspark.sql.types import StringType, StructField, StructType
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "ArchiveScan",
     "BadFile",
     "classify",
+    "is_good",
+    "json_reader",
     "load_raw",
     "read_archive",
     "scan_archive",
@@ -46,6 +49,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Format = Literal["auto", "json", "parquet"]
+Reader = TypeVar("Reader", DataFrameReader, DataStreamReader)
 
 #: Fields a schema-1 record must have (non-null) to be analysed.
 REQUIRED_FIELDS = ("time_ms", "reason", "vhost", "queue", "outcome")
@@ -133,24 +137,42 @@ def load_raw(spark: SparkSession, path: str | Sequence[str], fmt: Format = "auto
         columns = [F.col(name).cast(ARCHIVE_SCHEMA[name].dataType).alias(name) for name in FIELDS]
         return df.select(*columns, F.lit(None).cast("string").alias(CORRUPT_COLUMN)), fmt
     reader = (
-        spark.read.schema(_JSON_READ_SCHEMA)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+        json_reader(spark.read)
         .option("recursiveFileLookup", "true")
         .option("pathGlobFilter", "*.{jsonl,jsonl.gz}")
     )
     return reader.json(paths), fmt
 
 
+def json_reader(reader: Reader) -> Reader:
+    """A batch or streaming reader set up for archive lines: the schema, and a line that does not
+    parse kept in ``_corrupt_record`` instead of failing the read."""
+    return (
+        reader.schema(_JSON_READ_SCHEMA)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+    )
+
+
+def required_missing() -> Column:
+    """True for a line missing one of :data:`REQUIRED_FIELDS`."""
+    missing: Column = F.lit(False)
+    for name in REQUIRED_FIELDS:
+        missing = missing | F.col(name).isNull()
+    return missing
+
+
+def is_good() -> Column:
+    """True for an ``ok`` line (what :func:`classify` marks ``ok``), for readers that only filter."""
+    return F.col(CORRUPT_COLUMN).isNull() & (F.col("schema") == SCHEMA_VERSION) & ~required_missing()
+
+
 def classify(raw: DataFrame) -> DataFrame:
     """Add ``_status`` (ok/corrupt/unsupported/invalid), and ``_file``/``_sample`` for non-ok rows."""
-    required_missing: Column = F.lit(False)
-    for name in REQUIRED_FIELDS:
-        required_missing = required_missing | F.col(name).isNull()
     status = (
         F.when(F.col(CORRUPT_COLUMN).isNotNull(), F.lit(CORRUPT))
         .when(F.col("schema").isNull() | (F.col("schema") != SCHEMA_VERSION), F.lit(UNSUPPORTED))
-        .when(required_missing, F.lit(INVALID))
+        .when(required_missing(), F.lit(INVALID))
         .otherwise(F.lit(OK))
     )
     sample = F.coalesce(

@@ -32,8 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ottermq.spark_jobs.io import _JSON_READ_SCHEMA, REQUIRED_FIELDS
-from ottermq.spark_jobs.schema import CORRUPT_COLUMN, SCHEMA_VERSION
+from ottermq.spark_jobs.io import is_good, json_reader
 from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
 from ottermq.spark_jobs.storage import is_local, join, local_path, preflight, write_bytes
 from pyspark.sql import DataFrame, SparkSession
@@ -86,17 +85,8 @@ def parse_alert(text: str) -> AlertRule:
 
 def _stream(spark: SparkSession, archive: str, max_files: int) -> DataFrame:
     """The archive's good records as a stream (complete ``*.jsonl`` files only, in any hour folder)."""
-    source = (
-        spark.readStream.schema(_JSON_READ_SCHEMA)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-        .option("maxFilesPerTrigger", max_files)
-        .json(join(archive, "*", "*", "*.jsonl"))
-    )
-    ok = F.col(CORRUPT_COLUMN).isNull() & (F.col("schema") == SCHEMA_VERSION)
-    for name in REQUIRED_FIELDS:
-        ok = ok & F.col(name).isNotNull()
-    return source.filter(ok)
+    source = json_reader(spark.readStream).option("maxFilesPerTrigger", max_files)
+    return source.json(join(archive, "*", "*", "*.jsonl")).filter(is_good())
 
 
 def _minutes(records: DataFrame) -> DataFrame:
