@@ -150,6 +150,17 @@ _CHART_AFTER = {
 }
 
 
+def _section(name: str, rows: Rows, top: int) -> tuple[str | None, int | None]:
+    """How report.md and report.html show a table: a note instead of it (or None), and how many of
+    its rows (None: all)."""
+    if name == "by_hour" and len(rows) > 48:
+        return f"{len(rows)} hour/reason rows: see the chart and `tables/by_hour.csv`.", None
+    if name == "top_message_ids" and rows and all(row.get("count") == 1 for row in rows):
+        return ("Every message id was dead-lettered once: no id stands out (see Retry loops for the "
+                "most-retried messages)."), None  # fmt: skip
+    return None, None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
+
+
 def markdown(
     summary: Mapping[str, Any],
     results: Mapping[str, Rows],
@@ -183,14 +194,10 @@ def markdown(
         chart = _CHART_AFTER.get(name)
         if chart and chart[0] in chart_files:
             out += [f"![{chart[1]}]({chart_files[chart[0]]})", ""]
-        if name == "by_hour" and len(rows) > 48:
-            out += [f"_{len(rows)} hour/reason rows: see the chart and `tables/by_hour.csv`._", ""]
+        note, limit = _section(name, rows, top)
+        if note is not None:
+            out += [f"_{note}_", ""]
             continue
-        if name == "top_message_ids" and rows and all(row.get("count") == 1 for row in rows):
-            out += ["_Every message id was dead-lettered once: no id stands out (see Retry loops for the "
-                    "most-retried messages)._", ""]  # fmt: skip
-            continue
-        limit = None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
         out.append(_table(rows, limit, summary.get("table_rows", {}).get(name)))
     return "\n".join(out)
 
@@ -263,14 +270,10 @@ def html(
         chart = _CHART_AFTER.get(name)
         if chart:
             parts.append(image(chart[0], chart[1]))
-        if name == "by_hour" and len(rows) > 48:
-            parts.append(f"<p class=muted>{len(rows)} hour/reason rows: see the chart and "
-                         "tables/by_hour.csv.</p>")  # fmt: skip
+        note, limit = _section(name, rows, top)
+        if note is not None:
+            parts.append(f"<p class=muted>{escape(note.replace('`', ''))}</p>")
             continue
-        if name == "top_message_ids" and rows and all(row.get("count") == 1 for row in rows):
-            parts.append("<p class=muted>Every message id was dead-lettered once: no id stands out.</p>")
-            continue
-        limit = None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
         parts.append(table(rows, limit, summary.get("table_rows", {}).get(name)))
     parts.append("</body></html>\n")
     return "".join(parts)

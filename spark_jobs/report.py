@@ -444,11 +444,10 @@ def _materialise(
     head = result.limit(COLLECT_LIMIT + 1).collect()
     parquet_dir = join(out, "tables", table.name + ".parquet")
     csv_uri = join(out, "tables", table.name + ".csv")
+    csv_rows: Iterable[Sequence[Any]] | None = None  # None: written already
     if len(head) <= SEND_BACK_LIMIT:  # the usual case: no recomputation, one small file each
         total = len(head)
-        source = spark.createDataFrame(head, result.schema).coalesce(1)
-        source.write.mode("overwrite").parquet(parquet_dir)
-        csv_rows: Iterable[Sequence[Any]] | None = head
+        _write_small(spark, table.name, head, result.schema, out)
     elif len(head) <= COLLECT_LIMIT:  # computing it again beats sending this many rows back to the JVM
         total = len(head)
         result.coalesce(1).write.mode("overwrite").parquet(parquet_dir)
@@ -457,9 +456,7 @@ def _materialise(
         result.write.mode("overwrite").parquet(parquet_dir)
         source = spark.read.parquet(parquet_dir)
         total = source.count()
-        if spark_csv(spark, source, csv_uri):
-            csv_rows = None  # written by Spark
-        else:  # a few partitions streamed to the driver (one job each)
+        if not spark_csv(spark, source, csv_uri):  # a few partitions streamed to the driver (one job each)
             csv_rows = source.coalesce(4).toLocalIterator(prefetchPartitions=True)
     if csv_rows is not None:
         write_csv(spark, csv_uri, result.columns, csv_rows)
@@ -474,12 +471,18 @@ def _write_rows(
     schema is the reference function's, planned but not run)."""
     schema = table.compute(records).schema
     names = schema.fieldNames()
-    tuples = [tuple(row[name] for name in names) for row in rows]
-    parquet_dir = join(out, "tables", table.name + ".parquet")
-    spark.createDataFrame(tuples, schema).coalesce(1).write.mode("overwrite").parquet(parquet_dir)
-    write_csv(spark, join(out, "tables", table.name + ".csv"), names, tuples)
+    _write_small(spark, table.name, [tuple(row[name] for name in names) for row in rows], schema, out)
     shown = rows if table.name in _FULL_TABLES else rows[:top]
     return [dict(row) for row in shown], len(rows)
+
+
+def _write_small(
+    spark: SparkSession, name: str, rows: Sequence[Sequence[Any]], schema: Any, out: str
+) -> None:
+    """A table collected on the driver as ``out/tables/<name>.parquet`` (one file) and ``.csv``."""
+    parquet_dir = join(out, "tables", name + ".parquet")
+    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(parquet_dir)
+    write_csv(spark, join(out, "tables", name + ".csv"), schema.fieldNames(), rows)
 
 
 def run_report(
