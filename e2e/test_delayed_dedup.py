@@ -6,9 +6,11 @@ RabbitMQ 3.10 without the community plugins refuses both exchange types, so ever
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -40,11 +42,39 @@ def collect(ch: Any, queue: str, n: int, timeout: float = 10) -> list[tuple[floa
     return got
 
 
-def api(broker: Any, path: str) -> Any:
-    request = urllib.request.Request(f"{broker.management_url}/api/{path}")
+def _http(broker: Any, path: str, method: str = "GET", body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{broker.management_url}{path}", data=data, method=method)
     request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-    with urllib.request.urlopen(request, timeout=5) as response:
-        return json.load(response)
+    request.add_header("content-type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        raw = response.read()
+    return json.loads(raw) if raw else None
+
+
+def api(broker: Any, path: str) -> Any:
+    return _http(broker, f"/api/{path}")
+
+
+@contextlib.contextmanager
+def queue_policy(broker: Any, name: str, queue: str, definition: dict[str, Any]) -> Iterator[None]:
+    """A policy on exactly ``queue`` while the block runs."""
+    path = f"/api/policies/%2F/{name}"
+    _http(broker, path, "PUT", {"pattern": f"^{queue}$", "apply-to": "queues", "definition": definition})
+    try:
+        yield
+    finally:
+        _http(broker, path, "DELETE")
+
+
+def durable_delayed(broker: Any) -> tuple[pika.BlockingConnection, Any]:
+    """A connection and channel with the durable delayed exchange ``dx`` bound to the durable queue ``dq``."""
+    conn = pika.BlockingConnection(broker.params())
+    ch = conn.channel()
+    delayed_exchange(ch, "dx", durable=True)
+    ch.queue_declare("dq", durable=True)
+    ch.queue_bind("dq", "dx", "k")
+    return conn, ch
 
 
 # -- delayed delivery ---------------------------------------------------------------------------------
@@ -163,12 +193,7 @@ def test_delayed_messages_survive_a_restart_and_keep_their_due_time(
     broker_process: Any, crash: bool
 ) -> None:
     process = broker_process()
-    broker = process.start()
-    conn = pika.BlockingConnection(broker.params())
-    ch = conn.channel()
-    delayed_exchange(ch, "dx", durable=True)
-    ch.queue_declare("dq", durable=True)
-    ch.queue_bind("dq", "dx", "k")
+    conn, ch = durable_delayed(process.start())
     start = _publish_confirmed(ch, "dx", [1500, 300, 1200])  # every one confirmed: it is on disk
     if crash:
         process.kill()
@@ -191,12 +216,7 @@ def test_delayed_messages_survive_a_restart_and_keep_their_due_time(
 
 def test_transient_delayed_messages_do_not_survive_a_restart(broker_process: Any) -> None:
     process = broker_process()
-    broker = process.start()
-    conn = pika.BlockingConnection(broker.params())
-    ch = conn.channel()
-    delayed_exchange(ch, "dx", durable=True)
-    ch.queue_declare("dq", durable=True)
-    ch.queue_bind("dq", "dx", "k")
+    conn, ch = durable_delayed(process.start())
     ch.confirm_delivery()
     ch.basic_publish("dx", "k", b"transient", props({"x-delay": 300}))
     ch.basic_publish("dx", "k", b"persistent", props({"x-delay": 300}, persistent=True))
@@ -296,24 +316,12 @@ def test_plugin_exchange_type(
 
 def test_dedup_policy_and_api(broker: Any, channel: Any, unique: Any, declare: Any) -> None:
     queue = declare(channel, "q")
-    name = unique("pol")
-    body = json.dumps({"pattern": f"^{queue}$", "apply-to": "queues",
-                       "definition": {"message-deduplication": True, "cache-size": 3}}).encode()  # fmt: skip
-    url = f"{broker.management_url}/api/policies/%2F/{name}"
-    request = urllib.request.Request(url, data=body, method="PUT")
-    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-    request.add_header("content-type", "application/json")
-    urllib.request.urlopen(request, timeout=5).close()
-    try:
+    with queue_policy(broker, unique("pol"), queue, {"message-deduplication": True, "cache-size": 3}):
         for key in ("a", "a", "b"):
             channel.basic_publish("", queue, key.encode(), props({H: key}))
         info = api(broker, f"queues/%2F/{urllib.request.quote(queue, safe='')}")
         assert info["deduplication"] == {"cache_size": 3, "cache_ttl": None, "header": H, "persistent": False,
                                          "entries": 2, "duplicates": 1}  # fmt: skip
-    finally:
-        delete = urllib.request.Request(f"{broker.management_url}/api/policies/%2F/{name}", method="DELETE")
-        delete.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-        urllib.request.urlopen(delete, timeout=5).close()
 
 
 def test_durable_dedup_cache_survives_a_restart(broker_process: Any) -> None:
@@ -398,34 +406,12 @@ def test_delayed_retry_type_failed_leaves_nacks_alone(channel: Any, declare: Any
 
 def test_delayed_retry_from_a_policy(broker: Any, channel: Any, declare: Any, unique: Any) -> None:
     queue = declare(channel, "q")
-    name = unique("pol")
-    definition = {"delayed-retry-type": "all", "delayed-retry-min": 200}
-    body = json.dumps({"pattern": f"^{queue}$", "apply-to": "queues", "definition": definition}).encode()
-    url = f"{broker.management_url}/api/policies/%2F/{name}"
-    request = urllib.request.Request(url, data=body, method="PUT")
-    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-    request.add_header("content-type", "application/json")
-    urllib.request.urlopen(request, timeout=5).close()
-    try:
+    with queue_policy(broker, unique("pol"), queue, {"delayed-retry-type": "all", "delayed-retry-min": 200}):
         channel.basic_publish("", queue, b"job")
         first, method, _, _ = _get(channel, queue)
         channel.basic_nack(method.delivery_tag, requeue=True)
         second, _, _, _ = _get(channel, queue)
         assert second - first >= 0.19
-    finally:
-        delete = urllib.request.Request(url, method="DELETE")
-        delete.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-        urllib.request.urlopen(delete, timeout=5).close()
-
-
-def _http(broker: Any, path: str, method: str = "GET", body: Any = None) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{broker.management_url}{path}", data=data, method=method)
-    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
-    request.add_header("content-type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        raw = response.read()
-    return json.loads(raw) if raw else None
 
 
 def test_definitions_carry_delayed_and_deduplicating_objects(
