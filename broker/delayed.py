@@ -31,12 +31,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.persistence.store import DedupRecord, DelayedRecord, Store
 from ottermq.vhost.dedup import DedupCache
 from ottermq.vhost.delayed import Delayed, DelayHeap, swap_delay_header
 from ottermq.vhost.exchange import Exchange
-from ottermq.vhost.message import Message, SelectedMessage
+from ottermq.vhost.message import Message, SelectedMessage, published_message
 from ottermq.vhost.vhost import ROUTED, UNROUTED, PublishResult, VHost
 
 if TYPE_CHECKING:
@@ -176,9 +175,7 @@ class DelayService:
                 if exchange is None or not exchange.DELAYED:
                     self.store.delete_delayed(r.id)
                     continue
-                _, priority, expiration, _ = quick_props(r.props)
-                ttl = parse_expiration(expiration) if expiration is not None else None
-                message = Message(r.exchange, r.routing_key, r.props, r.body, True, priority, ttl)
+                message = published_message(r.exchange, r.routing_key, r.props, r.body)  # persistent: stored
                 if r.extra_keys:
                     message = SelectedMessage(message, r.props, r.extra_keys)
                 self.heap.push(Delayed(r.due, r.vhost, r.exchange, message, r.delay, r.id))

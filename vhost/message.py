@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ottermq.amqp.errors import PreconditionFailed
-from ottermq.amqp.props import get_headers, rewrite_props
+from ottermq.amqp.props import get_headers, parse_expiration, quick_props, rewrite_props
 from ottermq.amqp.table import LongLong, encode_table, field_type
 
 # Entry states
@@ -116,6 +116,18 @@ class SelectedMessage(Message):
 
     def with_props(self, raw_props: bytes) -> Message:
         return SelectedMessage(self, raw_props, self.extra_keys)
+
+
+def published_message(exchange: str, routing_key: str, raw_props: bytes, body: bytes) -> Message:
+    """A message from its property octets as published: delivery mode, priority and ``expiration``
+    read from them (the management API's publish, delayed messages read back from the store).
+
+    Raises:
+        PreconditionFailed: an invalid ``expiration`` (``props.parse_expiration``).
+    """
+    delivery_mode, priority, expiration, _ = quick_props(raw_props)
+    ttl = parse_expiration(expiration) if expiration is not None else None
+    return Message(exchange, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
 
 
 def with_delivery_count(message: Message, count: int) -> Message:

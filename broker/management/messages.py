@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 from ottermq.amqp.errors import AccessRefused, AMQPError
-from ottermq.amqp.props import PROPERTIES, decode_properties, parse_expiration, quick_props
-from ottermq.vhost.message import Entry, Message
+from ottermq.amqp.props import PROPERTIES, decode_properties
+from ottermq.vhost.message import Entry, published_message
 from ottermq.vhost.queue import Queue
 from pamqp import commands
 
@@ -175,11 +175,9 @@ async def publish(request: web.Request) -> web.Response:
         exchange = vhost.get_exchange(name) if name else None
         if exchange is not None and exchange.internal:
             raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
-        delivery_mode, priority, expiration, _ = quick_props(raw_props)
-        ttl = parse_expiration(expiration) if expiration is not None else None
+        message = published_message(name, routing_key, raw_props, data)
     except AMQPError as exc:
         raise bad_request(f"{exc.reply_code} {exc.reply_text}") from None
-    message = Message(name, routing_key, raw_props, data, delivery_mode == 2, priority, ttl)
     result = vhost.publish(exchange, message)
     stored = result.stored
     if stored is not None:  # a failed store commit takes the message back, as for a channel
