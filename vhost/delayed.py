@@ -40,7 +40,7 @@ __all__ = [
     "Delayed",
     "MAX_DELAY",
     "delay_of",
-    "delayed_type_error",
+    "DELAYED_TYPE_ERROR",
     "swap_delay_header",
 ]
 
@@ -51,10 +51,6 @@ DELAYED_TYPE_ERROR = "Invalid argument, 'x-delayed-type' must bean existing exch
 
 _INTEGERS = frozenset({"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"})
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
-
-
-def delayed_type_error() -> str:
-    return DELAYED_TYPE_ERROR
 
 
 def delay_of(headers: Mapping[str, Any] | None) -> int | None:

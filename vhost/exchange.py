@@ -22,7 +22,7 @@ from ottermq.amqp.errors import CommandInvalid, PreconditionFailed
 
 from .arguments import assert_args_equivalence, parse_exchange_args
 from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache
-from .delayed import DELAYED_EXCHANGE_TYPE, delayed_type_error
+from .delayed import DELAYED_EXCHANGE_TYPE, DELAYED_TYPE_ERROR
 from .headers import HeadersMatcher, validate_binding_args
 from .topic import Destination, TopicTrie
 from .values import amqp_type_name, erl_term, freeze_value, longstr_text
@@ -396,12 +396,12 @@ class DelayedExchange(Exchange):
         super().__init__(*args, **kwargs)
         value = self.arguments.get("x-delayed-type")
         if amqp_type_name(value) != "longstr":
-            raise PreconditionFailed(delayed_type_error())
+            raise PreconditionFailed(DELAYED_TYPE_ERROR)
         inner_type = longstr_text(value)
         check_exchange_type(inner_type)
         cls = _DELAYABLE.get(inner_type)
         if cls is None:  # x-delayed-message itself, x-message-deduplication
-            raise PreconditionFailed(delayed_type_error())
+            raise PreconditionFailed(DELAYED_TYPE_ERROR)
         self.inner: Exchange = cls(self.name, self.durable, self.auto_delete, self.internal, {}, self.vhost)
 
     @property
