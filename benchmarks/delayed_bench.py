@@ -48,14 +48,10 @@ def _delayed_publish(exchange: str, delay_ms: int, due: float) -> bytes:
 
 async def _setup(s: Session) -> tuple[str, str] | None:
     """A delayed direct exchange bound to a queue, or None where the type does not exist."""
-    name = s.name("dx")
     try:
-        declare = spec.Exchange.Declare(exchange=name, exchange_type="x-delayed-message",
-                                        arguments={"x-delayed-type": "direct"})  # fmt: skip
-        await s._rpc(declare, spec.Exchange.DeclareOk)
+        name = await s.exchange("dx", "x-delayed-message", {"x-delayed-type": "direct"})
     except (BrokerError, OSError):
         return None
-    s.exchanges.append(name)
     queue = await s.queue("q")
     await s.bind(queue, name, "k")
     return name, queue

@@ -168,9 +168,10 @@ class Session:
         self.queues.append(name)
         return name
 
-    async def exchange(self, what: str, kind: str) -> str:
+    async def exchange(self, what: str, kind: str, arguments: dict[str, Any] | None = None) -> str:
         name = self.name(what)
-        await self._rpc(spec.Exchange.Declare(exchange=name, exchange_type=kind), spec.Exchange.DeclareOk)
+        declare = spec.Exchange.Declare(exchange=name, exchange_type=kind, arguments=arguments)
+        await self._rpc(declare, spec.Exchange.DeclareOk)
         self.exchanges.append(name)
         return name
 
