@@ -15,9 +15,15 @@ Rules:
   else (everything queued before it is settled) fires on the next loop turn with ``True``.
   Callbacks run in registration order with their batch's outcome; a failed batch is logged and
   reported as ``ok=False``.
-- A failed batch is not forgotten: its ops go back to the front of the next batch, which is tried
-  after a pause (``RETRY_MIN`` doubling to ``RETRY_MAX``), so memory and store agree again once the
-  disk recovers. The broker answers the failure itself (a nack, a failed transaction) and takes
+- A batch that fails for a reason in its data, not the disk (``DATA_ERRORS``: an integer SQLite
+  cannot hold, a type it cannot bind, a constraint), is split: ``_commit_each`` applies it again op
+  by op in one transaction, the offending ops alone are refused and the rest commits. Each callback
+  owns the ops queued since the callback before it (its ``mark``), so only the callback owning a
+  refused op sees ``ok=False`` (its caller nacks, answers 406/400 and takes back what it did); every
+  other client's confirm goes out. One bad value never stops other clients' writes.
+- A batch that fails for an I/O reason (disk full, read-only file) is not forgotten: its ops go back
+  to the front of the next batch, which is tried after a pause (``RETRY_MIN`` doubling to
+  ``RETRY_MAX``), so memory and store agree again once the disk recovers. The broker answers the failure itself (a nack, a failed transaction) and takes
   back what it refused by queueing deletes behind the retried inserts; removals it cannot take
   back (acks, dead-letter moves) reach the disk with the retry. Only ``close()`` gives up: the
   ops of a batch that fails while closing are logged as lost.
@@ -59,6 +65,27 @@ log = logging.getLogger(__name__)
 
 Op = tuple[str, tuple[Any, ...]]
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # pause before a failed batch is tried again (s)
+# Failures caused by an op's values, not by the disk: the batch is split and only that op refused
+DATA_ERRORS = (
+    OverflowError, TypeError, ValueError, sqlite3.IntegrityError, sqlite3.InterfaceError,
+    sqlite3.DataError, sqlite3.ProgrammingError,
+)  # fmt: skip
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what an SQLite INTEGER holds
+
+
+def check_row(params: tuple[Any, ...]) -> None:
+    """Refuse what SQLite cannot bind, as SQLite does (``MemoryStore`` checks rows with it).
+
+    Raises:
+        OverflowError: an integer outside SQLite's signed 64 bits.
+        TypeError: a value of a type SQLite has no storage class for.
+    """
+    for value in params:
+        if isinstance(value, int):
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        elif value is not None and not isinstance(value, str | bytes | float | memoryview | bytearray):
+            raise TypeError(f"type {type(value).__name__!r} is not supported")
 
 
 class BatchingStore:
@@ -75,8 +102,9 @@ class BatchingStore:
         self._inserts: dict[int, int] = {}  # message id -> index of its pending insert
         self._marks: dict[int, int] = {}  # message id -> index of its pending mark_delivered
         self._touches: dict[int, int] = {}  # queue id -> index of its pending touch_queue
-        self._callbacks: list[CommitCallback] = []
-        self._inflight_callbacks: list[CommitCallback] | None = None
+        # (mark, callback): the callback owns the ops queued since the previous callback's mark
+        self._callbacks: list[tuple[int, CommitCallback]] = []
+        self._inflight_callbacks: list[tuple[int, CommitCallback]] | None = None
         self._inflight = 0
         self._task: asyncio.Task[None] | None = None
         self._queue_ids: dict[tuple[str, str], int] = {}
@@ -86,11 +114,21 @@ class BatchingStore:
         self._next_queue_id = 1
         self.batches = 0
         self.failed_batches = 0
+        self.refused_ops = 0  # ops left out of a split batch (DATA_ERRORS)
         self._retry_delay = 0.0
         self._closing = False
 
     # -- engine ---------------------------------------------------------------------------------
     async def _commit(self, ops: list[Op | None]) -> None:
+        raise NotImplementedError
+
+    async def _commit_each(self, ops: list[Op | None]) -> set[int]:
+        """Apply ``ops`` one by one in one transaction, leaving out (and returning the indexes of)
+        those that fail with one of ``DATA_ERRORS``.
+
+        Raises:
+            Exception: an I/O failure (nothing is applied).
+        """
         raise NotImplementedError
 
     def _load_ids(
@@ -121,10 +159,17 @@ class BatchingStore:
                 self._ops, self._callbacks, self._dead = [], [], 0
                 self._inserts, self._marks, self._touches = {}, {}, {}
                 ok = True
+                refused: set[int] = set()
                 if live:
                     self._inflight, self._inflight_callbacks = live, callbacks
                     try:
-                        await self._commit(ops)
+                        try:
+                            await self._commit(ops)
+                        except DATA_ERRORS as exc:  # a value, not the disk: split the batch
+                            refused = await self._commit_each(ops)
+                            self.refused_ops += len(refused)
+                            log.error("store: %d of %d ops refused (%s: %s); the rest committed",
+                                      len(refused), live, type(exc).__name__, exc)  # fmt: skip
                     except (sqlite3.Error, StoreError) as exc:  # "database or disk is full", I/O errors
                         ok = False
                         self.failed_batches += 1
@@ -136,8 +181,11 @@ class BatchingStore:
                     finally:
                         self._inflight, self._inflight_callbacks = 0, None
                     self.batches += 1
-                for callback in callbacks:
-                    _fire(callback, ok)
+                start = 0
+                for mark, callback in callbacks:
+                    mine = ok and not any(start <= i < mark for i in refused) if refused else ok
+                    _fire(callback, mine)
+                    start = max(start, mark)
                 if ok:
                     self._retry_delay = 0.0
                 elif self._closing:
@@ -153,6 +201,7 @@ class BatchingStore:
         """Put a failed batch's ops in front of the ops queued since (indexes shift by its length)."""
         n = len(failed)
         self._ops = failed + self._ops
+        self._callbacks = [(mark + n, callback) for mark, callback in self._callbacks]
         self._inserts = {k: i + n for k, i in self._inserts.items()}
         self._marks = {k: i + n for k, i in self._marks.items()}
         self._touches = {k: i + n for k, i in self._touches.items()}
@@ -176,12 +225,17 @@ class BatchingStore:
     def after_commit(self, callback: CommitCallback) -> None:
         """Call ``callback(ok)`` once everything queued so far is committed (ok) or failed."""
         if len(self._ops) > self._dead or self._callbacks:
-            self._callbacks.append(callback)
+            self._callbacks.append((len(self._ops), callback))
         elif self._inflight_callbacks is not None:
-            self._inflight_callbacks.append(callback)
+            self._inflight_callbacks.append((self._inflight_end(), callback))
         else:  # everything queued before is committed (or failed and was reported)
             loop = self._loop or asyncio.get_running_loop()
             loop.call_soon(_fire, callback, True)
+
+    def _inflight_end(self) -> int:
+        """A mark after every op of the batch in flight (a callback joining it owns none of them)."""
+        callbacks = self._inflight_callbacks
+        return callbacks[-1][0] if callbacks else 0
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed.
@@ -528,10 +582,26 @@ class MemoryStore(BatchingStore):
         if self.fail_batches:
             self.fail_batches -= 1
             raise StoreError("simulated failure (MemoryStore.fail_batches)")
+        for op in ops:  # checked first: a batch applies all or nothing
+            if op is not None:
+                check_row(op[1])
         apply = self._apply
         for op in ops:
             if op is not None:
                 apply[op[0]](op[1])
+
+    async def _commit_each(self, ops: list[Op | None]) -> set[int]:
+        refused: set[int] = set()
+        for i, op in enumerate(ops):
+            if op is None:
+                continue
+            try:
+                check_row(op[1])
+            except DATA_ERRORS:
+                refused.add(i)
+                continue
+            self._apply[op[0]](op[1])
+        return refused
 
     @staticmethod
     def _drop(table: dict[Any, s.Row], match: Callable[[Any, s.Row], bool]) -> None:

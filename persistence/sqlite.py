@@ -57,7 +57,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import aiosqlite
 
 from . import schema
-from .memory import BatchingStore, Op
+from .memory import DATA_ERRORS, BatchingStore, Op
 from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord, StoreError
 from .worker import Worker
 
@@ -188,6 +188,9 @@ class SQLiteStore(BatchingStore):
     async def _commit(self, ops: list[Op | None]) -> None:
         conn = self._connection()
         await self._call(_write_batch, conn, ops, self.batches % MAINTAIN_EVERY == MAINTAIN_EVERY - 1)
+
+    async def _commit_each(self, ops: list[Op | None]) -> set[int]:
+        return await self._call(_write_each, self._connection(), ops)
 
     # -- reads ----------------------------------------------------------------------------------
     async def load_definitions(self) -> Definitions:
@@ -323,6 +326,31 @@ def _write_batch(conn: sqlite3.Connection, ops: list[Op | None], maintain: bool)
         raise
     if maintain:
         _give_back_free_pages(conn)
+
+
+def _write_each(conn: sqlite3.Connection, ops: list[Op | None]) -> set[int]:
+    """A batch that failed on a value, again, one op per savepoint in one transaction: an op failing
+    with one of ``DATA_ERRORS`` is rolled back to its savepoint and left out; the rest commits.
+    Returns the indexes of the ops left out. Slow (one statement per op), used only after a failure."""
+    refused: set[int] = set()
+    schema.rollback(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for i, op in enumerate(ops):
+            if op is None:
+                continue
+            conn.execute("SAVEPOINT op")
+            try:
+                conn.execute(op[0], op[1])
+            except DATA_ERRORS:
+                conn.execute("ROLLBACK TO op")
+                refused.add(i)
+            conn.execute("RELEASE op")
+        conn.execute("COMMIT")
+    except BaseException:
+        schema.rollback(conn)
+        raise
+    return refused
 
 
 def _give_back_free_pages(conn: sqlite3.Connection) -> None:
