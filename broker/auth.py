@@ -66,7 +66,6 @@ import hmac
 import ipaddress
 import logging
 import os
-import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -79,6 +78,7 @@ from ottermq.persistence.store import (
     UserRecord,
     VHostRecord,
 )
+from ottermq.vhost.patterns import Pattern, PatternError, PatternTimeout, compile_pattern
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -252,15 +252,16 @@ def required_permissions(method_name: str) -> tuple[Requirement, ...]:
 # ---------------------------------------------------------------------------------------------
 # the database
 # ---------------------------------------------------------------------------------------------
-def _compile(regex: str) -> re.Pattern[str]:
-    """RabbitMQ's reading of a permission regex: the empty string means ``^$``.
+def _compile(regex: str) -> Pattern:
+    """RabbitMQ's reading of a permission regex: the empty string means ``^$``. Matching is bounded
+    (``vhost.patterns``): a PCRE-only pattern that runs out of time refuses.
 
     Raises:
         AuthError: the expression does not compile.
     """
     try:
-        return re.compile(regex or "^$")
-    except re.error as exc:
+        return compile_pattern(regex or "^$")
+    except PatternError as exc:
         raise AuthError(f"regular expression '{regex}' is invalid: {exc}") from None
 
 
@@ -279,7 +280,7 @@ class AuthDB:
         self.users: dict[str, UserRecord] = {}
         self.vhosts: dict[str, VHostRecord] = {}
         self.permissions: dict[tuple[str, str], PermissionRecord] = {}
-        self._patterns: dict[str, re.Pattern[str]] = {}
+        self._patterns: dict[str, Pattern] = {}
         self._allowed: dict[tuple[str, str, str, str, str], bool] = {}
 
     # -- loading -----------------------------------------------------------------------------
@@ -386,8 +387,8 @@ class AuthDB:
                 allowed = False
             else:
                 try:
-                    allowed = self._pattern(getattr(perm, permission)).search(name) is not None
-                except AuthError:
+                    allowed = self._pattern(getattr(perm, permission)).search(name)
+                except (AuthError, PatternTimeout):
                     allowed = False
             if len(self._allowed) >= _CACHE_LIMIT:
                 self._allowed.clear()
@@ -535,7 +536,7 @@ class AuthDB:
         except KeyError:
             raise AuthError(f"Virtual host {name} does not exist") from None
 
-    def _pattern(self, regex: str) -> re.Pattern[str]:
+    def _pattern(self, regex: str) -> Pattern:
         pattern = self._patterns.get(regex)
         if pattern is None:
             pattern = self._patterns[regex] = _compile(regex)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ottermq.amqp.erlang import format_term
 from ottermq.persistence.store import LimitRecord
+from ottermq.vhost.bounds import OutOfBounds, check_int64
 
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")
@@ -46,7 +47,10 @@ def validate(kind: str, name: str, value: Any) -> int:
         raise LimitError(f"Unrecognised terms [{{{format_term(name)},{_term(value)}}}] in {where}")
     if isinstance(value, bool) or not isinstance(value, int):
         raise LimitError(f"{name} should be a number, actually was {_term(value)}")
-    return value
+    try:
+        return int(check_int64(value, name))  # what the store holds (vhost.bounds)
+    except OutOfBounds as exc:
+        raise LimitError(str(exc)) from None
 
 
 class Limits:

@@ -41,7 +41,6 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +48,8 @@ from typing import Any
 from ottermq.amqp.erlang import Atom, format_term
 
 from .arguments import QueueArgs
+from .bounds import OutOfBounds, check_duration, check_int64
+from .patterns import Pattern, PatternError, compile_pattern
 
 # RabbitMQ 3.10's three, and 3.12's queue-type ones: classic_queues is every queue here (all are
 # classic), quorum_queues and streams match nothing
@@ -76,6 +77,20 @@ OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-b
 
 class PolicyError(ValueError):
     """A policy RabbitMQ would refuse; ``str(error)`` is RabbitMQ's reason."""
+
+
+# Keys added to "now" as milliseconds: at most ten years (``bounds`` rule 2); other integers fit 64 bits
+DURATIONS = frozenset({"message-ttl", "expires", "consumer-timeout", "cache-ttl", "delayed-retry-min",
+                       "delayed-retry-max"})  # fmt: skip
+
+
+def _bounded(check: Any, value: Any, key: str) -> None:
+    """A value RabbitMQ accepts but the store or a deadline cannot hold: refused, naming the key
+    (an ottermq bound, ``vhost.bounds``)."""
+    try:
+        check(value, key)
+    except OutOfBounds as exc:
+        raise PolicyError(str(exc)) from None
 
 
 def _term(value: Any) -> str:
@@ -142,7 +157,7 @@ class Policy:
     priority: int
     definition: dict[str, Any]
     operator: bool = False
-    regex: re.Pattern[str] = field(compare=False, repr=False, default=re.compile(""))
+    regex: Pattern = field(compare=False, repr=False, default=compile_pattern(""))
 
     def applies(self, kind: str, name: str) -> bool:
         """Whether this policy matches the ``kind`` (``queue``/``exchange``) object ``name``."""
@@ -150,7 +165,7 @@ class Policy:
             return False
         if kind == "queue" and not NOT_FOR_CLASSIC.isdisjoint(self.definition):
             return False  # every queue here is classic (rule 5)
-        return self.regex.search(name) is not None
+        return self.regex.matches(name)  # bounded; out of time counts as no match (logged)
 
     def as_json(self) -> dict[str, Any]:
         """As the management API shows it."""
@@ -175,15 +190,16 @@ def make_policy(
     """
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise PolicyError(f"priority should be a number, actually was {_term(priority)}")
+    _bounded(check_int64, priority, "priority")
     if apply_to not in APPLY_TO:
         shown = f"'{apply_to}'" if isinstance(apply_to, str) else _term(apply_to)
         raise PolicyError(f"apply-to {shown} unrecognised; should be 'queues', 'exchanges' or 'all'")
     if not isinstance(pattern, str):
         raise PolicyError(f"pattern should be a string, actually was {_term(pattern)}")
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise PolicyError(f"pattern should be regular expression but is invalid: {exc.msg}") from None
+        regex = compile_pattern(pattern)
+    except PatternError as exc:
+        raise PolicyError(f"pattern should be regular expression but is invalid: {exc}") from None
     if not isinstance(definition, dict) or not definition:
         raise PolicyError("no policy provided")
     known = OPERATOR_KEYS if operator else CHECKS.keys() | INERT_KEYS
@@ -195,6 +211,7 @@ def make_policy(
         check = CHECKS.get(key)
         if check is not None and not check[0](value):
             raise PolicyError(f"{_term(value)} is not a valid {check[1]}")
+        _bounded(check_duration if key in DURATIONS else check_int64, value, key)
     return Policy(vhost, name, pattern, apply_to, priority, dict(definition), operator, regex)
 
 

@@ -65,6 +65,7 @@ from ottermq.persistence.store import (
 )
 from ottermq.vhost.arguments import parse_exchange_args, parse_queue_args
 from ottermq.vhost.exchange import EXCHANGE_TYPES
+from ottermq.vhost.patterns import PatternError, compile_pattern
 from ottermq.vhost.policy import PolicyError, make_policy
 
 from ..auth import DEFAULT_HASHING_ALGORITHM, HASHING_ALGORITHMS, hash_password
@@ -300,8 +301,8 @@ def _read_permission(entry: _Entry) -> PermissionRecord:
     regexes = [entry.string(key) for key in ("configure", "write", "read")]
     for key, regex in zip(("configure", "write", "read"), regexes, strict=True):
         try:
-            re.compile(regex)
-        except re.error as exc:
+            compile_pattern(regex or "^$")
+        except PatternError as exc:
             raise entry.fail(f"'{key}' regular expression '{regex}' is invalid: {exc}") from None
     return PermissionRecord(user, vhost, *regexes)
 

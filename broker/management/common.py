@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import re
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from ottermq.amqp.errors import AMQPError
+from ottermq.vhost.patterns import PatternError, PatternTimeout, compile_pattern
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import UserRecord
@@ -218,10 +218,17 @@ def _name_filter(query: Mapping[str, str]) -> Callable[[Any], bool]:
         return lambda item: True
     if query.get("use_regex", "false").lower() == "true":
         try:
-            pattern = re.compile(name, re.IGNORECASE)
-        except re.error:
+            pattern = compile_pattern(name, ignore_case=True)
+        except PatternError:
             raise bad_request("Pagination parameters are invalid") from None
-        return lambda item: bool(pattern.search(str(_path_value(item, ["name"]) or "")))
+
+        def keep(item: Any) -> bool:
+            try:
+                return pattern.search(str(_path_value(item, ["name"]) or ""))
+            except PatternTimeout as exc:  # bounded: a PCRE-only pattern out of time is refused
+                raise bad_request(str(exc)) from None
+
+        return keep
     lowered = name.lower()
     return lambda item: lowered in str(_path_value(item, ["name"]) or "").lower()
 
