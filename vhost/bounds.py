@@ -65,7 +65,8 @@ def check_duration(value: Any, field: str) -> Any:
         OutOfBounds: an integer above ten years of milliseconds.
     """
     if _is_int(value) and value > MAX_DURATION:
-        raise OutOfBounds(f"{field} {_shown(value)} is out of range: at most {MAX_DURATION} (ten years in ms)")
+        bound = f"at most {MAX_DURATION} (ten years in ms)"
+        raise OutOfBounds(f"{field} {_shown(value)} is out of range: {bound}")
     return check_int64(value, field)
 
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 from ottermq.broker.limits import LimitError, validate
-from ottermq.vhost.bounds import INT64_MAX, MAX_DURATION, OutOfBounds, check_duration, check_int64, field_table
+from ottermq.vhost.bounds import (
+    INT64_MAX,
+    MAX_DURATION,
+    OutOfBounds,
+    check_duration,
+    check_int64,
+    field_table,
+)
 from ottermq.vhost.policy import PolicyError, make_policy
 
 
@@ -21,7 +28,8 @@ def test_int64_and_durations() -> None:
 
 
 def test_field_table_from_json() -> None:
-    assert field_table({"a": 1, "b": [1.5, {"c": None}], "d": True}) == {"a": 1, "b": [1.5, {"c": None}], "d": True}
+    table = {"a": 1, "b": [1.5, {"c": None}], "d": True}
+    assert field_table(table) == table
     with pytest.raises(OutOfBounds, match="arguments 'x-big' 18446744073709551616 is out of range"):
         field_table({"x-big": 2**64})
     with pytest.raises(OutOfBounds, match="not a finite number"):

@@ -1,4 +1,4 @@
-"""Bounded regular expressions (vhost/patterns.py): RE2 first, ``regex`` with a timeout for PCRE-only syntax."""
+"""Bounded regular expressions (vhost/patterns.py): RE2 first, ``regex`` with a timeout for PCRE syntax."""
 
 from __future__ import annotations
 
