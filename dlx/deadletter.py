@@ -262,7 +262,7 @@ class DeadLetterer:
             )
             if len(routing_keys) > 1:
                 dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
-            result = vhost.publish(exchange, dead, cyclic if reason != "rejected" else None)
+            result = vhost.publish(exchange, dead, cyclic if reason != "rejected" else None, dead_letter=True)
             if not result.routed:
                 self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
                 if archive is not None:

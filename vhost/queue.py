@@ -101,8 +101,9 @@ def _positive_ms(value: object) -> int | None:
 
 class QueueStats:
     """A queue's message counters since it was declared (the management API's queue
-    ``message_stats``): plain integers, incremented by the queue (``publish``: every message it
-    took, published or dead-lettered) and by the channels that deliver from it."""
+    ``message_stats``, Prometheus' ``rabbitmq_queue_messages_published_total``): plain integers,
+    incremented by the queue (``publish``: the published messages it took; not dead letters, as
+    RabbitMQ counts publishes per channel) and by the channels that deliver from it."""
 
     __slots__ = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "redeliver", "ack")
 
@@ -237,8 +238,8 @@ class Queue:
         """Ready messages (what declare-ok, get-ok and delete-ok report)."""
         return len(self._ready)
 
-    def enqueue(self, message: Message) -> Entry | None:
-        """Add a published (or dead-lettered) message.
+    def enqueue(self, message: Message, published: bool = True) -> Entry | None:
+        """Add a published (or, ``published`` false, dead-lettered) message.
 
         Returns:
             The entry, or None when ``reject-publish`` overflow refused the message (the
@@ -251,7 +252,8 @@ class Queue:
                     self.sink.dead_letter(self, [Entry(message, 0)], MAXLEN)
                 return None
         self._seq += 1
-        self.stats.publish += 1
+        if published:
+            self.stats.publish += 1
         now = self.ttl.now()
         if now == self._last_now:
             now = self._last_now  # one int object per millisecond, shared by its entries

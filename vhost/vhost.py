@@ -516,6 +516,7 @@ class VHost:
         exclude: frozenset[str] | None = None,
         mandatory: bool = False,
         checked: bool = False,
+        dead_letter: bool = False,
     ) -> PublishResult:
         """The one publish operation (a channel's publish and tx commit, dead-lettering): route
         ``message`` from ``exchange`` (None = the default exchange) with its routing key and its
@@ -526,7 +527,7 @@ class VHost:
         a deduplicating queue does not enqueue one (it counts as routed). A delayed exchange hands a
         message with an ``x-delay`` to the delayer (``mandatory``: whether it must be routable now).
         ``checked``: the exchange's deduplication and delay were applied already (a delayed message
-        that came due).
+        that came due). ``dead_letter``: a dead letter, not counted as published to the queues.
 
         Returns:
             What the caller's protocol needs: whether any queue took it (else a mandatory message
@@ -541,7 +542,7 @@ class VHost:
                 return UNROUTED
             if queue.dedup is not None and queue.dedup.duplicate(message.headers, self.ttl.now()):
                 return ROUTED
-            entry = queue.enqueue(message)
+            entry = queue.enqueue(message, not dead_letter)
             if entry is None:
                 return REFUSED
             return PublishResult(True, False, [(queue, entry)]) if entry.store_id else ROUTED
@@ -564,7 +565,7 @@ class VHost:
         for queue in queues:
             if queue.dedup is not None and queue.dedup.duplicate(message.headers, self.ttl.now()):
                 continue  # routed, not enqueued
-            entry = queue.enqueue(message)
+            entry = queue.enqueue(message, not dead_letter)
             if entry is None:
                 refused = True  # reject-publish overflow
             elif entry.store_id:

@@ -79,8 +79,9 @@ def user_of(request: web.Request) -> UserRecord:
 
 
 def visible_vhosts(request: web.Request) -> list[VHost]:
-    """The vhosts the user may see: all for administrator/monitoring, else those it has
-    permissions in (as RabbitMQ's ``rabbit_mgmt_util:list_login_vhosts``)."""
+    """The vhosts the user may see listed (``/api/vhosts``, the overview): all for
+    administrator/monitoring, else those it has permissions in (RabbitMQ's
+    ``rabbit_mgmt_util:list_visible_vhosts``)."""
     broker = broker_of(request)
     user = user_of(request)
     sees_all = not SEE_ALL_TAGS.isdisjoint(user.tags)
@@ -92,23 +93,41 @@ def visible_vhosts(request: web.Request) -> list[VHost]:
 
 
 def vhost_or_404(request: web.Request) -> VHost:
-    """The vhost named by the ``vhost`` path segment (``%2F`` for ``/``) if the user sees it.
+    """The vhost named by the ``vhost`` path segment (``%2F`` for ``/``), if the user may use it: an
+    administrator any, anyone else (monitoring included) one it has permissions in (RabbitMQ's
+    ``is_authorized_vhost``, checked before the object itself: a missing queue in such a vhost is
+    401 too).
 
     Raises:
-        NotFound: no such vhost, or not visible to the user.
+        NotFound: no such vhost.
+        HTTPUnauthorized: the vhost exists and the user may not use it (``User not authorised to
+            access virtual host``).
     """
+    broker = broker_of(request)
+    user = user_of(request)
     name = request.match_info["vhost"]
-    for vhost in visible_vhosts(request):
-        if vhost.name == name:
-            return vhost
-    raise NotFound()
+    vhost = broker.vhosts.get(name)
+    if vhost is None:
+        raise NotFound()
+    if "administrator" not in user.tags and (user.name, name) not in broker.auth.permissions:
+        raise not_authorised("User not authorised to access virtual host")
+    return vhost
 
 
 def selected_vhosts(request: web.Request) -> list[VHost]:
-    """One vhost when the path names one (404 if missing), else every visible vhost."""
+    """One vhost when the path names one (see :func:`vhost_or_404`), else the vhosts whose queues,
+    exchanges and bindings the user may list: every vhost for an administrator, else those it has
+    permissions in, monitoring users included (RabbitMQ's ``rabbit_mgmt_util:filter_vhost``)."""
     if "vhost" in request.match_info:
         return [vhost_or_404(request)]
-    return visible_vhosts(request)
+    broker = broker_of(request)
+    user = user_of(request)
+    admin = "administrator" in user.tags
+    return [
+        vhost
+        for name, vhost in sorted(broker.vhosts.items())
+        if admin or (user.name, name) in broker.auth.permissions
+    ]
 
 
 def json_value(value: object) -> Any:

@@ -15,7 +15,8 @@ is in ``broker/dlq_move.py``; see its rules.
   (cancel) ``/api/dead-letter-moves/{id}``.
 - Permissions as for a channel of the user: browsing needs ``read`` on the queue; a move needs
   ``read`` on it and ``write`` on the target exchange, or on every original exchange the selected
-  messages name (checked up front). A user sees the moves of the vhosts it sees.
+  messages name (checked up front). Pausing, resuming and cancelling a move need the same, checked
+  again then (on the messages still selected). A user sees the moves of the vhosts it sees.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ..dlq_move import (
 from .common import (
     NotFound,
     bad_request,
+    broker_of,
     check_permission,
     json_body,
     vhost_or_404,
@@ -177,10 +179,12 @@ async def create_move(request: web.Request) -> web.Response:
     target_spec = body.get("target")
     target: tuple[str, str] | None = None
     if target_spec is not None:
-        if not isinstance(target_spec, dict) or not isinstance(target_spec.get("exchange", ""), str) or not (
-            isinstance(target_spec.get("routing_key", ""), str)
+        if (
+            not isinstance(target_spec, dict)
+            or not isinstance(target_spec.get("exchange", ""), str)
+            or not (isinstance(target_spec.get("routing_key", ""), str))
         ):
-            raise bad_request("target must be null or {\"exchange\": string, \"routing_key\": string}")
+            raise bad_request('target must be null or {"exchange": string, "routing_key": string}')
         name = target_spec.get("exchange", "")
         name = "" if name == "amq.default" else name
         if name and name not in vhost.exchanges:
@@ -192,13 +196,29 @@ async def create_move(request: web.Request) -> web.Response:
         raise bad_request("keep_death_headers must be a boolean")
     if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
         raise bad_request("rate must be a non-negative number (messages per second; 0 = no limit)")
-    check_permission(request, vhost, "read", "queue", queue.name)
-    exchanges = {target[0]} if target is not None else await _original_exchanges(queue, selection)
-    for exchange in sorted(exchanges):
-        check_permission(request, vhost, "write", "exchange", exchange)
+    await _check_move(request, vhost, queue.name, selection, target)
     job = moves_of(request).create(vhost.name, queue.name, selection, target, keep, float(rate))
     location = request.path.split("/dead-letters/")[0] + f"/dead-letter-moves/{job.id}"
     return web.json_response(job.as_json(), status=201, headers={"Location": location})
+
+
+async def _check_move(
+    request: web.Request, vhost: Any, queue_name: str, selection: Any, target: tuple[str, str] | None
+) -> None:
+    """What starting a move needs, and pausing, resuming or cancelling one: ``read`` on the queue,
+    ``write`` on the target exchange or on every original exchange of the selected messages.
+
+    Raises:
+        HTTPUnauthorized: a permission is missing (``Access refused.``).
+    """
+    check_permission(request, vhost, "read", "queue", queue_name)
+    queue = vhost.queues.get(queue_name)
+    if target is not None:
+        exchanges = {target[0]}
+    else:
+        exchanges = await _original_exchanges(queue, selection) if queue is not None else set()
+    for exchange in sorted(exchanges):
+        check_permission(request, vhost, "write", "exchange", exchange)
 
 
 async def _original_exchanges(queue: Any, selection: Any) -> set[str]:
@@ -226,6 +246,21 @@ def _job(request: web.Request) -> MoveJob:
     return job
 
 
+async def _controlled_job(request: web.Request) -> MoveJob:
+    """The move named by the path, if the user may start it now (see :func:`_check_move`).
+
+    Raises:
+        NotFound: no such move, one the user does not see, or its vhost is gone.
+        HTTPUnauthorized: a permission the move needs is missing.
+    """
+    job = _job(request)
+    vhost = broker_of(request).vhosts.get(job.vhost)
+    if vhost is None:
+        raise NotFound()
+    await _check_move(request, vhost, job.queue, job.selection, job.target)
+    return job
+
+
 async def list_moves(request: web.Request) -> web.Response:
     """Dead-letter moves and their progress (ottermq extension)."""
     jobs = [j.as_json() for j in moves_of(request).jobs.values() if _visible(request, j)]
@@ -240,7 +275,7 @@ async def get_move(request: web.Request) -> web.Response:
 
 async def put_move(request: web.Request) -> web.Response:
     """Pause or resume a dead-letter move: {"state": "paused"|"running"} (ottermq extension)."""
-    job = _job(request)
+    job = await _controlled_job(request)
     body = await json_body(request)
     state = body.get("state")
     if state not in ("paused", "running"):
@@ -253,7 +288,7 @@ async def put_move(request: web.Request) -> web.Response:
 
 async def delete_move(request: web.Request) -> web.Response:
     """Cancel a dead-letter move; what it moved stays moved (ottermq extension)."""
-    job = _job(request)
+    job = await _controlled_job(request)
     moves_of(request).cancel(job)
     return web.Response(status=204)
 

@@ -147,6 +147,14 @@ def max_fds() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+def max_tcp_sockets(fd_limit: int) -> int:
+    """RabbitMQ 3.10's socket limit for a file-descriptor limit (``file_handle_cache``: the handle
+    limit is ``max(2, fds - 100 + 3)``, sockets may take ``trunc(limit * 0.9 - 2)`` of it, at least 0),
+    what its ``rabbitmq_process_max_tcp_sockets`` shows: 832 for 1024 descriptors."""
+    limit = max(2, fd_limit - 100 + 3)
+    return max(0, int(limit * 0.9 - 2))
+
+
 def disk_free(broker: Broker) -> int | None:
     """Free bytes on the file system of the data directory (or the working one before it exists)."""
     data_dir = broker.settings.data_dir
@@ -189,9 +197,13 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
     fds = open_fds()
     if fds is not None:
         yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", value=fds)
-    yield GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", value=max_fds())
+    fd_limit = max_fds()
+    yield GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", value=fd_limit)
     sockets = len(broker.connections)
     yield GaugeMetricFamily("rabbitmq_process_open_tcp_sockets", "Open TCP sockets", value=sockets)
+    yield GaugeMetricFamily(
+        "rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", value=max_tcp_sockets(fd_limit)
+    )
     free = disk_free(broker)
     if free is not None:
         yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",

@@ -15,6 +15,7 @@ from aiohttp import web
 from ottermq.amqp.props import decode_properties
 from ottermq.vhost.queue import Queue
 
+from ..channel import ChannelConsumer
 from .common import (
     NotFound,
     amqp_errors,
@@ -31,6 +32,7 @@ from .common import (
     sort_by_name,
     vhost_or_404,
 )
+from .connections import consumer_json
 from .exchanges import dedup_json
 from .policies import policy_fields
 from .rates import QUEUE_STATS, TOTALS, queue_counts, queue_key, totals, with_rates
@@ -54,6 +56,12 @@ def unacked_bytes(request: web.Request) -> dict[Queue, int]:
         for channel in conn.channels.values():
             channel.count_unacked_bytes(counts)
     return counts
+
+
+def consumer_details(queue: Queue, node: str) -> list[dict[str, Any]]:
+    """The queue's consumers as ``/api/consumers`` shows them (RabbitMQ's ``consumer_details`` of one
+    queue; its lists of queues leave them out)."""
+    return [consumer_json(c.channel, c.tag, node) for c in queue.consumers if isinstance(c, ChannelConsumer)]
 
 
 def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) -> dict[str, Any]:
@@ -109,7 +117,9 @@ async def get_queue(request: web.Request) -> web.Response:
     queue = vhost_or_404(request).queues.get(request.match_info["name"])
     if queue is None or queue.deleted:
         raise NotFound()
-    return web.json_response(_queues_json(request, [queue])[0])
+    body = _queues_json(request, [queue])[0]
+    body["consumer_details"] = consumer_details(queue, node_name())
+    return web.json_response(body)
 
 
 async def put_queue(request: web.Request) -> web.Response:
