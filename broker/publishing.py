@@ -3,8 +3,9 @@
 Rules:
 - A ``basic.publish`` is followed by its content header and exactly ``body_size`` octets of body
   frames; anything else is a 505 (the class/method ids of the close name basic.publish).
-- Checks in RabbitMQ's order: write permission, exchange exists (404) and is not internal (403),
-  ``user_id``, ``expiration``, CC/BCC types (406, also in a transaction).
+- Checks in RabbitMQ's order: write permission, exchange exists (404) and is not internal (403)
+  (``Operations.publish_exchange``), ``user_id`` (``Operations.check_user_id``), ``expiration``,
+  CC/BCC types (406, also in a transaction).
 - The message goes through ``VHost.publish`` (``_published`` does the protocol: basic.return for an
   unroutable mandatory message, then the confirm). A message written to the store is confirmed
   after the commit; a failed commit withdraws it and nacks (see ``broker.confirms``).
@@ -15,7 +16,7 @@ Rules:
 from __future__ import annotations
 
 from ottermq.amqp import fastpath
-from ottermq.amqp.errors import AccessRefused, AMQPNotImplemented, PreconditionFailed, UnexpectedFrame
+from ottermq.amqp.errors import AMQPNotImplemented, PreconditionFailed, UnexpectedFrame
 from ottermq.amqp.fastpath import BASIC_PUBLISH, FRAME_BODY, FRAME_HEADER
 from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.vhost.message import Entry, Message, sender_selected
@@ -102,23 +103,15 @@ class PublisherMethods(ChannelBase):
         if immediate:
             raise AMQPNotImplemented("immediate=true")
         raw_props = self._props
-        if exchange_name != self._write_ok:
-            self._allow("write", "exchange", exchange_name)
-            self._write_ok = exchange_name
-        exchange = None
-        if exchange_name:
-            exchange = self.vhost.get_exchange(exchange_name)
-            if exchange.internal:
-                raise AccessRefused(
-                    f"cannot publish to internal exchange '{exchange_name}' in vhost '{self.vhost.name}'"
-                )
+        ops = conn.broker.ops
+        permitted = exchange_name == self._write_ok  # write permission is cached per channel
+        exchange = ops.publish_exchange(conn.user, self.vhost, exchange_name, permitted)
+        self._write_ok = exchange_name
         delivery_mode, priority, expiration, user_id = quick_props(raw_props)
         if raw_props[0] & 0x02:  # reply-to is set (flag 0x0200): maybe amq.rabbitmq.reply-to
             raw_props = fast_reply_to(raw_props, self.reply)
-        if user_id is not None and user_id != self.conn.username:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{self.conn.username}'"
-            )
+        if user_id is not None:
+            ops.check_user_id(conn.username, user_id)
         ttl = parse_expiration(expiration) if expiration is not None else None
         message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
         keys = None

@@ -48,6 +48,7 @@ from .limits import Limits
 from .management import ManagementServer
 from .management.policies import policy_of
 from .management.prometheus import PrometheusServer
+from .operations import Operations
 from .recovery import recover
 from .reply_to import ReplyRegistry
 from .sasl import server_properties
@@ -120,6 +121,8 @@ class Broker:
         self._servers: list[asyncio.Server] = []  # plain AMQP and/or AMQPS
         self.auth_attempts: dict[str, list[int]] = {}  # protocol -> [succeeded, failed]
         self.limits = Limits()  # vhost and user limits (broker/limits.py)
+        # the one front door: every way in performs its operations through it (broker/operations.py)
+        self.ops = Operations(self.auth, self.store, self.limits, self.apply_limits)
         self.tls_context: ssl.SSLContext | None = None
         self.web_tls_context: ssl.SSLContext | None = None
         self.web: ManagementServer | None = None  # OTTERMQ_ENABLE_WEB_API, bound by listen()

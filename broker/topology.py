@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, cast
 
-from ottermq.amqp.errors import AccessRefused, NotFound, PreconditionFailed
+from ottermq.amqp.errors import NotFound
 from ottermq.vhost.vhost import generated_name
 from pamqp import commands as spec
 
@@ -37,7 +37,8 @@ def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: in
 
 
 class TopologyMethods(ChannelBase):
-    """``exchange.*`` and ``queue.*`` handlers of ``Channel``."""
+    """``exchange.*`` and ``queue.*`` handlers of ``Channel``: frames in, ``broker.operations`` does
+    the rest (permissions, names, existence, equivalence), replies out."""
 
     def _queue_name(self, name: str) -> str:
         if not name:
@@ -48,35 +49,27 @@ class TopologyMethods(ChannelBase):
 
     # -- exchange class -------------------------------------------------------------------
     def on_exchange_declare(self, m: spec.Exchange.Declare) -> None:
-        if not m.passive:
-            self._allow("configure", "exchange", m.exchange)
-            ae = (m.arguments or {}).get("alternate-exchange")
-            if isinstance(ae, str) and m.exchange not in self.vhost.exchanges:
-                self._allow("read", "exchange", m.exchange)
-                self._allow("write", "exchange", ae)
-        self.vhost.declare_exchange(
-            m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal, m.arguments
-        )
+        self.conn.broker.ops.declare_exchange(
+            self.conn.user, self.vhost, m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
+            auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments,
+        )  # fmt: skip
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.DeclareOk())
 
     def on_exchange_delete(self, m: spec.Exchange.Delete) -> None:
-        self._allow("configure", "exchange", m.exchange)
-        self.vhost.delete_exchange(m.exchange, m.if_unused)
+        self.conn.broker.ops.delete_exchange(self.conn.user, self.vhost, m.exchange, m.if_unused)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.DeleteOk())
 
     def on_exchange_bind(self, m: spec.Exchange.Bind) -> None:
-        self._allow("write", "exchange", m.destination)
-        self._allow("read", "exchange", m.source)
-        self.vhost.bind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
+        dest = ("exchange", m.destination)
+        self.conn.broker.ops.bind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.BindOk())
 
     def on_exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
-        self._allow("write", "exchange", m.destination)
-        self._allow("read", "exchange", m.source)
-        self.vhost.unbind(m.source, ("exchange", m.destination), m.routing_key, m.arguments or {})
+        dest = ("exchange", m.destination)
+        self.conn.broker.ops.unbind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.UnbindOk())
 
@@ -94,16 +87,11 @@ class TopologyMethods(ChannelBase):
             if m.passive:
                 raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
             name = generated_name("amq.gen-")
-        if not m.passive:
-            self._allow("configure", "queue", name)
-            dlx = (m.arguments or {}).get("x-dead-letter-exchange")
-            if isinstance(dlx, str) and name not in self.vhost.queues:
-                self._allow("read", "queue", name)
-                self._allow("write", "exchange", dlx)
-        queue = self.vhost.declare_queue(
-            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments, self.conn, generated
-        )
-        queue.touch()
+        queue = self.conn.broker.ops.declare_queue(
+            self.conn.user, self.vhost, name, passive=m.passive, durable=m.durable, exclusive=m.exclusive,
+            auto_delete=m.auto_delete, arguments=m.arguments, owner=self.conn, generated=generated,
+        ).queue  # fmt: skip
+        assert queue is not None
         if m.exclusive and queue.owner is self.conn:
             self.conn.exclusive_queues.add(queue)
         self.last_queue = name
@@ -112,53 +100,37 @@ class TopologyMethods(ChannelBase):
 
     def _queue(self, name: str, permission: Permission | None = None) -> Queue:
         name = self._queue_name(name)
-        if permission is not None:
-            self._allow(permission, "queue", name)
-        return self.vhost.get_queue(name, self.conn)
+        return self.conn.broker.ops.queue(self.conn.user, self.vhost, name, permission, self.conn)
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
-        self._allow("write", "queue", self._queue_name(m.queue))
-        if m.exchange == "":  # before read on the exchange, as RabbitMQ's binding_action
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._allow("read", "exchange", m.exchange)
-        queue = self._queue(m.queue)
+        name = self._queue_name(m.queue)
         # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
-        key = queue.name if not m.queue and not m.routing_key else m.routing_key
-        self.vhost.bind(m.exchange, ("queue", queue.name), key, m.arguments or {})
+        key = name if not m.queue and not m.routing_key else m.routing_key
+        ops = self.conn.broker.ops
+        ops.bind(self.conn.user, self.vhost, m.exchange, ("queue", name), key, m.arguments, self.conn)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.BindOk())
 
     def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
-        # RabbitMQ 3.10 binding_action: write on the queue, the default exchange, read on the exchange;
-        # then unbind-ok even when the queue, the exchange or the binding does not exist
         name = self._queue_name(m.queue)
-        self._allow("write", "queue", name)
-        if m.exchange == "":
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._allow("read", "exchange", m.exchange)
         key = name if not m.queue and not m.routing_key else m.routing_key
-        self.vhost.unbind(m.exchange, ("queue", name), key, m.arguments or {}, self.conn)
+        ops = self.conn.broker.ops
+        ops.unbind(self.conn.user, self.vhost, m.exchange, ("queue", name), key, m.arguments, self.conn)
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:
-        count = self._queue(m.queue, "read").purge()
+        name = self._queue_name(m.queue)
+        count = self.conn.broker.ops.purge_queue(self.conn.user, self.vhost, name, self.conn)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.PurgeOk(count))
 
     def on_queue_delete(self, m: spec.Queue.Delete) -> None:
         name = m.queue or self.last_queue
-        self._allow("configure", "queue", name)
-        if name not in self.vhost.queues:
-            # deleting a missing queue succeeds in RabbitMQ 3.x
-            if not m.nowait:
-                self.conn.send_method(self.number, spec.Queue.DeleteOk(0))
-            return
-        queue = self._queue(name)
-        if m.if_unused and queue.consumers:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' in use")
-        if m.if_empty and queue.message_count:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.vhost.name}' not empty")
-        count = self.vhost.delete_queue(queue)
-        self.conn.exclusive_queues.discard(queue)
+        queue = self.vhost.queues.get(name)
+        count = self.conn.broker.ops.delete_queue(
+            self.conn.user, self.vhost, name, if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn
+        )
+        if queue is not None:
+            self.conn.exclusive_queues.discard(queue)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.DeleteOk(count))

@@ -64,6 +64,7 @@ from ottermq.persistence.store import (
     VHostRecord,
 )
 from ottermq.vhost.arguments import parse_exchange_args, parse_queue_args
+from ottermq.vhost.bounds import OutOfBounds, field_table
 from ottermq.vhost.exchange import EXCHANGE_TYPES
 from ottermq.vhost.patterns import PatternError, compile_pattern
 from ottermq.vhost.policy import PolicyError, make_policy
@@ -81,7 +82,6 @@ IGNORED_SECTIONS = {
 OPERATOR_POLICY = "operator_policy"  # the ``parameters`` component of operator policies
 VHOST_LIMITS = "vhost-limits"  # the ``parameters`` component of vhost limits
 _MD5_VERSIONS = re.compile(r"^3\.[0-5]\.")
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 class DefinitionsError(ValueError):
@@ -91,20 +91,6 @@ class DefinitionsError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # arguments: JSON <-> AMQP field table
 # ---------------------------------------------------------------------------------------------
-def _json_to_amqp(value: Any, where: str) -> object:
-    if value is None or isinstance(value, bool | str | float):
-        return value
-    if isinstance(value, int):
-        if not _INT64[0] <= value <= _INT64[1]:
-            raise DefinitionsError(f"{where}: integer {value} does not fit in a signed 64-bit long")
-        return value
-    if isinstance(value, list):
-        return [_json_to_amqp(item, where) for item in value]
-    if isinstance(value, dict):
-        return {str(key): _json_to_amqp(item, where) for key, item in value.items()}
-    raise DefinitionsError(f"{where}: unsupported argument value {value!r}")
-
-
 def arguments_from_json(value: Any, where: str = "arguments") -> bytes:
     """Encode a JSON ``arguments`` object as an AMQP field table (``None``/``[]`` = empty).
 
@@ -115,11 +101,9 @@ def arguments_from_json(value: Any, where: str = "arguments") -> bytes:
         value = {}
     if not isinstance(value, dict):
         raise DefinitionsError(f"{where}: 'arguments' must be an object, got {value!r}")
-    table = _json_to_amqp(value, where)
-    assert isinstance(table, dict)
-    try:
-        return encode_table(table)
-    except (ValueError, TypeError) as exc:
+    try:  # the one set of bounds (vhost.bounds): 64-bit integers, finite numbers, bounded nesting
+        return encode_table(field_table(value))
+    except (OutOfBounds, ValueError, TypeError) as exc:
         raise DefinitionsError(f"{where}: {exc}") from None
 
 

@@ -24,15 +24,16 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 from ottermq.vhost.vhost import VHost
 
+from ..operations import arguments_of
 from .common import (
     NotFound,
     amqp_errors,
-    arguments,
     bad_request,
-    check_permission,
+    broker_of,
     json_body,
     json_value,
     selected_vhosts,
+    user_of,
     vhost_or_404,
 )
 
@@ -109,14 +110,9 @@ async def create_binding(request: web.Request) -> web.Response:
     key = body.get("routing_key", "")
     if not isinstance(key, str):
         raise bad_request("routing_key must be a string")
-    args = arguments(body)
-    check_permission(request, vhost, "write", kind, dest)  # as queue.bind / exchange.bind
-    if source == "":
-        with amqp_errors():
-            vhost.bind(source, (kind, dest), key, args)  # refused: the default exchange
-    check_permission(request, vhost, "read", "exchange", source)
-    with amqp_errors():
-        vhost.bind(source, (kind, dest), key, args)
+    with amqp_errors():  # as queue.bind / exchange.bind
+        args = arguments_of(body.get("arguments"))
+        broker_of(request).ops.bind(user_of(request), vhost, source, (kind, dest), key, args)
     # relative, as RabbitMQ's: "<destination>/<properties_key, quoted once more>"
     last = request.raw_path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
     location = f"{last}/{urllib.parse.quote(properties_key(key, args), safe='')}"
@@ -139,15 +135,14 @@ async def get_binding(request: web.Request) -> web.Response:
 
 async def delete_binding(request: web.Request) -> web.Response:
     vhost, source, kind, dest, item = _one(request)
-    check_permission(request, vhost, "write", kind, dest)
+    ops, user = broker_of(request).ops, user_of(request)
     with amqp_errors():
-        if source == "":
-            vhost.unbind(source, (kind, dest), item["routing_key"], {})  # refused
-        check_permission(request, vhost, "read", "exchange", source)
+        if source == "":  # the implicit binding: permission, then refused
+            ops.unbind(user, vhost, source, (kind, dest), item["routing_key"])
         for key, bound, args in vhost.exchanges[source].bindings_list():
             if bound == (kind, dest) and key == item["routing_key"] and \
                     properties_key(key, dict(args)) == item["properties_key"]:  # fmt: skip
-                vhost.unbind(source, (kind, dest), key, dict(args))
+                ops.unbind(user, vhost, source, (kind, dest), key, dict(args))
                 break
     return web.Response(status=204)
 

@@ -31,12 +31,15 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from ottermq.amqp.table import decode_table
 from ottermq.persistence.store import Definitions
+from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import PREDECLARED
 
 from .. import VERSION
 from ..auth import AuthError
 from ..definitions import DefinitionsError, definitions_from_json
 from ..definitions.json_format import policies_to_json, vhost_limit_parameters
+from ..limits import LimitError
+from ..operations import policy_record as record_of
 from .bindings import vhost_bindings
 from .common import (
     amqp_errors,
@@ -50,7 +53,6 @@ from .common import (
 from .node_metrics import cluster_permanent_id
 from .overview import RABBITMQ_API_VERSION
 from .permissions import permission_json
-from .policies import policy_of, record_of
 from .users import user_json
 
 if TYPE_CHECKING:
@@ -219,6 +221,7 @@ def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
         auth.put_user(u)
     for p in defs.permissions:
         auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
+    ops = broker.ops  # the administrator imports: the broker itself declares (no permission checks)
     durable_exchanges = _durable(data, "exchanges")
     for x in defs.exchanges:
         vhost = broker.vhosts[x.vhost]
@@ -226,14 +229,16 @@ def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
             continue
         args = decode_table(x.arguments)[0]
         durable = durable_exchanges.get((x.vhost, x.name), True)
-        vhost.declare_exchange(x.name, x.type, False, durable, x.auto_delete, x.internal, args)
+        ops.declare_exchange(None, vhost, x.name, x.type, durable=durable, auto_delete=x.auto_delete,
+                             internal=x.internal, arguments=args)  # fmt: skip
     durable_queues = _durable(data, "queues")
     for q in defs.queues:
         vhost = broker.vhosts[q.vhost]
         if q.name in vhost.queues:
             continue
         durable = durable_queues.get((q.vhost, q.name), True)
-        vhost.declare_queue(q.name, False, durable, False, q.auto_delete, decode_table(q.arguments)[0], None)
+        ops.declare_queue(None, vhost, q.name, durable=durable, auto_delete=q.auto_delete,
+                          arguments=decode_table(q.arguments)[0])  # fmt: skip
     for b in defs.bindings:
         vhost = broker.vhosts[b.vhost]
         targets = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
@@ -243,14 +248,13 @@ def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
                         "exchange" if b.source not in vhost.exchanges else b.destination_kind)  # fmt: skip
             continue
         kind = "queue" if b.destination_kind == "queue" else "exchange"
-        vhost.bind(b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
-    for record in defs.policies:  # validated by the parser already
-        broker.vhosts[record.vhost].set_policy(policy_of(record))
-        broker.store.put_policy(record)
-    for limit in defs.limits:  # validated by the parser already
-        broker.limits.set(limit.kind, limit.owner, limit.name, limit.value)
-        broker.store.put_limit(limit)
-    broker.apply_limits()
+        ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
+    for pol in defs.policies:  # validated by the parser already; the same validation again here
+        definition = json.loads(pol.definition)
+        ops.set_policy(broker.vhosts[pol.vhost], pol.name, pol.pattern, definition, pol.apply_to,
+                       pol.priority, pol.operator)  # fmt: skip
+    for limit in defs.limits:
+        ops.set_limit(limit.kind, limit.owner, limit.name, limit.value)
 
 
 async def post_definitions(request: web.Request) -> web.Response:
@@ -267,7 +271,7 @@ async def post_definitions(request: web.Request) -> web.Response:
     try:
         with amqp_errors():
             apply(broker, defs, data)
-    except AuthError as exc:
+    except (AuthError, PolicyError, LimitError) as exc:
         raise bad_request(str(exc)) from None
     return web.Response(status=204)
 

@@ -17,17 +17,18 @@ from ottermq.vhost.dedup import DedupCache
 from ottermq.vhost.exchange import Exchange
 from ottermq.vhost.vhost import VHost
 
+from ..operations import arguments_of
 from .common import (
     NotFound,
     amqp_errors,
-    arguments,
     bad_request,
-    check_permission,
+    broker_of,
     flag,
     json_body,
     json_value,
     selected_vhosts,
     sort_by_name,
+    user_of,
     vhost_or_404,
 )
 
@@ -109,16 +110,13 @@ async def put_exchange(request: web.Request) -> web.Response:
     durable = flag(body, "durable", True)
     auto_delete = flag(body, "auto_delete", False)
     internal = flag(body, "internal", False)
-    args = arguments(body)
-    check_permission(request, vhost, "configure", "exchange", name)
-    ae = args.get("alternate-exchange")
-    if isinstance(ae, str) and name not in vhost.exchanges:
-        check_permission(request, vhost, "read", "exchange", name)
-        check_permission(request, vhost, "write", "exchange", ae)
-    created = name not in vhost.exchanges
     with amqp_errors():
-        vhost.declare_exchange(name, type_, False, durable, auto_delete, internal, args)
-    return web.Response(status=201 if created else 204)
+        args = arguments_of(body.get("arguments"))
+        declared = broker_of(request).ops.declare_exchange(
+            user_of(request), vhost, name, type_, durable=durable, auto_delete=auto_delete,
+            internal=internal, arguments=args,
+        )  # fmt: skip
+    return web.Response(status=201 if declared.created else 204)
 
 
 async def delete_exchange(request: web.Request) -> web.Response:
@@ -127,9 +125,9 @@ async def delete_exchange(request: web.Request) -> web.Response:
     name = "" if name == "amq.default" else name
     if name and name not in vhost.exchanges:
         raise NotFound()
-    check_permission(request, vhost, "configure", "exchange", name)
+    if_unused = request.query.get("if-unused", "false").lower() == "true"
     with amqp_errors():
-        vhost.delete_exchange(name, request.query.get("if-unused", "false").lower() == "true")
+        broker_of(request).ops.delete_exchange(user_of(request), vhost, name, if_unused)
     return web.Response(status=204)
 
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 import json
 
 from aiohttp import web
-from ottermq.persistence.store import LimitRecord
 
-from ..limits import LimitError, validate
+from ..limits import LimitError
 from .common import NotFound, bad_request, broker_of, json_body, require_administrator, visible_vhosts
 
 
@@ -73,13 +72,9 @@ async def _put(request: web.Request, kind: str) -> web.Response:
         raise bad_request("[{key_missing,value}]")
     name = request.match_info["name"]
     try:
-        value = validate(kind, name, body["value"])
+        broker_of(request).ops.set_limit(kind, owner, name, body["value"])
     except LimitError as exc:
         raise bad_request(f"Validation failed\n\n{exc}\n" if kind == "vhost" else str(exc)) from None
-    broker = broker_of(request)
-    broker.limits.set(kind, owner, name, value)
-    broker.store.put_limit(LimitRecord(kind, owner, name, value))
-    broker.apply_limits()
     return web.Response(status=204)
 
 
@@ -91,10 +86,7 @@ async def _delete(request: web.Request, kind: str) -> web.Response:
         raise NotFound()
     if kind == "vhost" and owner not in broker.vhosts:
         raise NotFound()
-    name = request.match_info["name"]
-    broker.limits.clear(kind, owner, name)
-    broker.store.delete_limit(kind, owner, name)
-    broker.apply_limits()
+    broker.ops.clear_limit(kind, owner, request.match_info["name"])
     return web.Response(status=204)
 
 

@@ -15,27 +15,31 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
-from ottermq.amqp.errors import AccessRefused, AMQPError
-from ottermq.amqp.props import PROPERTIES, decode_properties
-from ottermq.vhost.message import Entry, published_message
-from ottermq.vhost.queue import Queue
-from pamqp import commands
+from ottermq.amqp.errors import AMQPError, FrameError
+from ottermq.amqp.props import PROPERTIES, PROPERTY_FLAGS, decode_properties, join_props
+from ottermq.amqp.table import encode_table
+from ottermq.vhost.bounds import OutOfBounds, field_table
+from ottermq.vhost.message import Entry
 
 from .common import (
     NotFound,
+    amqp_errors,
     bad_request,
     broker_of,
-    check_permission,
     json_body,
     json_value,
+    user_of,
     vhost_or_404,
 )
 
 ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
 PROPERTY_NAMES = frozenset(name for _, name, _ in PROPERTIES)
+PAMQP_NAMES = {"type": "message_type"}  # RabbitMQ's property name -> pamqp's attribute
 
 
 def _required(body: dict[str, Any], key: str) -> Any:
@@ -47,9 +51,13 @@ def _required(body: dict[str, Any], key: str) -> Any:
 def properties_json(raw_props: bytes) -> dict[str, Any] | list[Any]:
     """The set properties of a message by RabbitMQ's names (none: ``[]``, as RabbitMQ shows an
     empty Erlang property list)."""
-    props = decode_properties(raw_props)
+    try:
+        props = decode_properties(raw_props)
+    except FrameError:  # octets a raw client sent that do not decode: kept and forwarded, not shown
+        return []
     flags = int.from_bytes(raw_props[:2], "big") if len(raw_props) >= 2 else 0
-    shown = {name: json_value(getattr(props, name)) for bit, name, _ in PROPERTIES if flags & bit}
+    shown = {name: json_value(getattr(props, PAMQP_NAMES.get(name, name)))
+             for bit, name, _ in PROPERTIES if flags & bit}  # fmt: skip
     return shown or []
 
 
@@ -103,11 +111,11 @@ async def get_messages(request: web.Request) -> web.Response:
         raise bad_request("truncate must be a non-negative integer")
     if name not in vhost.queues:
         raise NotFound()
-    check_permission(request, vhost, "read", "queue", name)
-    try:  # a channel's basic.get in RabbitMQ: "<code> <reply text>"
-        queue = vhost.get_queue(name, None)
-    except AMQPError as exc:
-        raise bad_request(f"{exc.reply_code} {exc.reply_text}") from None
+    ops = broker_of(request).ops
+    with amqp_errors():  # the management plugin's own check: 401
+        ops.allow(user_of(request), vhost, "read", "queue", name)
+    with channel_errors():  # then a channel's basic.get
+        queue = ops.queue(user_of(request), vhost, name, None)
     queue.touch()
     taken: list[Entry] = []
     shown: list[dict[str, Any]] = []
@@ -126,16 +134,45 @@ async def get_messages(request: web.Request) -> web.Response:
     return web.json_response(shown)
 
 
-def _withdraw(stored: list[tuple[Queue, Entry]]) -> None:
-    for queue, entry in stored:
-        queue.withdraw(entry)
+_SHORTSTR_PROPS = ("content_type", "content_encoding", "correlation_id", "reply_to", "expiration",
+                   "message_id", "type", "user_id", "app_id", "cluster_id")  # fmt: skip
+
+
+def _property_octets(name: str, value: Any) -> bytes:
+    """One property's field octets from its JSON value (RabbitMQ's property names).
+
+    Raises:
+        HTTPBadRequest: a value the property's AMQP type cannot carry (the property is named).
+    """
+    if name in _SHORTSTR_PROPS:
+        if not isinstance(value, str):
+            raise bad_request(f"property {name} must be a string")
+        raw = value.encode("utf-8")
+        if len(raw) > 255:
+            raise bad_request(f"property {name} is longer than 255 bytes")
+        return bytes([len(raw)]) + raw
+    if name in ("delivery_mode", "priority"):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+            raise bad_request(f"property {name} must be an integer from 0 to 255")
+        return bytes([value])
+    if name == "timestamp":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+            raise bad_request("property timestamp must be a non-negative integer (epoch seconds)")
+        return value.to_bytes(8, "big")
+    if not isinstance(value, dict):  # headers
+        raise bad_request("property headers must be an object")
+    try:
+        return encode_table(field_table(value, "headers"))
+    except OutOfBounds as exc:
+        raise bad_request(str(exc)) from None
 
 
 def encode_properties(props: object) -> bytes:
-    """JSON ``properties`` as raw content-header property octets.
+    """JSON ``properties`` (RabbitMQ's names: ``type``, ``delivery_mode``, ...) as raw content-header
+    property octets.
 
     Raises:
-        HTTPBadRequest: not an object, or a property name or value AMQP cannot carry.
+        HTTPBadRequest: not an object, an unknown property, or a value AMQP cannot carry.
     """
     if props in ([], None):  # RabbitMQ shows (and accepts) no properties as []
         props = {}
@@ -144,10 +181,17 @@ def encode_properties(props: object) -> bytes:
     unknown = sorted(set(props) - set(PROPERTY_NAMES))
     if unknown:
         raise bad_request(f"unknown property: {unknown[0]}")
+    return join_props({PROPERTY_FLAGS[k]: _property_octets(k, v) for k, v in props.items() if v is not None})
+
+
+@contextlib.contextmanager
+def channel_errors() -> Iterator[None]:
+    """RabbitMQ runs get and publish on a channel (after its own permission check, a 401): the
+    channel's errors come back as 400 ``"<code> <reply text>"``."""
     try:
-        return bytes(commands.Basic.Properties(**props).marshal())
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise bad_request(f"bad properties: {exc}") from None
+        yield
+    except AMQPError as exc:
+        raise bad_request(f"{exc.reply_code} {exc.reply_text}") from None
 
 
 async def publish(request: web.Request) -> web.Response:
@@ -161,6 +205,8 @@ async def publish(request: web.Request) -> web.Response:
     payload_encoding = _required(body, "payload_encoding")
     if not isinstance(routing_key, str) or not isinstance(payload, str):
         raise bad_request("routing_key and payload must be strings")
+    if len(routing_key.encode("utf-8")) > 255:
+        raise bad_request("routing_key is longer than 255 bytes")
     if payload_encoding == "string":
         data = payload.encode("utf-8")
     elif payload_encoding == "base64":
@@ -170,23 +216,11 @@ async def publish(request: web.Request) -> web.Response:
             raise bad_request("not_base64") from None
     else:
         raise bad_request(f"Unknown payload_encoding: {payload_encoding}")
-    check_permission(request, vhost, "write", "exchange", name)
-    try:  # RabbitMQ publishes on a channel: its errors come back as "<code> <reply text>"
-        exchange = vhost.get_exchange(name) if name else None
-        if exchange is not None and exchange.internal:
-            raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
-        message = published_message(name, routing_key, raw_props, data)
-    except AMQPError as exc:
-        raise bad_request(f"{exc.reply_code} {exc.reply_text}") from None
-    result = vhost.publish(exchange, message)
-    stored = result.stored
-    if stored is not None:  # a failed store commit takes the message back, as for a channel
-
-        def committed(ok: bool) -> None:
-            if not ok:
-                _withdraw(stored)
-
-        broker_of(request).store.after_commit(committed)
+    ops, user = broker_of(request).ops, user_of(request)
+    with amqp_errors():  # the management plugin's own check: 401
+        ops.allow(user, vhost, "write", "exchange", name)
+    with channel_errors():
+        result = ops.publish(user, vhost, name, routing_key, raw_props, data, permitted=True)
     return web.json_response({"routed": result.routed})
 
 

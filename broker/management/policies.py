@@ -42,14 +42,6 @@ if TYPE_CHECKING:
 POLICY_TAGS = frozenset({"policymaker", "administrator"})
 
 
-def record_of(policy: Policy) -> PolicyRecord:
-    """The store's record of a policy."""
-    return PolicyRecord(
-        policy.vhost, policy.name, policy.pattern, policy.apply_to, policy.priority,
-        json.dumps(policy.definition), policy.operator,
-    )  # fmt: skip
-
-
 def policy_of(record: PolicyRecord) -> Policy:
     """A stored policy, validated again.
 
@@ -119,27 +111,22 @@ async def put_policy(request: web.Request) -> web.Response:
             raise bad_request(f"[{{key_missing,{key}}}]")
     name = request.match_info["name"]
     try:
-        policy = make_policy(
-            vhost.name, name, body["pattern"], body["definition"], body.get("apply-to", "all"),
-            body.get("priority", 0), operator=operator,
+        created = broker_of(request).ops.set_policy(
+            vhost, name, body["pattern"], body["definition"], body.get("apply-to", "all"),
+            body.get("priority", 0), operator,
         )  # fmt: skip
     except PolicyError as exc:
         reason = f"Validation failed\n\n{exc}\n"
         raise bad_request(reason if operator else html.escape(reason, quote=False)) from None
-    existed = name in _registry(vhost, operator)
-    vhost.set_policy(policy)
-    broker_of(request).store.put_policy(record_of(policy))
-    return web.Response(status=204 if existed else 201)
+    return web.Response(status=201 if created else 204)
 
 
 async def delete_policy(request: web.Request) -> web.Response:
     operator = _operator(request)
     _may_write(request, operator)
     vhost = _vhost(request)
-    name = request.match_info["name"]
-    if vhost.delete_policy(name, operator) is None:
+    if not broker_of(request).ops.delete_policy(vhost, request.match_info["name"], operator):
         raise NotFound()
-    broker_of(request).store.delete_policy(vhost.name, name, operator)
     return web.Response(status=204)
 
 

@@ -14,15 +14,15 @@ from typing import Any
 from aiohttp import web
 from ottermq.amqp.props import decode_properties
 from ottermq.vhost.queue import Queue
+from ottermq.vhost.vhost import VHost
 
 from ..channel import ChannelConsumer
+from ..operations import arguments_of
 from .common import (
     NotFound,
     amqp_errors,
-    arguments,
     bad_request,
     broker_of,
-    check_permission,
     flag,
     json_body,
     json_value,
@@ -30,6 +30,7 @@ from .common import (
     sampler_of,
     selected_vhosts,
     sort_by_name,
+    user_of,
     vhost_or_404,
 )
 from .connections import consumer_json
@@ -128,51 +129,43 @@ async def put_queue(request: web.Request) -> web.Response:
     body = await json_body(request)
     durable = flag(body, "durable", True)
     auto_delete = flag(body, "auto_delete", False)
-    args = arguments(body)
     if not name:
         raise bad_request("queue name cannot be empty")
-    check_permission(request, vhost, "configure", "queue", name)
-    dlx = args.get("x-dead-letter-exchange")
-    if isinstance(dlx, str) and name not in vhost.queues:
-        check_permission(request, vhost, "read", "queue", name)
-        check_permission(request, vhost, "write", "exchange", dlx)
-    created = name not in vhost.queues
     with amqp_errors():
-        queue = vhost.declare_queue(name, False, durable, False, auto_delete, args, None)
-    queue.touch()
-    return web.Response(status=201 if created else 204)
+        args = arguments_of(body.get("arguments"))
+        declared = broker_of(request).ops.declare_queue(
+            user_of(request), vhost, name, durable=durable, auto_delete=auto_delete, arguments=args
+        )
+    return web.Response(status=201 if declared.created else 204)
 
 
 def _query_flag(request: web.Request, key: str) -> bool:
     return request.query.get(key, "false").lower() == "true"
 
 
-async def delete_queue(request: web.Request) -> web.Response:
+def _existing(request: web.Request) -> tuple[VHost, str]:
     vhost = vhost_or_404(request)
     name = request.match_info["name"]
     queue = vhost.queues.get(name)
     if queue is None or queue.deleted:
         raise NotFound()
-    check_permission(request, vhost, "configure", "queue", name)
-    with amqp_errors():
-        vhost.get_queue(name, None)  # another connection's exclusive queue: 400 locked
-    if _query_flag(request, "if-unused") and queue.consumers:
-        raise bad_request(f"queue '{name}' in vhost '{vhost.name}' in use")
-    if _query_flag(request, "if-empty") and queue.message_count:
-        raise bad_request(f"queue '{name}' in vhost '{vhost.name}' not empty")
-    vhost.delete_queue(queue)
+    return vhost, name
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost, name = _existing(request)
+    with amqp_errors():  # another connection's exclusive queue: 400 locked
+        broker_of(request).ops.delete_queue(
+            user_of(request), vhost, name, if_unused=_query_flag(request, "if-unused"),
+            if_empty=_query_flag(request, "if-empty"), missing_ok=False,
+        )  # fmt: skip
     return web.Response(status=204)
 
 
 async def purge_queue(request: web.Request) -> web.Response:
-    vhost = vhost_or_404(request)
-    name = request.match_info["name"]
-    queue = vhost.queues.get(name)
-    if queue is None or queue.deleted:
-        raise NotFound()
-    check_permission(request, vhost, "read", "queue", name)
+    vhost, name = _existing(request)
     with amqp_errors():
-        vhost.get_queue(name, None).purge()
+        broker_of(request).ops.purge_queue(user_of(request), vhost, name)
     return web.Response(status=204)
 
 

@@ -641,7 +641,7 @@ def test_defaults_for_missing_optional_fields() -> None:
         ({"queues": [{"name": "q"}]}, "queues[0]: missing 'vhost'"),
         (
             {"queues": [queue(arguments={"big": 2**63})]},
-            "queues[0] (queue 'q' in vhost '/'): integer 9223372036854775808",
+            "queues[0] (queue 'q' in vhost '/'): arguments 'big' 9223372036854775808 is out of range",
         ),
         (
             {"exchanges": [exchange(type="x-consistent-hash")]},

@@ -1,0 +1,432 @@
+"""The one front door: every way in (AMQP channels, the management API, definitions, dead-letter
+moves) performs its operations here, so each rule is written once.
+
+Rules:
+
+1. An operation takes the acting user (``None``: the broker itself, e.g. recovery or a definitions
+   file read at start-up, which checks no permission) and the vhost, and raises what a channel
+   would answer (``ottermq.amqp.errors``: 403 access refused, 404 not found, 405 locked, 406
+   precondition failed). Adapters translate: a channel closes with it, the management API answers
+   RabbitMQ's HTTP status and JSON body (``management.common.amqp_errors``). Adapters never decide.
+2. Permissions are checked before existence, in ``rabbit_channel``'s order: configure for
+   declare/delete; for a declare that names a dead-letter exchange (queues) or an alternate exchange
+   (exchanges) and creates the object, read on the object and write on that exchange; write on the
+   destination then read on the source for (un)bind; read for purge and get; write on the exchange
+   for publish. The default exchange is called ``amq.default`` in permission checks.
+3. Values are bounded before they reach the store or arithmetic (``vhost.bounds``): arguments and
+   headers that come as JSON are turned into AMQP field values here (a 64-bit integer at most,
+   finite numbers, bounded nesting); names longer than 255 bytes are refused as RabbitMQ refuses a
+   queue's (``queue should be less than 255 bytes``), and as an ottermq bound for exchanges.
+4. Publishing (other than a channel's hot path, which calls :meth:`Operations.publish_exchange`
+   and :meth:`Operations.check_user_id` itself): write permission, the exchange exists (404) and is
+   not internal (403), ``user_id`` is the acting user's (406), ``expiration`` and CC/BCC are valid
+   (406); then the vhost's one publish operation, and a message written to the store is withdrawn
+   from its queues if its commit fails.
+5. Policies and limits are validated (RabbitMQ's texts plus the bounds), applied to the vhost, and
+   written to the store in one step; a write the store refuses is taken back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from ottermq.amqp.errors import AccessRefused, PreconditionFailed
+from ottermq.amqp.props import parse_expiration, quick_props
+from ottermq.persistence.store import LimitRecord, PolicyRecord
+from ottermq.vhost.bounds import OutOfBounds, field_table
+from ottermq.vhost.message import Message, sender_selected
+from ottermq.vhost.policy import Policy, make_policy
+
+from .limits import Limits, validate
+
+if TYPE_CHECKING:
+    from ottermq.persistence.store import Store, UserRecord
+    from ottermq.vhost.exchange import Exchange
+    from ottermq.vhost.queue import Queue
+    from ottermq.vhost.vhost import PublishResult, VHost
+
+    from .auth import AuthDB, Permission, ResourceKind
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_BYTES = 255  # an AMQP shortstr
+Actor: TypeAlias = "UserRecord | None"  # who performs an operation; None: the broker itself (rule 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """What a declare did: the object, and whether this call created it."""
+
+    created: bool
+    queue: Queue | None = None
+    exchange: Exchange | None = None
+
+
+def arguments_of(value: Any, field: str = "arguments") -> dict[str, Any]:
+    """JSON ``arguments`` (an object; absent or null: none) as an AMQP field table (rule 3).
+
+    Raises:
+        PreconditionFailed: not an object, or a value out of bounds (the text names it).
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PreconditionFailed(f"{field} must be an object")
+    try:
+        return field_table(value, field)
+    except OutOfBounds as exc:
+        raise PreconditionFailed(str(exc)) from None
+
+
+def check_name(kind: str, name: str) -> None:
+    """A queue or exchange name an AMQP client can use (rule 3).
+
+    Raises:
+        PreconditionFailed: longer than 255 bytes (RabbitMQ's text for queues).
+    """
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise PreconditionFailed(f"{kind} should be less than 255 bytes, actually was {size}")
+
+
+class Operations:
+    """The operations every adapter performs (see the module rules).
+
+    Args:
+        auth: users and permissions.
+        store: where definitions, policies and limits are written.
+        limits: the limits in force.
+        apply_limits: re-applies the limits to the vhosts after a change.
+    """
+
+    def __init__(self, auth: AuthDB, store: Store, limits: Limits, apply_limits: Callable[[], None]) -> None:
+        self.auth = auth
+        self.store = store
+        self.limits = limits
+        self.apply_limits = apply_limits
+
+    # -- permissions ------------------------------------------------------------------------------
+    def allow(self, user: Actor, vhost: VHost, permission: Permission, kind: ResourceKind, name: str) -> None:
+        """Raises:
+        AccessRefused: ``user`` lacks ``permission`` on the resource (``None`` may do anything)."""
+        if user is not None:
+            self.auth.check(user, vhost.name, permission, kind, name or "amq.default")
+
+    # -- publishing ---------------------------------------------------------------------------------
+    def publish_exchange(
+        self, user: Actor, vhost: VHost, name: str, permitted: bool = False
+    ) -> Exchange | None:
+        """The exchange a publish goes to (None: the default exchange), rule 4.
+
+        Args:
+            permitted: the caller already holds write permission on it (a channel's cache).
+
+        Raises:
+            AccessRefused: no write permission, or an internal exchange.
+            NotFound: no such exchange.
+        """
+        if not permitted:
+            self.allow(user, vhost, "write", "exchange", name)
+        if not name:
+            return None
+        exchange = vhost.get_exchange(name)
+        if exchange.internal:
+            raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
+        return exchange
+
+    @staticmethod
+    def check_user_id(username: str | None, user_id: str | None) -> None:
+        """Raises:
+        PreconditionFailed: ``user_id`` is set and is not the publishing user's name."""
+        if user_id is not None and username is not None and user_id != username:
+            raise PreconditionFailed(
+                f"user_id property set to '{user_id}' but authenticated user was '{username}'"
+            )
+
+    def message(
+        self, user: Actor, exchange: str, routing_key: str, raw_props: bytes, body: bytes
+    ) -> tuple[Message, list[str] | None]:
+        """A message to publish and its CC/BCC routing keys (rule 4).
+
+        Raises:
+            PreconditionFailed: ``user_id``, ``expiration`` or CC/BCC refused.
+        """
+        delivery_mode, priority, expiration, user_id = quick_props(raw_props)
+        self.check_user_id(user.name if user is not None else None, user_id)
+        ttl = parse_expiration(expiration) if expiration is not None else None
+        message = Message(exchange, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
+        if b"CC" in raw_props:
+            return sender_selected(message)
+        return message, None
+
+    def publish(
+        self,
+        user: Actor,
+        vhost: VHost,
+        exchange_name: str,
+        routing_key: str,
+        raw_props: bytes,
+        body: bytes,
+        mandatory: bool = False,
+        permitted: bool = False,
+    ) -> PublishResult:
+        """Publish as a client would, without a channel (management API, moves), rule 4.
+
+        Raises:
+            AccessRefused, NotFound, PreconditionFailed: see :meth:`publish_exchange` and :meth:`message`.
+        """
+        exchange = self.publish_exchange(user, vhost, exchange_name, permitted)
+        message, _ = self.message(user, exchange_name, routing_key, raw_props, body)  # CC/BCC keys ride along
+        result = vhost.publish(exchange, message, None, mandatory)
+        self.withdraw_on_failure(result)
+        return result
+
+    def withdraw_on_failure(self, result: PublishResult) -> None:
+        """Entries written to the store leave their queues again if the commit fails."""
+        stored = result.stored
+        if stored is None:
+            return
+
+        def committed(ok: bool) -> None:
+            if not ok:
+                for queue, entry in stored:
+                    queue.withdraw(entry)
+
+        self.store.after_commit(committed)
+
+    # -- exchanges ------------------------------------------------------------------------------------
+    def declare_exchange(
+        self,
+        user: Actor,
+        vhost: VHost,
+        name: str,
+        type_: str,
+        *,
+        passive: bool = False,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Declared:
+        """``exchange.declare`` (rule 2).
+
+        Raises:
+            AccessRefused, NotFound, PreconditionFailed, CommandInvalid: as a channel answers.
+        """
+        arguments = arguments or {}
+        if not passive:
+            check_name("exchange", name)
+            self.allow(user, vhost, "configure", "exchange", name)
+            ae = arguments.get("alternate-exchange")
+            if isinstance(ae, str) and name not in vhost.exchanges:
+                self.allow(user, vhost, "read", "exchange", name)
+                self.allow(user, vhost, "write", "exchange", ae)
+        created = name not in vhost.exchanges
+        exchange = vhost.declare_exchange(name, type_, passive, durable, auto_delete, internal, arguments)
+        return Declared(created and not passive, exchange=exchange)
+
+    def delete_exchange(self, user: Actor, vhost: VHost, name: str, if_unused: bool = False) -> None:
+        """``exchange.delete``: a missing exchange is fine (RabbitMQ 3.x)."""
+        self.allow(user, vhost, "configure", "exchange", name)
+        vhost.delete_exchange(name, if_unused)
+
+    # -- queues -----------------------------------------------------------------------------------------
+    def declare_queue(
+        self,
+        user: Actor,
+        vhost: VHost,
+        name: str,
+        *,
+        passive: bool = False,
+        durable: bool = True,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        owner: object | None = None,
+        generated: bool = False,
+    ) -> Declared:
+        """``queue.declare`` of a named (or already generated) queue (rule 2).
+
+        Raises:
+            AccessRefused, NotFound, ResourceLocked, PreconditionFailed: as a channel answers.
+        """
+        arguments = arguments or {}
+        if not passive:
+            check_name("queue", name)
+            self.allow(user, vhost, "configure", "queue", name)
+            dlx = arguments.get("x-dead-letter-exchange")
+            if isinstance(dlx, str) and name not in vhost.queues:
+                self.allow(user, vhost, "read", "queue", name)
+                self.allow(user, vhost, "write", "exchange", dlx)
+        created = name not in vhost.queues
+        queue = vhost.declare_queue(
+            name, passive, durable, exclusive, auto_delete, arguments, owner, generated
+        )
+        queue.touch()
+        return Declared(created and not passive, queue=queue)
+
+    def queue(
+        self, user: Actor, vhost: VHost, name: str, permission: Permission | None, owner: object | None = None
+    ) -> Queue:
+        """A queue for an operation: permission first, then existence and exclusivity.
+
+        Raises:
+            AccessRefused, NotFound, ResourceLocked: as a channel answers.
+        """
+        if permission is not None:
+            self.allow(user, vhost, permission, "queue", name)
+        return vhost.get_queue(name, owner)
+
+    def delete_queue(
+        self,
+        user: Actor,
+        vhost: VHost,
+        name: str,
+        *,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        owner: object | None = None,
+        missing_ok: bool = True,
+    ) -> int:
+        """``queue.delete``; returns the ready messages it held. A missing queue is fine on a channel
+        (RabbitMQ 3.x, ``missing_ok``); the management API answers 404.
+
+        Raises:
+            AccessRefused, NotFound, ResourceLocked, PreconditionFailed: as a channel answers.
+        """
+        self.allow(user, vhost, "configure", "queue", name)
+        if name not in vhost.queues and missing_ok:
+            return 0
+        queue = vhost.get_queue(name, owner)
+        if if_unused and queue.consumers:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost.name}' in use")
+        if if_empty and queue.message_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{vhost.name}' not empty")
+        return vhost.delete_queue(queue)
+
+    def purge_queue(self, user: Actor, vhost: VHost, name: str, owner: object | None = None) -> int:
+        """``queue.purge``; returns how many messages went."""
+        return self.queue(user, vhost, name, "read", owner).purge()
+
+    # -- bindings -------------------------------------------------------------------------------------
+    def _binding_allowed(self, user: Actor, vhost: VHost, source: str, dest: tuple[str, str]) -> None:
+        kind: ResourceKind = "queue" if dest[0] == "queue" else "exchange"
+        self.allow(user, vhost, "write", kind, dest[1])
+        if source == "" or dest == ("exchange", ""):  # before read on the source, as binding_action
+            raise AccessRefused("operation not permitted on the default exchange")
+        self.allow(user, vhost, "read", "exchange", source)
+
+    def bind(
+        self,
+        user: Actor,
+        vhost: VHost,
+        source: str,
+        dest: tuple[str, str],
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+        owner: object | None = None,
+    ) -> None:
+        """``queue.bind`` / ``exchange.bind`` (rule 2).
+
+        Raises:
+            AccessRefused, NotFound, ResourceLocked: as a channel answers.
+        """
+        self._binding_allowed(user, vhost, source, dest)
+        if dest[0] == "queue":
+            vhost.get_queue(dest[1], owner)  # the queue first (404/405), then the exchanges (vhost.bind)
+        vhost.bind(source, (dest[0], dest[1]), routing_key, arguments or {})
+
+    def unbind(
+        self,
+        user: Actor,
+        vhost: VHost,
+        source: str,
+        dest: tuple[str, str],
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+        owner: object | None = None,
+    ) -> None:
+        """``queue.unbind`` / ``exchange.unbind``: a missing queue, exchange or binding is fine."""
+        self._binding_allowed(user, vhost, source, dest)
+        vhost.unbind(source, (dest[0], dest[1]), routing_key, arguments or {}, owner)
+
+    # -- policies -------------------------------------------------------------------------------------
+    def set_policy(
+        self,
+        vhost: VHost,
+        name: str,
+        pattern: Any,
+        definition: Any,
+        apply_to: Any = "all",
+        priority: Any = 0,
+        operator: bool = False,
+    ) -> bool:
+        """Validate, apply and store a (user or operator) policy; returns whether it is new.
+        Who may set policies is the adapter's question (tags), not a permission.
+
+        Raises:
+            PolicyError: RabbitMQ's reason, or a value out of bounds (named).
+        """
+        policy = make_policy(vhost.name, name, pattern, definition, apply_to, priority, operator=operator)
+        existed = name in (vhost.operator_policies if operator else vhost.policies)
+        previous = (vhost.operator_policies if operator else vhost.policies).get(name)
+        vhost.set_policy(policy)
+        self.store.put_policy(policy_record(policy))
+
+        def stored(ok: bool) -> None:
+            if not ok:
+                self._policy_refused(vhost, policy, previous)
+
+        self.store.after_commit(stored)
+        return not existed
+
+    def _policy_refused(self, vhost: VHost, policy: Policy, previous: Policy | None) -> None:
+        log.error("policy '%s' in vhost '%s' could not be stored; taken back", policy.name, vhost.name)
+        registry = vhost.operator_policies if policy.operator else vhost.policies
+        if registry.get(policy.name) is policy:
+            if previous is None:
+                vhost.delete_policy(policy.name, policy.operator)
+            else:
+                vhost.set_policy(previous)
+
+    def delete_policy(self, vhost: VHost, name: str, operator: bool = False) -> bool:
+        """Remove a policy; returns whether there was one."""
+        if vhost.delete_policy(name, operator) is None:
+            return False
+        self.store.delete_policy(vhost.name, name, operator)
+        return True
+
+    # -- limits -----------------------------------------------------------------------------------------
+    def set_limit(self, kind: str, owner: str, name: str, value: Any) -> None:
+        """Validate (RabbitMQ's texts plus the bounds), apply and store a vhost or user limit.
+
+        Raises:
+            LimitError: an unknown limit or a bad value.
+        """
+        checked = validate(kind, name, value)
+        self.limits.set(kind, owner, name, checked)
+        self.store.put_limit(LimitRecord(kind, owner, name, checked))
+        self.apply_limits()
+
+    def clear_limit(self, kind: str, owner: str, name: str) -> None:
+        """Remove a vhost or user limit (fine when it was not set)."""
+        self.limits.clear(kind, owner, name)
+        self.store.delete_limit(kind, owner, name)
+        self.apply_limits()
+
+
+def policy_record(policy: Policy) -> PolicyRecord:
+    """The store's record of a policy."""
+    return PolicyRecord(
+        policy.vhost,
+        policy.name,
+        policy.pattern,
+        policy.apply_to,
+        policy.priority,
+        json.dumps(policy.definition),
+        policy.operator,
+    )
