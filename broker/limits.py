@@ -22,6 +22,7 @@ from typing import Any
 from ottermq.amqp.erlang import format_term
 from ottermq.persistence.store import LimitRecord
 from ottermq.vhost.bounds import OutOfBounds, check_int64
+from ottermq.vhost.policy import json_term
 
 VHOST_LIMITS = ("max-connections", "max-queues")
 USER_LIMITS = ("max-connections", "max-channels")
@@ -32,7 +33,7 @@ class LimitError(ValueError):
 
 
 def _term(value: Any) -> str:
-    return format_term(value) if not isinstance(value, float) else repr(value)
+    return json_term(value) if not isinstance(value, float) else repr(value)
 
 
 def validate(kind: str, name: str, value: Any) -> int:

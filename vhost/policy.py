@@ -93,14 +93,14 @@ def _bounded(check: Any, value: Any, key: str) -> None:
         raise PolicyError(str(exc)) from None
 
 
-def _term(value: Any) -> str:
+def json_term(value: Any) -> str:
     """A JSON value as RabbitMQ prints the decoded term (``<<"x">>``, ``1.5``, ``true``, ``null``)."""
     if value is None:
         return format_term(Atom("null"))
     if isinstance(value, dict):
-        return "#{" + ",".join(f"{_term(k)} => {_term(v)}" for k, v in value.items()) + "}"
+        return "#{" + ",".join(f"{json_term(k)} => {json_term(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(_term(v) for v in value) + "]"
+        return "[" + ",".join(json_term(v) for v in value) + "]"
     return format_term(value)
 
 
@@ -189,13 +189,13 @@ def make_policy(
         PolicyError: RabbitMQ's reason, without its ``Validation failed`` prefix.
     """
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise PolicyError(f"priority should be a number, actually was {_term(priority)}")
+        raise PolicyError(f"priority should be a number, actually was {json_term(priority)}")
     _bounded(check_int64, priority, "priority")
     if apply_to not in APPLY_TO:
-        shown = f"'{apply_to}'" if isinstance(apply_to, str) else _term(apply_to)
+        shown = f"'{apply_to}'" if isinstance(apply_to, str) else json_term(apply_to)
         raise PolicyError(f"apply-to {shown} unrecognised; should be 'queues', 'exchanges' or 'all'")
     if not isinstance(pattern, str):
-        raise PolicyError(f"pattern should be a string, actually was {_term(pattern)}")
+        raise PolicyError(f"pattern should be a string, actually was {json_term(pattern)}")
     try:
         regex = compile_pattern(pattern)
     except PatternError as exc:
@@ -205,12 +205,12 @@ def make_policy(
     known = OPERATOR_KEYS if operator else CHECKS.keys() | INERT_KEYS
     unknown = [(k, v) for k, v in sorted(definition.items()) if k not in known]
     if unknown:
-        terms = ",".join("{" + _term(k) + "," + _term(v) + "}" for k, v in unknown)
+        terms = ",".join("{" + json_term(k) + "," + json_term(v) + "}" for k, v in unknown)
         raise PolicyError(f"[{terms}] are not recognised policy settings")
     for key, value in sorted(definition.items()):
         check = CHECKS.get(key)
         if check is not None and not check[0](value):
-            raise PolicyError(f"{_term(value)} is not a valid {check[1]}")
+            raise PolicyError(f"{json_term(value)} is not a valid {check[1]}")
         _bounded(check_duration if key in DURATIONS else check_int64, value, key)
     return Policy(vhost, name, pattern, apply_to, priority, dict(definition), operator, regex)
 

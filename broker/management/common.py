@@ -324,6 +324,47 @@ def require_monitor(request: web.Request) -> None:
         raise not_authorised("Not monitor user")
 
 
+MAX_JSON_DEPTH = 64  # objects and arrays a request body may nest (a definitions file needs ~5)
+
+
+def parse_json(raw: bytes | str, detail: bool = True) -> Any:
+    """A request body's JSON, refused (400) when it is not valid JSON, nests deeper than
+    ``MAX_JSON_DEPTH`` or holds a string that is not Unicode text (a lone surrogate escape such as
+    ``"\\ud800"``, which no name, header or password can be encoded from).
+
+    Raises:
+        HTTPBadRequest: as above (``failed_to_parse_json``).
+    """
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise bad_request("failed_to_parse_json: nested too deep") from None
+    except ValueError as exc:  # RabbitMQ's definitions import says no more (``detail=False``)
+        raise bad_request(f"failed_to_parse_json: {exc}" if detail else "failed_to_parse_json") from None
+    stack = [(value, 0)]
+    while stack:  # iterative: the check itself must not recurse
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise bad_request(f"failed_to_parse_json: nested more than {MAX_JSON_DEPTH} levels")
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    _check_text(key)
+                    stack.append((child, depth + 1))
+            else:
+                stack.extend((child, depth + 1) for child in item)
+    return value
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_request("failed_to_parse_json: a string is not valid Unicode (lone surrogate)") from None
+
+
 async def json_body(request: web.Request) -> dict[str, Any]:
     """The request's JSON object (an empty body is ``{}``).
 
@@ -333,10 +374,7 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise bad_request(f"failed_to_parse_json: {exc}") from None
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise bad_request("not_json_object")
     return body

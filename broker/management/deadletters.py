@@ -53,6 +53,7 @@ from .messages import payload_json, properties_json
 MOVES_KEY: web.AppKey[MoveJobs] = web.AppKey("dlq_moves", MoveJobs)
 SAMPLE = 1000
 MAX_LIMIT = 1000
+MAX_RATE = 1_000_000  # messages per second a move may be asked for
 
 
 def moves_of(request: web.Request) -> MoveJobs:
@@ -194,8 +195,8 @@ async def create_move(request: web.Request) -> web.Response:
     rate = body.get("rate", 0) or 0
     if not isinstance(keep, bool):
         raise bad_request("keep_death_headers must be a boolean")
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
-        raise bad_request("rate must be a non-negative number (messages per second; 0 = no limit)")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= MAX_RATE:
+        raise bad_request(f"rate must be a number from 0 to {MAX_RATE} (messages per second; 0 = no limit)")
     await _check_move(request, vhost, queue.name, selection, target)
     job = moves_of(request).create(vhost.name, queue.name, selection, target, keep, float(rate))
     location = request.path.split("/dead-letters/")[0] + f"/dead-letter-moves/{job.id}"

@@ -28,6 +28,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
+import aiohttp.http_exceptions
 from aiohttp import web
 from ottermq.amqp.table import decode_table
 from ottermq.persistence.store import Definitions
@@ -47,6 +49,7 @@ from .common import (
     broker_of,
     json_value,
     node_name,
+    parse_json,
     require_administrator,
     vhost_or_404,
 )
@@ -153,9 +156,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
             raw = upload.file.read() if isinstance(upload, web.FileField) else str(upload or "").encode()
         else:
             raw = await request.read()
-        data = json.loads(raw)
-    except ValueError:
+    except (ValueError, aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError):
         raise bad_request("failed_to_parse_json") from None
+    data = parse_json(raw, detail=False)
     if not isinstance(data, dict):
         raise bad_request("failed_to_parse_json")
     return data
