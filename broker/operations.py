@@ -90,7 +90,8 @@ def check_name(kind: str, name: str) -> None:
     """
     size = len(name.encode("utf-8", "surrogatepass"))
     if size > MAX_NAME_BYTES:
-        raise PreconditionFailed(f"{kind} should be less than 255 bytes, actually was {size}")
+        # RabbitMQ's text, its trailing newline included (no AMQP client can send such a name)
+        raise PreconditionFailed(f"{kind} should be less than 255 bytes, actually was {size}\n")
 
 
 class Operations:

@@ -10,7 +10,9 @@ so ``from helpers import ...`` cannot work. Every helper is therefore a fixture 
 
     broker            session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika;
                       ``.management_url``: the management API's base URL (``MANAGEMENT_URL`` under AMQP_URL);
-                      ``.prometheus_url``: the metrics base URL (``PROMETHEUS_URL`` under AMQP_URL).
+                      ``.prometheus_url``: the metrics base URL (``PROMETHEUS_URL`` under AMQP_URL);
+                      ``.api(path, method, body, auth=, raw=, headers=) -> (status, json)``: one
+                      management API request.
     unique            ``unique("orders") -> "e2e.orders.<test>.<hex>"``; every name handed out is deleted as a
                       queue AND as an exchange after the test, so re-runs on a long-lived RabbitMQ stay clean.
     poll_until        ``poll_until(fn, timeout=5, interval=0.01)`` -> fn()'s first truthy value, or fail.
@@ -42,7 +44,9 @@ you create (``unique`` names do it for you), keep each file to a few seconds.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -51,7 +55,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -118,6 +124,30 @@ class Broker:
         }
         kwargs.update(overrides)
         return pika.ConnectionParameters(**kwargs)
+
+    def api(
+        self, path: str, method: str = "GET", body: Any = None, *, auth: tuple[str, str] | None = None,
+        raw: bytes | None = None, headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:  # fmt: skip
+        """``(status, decoded JSON body or None)`` of one management API request (``path`` from
+        ``/api``); ``body`` is sent as JSON, ``raw`` as it is; ``auth`` defaults to this broker's user."""
+        user, password = auth if auth is not None else (self.user, self.password)
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.management_url + path, data=data, method=method)
+        req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for key, value in (headers or {}).items():
+            req.add_header(key, value)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, answer = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            status, answer = err.code, err.read()
+        try:
+            return status, json.loads(answer) if answer.strip() else None
+        except ValueError:
+            return status, answer.decode(errors="replace")
 
     def log_tail(self, lines: int = 60) -> str:
         if self.log_path is None or not self.log_path.exists():
