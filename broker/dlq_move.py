@@ -36,9 +36,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ottermq.amqp.errors import AMQPError
 from ottermq.amqp.props import get_headers, rewrite_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.message import READY, Entry, Message
+
+from .operations import publish_target
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -196,11 +199,10 @@ def move_one(
     if where is None:
         return "unroutable", []
     exchange_name, routing_key = where
-    exchange = None
-    if exchange_name:
-        exchange = vhost.exchanges.get(exchange_name)
-        if exchange is None:
-            return "unroutable", []
+    try:  # the same target rule as any publish: it exists and is not internal
+        exchange = publish_target(vhost, exchange_name)
+    except AMQPError:
+        return "unroutable", []
     raw = message.raw_props if keep else strip_death_headers(message)
     copy = Message(exchange_name, routing_key, raw, message.body, message.persistent, message.priority,
                    message.expiration)  # fmt: skip

@@ -82,6 +82,21 @@ def arguments_of(value: Any, field: str = "arguments") -> dict[str, Any]:
         raise PreconditionFailed(str(exc)) from None
 
 
+def publish_target(vhost: VHost, name: str) -> Exchange | None:
+    """The exchange a message may be published to (None: the default exchange), permission aside.
+
+    Raises:
+        NotFound: no such exchange.
+        AccessRefused: an internal exchange.
+    """
+    if not name:
+        return None
+    exchange = vhost.get_exchange(name)
+    if exchange.internal:
+        raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
+    return exchange
+
+
 def check_name(kind: str, name: str) -> None:
     """A queue or exchange name an AMQP client can use (rule 3).
 
@@ -132,12 +147,7 @@ class Operations:
         """
         if not permitted:
             self.allow(user, vhost, "write", "exchange", name)
-        if not name:
-            return None
-        exchange = vhost.get_exchange(name)
-        if exchange.internal:
-            raise AccessRefused(f"cannot publish to internal exchange '{name}' in vhost '{vhost.name}'")
-        return exchange
+        return publish_target(vhost, name)
 
     @staticmethod
     def check_user_id(username: str | None, user_id: str | None) -> None:

@@ -102,5 +102,8 @@ def test_one_step_move_on_a_vhost():
     rest = next(iter(dlq.ready_entries()))
     assert move_one(vh, dlq, rest, ("orders", "us.new"), True, last)[0] == "unroutable"  # no binding
     assert move_one(vh, dlq, rest, ("missing", "k"), True, last)[0] == "unroutable"
+    vh.declare_exchange("hidden", "fanout", False, False, False, True, None)  # internal: no publish
+    vh.bind("hidden", ("queue", "work"), "", {})
+    assert move_one(vh, dlq, rest, ("hidden", "k"), True, last)[0] == "unroutable"
     assert dlq.message_count == 1
     assert Selection(ids=frozenset({rest.seq})).matches(rest, last)
