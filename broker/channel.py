@@ -85,6 +85,7 @@ class ChannelConsumer:
         self.exclusive = exclusive
         self.prefetch = prefetch
         self.unacked = 0
+        self.arguments: dict[str, Any] = {}  # basic.consume's arguments (x-priority, ...)
 
     def can_deliver(self) -> bool:
         channel = self.channel
@@ -516,6 +517,7 @@ class Channel(PublisherMethods, TopologyMethods):
         if queue.consumers and (m.exclusive or queue.has_exclusive_consumer()):
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
         consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, self.prefetch)
+        consumer.arguments = m.arguments or {}  # shown by the management API's consumer_details
         self.consumers[tag] = consumer
         if not m.nowait:
             self.conn.send_method(self.number, spec.Basic.ConsumeOk(tag))

@@ -133,7 +133,8 @@ def test_queue_shows_one_consumer_details_entry_per_consumer(broker, connect, po
     ch.queue_declare(queue)
     ch.basic_qos(prefetch_count=7)
     ch.basic_consume(queue, lambda *a: None, consumer_tag="fid-acked")
-    ch.basic_consume(queue, lambda *a: None, consumer_tag="fid-auto", auto_ack=True)
+    priority = {"x-priority": 3}
+    ch.basic_consume(queue, lambda *a: None, consumer_tag="fid-auto", auto_ack=True, arguments=priority)
     path = f"/api/queues/{q(broker.vhost)}/{q(queue)}"
 
     def details() -> Any:
@@ -149,7 +150,7 @@ def test_queue_shows_one_consumer_details_entry_per_consumer(broker, connect, po
               "channel_details": channel_details}  # fmt: skip
     assert shown == [
         {**common, "consumer_tag": "fid-acked", "ack_required": True},
-        {**common, "consumer_tag": "fid-auto", "ack_required": False},
+        {**common, "consumer_tag": "fid-auto", "ack_required": False, "arguments": {"x-priority": 3}},
     ]
     assert shown[0]["channel_details"]["peer_port"] == int(name.split(" -> ")[0].rsplit(":", 1)[1])
     on_api = [c for c in call(broker, "/api/consumers")[2] if c["queue"]["name"] == queue]
