@@ -302,3 +302,20 @@ def test_dead_letters_are_not_counted_as_published_to_their_queue(broker, channe
 
     poll_until(lambda: publish_stat(work) == 3 and publish_stat(dlq), timeout=STATS_TIMEOUT, interval=0.5)
     assert publish_stat(dlq) == 1
+
+
+def test_policies_of_a_vhost_without_permissions_are_401(broker):
+    name, password = f"e2e-nop-{uuid.uuid4().hex[:6]}", "p"
+    user = {"password": password, "tags": "policymaker"}
+    assert call(broker, f"/api/users/{name}", "PUT", user)[0] in (201, 204)
+    try:
+        vh, auth = q(broker.vhost), (name, password)
+        vhost_refused = {"error": "not_authorised", "reason": "User not authorised to access virtual host"}
+        assert call(broker, f"/api/policies/{vh}", auth=auth)[::2] == (401, vhost_refused)
+        obj = {"error": "not_authorised", "reason": "User not authorised to access object"}
+        assert call(broker, f"/api/policies/{vh}/x", auth=auth)[::2] == (401, obj)
+        put = {"pattern": "^nothing$", "definition": {"max-length": 1}}
+        assert call(broker, f"/api/policies/{vh}/x", "PUT", put, auth=auth)[::2] == (401, obj)
+        assert call(broker, f"/api/policies/{vh}/x", "DELETE", auth=auth)[::2] == (401, obj)
+    finally:
+        call(broker, f"/api/users/{name}", "DELETE")

@@ -70,10 +70,12 @@ def _accessible(request: web.Request) -> list[VHost]:
 
 
 def _vhost(request: web.Request) -> VHost:
-    vhost = vhost_or_404(request)
-    if not _may_access(request, vhost.name):
+    """The vhost of a single policy: one without access is 401 ``User not authorised to access
+    object`` (a list of a vhost's policies says ``virtual host``, as ``vhost_or_404``)."""
+    name = request.match_info["vhost"]
+    if name in broker_of(request).vhosts and not _may_access(request, name):
         raise not_authorised("User not authorised to access object")
-    return vhost
+    return vhost_or_404(request)
 
 
 def _registry(vhost: VHost, operator: bool) -> dict[str, Policy]:
@@ -82,7 +84,7 @@ def _registry(vhost: VHost, operator: bool) -> dict[str, Policy]:
 
 async def list_policies(request: web.Request) -> web.Response:
     operator = _operator(request)
-    vhosts = [_vhost(request)] if "vhost" in request.match_info else _accessible(request)
+    vhosts = [vhost_or_404(request)] if "vhost" in request.match_info else _accessible(request)
     items = [p.as_json() for v in vhosts for _, p in sorted(_registry(v, operator).items())]
     return web.json_response(items)
 
