@@ -367,6 +367,8 @@ def parse_queue_args(
                 number = _non_neg_int(value, type_of(key))
                 if number == 0:
                     raise _Invalid("{value_zero,0}")
+                if number > MAX_EXPIRY:  # a retry is due at now + delay (vhost.bounds)
+                    raise _Invalid(f"{{value_too_large,{number}}}")
                 retry["delayed_retry_" + key[-3:]] = number
             elif key == EXACT_TTL_ARG:
                 if type_of(key) != "bool":

@@ -32,6 +32,7 @@ from typing import Any
 from ottermq.amqp.errors import PreconditionFailed
 from ottermq.amqp.table import encode_table
 
+from .bounds import MAX_DURATION
 from .values import amqp_type_name, longstr_text
 
 __all__ = [
@@ -122,6 +123,8 @@ def dedup_settings(
         number = _int(ttl)
         if number is None or number < 0:
             raise _invalid("x-cache-ttl", "expected a non-negative integer", resource)
+        if number > MAX_DURATION:  # an entry's expiry is now + ttl (vhost.bounds)
+            raise _invalid("x-cache-ttl", f"at most {MAX_DURATION} (ten years in ms)", resource)
         ttl = number
     given, header = _setting(args, policy, "deduplication-header")
     if given:
@@ -160,7 +163,7 @@ def message_ttl_override(headers: Mapping[str, Any] | None) -> int | None:
     if not headers:
         return None
     number = _int(headers.get("x-cache-ttl"))
-    return number if number is not None and number >= 0 else None
+    return min(number, MAX_DURATION) if number is not None and number >= 0 else None
 
 
 class DedupCache:

@@ -48,7 +48,7 @@ from typing import Any
 from ottermq.amqp.erlang import Atom, format_term
 
 from .arguments import QueueArgs
-from .bounds import OutOfBounds, check_duration, check_int64
+from .bounds import MAX_DURATION, OutOfBounds, check_duration, check_int64
 from .patterns import Pattern, PatternError, compile_pattern
 
 # RabbitMQ 3.10's three, and 3.12's queue-type ones: classic_queues is every queue here (all are
@@ -281,4 +281,4 @@ def consumer_timeout(declared: QueueArgs, definition: Mapping[str, Any], default
     ``x-consumer-timeout``, the policy's ``consumer-timeout`` and the node's default (None = off)."""
     values = [v for v in (declared.raw.get("x-consumer-timeout"), definition.get("consumer-timeout"), default)
               if isinstance(v, int) and not isinstance(v, bool) and v > 0]  # fmt: skip
-    return min(values) if values else None
+    return min(min(values), MAX_DURATION) if values else None  # a timer at now + timeout (bounds)

@@ -61,3 +61,19 @@ def test_limits_are_bounded() -> None:
     assert validate("vhost", "max-queues", INT64_MAX) == INT64_MAX
     with pytest.raises(LimitError, match="max-queues 9223372036854775808 is out of range"):
         validate("vhost", "max-queues", 2**63)
+
+
+def test_argument_durations_are_bounded() -> None:
+    from ottermq.amqp.errors import PreconditionFailed
+    from ottermq.vhost.arguments import parse_queue_args
+    from ottermq.vhost.dedup import dedup_settings, message_ttl_override
+    from ottermq.vhost.policy import consumer_timeout
+
+    with pytest.raises(PreconditionFailed, match="x-cache-ttl.*ten years"):
+        dedup_settings({"x-message-deduplication": True, "x-cache-ttl": MAX_DURATION + 1}, {},
+                       durable=False, always=False, resource="queue 'q' in vhost '/'")  # fmt: skip
+    assert message_ttl_override({"x-cache-ttl": INT64_MAX}) == MAX_DURATION
+    with pytest.raises(PreconditionFailed, match="x-delayed-retry-max.*value_too_large"):
+        parse_queue_args({"x-delayed-retry-max": INT64_MAX}, "q", "/", 255)
+    args = parse_queue_args({"x-consumer-timeout": INT64_MAX}, "q", "/", 255)
+    assert consumer_timeout(args, {}, None) == MAX_DURATION
