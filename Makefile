@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install clients run test unit e2e screenshots conformance bench lint typecheck clean
+.PHONY: install clients run test unit e2e screenshots conformance fuzz bench lint typecheck clean
 
 # Re-install when pyproject changes or a module is added/removed (strict editable installs
 # link files one by one, so new modules need a re-run; subpackages such as broker/management count).
@@ -51,6 +51,14 @@ screenshots: install clients
 conformance: install clients
 	bash .ci/rabbitmq.sh "$(RABBIT_URL)"
 	AMQP_URL="$(RABBIT_URL)" $(BIN)/pytest e2e -m "not extension"
+
+# The management API fuzzer for longer than `make test` runs it (e2e/test_http_fuzz.py: schemathesis
+# from the broker's own OpenAPI description plus targeted cases): FUZZ_EXAMPLES per operation and user,
+# a new hypothesis seed each run; findings in the test's tmp dir, and in FUZZ_FINDINGS when set.
+FUZZ_EXAMPLES ?= 100
+fuzz: install
+	OTTERMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) OTTERMQ_FUZZ_SEED=random \
+	  $(if $(FUZZ_FINDINGS),OTTERMQ_FUZZ_FINDINGS=$(FUZZ_FINDINGS)) $(BIN)/pytest e2e/test_http_fuzz.py -s
 
 # Side by side with RabbitMQ when one answers at RABBIT_URL (interleaved A B A B), else ottermq
 # alone, with our Python generator and the independent amqp091-go one (go:*); then the storage

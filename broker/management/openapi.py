@@ -6,8 +6,16 @@ Rules:
 
 1. The description is generated from the application's router when asked, so it lists exactly the
    routes that exist; a summary is the handler's docstring's first line, else its name in words.
+   What the router cannot say comes from the tables below, keyed by method and path under the API
+   prefix: ``BODIES`` (the JSON body of every ``PUT`` and ``POST``; an empty body means ``{}``),
+   ``QUERIES`` (query parameters) and ``HEADERS``. A path parameter with a pattern in the route
+   (``{kind:[qe]}``) gets that pattern. ``tests/unit/broker/test_openapi.py`` fails when a write
+   route has no body schema or a table names a route that does not exist.
 2. No login is needed to read it (it holds no broker data); every operation in it needs HTTP Basic
    auth, as the API does. Nothing is fetched from the internet (no CDN assets).
+3. The schemas say what the handlers accept, not more: RabbitMQ's loose forms too (a boolean as
+   ``"true"``/``"false"``, tags as a comma-separated string, a count as a digit string), and extra
+   keys are allowed (RabbitMQ ignores them).
 """
 
 from __future__ import annotations
@@ -17,8 +25,11 @@ import re
 from typing import Any
 
 from aiohttp import web
+from ottermq.vhost.policy import APPLY_TO
 
 from .. import VERSION
+from .common import PREFIX_KEY
+from .messages import ACKMODES
 from .overview import RABBITMQ_API_VERSION
 from .webui import is_ui_path
 
@@ -29,6 +40,166 @@ RESPONSES = {
     "POST": {"200": "the result", "201": "created", "204": "done", "400": "refused, with RabbitMQ's reason"},
     "DELETE": {"204": "deleted", "400": "refused (if-empty, if-unused)", "404": "no such object"},
 }
+CHECKS = ("/health/checks/", "/aliveness-test/")  # health checks: a failing check is a 503 (health.py)
+FAILED_CHECK = {"503": {"description": 'the check failed: {"status": "failed", "reason": ...}'}}
+
+# -- request bodies (rule 3) -------------------------------------------------------------------
+
+Schema = dict[str, Any]
+
+
+def _object(required: tuple[str, ...] = (), /, **properties: Schema) -> Schema:
+    schema: Schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def _one_of(*values: str) -> Schema:
+    return {"type": "string", "enum": list(values)}
+
+
+STRING: Schema = {"type": "string"}
+FLAG: Schema = {"anyOf": [{"type": "boolean"}, _one_of("true", "false")]}  # common.flag
+ARGUMENTS: Schema = {
+    "type": "object",
+    "nullable": True,
+    "additionalProperties": True,
+    "description": "x-arguments, as an AMQP field table",
+}
+TAGS: Schema = {
+    "anyOf": [STRING, {"type": "array", "items": STRING}],
+    "nullable": True,
+    "description": "a comma-separated string or a list",
+}
+COUNT: Schema = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[0-9]+$"}]}
+LIMIT: Schema = _object(("value",), value={"type": "integer", "description": "negative: no limit"})
+POLICY: Schema = _object(
+    ("pattern", "definition"),
+    pattern={"type": "string", "description": "a regular expression on queue or exchange names"},
+    definition={"type": "object", "additionalProperties": True},
+    priority={"type": "integer"},
+    **{"apply-to": _one_of(*APPLY_TO)},
+)
+ITEMS: Schema = {"type": "array", "items": {"type": "object", "additionalProperties": True}}
+SECTIONS = "users vhosts permissions topic_permissions queues exchanges bindings policies parameters"
+DEFINITIONS: Schema = _object(
+    **dict.fromkeys([*SECTIONS.split(), "global_parameters"], ITEMS),
+    rabbit_version=STRING,
+    rabbitmq_version=STRING,
+)
+MOVE: Schema = _object(
+    ids={"type": "array", "items": {"type": "integer"}, "description": "give one of ids, filter, all"},
+    filter=_object(reason={**STRING, "nullable": True}, source_queue={**STRING, "nullable": True}),
+    all={"type": "boolean"},
+    target={
+        **_object(exchange=STRING, routing_key=STRING),
+        "nullable": True,
+        "description": "null: each message's original exchange and routing key",
+    },
+    keep_death_headers={"type": "boolean"},
+    rate={"type": "number", "minimum": 0, "description": "messages per second; 0: no limit"},
+)
+BODIES: dict[tuple[str, str], Schema] = {
+    ("PUT", "/queues/{vhost}/{name}"): _object(durable=FLAG, auto_delete=FLAG, arguments=ARGUMENTS),
+    ("PUT", "/exchanges/{vhost}/{name}"): _object(
+        type={"type": "string", "description": "direct, fanout, topic, headers, x-delayed-message"},
+        durable=FLAG,
+        auto_delete=FLAG,
+        internal=FLAG,
+        arguments=ARGUMENTS,
+    ),
+    ("POST", "/bindings/{vhost}/e/{source}/{kind}/{dest}"): _object(routing_key=STRING, arguments=ARGUMENTS),
+    ("POST", "/exchanges/{vhost}/{name}/publish"): _object(
+        ("properties", "routing_key", "payload", "payload_encoding"),
+        properties={
+            "type": "object",
+            "additionalProperties": True,
+            "description": "basic properties by RabbitMQ's names (delivery_mode, headers, ...)",
+        },
+        routing_key=STRING,
+        payload=STRING,
+        payload_encoding=_one_of("string", "base64"),
+    ),
+    ("POST", "/queues/{vhost}/{name}/get"): _object(
+        ("count", "ackmode", "encoding"),
+        count=COUNT,
+        ackmode=_one_of(*ACKMODES),
+        encoding=_one_of("auto", "base64"),
+        truncate={**COUNT, "nullable": True},
+    ),
+    ("PUT", "/policies/{vhost}/{name}"): POLICY,
+    ("PUT", "/operator-policies/{vhost}/{name}"): POLICY,
+    ("PUT", "/users/{name}"): _object(
+        password=STRING,
+        password_hash={"type": "string", "description": "base64"},
+        hashing_algorithm=STRING,
+        tags=TAGS,
+    ),
+    ("PUT", "/vhosts/{vhost}"): _object(description=STRING, tags=TAGS),
+    ("PUT", "/permissions/{vhost}/{user}"): _object(
+        ("configure", "write", "read"), configure=STRING, write=STRING, read=STRING
+    ),
+    ("PUT", "/vhost-limits/{vhost}/{name}"): LIMIT,
+    ("PUT", "/user-limits/{user}/{name}"): LIMIT,
+    ("POST", "/definitions"): DEFINITIONS,
+    ("POST", "/definitions/{vhost}"): DEFINITIONS,
+    ("POST", "/dead-letters/{vhost}/{queue}/moves"): MOVE,
+    ("PUT", "/dead-letter-moves/{id}"): _object(("state",), state=_one_of("paused", "running")),
+}
+# multipart uploads besides JSON (the web UI's import form)
+UPLOADS = frozenset({("POST", "/definitions"), ("POST", "/definitions/{vhost}")})
+
+# -- query parameters and headers ----------------------------------------------------------------
+
+
+def _query(name: str, schema: Schema, description: str) -> Schema:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+TRUE_FALSE: Schema = _one_of("true", "false")
+SHAPING = [  # the lists RabbitMQ documents them for (app.py applies them to every GET: rule 4)
+    _query("columns", STRING, "comma-separated (dotted) fields to keep"),
+    _query("sort", STRING, "a (dotted) field to sort by"),
+    _query("sort_reverse", TRUE_FALSE, "reverse the order"),
+]
+PAGING = [  # the lists RabbitMQ paginates
+    _query("page", {"type": "integer", "minimum": 1}, "page number, from 1"),
+    _query("page_size", {"type": "integer", "minimum": 1, "maximum": 500}, "default 100"),
+    _query("name", STRING, "keep names containing this (case-insensitive), with page"),
+    _query("use_regex", TRUE_FALSE, "name is a regular expression"),
+]
+PAGINATED = frozenset(
+    {"/queues", "/queues/{vhost}", "/exchanges", "/exchanges/{vhost}", "/vhosts", "/connections", "/channels"}
+)
+QUERIES: dict[tuple[str, str], list[Schema]] = {
+    **{("GET", path): PAGING + SHAPING for path in PAGINATED},
+    ("DELETE", "/queues/{vhost}/{name}"): [
+        _query("if-empty", TRUE_FALSE, "only if it holds no messages"),
+        _query("if-unused", TRUE_FALSE, "only if it has no consumers"),
+    ],
+    ("DELETE", "/exchanges/{vhost}/{name}"): [_query("if-unused", TRUE_FALSE, "only if it has no bindings")],
+    ("GET", "/definitions"): [_query("download", STRING, "a file name: answer as an attachment")],
+    ("GET", "/definitions/{vhost}"): [_query("download", STRING, "a file name: answer as an attachment")],
+    ("GET", "/dead-letters/{vhost}/{queue}"): [
+        _query("reason", STRING, "keep messages whose last death has this reason"),
+        _query("source_queue", STRING, "keep messages whose last death was in this queue"),
+        _query("offset", {"type": "integer", "minimum": 0}, "skip this many matching messages"),
+        _query("limit", {"type": "integer", "minimum": 0, "maximum": 1000}, "page size, default 100"),
+        _query("truncate", {"type": "integer", "minimum": 0}, "cut payloads to this many bytes"),
+    ],
+}
+HEADERS: dict[tuple[str, str], list[Schema]] = {
+    ("DELETE", "/connections/{name}"): [
+        {
+            "name": "X-Reason",
+            "in": "header",
+            "required": False,
+            "schema": STRING,
+            "description": "the close reason the client sees",
+        },
+    ],
+}
 
 
 def _summary(handler: Any) -> str:
@@ -38,30 +209,79 @@ def _summary(handler: Any) -> str:
     return str(getattr(handler, "__name__", "operation")).replace("_", " ").capitalize()
 
 
+DEFAULT_SEGMENT = "[^{}/]+"  # aiohttp's pattern of a plain {name}
+
+
+def _route_patterns(resource: web.AbstractResource) -> dict[str, str]:
+    """The patterns of the path parameters that have their own (``{kind:[qe]}`` -> ``{"kind": "[qe]"}``)."""
+    compiled = resource.get_info().get("pattern")
+    if not isinstance(compiled, re.Pattern):
+        return {}
+    text, found = compiled.pattern, {}
+    for group in re.finditer(r"\(\?P<(\w+)>", text):
+        depth, i = 1, group.end()
+        while depth:
+            if text[i] == "\\":
+                i += 2
+                continue
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        body = text[group.end() : i - 1]
+        if body != DEFAULT_SEGMENT:
+            found[group[1]] = body
+    return found
+
+
+def _path_parameter(name: str, pattern: str | None) -> Schema:
+    schema: Schema = {"type": "string"}
+    if pattern is not None:
+        schema["pattern"] = f"^(?:{pattern})$"
+    description = "the vhost, URL-encoded (%2F for /)" if name == "vhost" else name
+    return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
+
+
+def _request_body(key: tuple[str, str]) -> Schema | None:
+    schema = BODIES.get(key)
+    if schema is None:
+        return None
+    content: Schema = {"application/json": {"schema": schema}}
+    if key in UPLOADS:
+        upload = _object(("file",), file={"type": "string", "format": "binary"})
+        content["multipart/form-data"] = {"schema": upload}
+    return {"required": bool(schema.get("required")), "content": content}
+
+
 def describe(app: web.Application, skip: str) -> dict[str, Any]:
     """The OpenAPI document of ``app``'s routes (those under ``skip``, the docs themselves, left out)."""
+    prefix = app.get(PREFIX_KEY, "")
     paths: dict[str, dict[str, Any]] = {}
     for route in app.router.routes():
         resource = route.resource
         if route.method not in METHODS or resource is None:
             continue
-        path = re.sub(r"\{(\w+):[^}]*\}", r"{\1}", resource.canonical)
+        canonical = resource.canonical
+        path = re.sub(r"\{(\w+):[^}]*\}", r"{\1}", canonical)
         if path == skip or path.startswith(skip + "/") or is_ui_path(path):
             continue  # the docs themselves and the web UI's files
-        params = re.findall(r"\{(\w+)\}", path)
-        operation = {
+        patterns = _route_patterns(resource)
+        key = (route.method, path[len(prefix) :] if path.startswith(prefix) else path)
+        operation: dict[str, Any] = {
             "summary": _summary(route.handler),
             "operationId": route.method.lower() + re.sub(r"[^A-Za-z0-9]+", "_", path).rstrip("_"),
             "parameters": [
-                {"name": p, "in": "path", "required": True, "schema": {"type": "string"},
-                 "description": "the vhost, URL-encoded (%2F for /)" if p == "vhost" else p}
-                for p in params
-            ],  # fmt: skip
+                *(_path_parameter(p, patterns.get(p)) for p in re.findall(r"\{(\w+)\}", path)),
+                *QUERIES.get(key, []),
+                *HEADERS.get(key, []),
+            ],
             "responses": {
                 **{code: {"description": text} for code, text in RESPONSES[route.method].items()},
                 "401": {"description": "no or bad credentials, or a missing user tag"},
+                **(FAILED_CHECK if key[1].startswith(CHECKS) else {}),
             },
         }
+        body = _request_body(key)
+        if body is not None:
+            operation["requestBody"] = body
         paths.setdefault(path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.0.3",
