@@ -87,9 +87,19 @@ def _reports_root(request: web.Request) -> Path | None:
 def _report_dir(request: web.Request) -> Path:
     root = _reports_root(request)
     name = request.match_info["name"]
-    if root is None or "/" in name or name.startswith(".") or not (root / name / "summary.json").is_file():
+    if root is None or "/" in name or name.startswith("."):
+        raise NotFound()
+    if not _is_file(root / name / "summary.json"):
         raise NotFound()
     return root / name
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; a name the file system refuses (too long, NUL) is not."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _summary(folder: Path) -> dict[str, Any]:
@@ -134,7 +144,7 @@ async def chart(request: web.Request) -> web.Response:
     folder = _report_dir(request)
     name = request.match_info["file"]
     path = folder / "charts" / name
-    if "/" in name or name.startswith(".") or not name.endswith(".png") or not path.is_file():
+    if "/" in name or name.startswith(".") or not name.endswith(".png") or not _is_file(path):
         raise NotFound()
     return web.Response(body=path.read_bytes(), content_type="image/png")
 

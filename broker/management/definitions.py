@@ -143,6 +143,8 @@ async def get_definitions(request: web.Request) -> web.Response:
     headers = {}
     download = request.query.get("download")
     if download:
+        if not download.isprintable() or '"' in download:  # a header cannot carry it
+            raise bad_request("download must be a printable file name")
         headers["Content-Disposition"] = f"attachment; filename={download}"
     return web.json_response(export(broker_of(request), only), headers=headers)
 
