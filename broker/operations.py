@@ -23,7 +23,9 @@ Rules:
    (406); then the vhost's one publish operation, and a message written to the store is withdrawn
    from its queues if its commit fails.
 5. Policies and limits are validated (RabbitMQ's texts plus the bounds), applied to the vhost, and
-   written to the store in one step; a write the store refuses is taken back.
+   written to the store in one step; a policy whose write fails is taken back in memory, and the
+   undo is queued behind the write (which the store retries after an I/O failure), so memory and
+   store agree either way, as a withdrawn message does.
 """
 
 from __future__ import annotations
@@ -398,11 +400,13 @@ class Operations:
     def _policy_refused(self, vhost: VHost, policy: Policy, previous: Policy | None) -> None:
         log.error("policy '%s' in vhost '%s' could not be stored; taken back", policy.name, vhost.name)
         registry = vhost.operator_policies if policy.operator else vhost.policies
-        if registry.get(policy.name) is policy:
+        if registry.get(policy.name) is policy:  # and queue the undo behind a write that is retried
             if previous is None:
                 vhost.delete_policy(policy.name, policy.operator)
+                self.store.delete_policy(vhost.name, policy.name, policy.operator)
             else:
                 vhost.set_policy(previous)
+                self.store.put_policy(policy_record(previous))
 
     def delete_policy(self, vhost: VHost, name: str, operator: bool = False) -> bool:
         """Remove a policy; returns whether there was one."""

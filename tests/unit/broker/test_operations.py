@@ -132,6 +132,8 @@ def test_policies_are_validated_applied_stored_and_taken_back_on_a_failed_write(
         with pytest.raises(Exception, match="could not commit"):
             await w.store.flush()
         assert "lost" not in w.vhost.policies and w.vhost.queues["q1"].args.max_length == 2
+        await w.store.flush()  # the retried write and its undo: the store agrees with memory
+        assert [p.name for p in (await w.store.load_definitions()).policies] == ["p"]
         assert w.ops.delete_policy(w.vhost, "p") and not w.ops.delete_policy(w.vhost, "p")
 
     run(main())
