@@ -212,6 +212,24 @@ class Settings(BaseSettings):
     web_ssl_cert_file: Path | None = Field(None, description="Its certificate; empty = OTTERMQ_SSL_CERT_FILE")
     web_ssl_key_file: Path | None = Field(None, description="Its key; empty = OTTERMQ_SSL_KEY_FILE")
     web_ssl_ca_file: Path | None = Field(None, description="Its CA bundle; empty = OTTERMQ_SSL_CA_FILE")
+    web_header_timeout: Duration = Field(
+        10.0,
+        gt=0,
+        description="Time an HTTP client (management API, metrics) has from connecting to the end of its"
+        " first request head, a TLS handshake included; late: 408 (or closed if it sent nothing)",
+    )
+    web_idle_timeout: Duration = Field(
+        15.0,
+        gt=0,
+        description="Time a kept-alive HTTP connection may wait for its next complete request head before"
+        " it is closed (longer than the web UI's 5 s refresh, so the UI keeps its connection)",
+    )
+    web_max_connections: int = Field(
+        256,
+        ge=1,
+        description="Concurrent HTTP connections per listener (management API, metrics); one more gets a 503"
+        " and is closed at once (on an HTTPS port: closed before the handshake)",
+    )
     enable_prometheus: bool = Field(
         True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible, issue 14)"
     )

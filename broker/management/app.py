@@ -9,6 +9,11 @@ Request rules, in RabbitMQ's order (see ``common.py`` for the exact texts):
 3. the handler: a missing object -> 404 JSON;
 4. a successful GET is shaped by ``columns``, ``sort`` and ``sort_reverse`` as RabbitMQ's
    (``common.shape``); rabbitmqadmin sends them with every ``list``.
+
+Before all of these, a write made by a browser for a page of another origin is refused with 403
+(``cross_site``; ottermq goes beyond RabbitMQ, which accepts a text/plain POST from any page). Every
+answer, errors included, carries ``Cache-Control: no-store`` (the UI's files keep their own) and
+``X-Content-Type-Options: nosniff``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import BasicAuth, hdrs, web
+from multidict import CIMultiDictProxy
+from yarl import URL
 
 from . import (
     archive,
@@ -56,9 +63,70 @@ RESOURCES = (
 )  # fmt: skip
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Sec-Fetch-Site values of a request the page's own origin made, or the user (a typed URL, a bookmark)
+SAME_ORIGIN_FETCH = frozenset({"same-origin", "none"})
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    try:
+        parsed = URL(url)
+    except ValueError:
+        return None
+    if not parsed.scheme or not parsed.host:
+        return None
+    return parsed.scheme.lower(), parsed.host.lower().rstrip("."), parsed.port  # port: default filled in
+
+
+def cross_site(method: str, headers: CIMultiDictProxy[str], scheme: str, host: str) -> bool:
+    """Whether a request is a write that a browser made for a page of another origin (refused: 403).
+
+    Rules, in order:
+
+    1. ``GET``, ``HEAD`` and ``OPTIONS`` are never refused: they change nothing, and a page of another
+       origin cannot read their answers (the API sends no CORS headers).
+    2. ``Sec-Fetch-Site`` (set by the browser; a page's script cannot set or change it) decides when
+       present: ``same-origin`` and ``none`` (typed or bookmarked) pass; ``same-site`` (another port or
+       subdomain of the same site), ``cross-site`` and any other value are refused. Trusting it alone
+       keeps the UI working behind a TLS-terminating proxy, where the page's ``Origin`` says https.
+    3. Otherwise (browsers before 2023) ``Origin``: refused unless its scheme, host and port equal the
+       request's own (``scheme`` and the ``Host`` header, default ports filled in); ``null`` (sandboxed
+       frames, ``file:`` pages, cross-origin redirects) is refused.
+    4. Neither header: no browser made it (curl, rabbitmqadmin, the ottermq CLI, Flower, Python clients):
+       accepted, as RabbitMQ does.
+
+    Args:
+        method: the request method.
+        headers: its headers.
+        scheme: ``http`` or ``https``, as the listener sees it.
+        host: its ``Host`` header.
+    """
+    if method.upper() in SAFE_METHODS:
+        return False
+    fetch_site = headers.get("Sec-Fetch-Site")
+    if fetch_site is not None:
+        return fetch_site.strip().lower() not in SAME_ORIGIN_FETCH
+    origin = headers.get(hdrs.ORIGIN)
+    if origin is None:
+        return False
+    own = _origin(f"{scheme}://{host}")
+    return own is None or _origin(origin.strip()) != own
+
+
+async def security_headers(_request: web.Request, response: web.StreamResponse) -> None:
+    """``no-store`` and ``nosniff`` on every answer; a handler's own ``Cache-Control`` (the UI's) stays."""
+    response.headers.setdefault(hdrs.CACHE_CONTROL, "no-store")
+    response.headers.setdefault(hdrs.X_CONTENT_TYPE_OPTIONS, "nosniff")
+
+
 @web.middleware
 async def rabbit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Routing errors, then Basic auth, then the handler (see the module rules)."""
+    """Cross-site writes, then routing errors, then Basic auth, then the handler (see the module rules)."""
+    if cross_site(request.method, request.headers, request.scheme, request.host):
+        log.info("HTTP %s %s refused: cross-site (Origin %r, Sec-Fetch-Site %r) from %s", request.method,
+                 request.path, request.headers.get(hdrs.ORIGIN), request.headers.get("Sec-Fetch-Site"),
+                 request.remote)  # fmt: skip
+        return json_error(403, "forbidden", "cross-site request refused")
     docs = request.app.get(DOCS_KEY)
     if docs is not None and (request.path == docs or request.path.startswith(docs + "/")):
         return await handler(request)  # the OpenAPI description needs no login (openapi.py)
@@ -119,6 +187,7 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
     ``OTTERMQ_WEB_API_PATH`` setting)."""
     prefix = (api_path if api_path is not None else broker.settings.web_api_path).rstrip("/")
     app = web.Application(middlewares=[rabbit_middleware])
+    app.on_response_prepare.append(security_headers)
     app[BROKER_KEY] = broker
     app[PREFIX_KEY] = prefix
     sampler = app[SAMPLER_KEY] = RateSampler(broker, broker.settings.metrics_samples_interval)

@@ -11,6 +11,8 @@ Rules:
   ``.../charts/{file}`` one of its PNG charts.
 - Administrators and monitoring users only (the archive holds every vhost's dead letters); a folder
   that is not configured gives ``enabled: false`` and an empty list, a missing report 404.
+- Only what lies inside the configured folder is shown: a symbolic link (file or folder) whose target,
+  resolved, is outside it is not followed (left out of lists, 404 when asked for); links within it are.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ HOUR_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}/\d{2}$")
 _counts: dict[tuple[str, int, int], int] = {}
 
 
+def inside(root: Path, path: Path) -> bool:
+    """Whether ``path`` exists and, symbolic links resolved, lies within ``root`` (resolved too, so the
+    configured folder itself may be a link)."""
+    try:
+        return path.resolve(strict=True).is_relative_to(root.resolve(strict=True))
+    except (OSError, RuntimeError, ValueError):  # missing, a link loop, a name the file system refuses
+        return False
+
+
 def _count_lines(path: Path) -> int:
     lines = 0
     with path.open("rb") as f:
@@ -42,12 +53,12 @@ def list_archive(root: Path) -> list[dict[str, Any]]:
     """The archive's hours, newest first, with their files (blocking: run it in a thread)."""
     hours: dict[str, list[dict[str, Any]]] = {}
     for day in sorted(root.iterdir()) if root.is_dir() else []:
-        for hour in sorted(day.iterdir()) if day.is_dir() else []:
+        for hour in sorted(day.iterdir()) if day.is_dir() and inside(root, day) else []:
             label = f"{day.name}/{hour.name}"
-            if not HOUR_DIR.match(label) or not hour.is_dir():
+            if not HOUR_DIR.match(label) or not hour.is_dir() or not inside(root, hour):
                 continue
             for path in sorted(hour.iterdir()):
-                if ".jsonl" not in path.name or not path.is_file():
+                if ".jsonl" not in path.name or not path.is_file() or not inside(root, path):
                     continue
                 st = path.stat()
                 key = (str(path), st.st_size, st.st_mtime_ns)
@@ -89,7 +100,8 @@ def _report_dir(request: web.Request) -> Path:
     name = request.match_info["name"]
     if root is None or "/" in name or name.startswith("."):
         raise NotFound()
-    if not _is_file(root / name / "summary.json"):
+    summary = root / name / "summary.json"
+    if not _is_file(summary) or not inside(root, summary):
         raise NotFound()
     return root / name
 
@@ -119,7 +131,7 @@ async def reports(request: web.Request) -> web.Response:
         return web.json_response({"enabled": root is not None, "dir": shown, "reports": []})
     found = []
     for folder in root.iterdir():
-        if folder.is_dir() and (folder / "summary.json").is_file():
+        if folder.is_dir() and (folder / "summary.json").is_file() and inside(root, folder / "summary.json"):
             summary = _summary(folder)
             modified = int(os.path.getmtime(folder / "summary.json") * 1000)
             found.append({"name": folder.name, "modified": modified, "records": summary.get("records"),
@@ -134,7 +146,8 @@ async def report(request: web.Request) -> web.Response:
     require_monitor(request)
     folder = _report_dir(request)
     md = folder / "report.md"
-    text = md.read_text(encoding="utf-8", errors="replace") if md.is_file() else ""
+    shown = md.is_file() and inside(folder.parent, md)
+    text = md.read_text(encoding="utf-8", errors="replace") if shown else ""
     return web.json_response({"name": folder.name, "summary": _summary(folder), "markdown": text})
 
 
@@ -145,6 +158,8 @@ async def chart(request: web.Request) -> web.Response:
     name = request.match_info["file"]
     path = folder / "charts" / name
     if "/" in name or name.startswith(".") or not name.endswith(".png") or not _is_file(path):
+        raise NotFound()
+    if not inside(folder.parent, path):
         raise NotFound()
     return web.Response(body=path.read_bytes(), content_type="image/png")
 

@@ -1,14 +1,35 @@
 """An aiohttp listener in the broker process: ``bind`` claims the port at start-up (before anything
 is on disk), ``start`` serves once the broker is ready, ``stop`` closes it. The management API and
-the Prometheus endpoint are each one of these."""
+the Prometheus endpoint are each one of these.
+
+Rules (every port of a listener, plain and HTTPS; the settings are ``OTTERMQ_WEB_*``):
+
+- The listener accepts connections itself (``loop.sock_accept``) and hands each to aiohttp's
+  protocol (``AppRunner.server``) with ``loop.connect_accepted_socket``, so it counts sockets from
+  the moment they are accepted, TLS handshakes in progress included.
+- ``MAX_CONNECTIONS``: with that many connections open, a new one is refused at once: on a plain
+  port it gets a fixed ``503`` (RabbitMQ's JSON error shape, ``Connection: close``) and is closed; on
+  an HTTPS port it is closed before any handshake, so a flood costs no TLS work.
+- ``HEADER_TIMEOUT``: from its accept, a connection has this long to finish its TLS handshake (if
+  any) and the head of its first request (the blank line after the headers). Late, it gets
+  ``408 Request Timeout`` and is closed if it sent anything, else it is closed silently (cowboy, under
+  RabbitMQ's management API, does the same).
+- ``IDLE_TIMEOUT`` is aiohttp's ``keepalive_timeout``: a connection that has not delivered a whole
+  request that long after its previous answer (a half-sent next head included) is closed.
+- Bodies are bounded by aiohttp's own limits; the time a client takes to send one is not.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import json
 import logging
 import socket
 import ssl
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -16,6 +37,129 @@ if TYPE_CHECKING:
     from ..server import Broker
 
 log = logging.getLogger(__name__)
+
+# Answers written by the listener itself, before aiohttp has a request (the API's own headers)
+_SAFE_HEADERS = b"Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n"
+_BUSY_BODY = json.dumps({"error": "service_unavailable", "reason": "too many HTTP connections"},
+                       separators=(",", ":")).encode()  # fmt: skip
+OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                 + _SAFE_HEADERS + b"Content-Length: %d\r\n\r\n" % len(_BUSY_BODY) + _BUSY_BODY)  # fmt: skip
+REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\n" + _SAFE_HEADERS + b"Content-Length: 0\r\n\r\n"
+# accept() failures that mean "out of resources for now": wait and try again (as asyncio's own servers)
+_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_RETRY = 1.0
+_FULL_LOG_EVERY = 60.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one listener allows its clients (see the module rules)."""
+
+    header_timeout: float = 10.0
+    idle_timeout: float = 15.0
+    max_connections: int = 256
+
+
+def head_complete(tail: bytes, data: bytes) -> tuple[bool, bytes]:
+    """Whether the blank line that ends a request head is in ``tail + data``.
+
+    Lenient on purpose (a bare ``\\n\\n`` counts, as aiohttp's parser may accept it): a head seen too
+    early only leaves the connection to the idle timeout, a head missed would cut a served request.
+
+    Args:
+        tail: the last bytes of what came before (at most 3, as returned by the previous call).
+        data: what has just arrived.
+
+    Returns:
+        ``(complete, tail)``: the tail to pass with the next data.
+    """
+    window = tail + data
+    return b"\n\n" in window.replace(b"\r", b""), window[-3:]
+
+
+class GuardedProtocol(asyncio.Protocol):
+    """aiohttp's protocol for one connection, behind the header deadline; ``release`` is called once
+    when the connection ends.
+
+    Args:
+        inner: the protocol that serves HTTP (``AppRunner.server()``); it gets the real transport.
+        deadline: loop time by which the first request head must be complete.
+        release: frees the connection's place under the cap.
+    """
+
+    def __init__(self, inner: asyncio.Protocol, deadline: float, release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._deadline = deadline
+        self._release = release
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tail = b""
+        self._waiting = True  # for the end of the first head
+        self._sent_anything = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's too)
+        self._timer = asyncio.get_running_loop().call_at(self._deadline, self._head_late)
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiting:
+            self._sent_anything = True
+            done, self._tail = head_complete(self._tail, data)
+            if done:
+                self._waiting = False
+                self._cancel_timer()
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        self._release()
+        self._inner.connection_lost(exc)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_late(self) -> None:
+        self._timer = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        log.debug("HTTP client %s: no complete request head in time", transport.get_extra_info("peername"))
+        if self._sent_anything:
+            transport.write(REQUEST_TIMEOUT)
+        if transport.get_write_buffer_size():
+            transport.abort()  # a client that does not read gets no time
+        else:
+            transport.close()
+
+
+def refuse(conn: socket.socket, tls: bool) -> None:
+    """Close an accepted socket over the cap: a 503 first on a plain port (what the client has
+    already sent is read first, so closing does not reset the answer away); nothing on a TLS one."""
+    try:
+        if not tls:
+            conn.setblocking(False)
+            try:
+                conn.recv(65536)
+            except BlockingIOError:
+                pass
+            conn.send(OVER_CAPACITY)
+            conn.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        conn.close()
 
 
 class HTTPListener:
@@ -50,6 +194,12 @@ class HTTPListener:
         self.make_app = make_app
         self.sockets: list[socket.socket] = []
         self._runner: web.AppRunner | None = None
+        settings = broker.settings
+        self.limits = Limits(settings.web_header_timeout, settings.web_idle_timeout,
+                             settings.web_max_connections)  # fmt: skip
+        self.open_connections = 0  # accepted and not yet closed, handshakes included
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._full_logged = float("-inf")
 
     @property
     def host(self) -> str:
@@ -98,23 +248,87 @@ class HTTPListener:
 
     async def start(self) -> None:
         """Serve on the bound sockets."""
-        runner = web.AppRunner(self.make_app(self.broker), access_log=None, handle_signals=False)
+        runner = web.AppRunner(self.make_app(self.broker), access_log=None, handle_signals=False,
+                               keepalive_timeout=self.limits.idle_timeout)  # fmt: skip
         await runner.setup()
         self._runner = runner
         for sock in self.sockets:
             context = self.tls_context if sock.fileno() in self._tls else None
-            await web.SockSite(runner, sock, ssl_context=context).start()
+            self._spawn(self._accept(sock, context))
         urls = ", ".join(f"{scheme}://{f'[{ip}]' if ':' in ip else ip}:{port}{self.path}"
                          for scheme, ip, port in self.listeners())  # fmt: skip
         log.info("%s on %s", self.what, urls)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, sock: socket.socket, context: ssl.SSLContext | None) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _address = await loop.sock_accept(sock)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError as exc:
+                level = logging.ERROR if exc.errno in _RESOURCE_ERRORS else logging.WARNING
+                log.log(level, "%s: accepting a connection failed (%s); retrying in %.0f s",
+                        self.what, exc, _ACCEPT_RETRY)  # fmt: skip
+                await asyncio.sleep(_ACCEPT_RETRY)
+                continue
+            if self.open_connections >= self.limits.max_connections:
+                self._log_full(loop.time())
+                refuse(conn, context is not None)
+                continue
+            self.open_connections += 1
+            self._spawn(self._serve(conn, context, loop.time() + self.limits.header_timeout))
+
+    async def _serve(self, conn: socket.socket, context: ssl.SSLContext | None, deadline: float) -> None:
+        """Hand an accepted socket to aiohttp behind the header deadline (a TLS handshake within it)."""
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.open_connections -= 1
+
+        runner = self._runner
+        if runner is None or runner.server is None:
+            release()
+            conn.close()
+            return
+        server = runner.server
+        loop = asyncio.get_running_loop()
+        handshake = max(deadline - loop.time(), 0.001) if context is not None else None
+        try:
+            await loop.connect_accepted_socket(lambda: GuardedProtocol(server(), deadline, release), conn,
+                                               ssl=context, ssl_handshake_timeout=handshake)  # fmt: skip
+        except Exception as exc:  # a failed or slow TLS handshake: the client's problem
+            log.debug("%s: connection not set up: %r", self.what, exc)
+            release()
+        except BaseException:
+            release()
+            raise
+
+    def _log_full(self, now: float) -> None:
+        if now - self._full_logged >= _FULL_LOG_EVERY:
+            self._full_logged = now
+            log.warning("%s: %d HTTP connections open (OTTERMQ_WEB_MAX_CONNECTIONS); refusing new ones",
+                        self.what, self.limits.max_connections)  # fmt: skip
 
     def close_sockets(self) -> None:
         for sock in self.sockets:
             sock.close()
 
     async def stop(self) -> None:
-        """Stop serving and close the sockets."""
+        """Stop accepting, close the connections (aiohttp lets running requests finish) and the sockets."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.close_sockets()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        self.close_sockets()
