@@ -405,3 +405,29 @@ def test_a_page_on_the_broker_origin_can_write(broker, chromium, unique):
         assert call(broker, f"/api/queues/%2F/{q(name)}")[0] == 200
     finally:
         context.close()
+
+
+# -- archive folders: links out are not followed --------------------------------------------------------
+def test_report_links_out_of_the_reports_folder_are_404(broker_process, tmp_path):
+    reports, secret = tmp_path / "reports", tmp_path / "secret"
+    (reports / "mine" / "charts").mkdir(parents=True)
+    (secret / "charts").mkdir(parents=True)
+    for folder in (reports / "mine", secret):
+        (folder / "summary.json").write_text(json.dumps({"records": 1}))
+        (folder / "report.md").write_text(f"# {folder.name}")
+        (folder / "charts" / "a.png").write_bytes(b"\x89PNG")
+    (reports / "leak").symlink_to(secret, target_is_directory=True)  # a whole report out of the folder
+    (reports / "mine" / "charts" / "b.png").symlink_to(secret / "charts" / "a.png")
+    (reports / "alias").symlink_to(reports / "mine", target_is_directory=True)  # within: followed
+    broker = broker_process({"OTTERMQ_DLX_REPORTS_DIR": str(reports)}).start()
+    base = "/api/dead-letter-archive/reports"
+    assert sorted(r["name"] for r in call(broker, base)[2]["reports"]) == ["alias", "mine"]
+    assert call(broker, f"{base}/mine")[2]["markdown"] == "# mine"
+    assert call(broker, f"{base}/alias")[0] == 200
+    assert call(broker, f"{base}/leak")[0] == 404
+    assert call(broker, f"{base}/leak/charts/a.png")[0] == 404
+    assert call(broker, f"{base}/mine/charts/b.png")[0] == 404
+    request = urllib.request.Request(broker.management_url + f"{base}/mine/charts/a.png",
+                                     headers={"Authorization": AUTH})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.read() == b"\x89PNG"
