@@ -88,6 +88,9 @@ def test_unknown_log_level_stops_startup(monkeypatch, var):
 
 # One bad value per setting: every one of them must stop start-up naming its variable.
 BAD_VALUES = {
+    "web_header_timeout": "0",
+    "web_idle_timeout": "soon",
+    "web_max_connections": "0",
     "broker_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
     "broker_port": "65536",
     "ssl": "perhaps",
