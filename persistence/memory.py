@@ -23,10 +23,11 @@ Rules:
   other client's confirm goes out. One bad value never stops other clients' writes.
 - A batch that fails for an I/O reason (disk full, read-only file) is not forgotten: its ops go back
   to the front of the next batch, which is tried after a pause (``RETRY_MIN`` doubling to
-  ``RETRY_MAX``), so memory and store agree again once the disk recovers. The broker answers the failure itself (a nack, a failed transaction) and takes
-  back what it refused by queueing deletes behind the retried inserts; removals it cannot take
-  back (acks, dead-letter moves) reach the disk with the retry. Only ``close()`` gives up: the
-  ops of a batch that fails while closing are logged as lost.
+  ``RETRY_MAX``), so memory and store agree again once the disk recovers. The broker answers the
+  failure itself (a nack, a failed transaction) and takes back what it refused by queueing deletes
+  behind the retried inserts; removals it cannot take back (acks, dead-letter moves) reach the disk
+  with the retry. Only ``close()`` gives up: the ops of a batch that fails while closing are logged
+  as lost.
 - Reads (``load_definitions``, ``iter_messages``) first wait for the writes queued before them,
   so a caller reads its own writes (what failed to commit is not there).
 - Ids: queue ids from a counter (a redeclared name keeps its id); message id =
