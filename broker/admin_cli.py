@@ -373,9 +373,8 @@ def _limits(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[st
     if args.action == "list":
         return client.request("GET", f"/{kind}"), [key, "value"]
     if args.action == "clear":
-        names = [args.name] if args.name else list(
-            next(iter(client.request("GET", f"/{kind}/{quote(args.owner)}")), {}).get("value", {})
-        )  # fmt: skip
+        listed: list[dict[str, Any]] = list(client.request("GET", f"/{kind}/{quote(args.owner)}") or [])
+        names = [args.name] if args.name else list((listed[0] if listed else {}).get("value") or {})
         for name in names:
             client.request("DELETE", f"/{kind}/{quote(args.owner)}/{quote(name)}")
         return {key: args.owner, "cleared": ",".join(names)}, [key, "cleared"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import time
@@ -77,7 +78,7 @@ def deaths_of(headers: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             continue
         keys = death.get("routing-keys")
         when = death.get("time")
-        if hasattr(when, "timestamp"):
+        if isinstance(when, datetime.datetime):
             when = int(when.timestamp())
         out.append({
             "reason": _text(death.get("reason")), "queue": _text(death.get("queue")),
@@ -366,7 +367,12 @@ class MoveJobs:
         self._wake[job.id] = asyncio.Event()
         task = asyncio.get_running_loop().create_task(self._run(job), name=f"dlq-move-{job.id}")
         self._tasks[job.id] = task
-        task.add_done_callback(lambda _t, i=job.id: self._tasks.pop(i, None))
+        job_id = job.id
+
+        def forget(_task: asyncio.Task[None]) -> None:
+            self._tasks.pop(job_id, None)
+
+        task.add_done_callback(forget)
 
     # -- the work ---------------------------------------------------------------------------------
     async def _run(self, job: MoveJob) -> None:

@@ -59,7 +59,8 @@ def connection_name(conn: AMQPConnection) -> str:
 def tls_json(conn: AMQPConnection) -> dict[str, Any]:
     """RabbitMQ's TLS fields of a connection: ``ssl`` and, over TLS, the protocol, cipher and the
     client certificate's subject, issuer and validity (null without one)."""
-    ssl_object = conn.transport.get_extra_info("ssl_object") if conn.tls else None
+    transport = conn.transport
+    ssl_object = transport.get_extra_info("ssl_object") if conn.tls and transport is not None else None
     if ssl_object is None:
         return {"ssl": False}
     cipher = ssl_object.cipher() or ("", "", 0)

@@ -24,7 +24,7 @@ import os
 import platform
 import resource
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import prometheus_client
@@ -226,7 +226,7 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
 
 def auth_metrics(broker: Broker) -> Iterator[Metric]:
     """``rabbitmq_auth_attempts_{,succeeded_,failed_}total`` by protocol (``amqp091``, ``http``)."""
-    families = (
+    families: tuple[tuple[str, str, Callable[[int, int], int]], ...] = (
         ("rabbitmq_auth_attempts", "Total number of authorization attempts", lambda ok, bad: ok + bad),
         ("rabbitmq_auth_attempts_succeeded", "Total number of successful authentication attempts",
          lambda ok, bad: ok),
