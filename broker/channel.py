@@ -43,7 +43,8 @@ from pamqp import commands as spec
 from pamqp.base import Frame
 
 from .confirms import Confirms
-from .publishing import INTERN_MAX, PublisherMethods, _withdraw
+from .operations import withdraw
+from .publishing import INTERN_MAX, PublisherMethods
 from .reply_to import REPLY_QUEUE, ReplyConsumer
 from .stats import MessageStats
 from .topology import TopologyMethods
@@ -629,7 +630,7 @@ class Channel(PublisherMethods, TopologyMethods):
         if ok:
             self._send_if_open(spec.Tx.CommitOk())
             return
-        _withdraw(stored)  # memory agrees with the store: the transaction's messages are not in
+        withdraw(stored)  # memory agrees with the store: the transaction's messages are not in
         if not self.closing and self.conn.channels.get(self.number) is self:
             self.method_key = TX_COMMIT
             self.conn.close_channel(self, PreconditionFailed("partial tx completion"))

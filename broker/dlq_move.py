@@ -32,7 +32,7 @@ import datetime
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +42,7 @@ from ottermq.amqp.props import get_headers, rewrite_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.message import READY, Entry, Message
 
-from .operations import publish_target
+from .operations import publish_target, withdraw
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -426,7 +426,7 @@ class MoveJobs:
                     job.skipped += 1
             if stored:
                 if not await _committed(store):
-                    _withdraw(stored)
+                    withdraw(stored)
                     self._finish(job, "failed", "the store could not commit a batch (see the broker log)")
                     return
             job.moved += moved
@@ -447,8 +447,3 @@ async def _committed(store: Any) -> bool:
 
     store.after_commit(settle)
     return await done
-
-
-def _withdraw(stored: Iterable[tuple[Queue, Entry]]) -> None:
-    for queue, entry in stored:
-        queue.withdraw(entry)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -48,6 +48,7 @@ from .limits import Limits, validate
 if TYPE_CHECKING:
     from ottermq.persistence.store import Store, UserRecord
     from ottermq.vhost.exchange import Exchange
+    from ottermq.vhost.message import Entry
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import PublishResult, VHost
 
@@ -82,6 +83,12 @@ def arguments_of(value: Any, field: str = "arguments") -> dict[str, Any]:
         return field_table(value, field)
     except OutOfBounds as exc:
         raise PreconditionFailed(str(exc)) from None
+
+
+def withdraw(stored: Iterable[tuple[Queue, Entry]]) -> None:
+    """Entries whose store write failed leave their queues again (``Queue.withdraw``)."""
+    for queue, entry in stored:
+        queue.withdraw(entry)
 
 
 def publish_target(vhost: VHost, name: str) -> Exchange | None:
@@ -133,6 +140,18 @@ class Operations:
         AccessRefused: ``user`` lacks ``permission`` on the resource (``None`` may do anything)."""
         if user is not None:
             self.auth.check(user, vhost.name, permission, kind, name or "amq.default")
+
+    def _declare_allowed(
+        self, user: Actor, vhost: VHost, kind: ResourceKind, name: str, created: bool, target: Any
+    ) -> None:
+        """A declare's checks (rule 2): the name, configure on the object and, when the declare
+        creates it naming an exchange messages will go to (a queue's dead-letter exchange, an
+        exchange's alternate exchange), read on the object and write on that exchange."""
+        check_name(kind, name)
+        self.allow(user, vhost, "configure", kind, name)
+        if isinstance(target, str) and created:
+            self.allow(user, vhost, "read", kind, name)
+            self.allow(user, vhost, "write", "exchange", target)
 
     # -- publishing ---------------------------------------------------------------------------------
     def publish_exchange(
@@ -201,15 +220,8 @@ class Operations:
     def withdraw_on_failure(self, result: PublishResult) -> None:
         """Entries written to the store leave their queues again if the commit fails."""
         stored = result.stored
-        if stored is None:
-            return
-
-        def committed(ok: bool) -> None:
-            if not ok:
-                for queue, entry in stored:
-                    queue.withdraw(entry)
-
-        self.store.after_commit(committed)
+        if stored is not None:
+            self.store.after_commit(lambda ok: None if ok else withdraw(stored))
 
     # -- exchanges ------------------------------------------------------------------------------------
     def declare_exchange(
@@ -231,14 +243,9 @@ class Operations:
             AccessRefused, NotFound, PreconditionFailed, CommandInvalid: as a channel answers.
         """
         arguments = arguments or {}
-        if not passive:
-            check_name("exchange", name)
-            self.allow(user, vhost, "configure", "exchange", name)
-            ae = arguments.get("alternate-exchange")
-            if isinstance(ae, str) and name not in vhost.exchanges:
-                self.allow(user, vhost, "read", "exchange", name)
-                self.allow(user, vhost, "write", "exchange", ae)
         created = name not in vhost.exchanges
+        if not passive:
+            self._declare_allowed(user, vhost, "exchange", name, created, arguments.get("alternate-exchange"))
         exchange = vhost.declare_exchange(name, type_, passive, durable, auto_delete, internal, arguments)
         return Declared(created and not passive, exchange=exchange)
 
@@ -268,14 +275,11 @@ class Operations:
             AccessRefused, NotFound, ResourceLocked, PreconditionFailed: as a channel answers.
         """
         arguments = arguments or {}
-        if not passive:
-            check_name("queue", name)
-            self.allow(user, vhost, "configure", "queue", name)
-            dlx = arguments.get("x-dead-letter-exchange")
-            if isinstance(dlx, str) and name not in vhost.queues:
-                self.allow(user, vhost, "read", "queue", name)
-                self.allow(user, vhost, "write", "exchange", dlx)
         created = name not in vhost.queues
+        if not passive:
+            self._declare_allowed(
+                user, vhost, "queue", name, created, arguments.get("x-dead-letter-exchange")
+            )
         queue = vhost.declare_queue(
             name, passive, durable, exclusive, auto_delete, arguments, owner, generated
         )

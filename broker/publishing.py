@@ -24,16 +24,10 @@ from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import ROUTED, PublishResult
 
 from .channel_base import ChannelBase
+from .operations import withdraw
 from .reply_to import REPLY_PREFIX, fast_reply_to
 
 INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel
-
-
-def _withdraw(stored: list[tuple[Queue, Entry]]) -> None:
-    """Entries whose store write failed leave their queues (``Queue.withdraw``)."""
-    for queue, entry in stored:
-        queue.withdraw(entry)
-
 
 
 class PublisherMethods(ChannelBase):
@@ -161,7 +155,7 @@ class PublisherMethods(ChannelBase):
 
     def _on_stored(self, ok: bool, seq: int, refused: bool, stored: list[tuple[Queue, Entry]]) -> None:
         if not ok:  # not on disk: not in memory either (unless a consumer already has it)
-            _withdraw(stored)
+            withdraw(stored)
         if seq:
             self._confirm(seq, ok and not refused)
 

@@ -129,8 +129,17 @@ class Broker:
         self, path: str, method: str = "GET", body: Any = None, *, auth: tuple[str, str] | None = None,
         raw: bytes | None = None, headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:  # fmt: skip
-        """``(status, decoded JSON body or None)`` of one management API request (``path`` from
-        ``/api``); ``body`` is sent as JSON, ``raw`` as it is; ``auth`` defaults to this broker's user."""
+        """``(status, decoded JSON body or None)`` of one management API request (see :meth:`http`)."""
+        status, _, answer = self.http(path, method, body, auth=auth, raw=raw, headers=headers)
+        return status, answer
+
+    def http(
+        self, path: str, method: str = "GET", body: Any = None, *, auth: tuple[str, str] | None = None,
+        raw: bytes | None = None, headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], Any]:  # fmt: skip
+        """``(status, headers with lower-case names, decoded JSON body or None; text if not JSON)`` of
+        one management API request (``path`` from ``/api``); ``body`` is sent as JSON, ``raw`` as it
+        is; ``auth`` defaults to this broker's user."""
         user, password = auth if auth is not None else (self.user, self.password)
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         req = urllib.request.Request(self.management_url + path, data=data, method=method)
@@ -141,13 +150,14 @@ class Broker:
             req.add_header(key, value)
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
-                status, answer = resp.status, resp.read()
+                status, answer, found = resp.status, resp.read(), resp.headers
         except urllib.error.HTTPError as err:
-            status, answer = err.code, err.read()
+            status, answer, found = err.code, err.read(), err.headers
+        lowered = {k.lower(): v for k, v in found.items()}
         try:
-            return status, json.loads(answer) if answer.strip() else None
+            return status, lowered, json.loads(answer) if answer.strip() else None
         except ValueError:
-            return status, answer.decode(errors="replace")
+            return status, lowered, answer.decode(errors="replace")
 
     def log_tail(self, lines: int = 60) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -335,6 +345,23 @@ def connection_error() -> Callable[..., pika.exceptions.ConnectionClosedByBroker
         return info.value
 
     return _connection_error
+
+
+CHROMIUM = os.environ.get("OTTERMQ_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's chromium driven by Playwright for Python (no browser download), one per module."""
+    from playwright import sync_api  # the dev extra; imported here so other tests do not load it
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no chromium at {CHROMIUM}: run `make clients` (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        args = ["--no-sandbox", "--disable-dev-shm-usage"]
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture

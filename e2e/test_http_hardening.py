@@ -22,7 +22,6 @@ import base64
 import contextlib
 import http.client
 import json
-import os
 import socket
 import ssl
 import threading
@@ -30,7 +29,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -41,7 +39,6 @@ from .test_management_write import call, q
 from .tls_certs import CA
 
 pytestmark = pytest.mark.extension
-CHROMIUM = os.environ.get("OTTERMQ_CHROMIUM", "/usr/bin/chromium")
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 SLACK = 9.0  # seconds beyond a timeout before a test gives up: wide enough for a loaded 2-core machine
 HALF_HEAD = b"GET /api/overview HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthoriz"
@@ -321,18 +318,6 @@ fetch(api + "/api/definitions", {{method: "POST", mode: "no-cors", credentials: 
 </script></body></html>"""
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (dev extra)")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no chromium at {CHROMIUM}: run `bash .ci/install-chromium.sh`")
-    with playwright_api.sync_playwright() as p:
-        args = ["--no-sandbox", "--disable-dev-shm-usage"]
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        yield launched
-        launched.close()
-
-
 @pytest.fixture
 def other_origin() -> Iterator[Callable[[str], str]]:
     """``serve(html) -> path``: a tiny web server on another port of 127.0.0.1 serving those pages."""
@@ -365,14 +350,14 @@ def other_origin() -> Iterator[Callable[[str], str]]:
 
 
 @pytest.mark.parametrize("page_host", ["localhost", "127.0.0.1"])  # cross-site, then same-site other port
-def test_a_page_on_another_origin_cannot_create_queues(broker, chromium, other_origin, unique, page_host):
+def test_a_page_on_another_origin_cannot_create_queues(broker, browser, other_origin, unique, page_host):
     put_q, form_q, nocors_q = unique("put"), unique("form"), unique("nocors")
     html = EVIL_PAGE.format(
         api=broker.management_url, put_q=q(put_q), form_q=form_q, nocors_q=nocors_q, auth=AUTH
     )
     port = other_origin(html)
     # the browser holds the user's Basic credentials, as after a login prompt on the API: it answers 401s
-    context = chromium.new_context(http_credentials={"username": "guest", "password": "guest"})
+    context = browser.new_context(http_credentials={"username": "guest", "password": "guest"})
     try:
         page = context.new_page()
         page.goto(f"http://{page_host}:{port}/evil.html")
@@ -393,9 +378,9 @@ def test_a_page_on_another_origin_cannot_create_queues(broker, chromium, other_o
         context.close()
 
 
-def test_a_page_on_the_broker_origin_can_write(broker, chromium, unique):
+def test_a_page_on_the_broker_origin_can_write(broker, browser, unique):
     name = unique("same")
-    context = chromium.new_context()
+    context = browser.new_context()
     try:
         page = context.new_page()
         page.goto(broker.management_url + "/")

@@ -9,7 +9,6 @@ other way round; names are unique and removed afterwards.
 from __future__ import annotations
 
 import base64
-import json
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,20 +31,7 @@ def call(
     headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], Any]:
     """``(status, headers, decoded JSON body or None)`` of one management API request."""
-    user, password = auth if auth is not None else (broker.user, broker.password)
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(broker.management_url + path, data=data, method=method)
-    req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    for key, value in (headers or {}).items():
-        req.add_header(key, value)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            status, raw, hdrs = resp.status, resp.read(), resp.headers
-    except urllib.error.HTTPError as err:
-        status, raw, hdrs = err.code, err.read(), err.headers
-    return status, {k.lower(): v for k, v in hdrs.items()}, json.loads(raw) if raw.strip() else None
+    return broker.http(path, method, body, auth=auth, headers=headers)
 
 
 def q(name: str) -> str:

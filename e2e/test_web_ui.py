@@ -20,13 +20,12 @@ from typing import Any
 
 import pika
 import pytest
+from playwright import sync_api as playwright_api
 
 from .conftest import Broker, BrokerProcess
 from .test_management_write import call, q
 
 pytestmark = pytest.mark.extension
-playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
-CHROMIUM = os.environ.get("OTTERMQ_CHROMIUM", "/usr/bin/chromium")
 XSS_NAME = "<img src=x onerror=alert(1)>"
 XSS_BODY = "<script>alert('body')</script>"
 
@@ -42,17 +41,6 @@ def ui_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker
         yield process.start(), archive, reports
     finally:
         process.close()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no chromium at {CHROMIUM}: run `make clients` (apt-get install chromium)")
-    with playwright_api.sync_playwright() as p:
-        args = ["--no-sandbox", "--disable-dev-shm-usage"]
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=args)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")

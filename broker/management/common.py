@@ -103,15 +103,20 @@ def vhost_or_404(request: web.Request) -> VHost:
         HTTPUnauthorized: the vhost exists and the user may not use it (``User not authorised to
             access virtual host``).
     """
-    broker = broker_of(request)
-    user = user_of(request)
     name = request.match_info["vhost"]
-    vhost = broker.vhosts.get(name)
+    vhost = broker_of(request).vhosts.get(name)
     if vhost is None:
         raise NotFound()
-    if "administrator" not in user.tags and (user.name, name) not in broker.auth.permissions:
+    if not may_use_vhost(request, name):
         raise not_authorised("User not authorised to access virtual host")
     return vhost
+
+
+def may_use_vhost(request: web.Request, name: str) -> bool:
+    """Whether the API user may use vhost ``name``'s objects: an administrator any, anyone else
+    (monitoring included) one it has permissions in (RabbitMQ's ``is_authorized_vhost``)."""
+    user = user_of(request)
+    return "administrator" in user.tags or (user.name, name) in broker_of(request).auth.permissions
 
 
 def selected_vhosts(request: web.Request) -> list[VHost]:
@@ -120,14 +125,8 @@ def selected_vhosts(request: web.Request) -> list[VHost]:
     permissions in, monitoring users included (RabbitMQ's ``rabbit_mgmt_util:filter_vhost``)."""
     if "vhost" in request.match_info:
         return [vhost_or_404(request)]
-    broker = broker_of(request)
-    user = user_of(request)
-    admin = "administrator" in user.tags
-    return [
-        vhost
-        for name, vhost in sorted(broker.vhosts.items())
-        if admin or (user.name, name) in broker.auth.permissions
-    ]
+    vhosts = sorted(broker_of(request).vhosts.items())
+    return [vhost for name, vhost in vhosts if may_use_vhost(request, name)]
 
 
 def json_value(value: object) -> Any:
@@ -430,4 +429,4 @@ def check_permission(
         HTTPUnauthorized: refused (RabbitMQ's ``Access refused.``).
     """
     with amqp_errors():
-        broker_of(request).auth.check(user_of(request), vhost.name, permission, kind, name)
+        broker_of(request).ops.allow(user_of(request), vhost, permission, kind, name)

@@ -28,9 +28,9 @@ from ottermq.vhost.message import Entry
 
 from .common import (
     NotFound,
-    amqp_errors,
     bad_request,
     broker_of,
+    check_permission,
     json_body,
     json_value,
     user_of,
@@ -38,7 +38,6 @@ from .common import (
 )
 
 ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
-PROPERTY_NAMES = frozenset(name for _, name, _ in PROPERTIES)
 PAMQP_NAMES = {"type": "message_type"}  # RabbitMQ's property name -> pamqp's attribute
 
 
@@ -111,11 +110,9 @@ async def get_messages(request: web.Request) -> web.Response:
         raise bad_request("truncate must be a non-negative integer")
     if name not in vhost.queues:
         raise NotFound()
-    ops = broker_of(request).ops
-    with amqp_errors():  # the management plugin's own check: 401
-        ops.allow(user_of(request), vhost, "read", "queue", name)
+    check_permission(request, vhost, "read", "queue", name)  # the management plugin's own: 401
     with channel_errors():  # then a channel's basic.get
-        queue = ops.queue(user_of(request), vhost, name, None)
+        queue = broker_of(request).ops.queue(user_of(request), vhost, name, None)
     queue.touch()
     taken: list[Entry] = []
     shown: list[dict[str, Any]] = []
@@ -134,8 +131,7 @@ async def get_messages(request: web.Request) -> web.Response:
     return web.json_response(shown)
 
 
-_SHORTSTR_PROPS = ("content_type", "content_encoding", "correlation_id", "reply_to", "expiration",
-                   "message_id", "type", "user_id", "app_id", "cluster_id")  # fmt: skip
+CODECS = {name: codec.name for _, name, codec in PROPERTIES}  # property -> its AMQP field type
 
 
 def _property_octets(name: str, value: Any) -> bytes:
@@ -144,22 +140,23 @@ def _property_octets(name: str, value: Any) -> bytes:
     Raises:
         HTTPBadRequest: a value the property's AMQP type cannot carry (the property is named).
     """
-    if name in _SHORTSTR_PROPS:
+    codec = CODECS[name]
+    if codec == "shortstr":
         if not isinstance(value, str):
             raise bad_request(f"property {name} must be a string")
         raw = value.encode("utf-8")
         if len(raw) > 255:
             raise bad_request(f"property {name} is longer than 255 bytes")
         return bytes([len(raw)]) + raw
-    if name in ("delivery_mode", "priority"):
+    if codec == "octet":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
             raise bad_request(f"property {name} must be an integer from 0 to 255")
         return bytes([value])
-    if name == "timestamp":
+    if codec == "timestamp":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
             raise bad_request("property timestamp must be a non-negative integer (epoch seconds)")
         return value.to_bytes(8, "big")
-    if not isinstance(value, dict):  # headers
+    if not isinstance(value, dict):  # the table: headers
         raise bad_request("property headers must be an object")
     try:
         return encode_table(field_table(value, "headers"))
@@ -178,7 +175,7 @@ def encode_properties(props: object) -> bytes:
         props = {}
     if not isinstance(props, dict):
         raise bad_request("properties must be an object")
-    unknown = sorted(set(props) - set(PROPERTY_NAMES))
+    unknown = sorted(set(props) - CODECS.keys())
     if unknown:
         raise bad_request(f"unknown property: {unknown[0]}")
     return join_props({PROPERTY_FLAGS[k]: _property_octets(k, v) for k, v in props.items() if v is not None})
@@ -216,11 +213,10 @@ async def publish(request: web.Request) -> web.Response:
             raise bad_request("not_base64") from None
     else:
         raise bad_request(f"Unknown payload_encoding: {payload_encoding}")
-    ops, user = broker_of(request).ops, user_of(request)
-    with amqp_errors():  # the management plugin's own check: 401
-        ops.allow(user, vhost, "write", "exchange", name)
+    check_permission(request, vhost, "write", "exchange", name)  # the management plugin's own: 401
     with channel_errors():
-        result = ops.publish(user, vhost, name, routing_key, raw_props, data, permitted=True)
+        ops = broker_of(request).ops
+        result = ops.publish(user_of(request), vhost, name, routing_key, raw_props, data, permitted=True)
     return web.json_response({"routed": result.routed})
 
 

@@ -30,8 +30,10 @@ from .common import (
     bad_request,
     broker_of,
     json_body,
+    may_use_vhost,
     not_authorised,
     require_administrator,
+    selected_vhosts,
     user_of,
     vhost_or_404,
 )
@@ -60,20 +62,11 @@ def _operator(request: web.Request) -> bool:
     )
 
 
-def _may_access(request: web.Request, vhost: str) -> bool:
-    user = user_of(request)
-    return "administrator" in user.tags or (user.name, vhost) in broker_of(request).auth.permissions
-
-
-def _accessible(request: web.Request) -> list[VHost]:
-    return [v for name, v in sorted(broker_of(request).vhosts.items()) if _may_access(request, name)]
-
-
 def _vhost(request: web.Request) -> VHost:
     """The vhost of a single policy: one without access is 401 ``User not authorised to access
     object`` (a list of a vhost's policies says ``virtual host``, as ``vhost_or_404``)."""
     name = request.match_info["vhost"]
-    if name in broker_of(request).vhosts and not _may_access(request, name):
+    if name in broker_of(request).vhosts and not may_use_vhost(request, name):
         raise not_authorised("User not authorised to access object")
     return vhost_or_404(request)
 
@@ -84,7 +77,7 @@ def _registry(vhost: VHost, operator: bool) -> dict[str, Policy]:
 
 async def list_policies(request: web.Request) -> web.Response:
     operator = _operator(request)
-    vhosts = [vhost_or_404(request)] if "vhost" in request.match_info else _accessible(request)
+    vhosts = selected_vhosts(request)
     items = [p.as_json() for v in vhosts for _, p in sorted(_registry(v, operator).items())]
     return web.json_response(items)
 
