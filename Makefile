@@ -79,6 +79,7 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check $(PKGS) tests e2e benchmarks
+	$(BIN)/ruff format --check $(PKGS) tests e2e benchmarks
 
 typecheck: install
 	$(BIN)/mypy $(foreach p,$(PKGS),-p ottermq.$(p))

@@ -253,6 +253,7 @@ def decode_properties(raw_props: bytes) -> commands.Basic.Properties:
 MAX_EXPIRATION_MS = 315_360_000_000
 """Largest ``expiration`` RabbitMQ 3.10 accepts: ten years in milliseconds."""
 
+
 def parse_expiration(value: str) -> int:
     """Validate a message's ``expiration`` property the way RabbitMQ 3.10 does.
 

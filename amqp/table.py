@@ -276,8 +276,16 @@ def decode_array(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
 
 
 _TYPE_NAMES: dict[bytes, str] = {
-    b"b": "byte", b"B": "unsignedbyte", b"s": "short", b"u": "unsignedshort", b"I": "signedint",
-    b"i": "unsignedint", b"l": "long", b"T": "timestamp", b"f": "float", b"S": "longstr",
+    b"b": "byte",
+    b"B": "unsignedbyte",
+    b"s": "short",
+    b"u": "unsignedshort",
+    b"I": "signedint",
+    b"i": "unsignedint",
+    b"l": "long",
+    b"T": "timestamp",
+    b"f": "float",
+    b"S": "longstr",
 }
 
 

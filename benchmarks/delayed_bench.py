@@ -80,8 +80,9 @@ async def delayed(ctx: Context) -> Outcome:
                 await pub.drain()
                 await asyncio.sleep(0)
         pub.write(b"".join(batch))
-        await wait_progress(consumer.until("delivered", n), lambda: consumer.delivered, ctx.sizes.stall,
-                            "delayed: delivered")  # fmt: skip
+        await wait_progress(
+            consumer.until("delivered", n), lambda: consumer.delivered, ctx.sizes.stall, "delayed: delivered"
+        )
         return Outcome({"msgs/s": n / (consumer.last_delivery - t0)}, messages=2 * n)
 
 
@@ -106,8 +107,12 @@ async def delayed_paced(ctx: Context) -> Outcome:
             if frames:
                 pub.write(b"".join(frames))
             await asyncio.sleep(0.001)
-        await wait_progress(consumer.until("delivered", sent), lambda: consumer.delivered, sizes.stall,
-                            "delayed-late: delivered")  # fmt: skip
+        await wait_progress(
+            consumer.until("delivered", sent),
+            lambda: consumer.delivered,
+            sizes.stall,
+            "delayed-late: delivered",
+        )
         assert consumer.latencies is not None
         samples = sorted(consumer.latencies)
         return Outcome({"p50": 1000 * percentile(samples, 50), "p99": 1000 * percentile(samples, 99)})
@@ -136,17 +141,23 @@ DELAYED_SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         Scenario(
-            "delayed", delayed,
+            "delayed",
+            delayed,
             (MetricSpec("msgs/s", "msg/s"),),
             "x-delayed-message: 100k messages delayed 1-100 ms -> queue -> no-ack consumer (saturated)",
         ),
         Scenario(
-            "delayed-late", delayed_paced, (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
+            "delayed-late",
+            delayed_paced,
+            (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
             "x-delayed-message due-time lateness at 500 msgs/s, delays 0.1-1 s",
         ),
         Scenario(
-            "mem-delayed", mem_delayed, (MetricSpec("bytes/msg", "B", False),),
-            "broker RSS per delayed 100-byte message (delay 1 h)", fresh_broker=True,
+            "mem-delayed",
+            mem_delayed,
+            (MetricSpec("bytes/msg", "B", False),),
+            "broker RSS per delayed 100-byte message (delay 1 h)",
+            fresh_broker=True,
         ),
     )
-}  # fmt: skip
+}

@@ -32,11 +32,24 @@ def binary() -> Path | str:
     if go is None:
         return "no go command (bash .ci/install-go.sh)"
     out = Path(tempfile.mkdtemp(prefix="ottermq-bench-")) / "ottermq-bench"
-    env = dict(os.environ, GO111MODULE="off", GOFLAGS="", GOPATH=GOPATH, GOPROXY="off", GOTOOLCHAIN="local",
-               CGO_ENABLED="1" if shutil.which("gcc") else "0")  # fmt: skip
+    env = dict(
+        os.environ,
+        GO111MODULE="off",
+        GOFLAGS="",
+        GOPATH=GOPATH,
+        GOPROXY="off",
+        GOTOOLCHAIN="local",
+        CGO_ENABLED="1" if shutil.which("gcc") else "0",
+    )
     env.setdefault("GOCACHE", str(out.parent / "gocache"))
-    done = subprocess.run([go, "build", "-o", str(out), "ottermqbench"], cwd=HERE / "go", env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [go, "build", "-o", str(out), "ottermqbench"],
+        cwd=HERE / "go",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if done.returncode != 0:
         return f"go build failed: {done.stderr.strip()[-300:]}"
     return out
@@ -52,10 +65,22 @@ async def _run(ctx: Context, scenario: str, count: int, *extra: str) -> dict[str
     built = binary()
     if isinstance(built, str):
         return f"unsupported: {built}"
-    argv = [str(built), scenario, "-url", _url(ctx), "-prefix", f"bench.go.{ctx.tag}", "-count", str(count),
-            "-stall", f"{ctx.sizes.stall}s", *extra]  # fmt: skip
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)  # fmt: skip
+    argv = [
+        str(built),
+        scenario,
+        "-url",
+        _url(ctx),
+        "-prefix",
+        f"bench.go.{ctx.tag}",
+        "-count",
+        str(count),
+        "-stall",
+        f"{ctx.sizes.stall}s",
+        *extra,
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, err = await proc.communicate()
     try:
         result: dict[str, object] = json.loads(out)
@@ -75,8 +100,12 @@ def _throughput(scenario: str, size: str) -> Scenario:
         handled = int(result.get("count") or 0)  # type: ignore[call-overload]
         return Outcome({"msgs/s": float(result["msgs_per_s"])}, messages=handled)  # type: ignore[arg-type]
 
-    return Scenario(f"go:{scenario}", fn, (MetricSpec("msgs/s", "msg/s"),),
-                    f"amqp091-go: {scenario} (independent generator)")  # fmt: skip
+    return Scenario(
+        f"go:{scenario}",
+        fn,
+        (MetricSpec("msgs/s", "msg/s"),),
+        f"amqp091-go: {scenario} (independent generator)",
+    )
 
 
 def _latency(rate: int | None) -> Scenario:
@@ -85,8 +114,12 @@ def _latency(rate: int | None) -> Scenario:
 
     name = "go:latency" if rate is None else f"go:latency{rate // 1000}k"
     shown = "2k" if rate is None else f"{rate // 1000}k"
-    return Scenario(name, fn, (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
-                    f"amqp091-go: publish->deliver latency at a fixed {shown} msgs/s")  # fmt: skip
+    return Scenario(
+        name,
+        fn,
+        (MetricSpec("p50", "ms", False), MetricSpec("p99", "ms", False)),
+        f"amqp091-go: publish->deliver latency at a fixed {shown} msgs/s",
+    )
 
 
 async def _latency_at(ctx: Context, rate: int) -> Outcome:

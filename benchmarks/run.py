@@ -209,8 +209,14 @@ def table(report: Report) -> str:
                 cpu = _median([r.broker_cpu_s for r in runs[t]])
                 row.append(f"{cpu:.1f}" if first and cpu is not None else "")
             for t in report.targets:  # broker CPU per message handled (when the scenario counts them)
-                per = _median([r.broker_cpu_s / r.messages * 1e6 if r.broker_cpu_s is not None and r.messages
-                               else None for r in runs[t]])  # fmt: skip
+                per = _median(
+                    [
+                        r.broker_cpu_s / r.messages * 1e6
+                        if r.broker_cpu_s is not None and r.messages
+                        else None
+                        for r in runs[t]
+                    ]
+                )
                 row.append(f"{per:.1f}" if first and per is not None else "")
             for t in report.targets:
                 peak = _median([r.broker_peak_rss for r in runs[t]])

@@ -37,8 +37,12 @@ AXES: dict[str, tuple[str, list[int]]] = {
     "connections": ("connections", [1, 100, 1_000]),
     "backlog": ("messages queued before the run", [0, 1_000_000]),
 }
-QUICK: dict[str, list[int]] = {"queues": [1, 100], "consumers": [1, 10], "connections": [1, 100],
-                               "backlog": [0, 100_000]}  # fmt: skip
+QUICK: dict[str, list[int]] = {
+    "queues": [1, 100],
+    "consumers": [1, 10],
+    "connections": [1, 100],
+    "backlog": [0, 100_000],
+}
 
 
 def point(url: str, axis: str, value: int, count: int, stall: str = "60s") -> float | None:
@@ -46,8 +50,20 @@ def point(url: str, axis: str, value: int, count: int, stall: str = "60s") -> fl
     built = binary()
     if isinstance(built, str):
         sys.exit(f"scale: {built}")
-    argv = [str(built), "scale", "-url", url, "-prefix", f"scale.{axis}.{value}", "-count", str(count),
-            f"-{axis}", str(value), "-stall", stall]  # fmt: skip
+    argv = [
+        str(built),
+        "scale",
+        "-url",
+        url,
+        "-prefix",
+        f"scale.{axis}.{value}",
+        "-count",
+        str(count),
+        f"-{axis}",
+        str(value),
+        "-stall",
+        stall,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     try:
         result = json.loads(done.stdout)

@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         " bindings are added (existing ones are left unchanged); policies and operator policies"
         " (operator_policy parameters) are created or replaced. Skipped with a warning: non-durable"
         " queues and exchanges, amq.* names and the default exchange, non-classic queues, bindings"
-        " of skipped entities, other runtime parameters and topic permissions. " + stopped
+        " of skipped entities, other runtime parameters and topic permissions. "
+        + stopped
         + " To load a file at every start instead, set OTTERMQ_DEFINITIONS_FILE.",
         formatter_class=fmt,
     )

@@ -73,8 +73,10 @@ class AckTimeouts:
                     log.warning(
                         "consumer timeout: a delivery on channel %d of %s was not acknowledged within %d ms;"
                         " closing the channel and requeueing its unacknowledged messages",
-                        channel.number, conn.peer, timeout,
-                    )  # fmt: skip
+                        channel.number,
+                        conn.peer,
+                        timeout,
+                    )
                     channel.method_key = 0  # RabbitMQ's close names no method
                     conn.close_channel(channel, PreconditionFailed(timeout_text(channel.number, timeout)))
         except Exception:  # never stop checking over one bad channel

@@ -28,7 +28,8 @@ LISTS: dict[str, tuple[list[str], bool]] = {
     "connections": (["name", "user", "vhost", "channels"], False),
     "channels": (["name", "user", "vhost", "consumer_count", "messages_unacknowledged"], False),
     "consumers": (
-        ["queue.vhost", "queue.name", "consumer_tag", "channel_details.name", "ack_required"], True
+        ["queue.vhost", "queue.name", "consumer_tag", "channel_details.name", "ack_required"],
+        True,
     ),
     "vhosts": (["name", "messages"], False),
     "users": (["name", "tags"], False),
@@ -121,8 +122,9 @@ def format_table(items: Sequence[Any], columns: Sequence[str]) -> str:
     body = [[cell(item, c).replace("\n", " ") for c in columns] for item in items]
     widths = [max(len(row[i]) for row in [list(columns), *body]) for i in range(len(columns))]
     rows = [list(columns), ["-" * w for w in widths], *body]
-    return "".join("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n"
-                   for row in rows)  # fmt: skip
+    return "".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
+    )
 
 
 def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
@@ -160,8 +162,11 @@ def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
 
 def add_connection_options(parser: argparse.ArgumentParser, defaults: Mapping[str, str]) -> None:
     """``--url`` (which also switches ``ottermq definitions`` to the API), ``--user``, ``--password``."""
-    parser.add_argument("--url", help="a running broker's management API, e.g. http://localhost:15672"
-                        " (without it: the store in OTTERMQ_DATA_DIR)")  # fmt: skip
+    parser.add_argument(
+        "--url",
+        help="a running broker's management API, e.g. http://localhost:15672"
+        " (without it: the store in OTTERMQ_DATA_DIR)",
+    )
     parser.add_argument("--user", default=defaults["user"], help="API user (OTTERMQ_ADMIN_USER)")
     parser.add_argument("--password", default=defaults["password"], help="(OTTERMQ_ADMIN_PASSWORD)")
     parser.add_argument("--vhost", help="only this vhost's queues, exchanges and bindings (with --url)")
@@ -175,8 +180,9 @@ def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api
     add = users_sub.add_parser("add", parents=[common], formatter_class=fmt, help="create or replace a user")
     add.add_argument("name")
     add.add_argument("new_password", metavar="PASSWORD")
-    add.add_argument("--tags", default="", help="comma-separated: administrator, monitoring, policymaker,"
-                     " management")  # fmt: skip
+    add.add_argument(
+        "--tags", default="", help="comma-separated: administrator, monitoring, policymaker, management"
+    )
     delete = users_sub.add_parser("delete", parents=[common], formatter_class=fmt, help="delete a user")
     delete.add_argument("name")
     passwd = users_sub.add_parser(
@@ -217,34 +223,42 @@ def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api
     pol_sub = pol.add_subparsers(dest="action", required=True)
     plist = pol_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list policies")
     pset = pol_sub.add_parser(
-        "set", parents=[common], formatter_class=fmt,
+        "set",
+        parents=[common],
+        formatter_class=fmt,
         help="set a policy, as rabbitmqctl set_policy NAME PATTERN DEFINITION",
-    )  # fmt: skip
+    )
     pset.add_argument("name")
     pset.add_argument("pattern", help="regular expression searched in queue/exchange names")
-    pset.add_argument("definition", help='JSON object, e.g. \'{"message-ttl": 60000}\'')
+    pset.add_argument("definition", help="JSON object, e.g. '{\"message-ttl\": 60000}'")
     pset.add_argument("--priority", type=int, default=0)
     pset.add_argument("--apply-to", default="all", choices=["all", "queues", "exchanges"])
     pclear = pol_sub.add_parser("clear", parents=[common], formatter_class=fmt, help="delete a policy")
     pclear.add_argument("name")
     for parser in (plist, pset, pclear):
-        parser.add_argument("--vhost", default="/" if parser is not plist else None,
-                            help="the vhost" + (" (default: all)" if parser is plist else ""))  # fmt: skip
+        parser.add_argument(
+            "--vhost",
+            default="/" if parser is not plist else None,
+            help="the vhost" + (" (default: all)" if parser is plist else ""),
+        )
         parser.add_argument("--operator", action="store_true", help="operator policies")
 
     lim = sub.add_parser(
-        "limits", formatter_class=fmt,
+        "limits",
+        formatter_class=fmt,
         help="list, set or clear vhost limits (max-connections, max-queues) or, with --user-limits, user"
         " limits (max-connections, max-channels)" + api,
-    )  # fmt: skip
+    )
     lim_sub = lim.add_subparsers(dest="action", required=True)
     llist = lim_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list limits")
     lset = lim_sub.add_parser(
-        "set", parents=[common], formatter_class=fmt,
+        "set",
+        parents=[common],
+        formatter_class=fmt,
         help="set limits, as rabbitmqctl set_vhost_limits / set_user_limits: OWNER '{\"max-queues\": 10}'",
-    )  # fmt: skip
+    )
     lset.add_argument("owner", help="the vhost (or the user, with --user-limits)")
-    lset.add_argument("definition", help='JSON object, e.g. \'{"max-connections": 100}\' (-1: no limit)')
+    lset.add_argument("definition", help="JSON object, e.g. '{\"max-connections\": 100}' (-1: no limit)")
     lclear = lim_sub.add_parser("clear", parents=[common], formatter_class=fmt, help="clear limits")
     lclear.add_argument("owner", help="the vhost (or the user, with --user-limits)")
     lclear.add_argument("name", nargs="?", help="one limit (default: all of them)")
@@ -287,8 +301,12 @@ def _call(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]
         return client.request("POST", path, body), GET_COLUMNS
     if command == "publish":
         exchange = args.exchange or "amq.default"
-        body = {"properties": {}, "routing_key": args.routing_key, "payload": args.payload,
-                "payload_encoding": "string"}  # fmt: skip
+        body = {
+            "properties": {},
+            "routing_key": args.routing_key,
+            "payload": args.payload,
+            "payload_encoding": "string",
+        }
         path = f"/exchanges/{quote(args.vhost)}/{quote(exchange)}/publish"
         return client.request("POST", path, body), ["routed"]
     if command == "close-connection":
@@ -298,7 +316,6 @@ def _call(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]
     if command in ACCESS:
         return _access(client, command, args)
     raise AdminError(f"unknown command {command}")  # pragma: no cover - argparse limits the choices
-
 
 
 def _access(client: AdminClient, command: str, args: argparse.Namespace) -> tuple[Any, list[str]]:
@@ -361,8 +378,12 @@ def _policies(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[
         definition = json.loads(args.definition)
     except ValueError as exc:
         raise AdminError(f"DEFINITION is not JSON: {exc}") from None
-    body = {"pattern": args.pattern, "definition": definition, "priority": args.priority,
-            "apply-to": args.apply_to}  # fmt: skip
+    body = {
+        "pattern": args.pattern,
+        "definition": definition,
+        "priority": args.priority,
+        "apply-to": args.apply_to,
+    }
     client.request("PUT", path, body)
     return {"vhost": args.vhost, "name": args.name, **body}, columns
 
@@ -383,7 +404,7 @@ def _limits(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[st
     except ValueError as exc:
         raise AdminError(f"DEFINITION is not JSON: {exc}") from None
     if not isinstance(values, dict):
-        raise AdminError('DEFINITION must be a JSON object, e.g. \'{"max-connections": 100}\'')
+        raise AdminError("DEFINITION must be a JSON object, e.g. '{\"max-connections\": 100}'")
     for name, value in values.items():
         client.request("PUT", f"/{kind}/{quote(args.owner)}/{quote(name)}", {"value": value})
     return {key: args.owner, "value": values}, [key, "value"]

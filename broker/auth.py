@@ -141,9 +141,7 @@ def hash_password(password: str, algorithm: str = DEFAULT_HASHING_ALGORITHM) -> 
     return base64.b64encode(salt + digest(salt + password.encode("utf-8"))).decode("ascii")
 
 
-def check_password(
-    password: str, password_hash: str, algorithm: str = DEFAULT_HASHING_ALGORITHM
-) -> bool:
+def check_password(password: str, password_hash: str, algorithm: str = DEFAULT_HASHING_ALGORITHM) -> bool:
     """Whether ``password`` matches ``password_hash`` (constant-time compare).
 
     An empty or malformed hash, or an unknown algorithm, matches nothing.
@@ -175,8 +173,7 @@ def is_loopback(host: str) -> bool:
 def login_refused_text(mechanism: str = "PLAIN") -> str:
     """RabbitMQ's reply text (without ``ACCESS_REFUSED - ``) for any failed login."""
     return (
-        f"Login was refused using authentication mechanism {mechanism}. "
-        "For details see the broker logfile."
+        f"Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
     )
 
 

@@ -290,8 +290,15 @@ class Channel(PublisherMethods, TopologyMethods):
         message = entry.message
         self.conn.send(
             fastpath.encode_deliver(
-                self.number, consumer.tag, tag, entry.redelivered, message.exchange,
-                message.routing_key, message.raw_props, message.body, self.conn.frame_max,
+                self.number,
+                consumer.tag,
+                tag,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                message.raw_props,
+                message.body,
+                self.conn.frame_max,
             )
         )
 
@@ -300,8 +307,15 @@ class Channel(PublisherMethods, TopologyMethods):
         if self.reply is consumer and not self.closing:
             self.conn.send(
                 fastpath.encode_deliver(
-                    self.number, consumer.tag, self._next_tag + 1, False, message.exchange,
-                    message.routing_key, message.raw_props, message.body, self.conn.frame_max,
+                    self.number,
+                    consumer.tag,
+                    self._next_tag + 1,
+                    False,
+                    message.exchange,
+                    message.routing_key,
+                    message.raw_props,
+                    message.body,
+                    self.conn.frame_max,
                 )
             )
 
@@ -351,8 +365,13 @@ class Channel(PublisherMethods, TopologyMethods):
         """The queue went away: forget the consumer and tell the client if it listens."""
         if self.consumers.get(consumer.tag) is consumer:
             del self.consumers[consumer.tag]
-            log.info("consumer '%s' on channel %d of %s cancelled by the broker: queue '%s' deleted",
-                     consumer.tag, self.number, self.conn.peer, consumer.queue.name)  # fmt: skip
+            log.info(
+                "consumer '%s' on channel %d of %s cancelled by the broker: queue '%s' deleted",
+                consumer.tag,
+                self.number,
+                self.conn.peer,
+                consumer.queue.name,
+            )
             if self.conn.consumer_cancel_notify and not self.closing:
                 self.conn.send_method(self.number, spec.Basic.Cancel(consumer.tag, nowait=True))
 
@@ -564,8 +583,15 @@ class Channel(PublisherMethods, TopologyMethods):
         message = entry.message
         self.conn.send(
             fastpath.encode_get_ok(
-                self.number, tag, entry.redelivered, message.exchange, message.routing_key,
-                queue.message_count, message.raw_props, message.body, self.conn.frame_max,
+                self.number,
+                tag,
+                entry.redelivered,
+                message.exchange,
+                message.routing_key,
+                queue.message_count,
+                message.raw_props,
+                message.body,
+                self.conn.frame_max,
             )
         )
 

@@ -63,8 +63,18 @@ def parse_log_level(value: Any) -> Any:
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
-_BYTE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
-               "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}  # fmt: skip
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
 
 
 def parse_bytes(value: Any) -> Any:
@@ -74,6 +84,8 @@ def parse_bytes(value: Any) -> Any:
         if match and match.group(2).lower() in _BYTE_UNITS:
             return int(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
     return value
+
+
 LogLevel = Annotated[str, BeforeValidator(parse_log_level)]
 ByteSize = Annotated[int, BeforeValidator(parse_bytes)]
 SSLVerify = Literal["verify_none", "verify_peer"]
@@ -146,9 +158,7 @@ class Settings(BaseSettings):
         pattern="^(?i:full|normal)$",
         description="SQLite synchronous level: FULL = a confirm means on disk even after power loss",
     )
-    definitions_file: Path | None = Field(
-        None, description="RabbitMQ definitions JSON imported at start-up"
-    )
+    definitions_file: Path | None = Field(None, description="RabbitMQ definitions JSON imported at start-up")
     disk_free_limit: ByteSize = Field(
         50_000_000,
         ge=0,
@@ -184,14 +194,14 @@ class Settings(BaseSettings):
         100000, ge=1, description="Dead letters buffered for the archive writer before new ones are lost"
     )
     dlx_archive_idle_close: float = Field(
-        60.0, ge=0, description="Seconds without a write after which an archive file is closed (renamed"
+        60.0,
+        ge=0,
+        description="Seconds without a write after which an archive file is closed (renamed"
         " to .jsonl, so analyses see it); 0 = only at the end of its hour, on rotation and at shutdown",
     )
     enable_web_api: bool = Field(True, description="Management HTTP API (RabbitMQ-compatible, issue 14)")
     web_port: int = Field(15672, ge=0, le=65535, description="Management HTTP API port (RabbitMQ: 15672)")
-    web_host: str = Field(
-        "", description="Interface of the management HTTP API; empty = OTTERMQ_BROKER_HOST"
-    )
+    web_host: str = Field("", description="Interface of the management HTTP API; empty = OTTERMQ_BROKER_HOST")
     web_api_path: str = Field(
         "/api",
         pattern=r"^/[A-Za-z0-9._~/-]*$",
@@ -292,8 +302,10 @@ ADMIN_DEFAULTS = {
 
 def admin_defaults() -> dict[str, str]:
     """``url``, ``user`` and ``password`` of the admin subcommands: ``OTTERMQ_ADMIN_*`` or the defaults."""
-    return {name.removeprefix("OTTERMQ_ADMIN_").lower(): os.environ.get(name, default)
-            for name, default in ADMIN_DEFAULTS.items()}  # fmt: skip
+    return {
+        name.removeprefix("OTTERMQ_ADMIN_").lower(): os.environ.get(name, default)
+        for name, default in ADMIN_DEFAULTS.items()
+    }
 
 
 KNOWN_VARIABLES = frozenset(

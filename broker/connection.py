@@ -68,7 +68,6 @@ RUNNING, CLOSING, CLOSED = State.RUNNING, State.CLOSING, State.CLOSED
 SILENT_CLOSE_DELAY = 3.0  # RabbitMQ's ?SILENT_CLOSE_DELAY before dropping a bad handshake
 
 
-
 class _NoMethod(NotAllowed):
     """Raised where RabbitMQ reports class/method ids 0/0 (its error carries method 'none')."""
 
@@ -205,8 +204,12 @@ class AMQPConnection(asyncio.Protocol):
             self.broker.connections.discard(self)
             self.broker.churn.connections_closed += 1
         if self.vhost is not None:  # RabbitMQ logs the close of opened connections at info
-            log.info("closing AMQP connection %s (vhost '%s', user '%s')", self._label(), self.vhost.name,
-                     self.username)  # fmt: skip
+            log.info(
+                "closing AMQP connection %s (vhost '%s', user '%s')",
+                self._label(),
+                self.vhost.name,
+                self.username,
+            )
         else:
             log.debug("connection %s closed", self.peer)
 
@@ -450,8 +453,12 @@ class AMQPConnection(asyncio.Protocol):
         self.broker.check_connection_limits(self, vhost.name)
         self.broker.auth.check_vhost(self.user, vhost.name)
         self.vhost = vhost
-        log.info("connection %s: user '%s' authenticated and granted access to vhost '%s'", self._label(),
-                 self.username, vhost.name)  # fmt: skip
+        log.info(
+            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
+            self._label(),
+            self.username,
+            vhost.name,
+        )
         self._to(RUNNING)
         self.send_method(0, spec.Connection.OpenOk())
         reason = self.broker.alarm_reason
@@ -565,8 +572,10 @@ class AMQPConnection(asyncio.Protocol):
             )
         limit = self.broker.limits.limit("user", self.username, "max-channels")
         if limit is not None and self.broker.user_channels(self.username) >= limit:
-            raise NotAllowed(f"number of channels opened for user '{self.username}' has reached the maximum"
-                             f" allowed user limit of ({limit})")  # fmt: skip
+            raise NotAllowed(
+                f"number of channels opened for user '{self.username}' has reached the maximum"
+                f" allowed user limit of ({limit})"
+            )
         self.channels[number] = Channel(self, number)
         self.broker.churn.channels_opened += 1
         self.send_method(number, spec.Channel.OpenOk())

@@ -82,10 +82,18 @@ class DelayService:
         item = Delayed(self.clock() + delay, vhost.name, exchange.name, message, delay)
         stored = None
         if exchange.durable and message.persistent:
-            item.store_id = self.store.insert_delayed(DelayedRecord(
-                vhost.name, exchange.name, item.due, delay, message.routing_key, message.raw_props,
-                message.body, message.extra_keys,
-            ))  # fmt: skip
+            item.store_id = self.store.insert_delayed(
+                DelayedRecord(
+                    vhost.name,
+                    exchange.name,
+                    item.due,
+                    delay,
+                    message.routing_key,
+                    message.raw_props,
+                    message.body,
+                    message.extra_keys,
+                )
+            )
             stored = [(self, item)]
         self.heap.push(item)
         self.published += 1
@@ -106,8 +114,9 @@ class DelayService:
             self.dropped += len(gone)
             if any(item.store_id for item in gone):
                 self.store.delete_delayed_exchange(vhost, name)
-            log.info("dropped %d delayed messages of deleted exchange '%s' in vhost '%s'",
-                     len(gone), name, vhost)  # fmt: skip
+            log.info(
+                "dropped %d delayed messages of deleted exchange '%s' in vhost '%s'", len(gone), name, vhost
+            )
 
     def pending(self, vhost: str, exchange: str) -> int:
         """Messages waiting in one exchange (management ``messages_delayed``, Prometheus)."""

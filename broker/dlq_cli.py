@@ -165,7 +165,11 @@ class _Export:
             self.read += 1
             self.last_tag = method.delivery_tag
             record = dead_letter_record(
-                getattr(props, "raw", b"\x00\x00"), body, self.vhost, method.exchange, method.routing_key,
+                getattr(props, "raw", b"\x00\x00"),
+                body,
+                self.vhost,
+                method.exchange,
+                method.routing_key,
                 args.body_bytes,
             )
             if record is None:
@@ -233,11 +237,17 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, default=Path("dlq-export"), help="archive directory")
     mode = export.add_mutually_exclusive_group()
     mode.add_argument(
-        "--browse", dest="mode", action="store_const", const="browse",
+        "--browse",
+        dest="mode",
+        action="store_const",
+        const="browse",
         help="read and put everything back (default; messages come back marked redelivered)",
     )
     mode.add_argument(
-        "--drain", dest="mode", action="store_const", const="drain",
+        "--drain",
+        dest="mode",
+        action="store_const",
+        const="drain",
         help="remove the exported messages (acked once written and fsynced)",
     )
     export.set_defaults(mode="browse")
@@ -294,8 +304,11 @@ def main(argv: list[str]) -> int:
     kept = "removed from" if args.mode == "drain" else "left in (marked redelivered)"
     print(
         f"dlq export: {export.exported} dead letter(s) exported to {args.out}, {kept} '{args.queue}'"
-        + (f"; {export.skipped} message(s) without x-death skipped and left in the queue"
-           if export.skipped else ""),
+        + (
+            f"; {export.skipped} message(s) without x-death skipped and left in the queue"
+            if export.skipped
+            else ""
+        ),
         file=sys.stderr,
     )
     return 0

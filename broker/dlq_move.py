@@ -54,8 +54,15 @@ log = logging.getLogger(__name__)
 
 BATCH = 100
 SCAN_CHUNK = 2000  # entries looked at between two yields to the event loop (~20 ms)
-DEATH_HEADERS = ("x-death", "x-first-death-reason", "x-first-death-queue", "x-first-death-exchange",
-                 "x-last-death-reason", "x-last-death-queue", "x-last-death-exchange")  # fmt: skip
+DEATH_HEADERS = (
+    "x-death",
+    "x-first-death-reason",
+    "x-first-death-queue",
+    "x-first-death-exchange",
+    "x-last-death-reason",
+    "x-last-death-queue",
+    "x-last-death-exchange",
+)
 STATES = ("running", "paused", "done", "failed", "cancelled")
 
 
@@ -80,14 +87,17 @@ def deaths_of(headers: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         when = death.get("time")
         if isinstance(when, datetime.datetime):
             when = int(when.timestamp())
-        out.append({
-            "reason": _text(death.get("reason")), "queue": _text(death.get("queue")),
-            "exchange": _text(death.get("exchange")),
-            "routing_keys": [_text(k) for k in keys] if isinstance(keys, list) else [],
-            "count": int(death["count"]) if isinstance(death.get("count"), int) else None,
-            "time": int(when) if isinstance(when, int) else None,
-            "original_expiration": _text(death.get("original-expiration")),
-        })  # fmt: skip
+        out.append(
+            {
+                "reason": _text(death.get("reason")),
+                "queue": _text(death.get("queue")),
+                "exchange": _text(death.get("exchange")),
+                "routing_keys": [_text(k) for k in keys] if isinstance(keys, list) else [],
+                "count": int(death["count"]) if isinstance(death.get("count"), int) else None,
+                "time": int(when) if isinstance(when, int) else None,
+                "original_expiration": _text(death.get("original-expiration")),
+            }
+        )
     return out
 
 
@@ -180,7 +190,7 @@ def target_of(
     last = last_deaths(message)
     if last is None or last[2] is None:
         return None
-    return last[2], last[3] or ''
+    return last[2], last[3] or ""
 
 
 def move_one(
@@ -205,8 +215,15 @@ def move_one(
     except AMQPError:
         return "unroutable", []
     raw = message.raw_props if keep else strip_death_headers(message)
-    copy = Message(exchange_name, routing_key, raw, message.body, message.persistent, message.priority,
-                   message.expiration)  # fmt: skip
+    copy = Message(
+        exchange_name,
+        routing_key,
+        raw,
+        message.body,
+        message.persistent,
+        message.priority,
+        message.expiration,
+    )
     result = vhost.publish(exchange, copy)
     if not result.routed:
         return "unroutable", []
@@ -236,11 +253,23 @@ class MoveJob:
 
     def as_json(self) -> dict[str, Any]:
         target = {"exchange": self.target[0], "routing_key": self.target[1]} if self.target else None
-        return {"id": self.id, "vhost": self.vhost, "queue": self.queue, "state": self.state,
-                **self.selection.as_json(), "target": target, "keep_death_headers": self.keep_death_headers,
-                "rate": self.rate, "selected": self.selected, "moved": self.moved,
-                "unroutable": self.unroutable, "skipped": self.skipped, "error": self.error,
-                "started": self.started, "finished": self.finished}  # fmt: skip
+        return {
+            "id": self.id,
+            "vhost": self.vhost,
+            "queue": self.queue,
+            "state": self.state,
+            **self.selection.as_json(),
+            "target": target,
+            "keep_death_headers": self.keep_death_headers,
+            "rate": self.rate,
+            "selected": self.selected,
+            "moved": self.moved,
+            "unroutable": self.unroutable,
+            "skipped": self.skipped,
+            "error": self.error,
+            "started": self.started,
+            "finished": self.finished,
+        }
 
     def record(self) -> dict[str, Any]:
         """What the state file keeps."""
@@ -311,8 +340,13 @@ class MoveJobs:
             self.jobs[job.id] = job
             self._n = max(self._n, int(job.id) if job.id.isdigit() else 0)
             if job.state in ("running", "paused"):
-                log.info("dead-letter move %s from '%s' in vhost '%s' resumes (%s)", job.id, job.queue,
-                         job.vhost, job.state)  # fmt: skip
+                log.info(
+                    "dead-letter move %s from '%s' in vhost '%s' resumes (%s)",
+                    job.id,
+                    job.queue,
+                    job.vhost,
+                    job.state,
+                )
                 self._start(job)
 
     async def close(self) -> None:
@@ -336,8 +370,15 @@ class MoveJobs:
             log.warning("dead-letter moves: cannot write %s: %s", self.state_file, exc)
 
     # -- API --------------------------------------------------------------------------------------
-    def create(self, vhost: str, queue: str, selection: Selection, target: tuple[str, str] | None,
-               keep: bool, rate: float) -> MoveJob:  # fmt: skip
+    def create(
+        self,
+        vhost: str,
+        queue: str,
+        selection: Selection,
+        target: tuple[str, str] | None,
+        keep: bool,
+        rate: float,
+    ) -> MoveJob:
         self._n += 1
         job = MoveJob(str(self._n), vhost, queue, selection, target, keep, rate)
         self.jobs[job.id] = job

@@ -62,8 +62,9 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
         body["all"] = True
     else:
         raise ValueError("say which messages: --ids, --reason/--source-queue, or --all")
-    body["target"] = None if args.to_exchange is None else {"exchange": args.to_exchange,
-                                                           "routing_key": args.routing_key}  # fmt: skip
+    body["target"] = (
+        None if args.to_exchange is None else {"exchange": args.to_exchange, "routing_key": args.routing_key}
+    )
     return body
 
 

@@ -65,9 +65,7 @@ class PublisherMethods(ChannelBase):
             return
         if frame_type != FRAME_BODY:
             self._publish = None
-            raise UnexpectedFrame(
-                "expected content body, got non content body frame instead"
-            )
+            raise UnexpectedFrame("expected content body, got non content body frame instead")
         self._received += len(payload)
         if self._received == self._body_size and not self._body:
             self._finish_publish(payload)
@@ -164,8 +162,14 @@ class PublisherMethods(ChannelBase):
             self.send_confirms()
         self.conn.send(
             fastpath.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.raw_props, message.body, self.conn.frame_max,
+                self.number,
+                312,
+                "NO_ROUTE",
+                message.exchange,
+                message.routing_key,
+                message.raw_props,
+                message.body,
+                self.conn.frame_max,
             )
         )
 

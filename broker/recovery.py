@@ -107,7 +107,10 @@ async def _recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str,
     await store.flush()
     log.info(
         "recovered %d exchanges, %d queues, %d bindings, %d messages in %.2f s",
-        counts["exchanges"], counts["queues"], counts["bindings"], counts["messages"],
+        counts["exchanges"],
+        counts["queues"],
+        counts["bindings"],
+        counts["messages"],
         time.monotonic() - started,
     )
     return counts

@@ -201,10 +201,10 @@ class ReplyRegistry:
         if name == REPLY_QUEUE:
             return name  # "if it exists it by definition has one consumer"
         if name.startswith(REPLY_PREFIX):
-            parts = split_suffix(name[len(REPLY_PREFIX):])
+            parts = split_suffix(name[len(REPLY_PREFIX) :])
             if parts is not None and asker.reply_id == parts[0]:
                 raise ChannelCrashed()
-            if self.lookup(name[len(REPLY_PREFIX):]) is not None:
+            if self.lookup(name[len(REPLY_PREFIX) :]) is not None:
                 return name
         raise NotFound(f"no queue '{name}' in vhost '{vhost}'")
 
@@ -219,6 +219,6 @@ class ReplyRegistry:
         keys = [message.routing_key, *(extra_keys or ())]
         for key in sorted(set(keys)):
             if key.startswith(REPLY_PREFIX):
-                live = self.lookup(key[len(REPLY_PREFIX):])
+                live = self.lookup(key[len(REPLY_PREFIX) :])
                 if live is not None:
                     live[0].deliver_reply(live[1], message)

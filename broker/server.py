@@ -215,8 +215,12 @@ class Broker:
         if free is None:
             return
         if not self.disk_alarm and free < limit:
-            log.warning("disk alarm: %d bytes free on %s, limit %d; blocking publishers", free,
-                        self.settings.data_dir, limit)  # fmt: skip
+            log.warning(
+                "disk alarm: %d bytes free on %s, limit %d; blocking publishers",
+                free,
+                self.settings.data_dir,
+                limit,
+            )
             self.disk_alarm = True
             self._block_publishers()
         elif self.disk_alarm and free >= limit:
@@ -258,12 +262,15 @@ class Broker:
         opened = [c for c in self.connections if c is not conn and c.vhost is not None]
         limit = self.limits.limit("vhost", vhost, "max-connections")
         if limit is not None and sum(1 for c in opened if c.vhost.name == vhost) >= limit:
-            raise NotAllowed(f"access to vhost '{vhost}' refused for user '{conn.username}': connection limit"
-                             f" ({limit}) is reached")  # fmt: skip
+            raise NotAllowed(
+                f"access to vhost '{vhost}' refused for user '{conn.username}': connection limit"
+                f" ({limit}) is reached"
+            )
         limit = self.limits.limit("user", conn.username, "max-connections")
         if limit is not None and sum(1 for c in opened if c.username == conn.username) >= limit:
-            raise NotAllowed(f"connection refused for user '{conn.username}': user connection limit ({limit})"
-                             " is reached")  # fmt: skip
+            raise NotAllowed(
+                f"connection refused for user '{conn.username}': user connection limit ({limit}) is reached"
+            )
 
     def user_channels(self, username: str) -> int:
         """Channels open on ``username``'s connections (the ``max-channels`` limit counts them all)."""
@@ -354,8 +361,11 @@ class Broker:
 
     def amqp_addresses(self) -> list[tuple[str, int]]:
         """``(ip, port)`` of each AMQP listening socket (plain and TLS)."""
-        return [(str(s.getsockname()[0]), int(s.getsockname()[1])) for server in self._servers
-                for s in server.sockets]  # fmt: skip
+        return [
+            (str(s.getsockname()[0]), int(s.getsockname()[1]))
+            for server in self._servers
+            for s in server.sockets
+        ]
 
     def amqp_listeners(self) -> list[tuple[str, str, int]]:
         """``(protocol, ip, port)``: ``amqp`` and ``amqp/ssl`` listeners, as RabbitMQ names them."""
@@ -422,8 +432,10 @@ class Broker:
             raise StartupError(
                 "broker_port", settings.broker_port, os_cause(exc), "set OTTERMQ_BROKER_PORT to a free port"
             ) from None
-        addresses = ", ".join(f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")
-                              for proto, ip, port in self.amqp_listeners())  # fmt: skip
+        addresses = ", ".join(
+            f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")
+            for proto, ip, port in self.amqp_listeners()
+        )
         log.info("OtterMQ %s listening on %s", VERSION, addresses)
         if self.web is not None:
             await self.web.start()
@@ -549,7 +561,9 @@ def prepare_data_dir(settings: Settings) -> int | None:
         return lock_data_dir(settings.data_dir)
     except StoreError:
         raise StartupError(
-            "data_dir", settings.data_dir, _in_use(settings.data_dir),
+            "data_dir",
+            settings.data_dir,
+            _in_use(settings.data_dir),
             "stop it, or set OTTERMQ_DATA_DIR to another directory",
         ) from None
     except OSError as exc:
@@ -573,7 +587,9 @@ def check_archive_dir(settings: Settings) -> None:
             pass
     except OSError as exc:
         raise StartupError(
-            "dlx_archive_dir", directory, os_cause(exc),
+            "dlx_archive_dir",
+            directory,
+            os_cause(exc),
             "set OTTERMQ_DLX_ARCHIVE_DIR to a writable directory, or empty for no archive",
         ) from None
 

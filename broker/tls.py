@@ -32,10 +32,17 @@ VERIFY = ("verify_none", "verify_peer")
 LOGIN_FROM = ("common_name", "distinguished_name", "subject_alternative_name")
 SAN_TYPES = {"dns": "DNS", "email": "email", "uri": "URI", "ip": "IP Address"}
 # RabbitMQ's short names for DN attributes (rabbit_ssl:format_rdn)
-RDN_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-             "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
-             "emailAddress": "emailAddress", "domainComponent": "DC",
-             "serialNumber": "serialNumber"}  # fmt: skip
+RDN_NAMES = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "emailAddress": "emailAddress",
+    "domainComponent": "DC",
+    "serialNumber": "serialNumber",
+}
 
 
 class TLSConfigError(Exception):
@@ -148,7 +155,7 @@ def distinguished_name(cert: dict[str, Any]) -> str:
     for rdn in reversed(cert.get("subject", ())):
         for name, value in rdn:
             text = str(value)
-            for char in "\\,+\"<>;=":
+            for char in '\\,+"<>;=':
                 text = text.replace(char, "\\" + char)
             parts.append(f"{RDN_NAMES.get(name, name)}={text}")
     return ",".join(parts)
@@ -177,16 +184,26 @@ def peer_identity(
 
 def amqps_files(settings: Settings) -> TLSFiles:
     """The AMQPS listener's files (``OTTERMQ_SSL_*``)."""
-    return TLSFiles(settings.ssl_cert_file, settings.ssl_key_file, settings.ssl_ca_file, settings.ssl_verify,
-                    settings.ssl_fail_if_no_peer_cert, "ssl")  # fmt: skip
+    return TLSFiles(
+        settings.ssl_cert_file,
+        settings.ssl_key_file,
+        settings.ssl_ca_file,
+        settings.ssl_verify,
+        settings.ssl_fail_if_no_peer_cert,
+        "ssl",
+    )
 
 
 def web_files(settings: Settings) -> TLSFiles:
     """The HTTPS listeners' files: ``OTTERMQ_WEB_SSL_*``, each defaulting to its ``OTTERMQ_SSL_*``."""
-    return TLSFiles(settings.web_ssl_cert_file or settings.ssl_cert_file,
-                    settings.web_ssl_key_file or settings.ssl_key_file,
-                    settings.web_ssl_ca_file or settings.ssl_ca_file, "verify_none", False,
-                    "web_ssl")  # fmt: skip
+    return TLSFiles(
+        settings.web_ssl_cert_file or settings.ssl_cert_file,
+        settings.web_ssl_key_file or settings.ssl_key_file,
+        settings.web_ssl_ca_file or settings.ssl_ca_file,
+        "verify_none",
+        False,
+        "web_ssl",
+    )
 
 
 def amqps_context(settings: Settings) -> ssl.SSLContext:

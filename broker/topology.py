@@ -35,7 +35,6 @@ def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: in
     return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
 
 
-
 class TopologyMethods(ChannelBase):
     """``exchange.*`` and ``queue.*`` handlers of ``Channel``: frames in, ``broker.operations`` does
     the rest (permissions, names, existence, equivalence), replies out."""
@@ -50,9 +49,16 @@ class TopologyMethods(ChannelBase):
     # -- exchange class -------------------------------------------------------------------
     def on_exchange_declare(self, m: spec.Exchange.Declare) -> None:
         self.conn.broker.ops.declare_exchange(
-            self.conn.user, self.vhost, m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
-            auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments,
-        )  # fmt: skip
+            self.conn.user,
+            self.vhost,
+            m.exchange,
+            m.exchange_type,
+            passive=m.passive,
+            durable=m.durable,
+            auto_delete=m.auto_delete,
+            internal=m.internal,
+            arguments=m.arguments,
+        )
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.DeclareOk())
 
@@ -88,9 +94,17 @@ class TopologyMethods(ChannelBase):
                 raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
             name = generated_name("amq.gen-")
         queue = self.conn.broker.ops.declare_queue(
-            self.conn.user, self.vhost, name, passive=m.passive, durable=m.durable, exclusive=m.exclusive,
-            auto_delete=m.auto_delete, arguments=m.arguments, owner=self.conn, generated=generated,
-        ).queue  # fmt: skip
+            self.conn.user,
+            self.vhost,
+            name,
+            passive=m.passive,
+            durable=m.durable,
+            exclusive=m.exclusive,
+            auto_delete=m.auto_delete,
+            arguments=m.arguments,
+            owner=self.conn,
+            generated=generated,
+        ).queue
         assert queue is not None
         if m.exclusive and queue.owner is self.conn:
             self.conn.exclusive_queues.add(queue)

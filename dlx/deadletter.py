@@ -71,7 +71,6 @@ def cycle_queues(deaths: list[Any]) -> frozenset[str] | None:
     return frozenset(names) if names else None
 
 
-
 def policy_of(queue: Queue) -> str | None:
     """The policy that set the queue's dead-letter exchange or message TTL in force, for the archive
     (``None`` when both came from its arguments, or it has neither)."""
@@ -82,6 +81,7 @@ def policy_of(queue: Queue) -> str | None:
     ttl, declared_ttl = queue.args.message_ttl, queue.declared_args.message_ttl
     from_policy_ttl = "message-ttl" in definition and ttl != declared_ttl
     return queue.policy if from_policy_dlx or from_policy_ttl else None
+
 
 class DeadLetterRecorder(Protocol):
     """Where every dead letter is reported (``persistence.archive.DeadLetterArchive``/``NullArchive``).
@@ -202,8 +202,12 @@ class DeadLetterer:
             "dropped %d dead letter(s) since the last warning: dead-letter exchange '%s' of queue '%s'"
             " in vhost '%s' not found (declare it, or change x-dead-letter-exchange; reported at most"
             " every %d s)",
-            self._missing_unreported, dlx_name, queue.name, self.vhost.name, WARN_EVERY_MS // 1000,
-        )  # fmt: skip
+            self._missing_unreported,
+            dlx_name,
+            queue.name,
+            self.vhost.name,
+            WARN_EVERY_MS // 1000,
+        )
         self._missing_unreported = 0
         self._missing_warn_at = now_ms + WARN_EVERY_MS
 
@@ -232,7 +236,11 @@ class DeadLetterer:
                 self._warn_missing(queue, len(entries), dlx_name, now_ms)
             if archive is not None:
                 archive.record(
-                    now_ms, vhost.name, queue.name, reason, dlx_name,
+                    now_ms,
+                    vhost.name,
+                    queue.name,
+                    reason,
+                    dlx_name,
                     [x for entry in entries for x in (entry.message, entry.enqueued_at, None, None, drop)],
                     policy_of(queue),
                 )

@@ -126,17 +126,29 @@ class Broker:
         return pika.ConnectionParameters(**kwargs)
 
     def api(
-        self, path: str, method: str = "GET", body: Any = None, *, auth: tuple[str, str] | None = None,
-        raw: bytes | None = None, headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:  # fmt: skip
+        self,
+        path: str,
+        method: str = "GET",
+        body: Any = None,
+        *,
+        auth: tuple[str, str] | None = None,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         """``(status, decoded JSON body or None)`` of one management API request (see :meth:`http`)."""
         status, _, answer = self.http(path, method, body, auth=auth, raw=raw, headers=headers)
         return status, answer
 
     def http(
-        self, path: str, method: str = "GET", body: Any = None, *, auth: tuple[str, str] | None = None,
-        raw: bytes | None = None, headers: dict[str, str] | None = None,
-    ) -> tuple[int, dict[str, str], Any]:  # fmt: skip
+        self,
+        path: str,
+        method: str = "GET",
+        body: Any = None,
+        *,
+        auth: tuple[str, str] | None = None,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], Any]:
         """``(status, headers with lower-case names, decoded JSON body or None; text if not JSON)`` of
         one management API request (``path`` from ``/api``); ``body`` is sent as JSON, ``raw`` as it
         is; ``auth`` defaults to this broker's user."""
@@ -209,10 +221,12 @@ class BrokerProcess:
         self.web_port = _free_port()  # never RabbitMQ's 15672, which CI's RabbitMQ holds
         self.prometheus_port = _free_port()  # nor its 15692
         self.broker = Broker(
-            host="127.0.0.1", port=self.port, log_path=self.tmp / "broker.log",
+            host="127.0.0.1",
+            port=self.port,
+            log_path=self.tmp / "broker.log",
             management_url=f"http://127.0.0.1:{self.web_port}",
             prometheus_url=f"http://127.0.0.1:{self.prometheus_port}",
-        )  # fmt: skip
+        )
         self.extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.died = False
@@ -233,7 +247,10 @@ class BrokerProcess:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ottermq.broker"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.tmp,
             )
         finally:
             log.close()
@@ -276,8 +293,10 @@ class BrokerProcess:
         crashed = self.proc is not None and self.proc.poll() is not None and self.proc.returncode > 0
         self.stop()
         if crashed or self.died:
-            print(f"\nottermq died during the test (exit {self.proc and self.proc.returncode}); log tail:\n"
-                  f"{self.log_tail()}\n(data dir and full log kept in {self.tmp})")
+            print(
+                f"\nottermq died during the test (exit {self.proc and self.proc.returncode}); log tail:\n"
+                f"{self.log_tail()}\n(data dir and full log kept in {self.tmp})"
+            )
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -27,14 +27,26 @@ def ottermq(broker: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
     broker under test with ``--url/--user/--password`` (or only through ``env`` when given)."""
 
     def _run(*args: str, check: bool = True, env: dict[str, str] | None = None) -> Any:
-        flags = [] if env is not None else [
-            "--url", broker.management_url, "--user", broker.user, "--password", broker.password,
-        ]  # fmt: skip
+        flags = (
+            []
+            if env is not None
+            else [
+                "--url",
+                broker.management_url,
+                "--user",
+                broker.user,
+                "--password",
+                broker.password,
+            ]
+        )
         full_env = {**os.environ, "PYTHONSAFEPATH": "1", **(env or {})}
         done = subprocess.run(
             [sys.executable, "-m", "ottermq.broker", *args, *flags],
-            capture_output=True, text=True, timeout=60, env=full_env,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=full_env,
+        )
         if check:
             assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
         return done
@@ -87,8 +99,9 @@ def test_list_connections_channels_consumers(ottermq, connect, declare, poll_unt
     assert mine[0]["name"] in ottermq("list", "connections").stdout
     poll_until(
         lambda: any(c["name"].startswith(mine[0]["name"]) for c in as_json(ottermq, "list", "channels")),
-        timeout=STATS_TIMEOUT, interval=0.5,
-    )  # fmt: skip
+        timeout=STATS_TIMEOUT,
+        interval=0.5,
+    )
     assert mine[0]["name"] in ottermq("list", "channels").stdout
 
 
@@ -100,8 +113,14 @@ def test_publish_get_purge(ottermq, channel, declare):
     got = as_json(ottermq, "get", queue, "--count", "1", "--ackmode", "ack_requeue_false")
     assert [(m["payload"], m["message_count"]) for m in got] == [("one", 2)]
     table = ottermq("get", queue, "--count", "2").stdout.splitlines()
-    assert table[0].split() == ["routing_key", "exchange", "redelivered", "message_count",
-                                "payload_encoding", "payload"]  # fmt: skip
+    assert table[0].split() == [
+        "routing_key",
+        "exchange",
+        "redelivered",
+        "message_count",
+        "payload_encoding",
+        "payload",
+    ]
     assert [line.split()[-1] for line in table[2:]] == ["two", "three"]
     ottermq("purge", queue)
     assert as_json(ottermq, "get", queue) == []
@@ -136,8 +155,9 @@ def test_environment_variables_and_errors(ottermq, broker, unique):
         "OTTERMQ_ADMIN_USER": broker.user,
         "OTTERMQ_ADMIN_PASSWORD": broker.password,
     }
-    assert broker.vhost in [v["name"] for v in json.loads(
-        ottermq("list", "vhosts", "--format", "json", env=env).stdout)]  # fmt: skip
+    assert broker.vhost in [
+        v["name"] for v in json.loads(ottermq("list", "vhosts", "--format", "json", env=env).stdout)
+    ]
     bad = ottermq("list", "queues", check=False, env={**env, "OTTERMQ_ADMIN_PASSWORD": "wrong"})
     assert (bad.returncode, bad.stdout) == (1, "")
     assert bad.stderr.startswith("ottermq list: 401 ")
@@ -160,8 +180,9 @@ def test_users_permissions_and_vhosts(ottermq, broker, unique):
         pika.BlockingConnection(params).close()
         ottermq("users", "passwd", user, "second-pw")
         assert sorted({u["name"]: u for u in as_json(ottermq, "users", "list")}[user]["tags"]) == [
-            "management", "monitoring",
-        ]  # fmt: skip
+            "management",
+            "monitoring",
+        ]
         with pytest.raises(pika.exceptions.ProbableAuthenticationError):
             pika.BlockingConnection(params)
         params = broker.params(virtual_host=vhost, credentials=pika.PlainCredentials(user, "second-pw"))
@@ -203,8 +224,20 @@ def test_version(ottermq):
 def test_policies_set_list_clear(ottermq, broker, unique):
     name = unique("cli-pol")
     try:
-        shown = as_json(ottermq, "policies", "set", name, "^cli-pol-never$", '{"max-length": 5}',
-                        "--priority", "3", "--apply-to", "queues", "--vhost", broker.vhost)  # fmt: skip
+        shown = as_json(
+            ottermq,
+            "policies",
+            "set",
+            name,
+            "^cli-pol-never$",
+            '{"max-length": 5}',
+            "--priority",
+            "3",
+            "--apply-to",
+            "queues",
+            "--vhost",
+            broker.vhost,
+        )
         assert shown["definition"] == {"max-length": 5}
         listed = {p["name"]: p for p in as_json(ottermq, "policies", "list", "--vhost", broker.vhost)}
         assert (listed[name]["priority"], listed[name]["apply-to"]) == (3, "queues")
@@ -212,8 +245,9 @@ def test_policies_set_list_clear(ottermq, broker, unique):
         ottermq("policies", "set", name, "^x$", '{"max-length": 1}', "--vhost", broker.vhost, "--operator")
         assert name in [p["name"] for p in as_json(ottermq, "policies", "list", "--operator")]
         ottermq("policies", "clear", name, "--vhost", broker.vhost, "--operator")
-        bad = ottermq("policies", "set", name, "x", '{"max-length": -1}', "--vhost", broker.vhost,
-                      check=False)  # fmt: skip
+        bad = ottermq(
+            "policies", "set", name, "x", '{"max-length": -1}', "--vhost", broker.vhost, check=False
+        )
         assert bad.returncode == 1 and "is not a valid maximum length" in bad.stderr
     finally:
         ottermq("policies", "clear", name, "--vhost", broker.vhost, check=False)

@@ -27,11 +27,29 @@ import pika
 import pytest
 
 SCHEMA_KEYS = [
-    "schema", "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "dlx",
-    "dlx_routing_key", "policy", "outcome", "drop_reason", "death_count", "original_expiration",
-    "enqueued_ms", "message_id", "correlation_id", "content_type", "headers", "body_size",
-    "body_b64", "body_truncated",
-]  # fmt: skip
+    "schema",
+    "time_ms",
+    "reason",
+    "vhost",
+    "queue",
+    "exchange",
+    "routing_keys",
+    "dlx",
+    "dlx_routing_key",
+    "policy",
+    "outcome",
+    "drop_reason",
+    "death_count",
+    "original_expiration",
+    "enqueued_ms",
+    "message_id",
+    "correlation_id",
+    "content_type",
+    "headers",
+    "body_size",
+    "body_b64",
+    "body_truncated",
+]
 
 
 def read_archive(root: Path) -> list[dict[str, Any]]:
@@ -94,7 +112,9 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
     before = int(time.time() * 1000)
     headers = {"CC": ["exp-cc"], "n": 42, "s": "text", "nested": {"ok": True}}
     ch.basic_publish(
-        "orders", "exp", b"hello world",
+        "orders",
+        "exp",
+        b"hello world",
         props(
             expiration="0", headers=headers, message_id="m-1", correlation_id="c-1", content_type="text/plain"
         ),
@@ -132,12 +152,23 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
     (exp,) = q["expired"]
     assert exp == {
         **exp,
-        "reason": "expired", "exchange": "orders", "routing_keys": ["exp", "exp-cc"], "dlx": "",
-        "dlx_routing_key": "dlq", "policy": None, "outcome": "routed", "drop_reason": None, "death_count": 1,
-        "original_expiration": "0", "message_id": "m-1", "correlation_id": "c-1",
-        "content_type": "text/plain", "body_size": 11, "body_b64": base64.b64encode(b"hell").decode(),
+        "reason": "expired",
+        "exchange": "orders",
+        "routing_keys": ["exp", "exp-cc"],
+        "dlx": "",
+        "dlx_routing_key": "dlq",
+        "policy": None,
+        "outcome": "routed",
+        "drop_reason": None,
+        "death_count": 1,
+        "original_expiration": "0",
+        "message_id": "m-1",
+        "correlation_id": "c-1",
+        "content_type": "text/plain",
+        "body_size": 11,
+        "body_b64": base64.b64encode(b"hell").decode(),
         "body_truncated": True,
-    }  # fmt: skip
+    }
     assert exp["headers"]["CC"] == {"t": "A", "v": [{"t": "S", "v": "exp-cc"}]}
     assert exp["headers"]["s"] == {"t": "S", "v": "text"}
     assert exp["headers"]["n"]["t"] in "bBsuIil" and exp["headers"]["n"]["v"] == 42  # pika picks the type
@@ -149,10 +180,16 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
     assert [r["death_count"] for r in (first, back, second)] == [1, 1, 2]
     times = [r["time_ms"] for r in (first, back, second)]
     assert times == sorted(times)
-    for record, exchange, key, dlx_key in ((first, "", "rejected", "back"), (back, "", "back", "rejected"),
-                                            (second, "", "rejected", "back")):  # fmt: skip
+    for record, exchange, key, dlx_key in (
+        (first, "", "rejected", "back"),
+        (back, "", "back", "rejected"),
+        (second, "", "rejected", "back"),
+    ):
         assert (record["reason"], record["outcome"], record["exchange"], record["dlx"]) == (
-            "rejected", "routed", exchange, "",
+            "rejected",
+            "routed",
+            exchange,
+            "",
         )
         assert (record["routing_keys"], record["dlx_routing_key"]) == ([key], dlx_key)
         assert (record["body_size"], record["body_b64"], record["body_truncated"]) == (1, "cg==", False)
@@ -176,13 +213,17 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
         "cycle": ("expired", "dropped", "cycle"),
     }
     assert {n: (r["dlx"], r["dlx_routing_key"]) for n, r in drops.items()} == {
-        "no-dlx": (None, None), "dlx-missing": ("missing", None), "no-route": ("", "nowhere"),
+        "no-dlx": (None, None),
+        "dlx-missing": ("missing", None),
+        "no-route": ("", "nowhere"),
         "cycle": ("", "cycle"),
-    }  # fmt: skip
+    }
     for name, record in drops.items():
         assert (record["exchange"], record["routing_keys"], record["death_count"]) == ("", [name], 1)
-        assert record["original_expiration"] == "0" and record["body_b64"] == base64.b64encode(
-            name.encode()[:4]).decode()  # fmt: skip
+        assert (
+            record["original_expiration"] == "0"
+            and record["body_b64"] == base64.b64encode(name.encode()[:4]).decode()
+        )
 
 
 @pytest.mark.extension
@@ -200,7 +241,10 @@ def test_archive_records_drops_when_dead_lettering_is_disabled(broker_process, t
     assert process.stop() == 0
     (record,) = read_archive(archive)
     assert (record["queue"], record["reason"], record["outcome"], record["drop_reason"]) == (
-        "work", "expired", "dropped", "dlx_disabled",
+        "work",
+        "expired",
+        "dropped",
+        "dlx_disabled",
     )
     assert (record["dlx"], record["dlx_routing_key"]) == ("", None)
     assert (record["body_b64"], record["body_size"], record["body_truncated"]) == (None, 4, False)
@@ -325,8 +369,12 @@ def test_report_on_a_broker_written_archive_counts_every_dead_letter(broker_proc
     out = tmp_path / "report"
     result = subprocess.run(
         [*_ottermq(), "dlq", "report", str(archive), "--out", str(out), "--master", "local[1]"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
 
@@ -358,10 +406,25 @@ def test_report_on_a_broker_written_archive_counts_every_dead_letter(broker_proc
 # ---------------------------------------------------------------------------------------------------------
 def dlq_export(broker, queue: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "ottermq.broker.dlq_cli", "export", "--url", broker.url, "--queue", queue,
-         "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=60, cwd=out.parent, env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "ottermq.broker.dlq_cli",
+            "export",
+            "--url",
+            broker.url,
+            "--queue",
+            queue,
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=out.parent,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
     assert result.returncode == 0, result.stderr
     return result
 
@@ -374,10 +437,17 @@ def test_dlq_export_browse_then_drain(broker, channel, unique, tmp_path, poll_un
     before = int(time.time()) * 1000
     for i in range(3):
         channel.basic_publish(
-            "", work, f"body-{i}".encode(),
-            props(message_id=f"m-{i}", correlation_id="c", content_type="text/plain", expiration="60000",
-                  headers={"CC": ["also"], "i": i}),
-        )  # fmt: skip
+            "",
+            work,
+            f"body-{i}".encode(),
+            props(
+                message_id=f"m-{i}",
+                correlation_id="c",
+                content_type="text/plain",
+                expiration="60000",
+                headers={"CC": ["also"], "i": i},
+            ),
+        )
     for _ in range(3):
         method = poll_until(lambda: channel.basic_get(work)[0])
         channel.basic_reject(method.delivery_tag, requeue=False)
@@ -395,13 +465,27 @@ def test_dlq_export_browse_then_drain(broker, channel, unique, tmp_path, poll_un
         assert before <= record["time_ms"] <= after and record["time_ms"] % 1000 == 0
         assert record == {
             **record,
-            "schema": 1, "reason": "rejected", "vhost": vhost, "queue": work, "exchange": "",
-            "routing_keys": [work, "also"], "dlx": "", "dlx_routing_key": dlq, "policy": None,
+            "schema": 1,
+            "reason": "rejected",
+            "vhost": vhost,
+            "queue": work,
+            "exchange": "",
+            "routing_keys": [work, "also"],
+            "dlx": "",
+            "dlx_routing_key": dlq,
+            "policy": None,
             "outcome": "routed",
-            "drop_reason": None, "death_count": 1, "original_expiration": "60000", "enqueued_ms": None,
-            "message_id": f"m-{i}", "correlation_id": "c", "content_type": "text/plain", "body_size": 6,
-            "body_b64": base64.b64encode(b"body").decode(), "body_truncated": True,
-        }  # fmt: skip
+            "drop_reason": None,
+            "death_count": 1,
+            "original_expiration": "60000",
+            "enqueued_ms": None,
+            "message_id": f"m-{i}",
+            "correlation_id": "c",
+            "content_type": "text/plain",
+            "body_size": 6,
+            "body_b64": base64.b64encode(b"body").decode(),
+            "body_truncated": True,
+        }
         death = record["headers"]["x-death"]
         assert death["t"] == "A"
         entry = death["v"][0]["v"]
@@ -443,8 +527,21 @@ def test_dlq_export_limit_and_missing_queue(broker, channel, unique, tmp_path, p
     poll_until(lambda: channel.queue_declare(dlq, passive=True).method.message_count == 3)
 
     missing = subprocess.run(
-        [sys.executable, "-m", "ottermq.broker.dlq_cli", "export", "--url", broker.url, "--queue",
-         unique("missing"), "--out", str(tmp_path / "none")],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "ottermq.broker.dlq_cli",
+            "export",
+            "--url",
+            broker.url,
+            "--queue",
+            unique("missing"),
+            "--out",
+            str(tmp_path / "none"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
     assert missing.returncode == 1 and "404" in missing.stderr

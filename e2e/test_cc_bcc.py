@@ -42,8 +42,9 @@ def array(*values: bytes) -> bytes:
     return b"A" + struct.pack(">I", len(body)) + body
 
 
-def publish_raw(conn, fields: list[bytes], exchange: str = "", routing_key: str = "k",
-                expiration: str | None = None) -> None:
+def publish_raw(
+    conn, fields: list[bytes], exchange: str = "", routing_key: str = "k", expiration: str | None = None
+) -> None:
     """basic.publish with a one-octet body and exactly these header fields (and ``expiration``)."""
     conn.send_frame(1, spec.Basic.Publish(exchange=exchange, routing_key=routing_key))
     table = b"".join(fields)
@@ -94,10 +95,30 @@ WRONG_TYPES = [
 
 
 @pytest.mark.parametrize("name", ["CC", "BCC"])
-@pytest.mark.parametrize("value, type_name", WRONG_TYPES, ids=[
-    "longstr", "longstr-not-utf8", "signedint", "unsignedint", "long", "long-L", "byte", "unsignedbyte",
-    "short", "unsignedshort", "timestamp", "float", "double", "decimal", "bool", "table", "binary", "void",
-])
+@pytest.mark.parametrize(
+    "value, type_name",
+    WRONG_TYPES,
+    ids=[
+        "longstr",
+        "longstr-not-utf8",
+        "signedint",
+        "unsignedint",
+        "long",
+        "long-L",
+        "byte",
+        "unsignedbyte",
+        "short",
+        "unsignedshort",
+        "timestamp",
+        "float",
+        "double",
+        "decimal",
+        "bool",
+        "table",
+        "binary",
+        "void",
+    ],
+)
 def test_cc_or_bcc_that_is_not_an_array_is_406_at_publish(raw_connect, name, value, type_name):
     conn = raw_connect()
     conn.open_channel(1)

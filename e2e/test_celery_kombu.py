@@ -81,8 +81,18 @@ class Worker:
         self.log_path = logs / f"{name}.log"
         celery = Path(sys.executable).with_name("celery")
         command = [str(celery) if celery.exists() else (shutil.which("celery") or "celery")]
-        command += ["-A", "app", "worker", "--pool=solo", "--concurrency=1", "-Q", queue,
-                    "-n", f"{name}@%h", "--loglevel=INFO"]
+        command += [
+            "-A",
+            "app",
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            "-Q",
+            queue,
+            "-n",
+            f"{name}@%h",
+            "--loglevel=INFO",
+        ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, cwd=APP_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
         wait_for(self._ready, WORKER_READY_TIMEOUT, f"celery worker {name} ready", self.log_tail)
@@ -263,8 +273,10 @@ def test_held_eta_tasks_do_not_block_the_queue(rig):
     sent after a prefetch window full of them still runs at once (Celery's ``QoS.increment_eventually``)."""
     out = rig.out("eta")
     prefetch = rig.app.conf.worker_prefetch_multiplier  # x concurrency 1
-    held = [rig.app.tasks["e2e.record"].apply_async((str(out), f"later{i}"), countdown=2.5)
-            for i in range(prefetch)]
+    held = [
+        rig.app.tasks["e2e.record"].apply_async((str(out), f"later{i}"), countdown=2.5)
+        for i in range(prefetch)
+    ]
     sent = time.time()
     now_task = rig.app.tasks["e2e.record"].delay(str(out), "now")
     first = rig.wait_lines(out, 1, timeout=10)[0]
@@ -287,8 +299,9 @@ def test_rejected_task_lands_in_the_dead_letter_queue(rig, kombu_conn):
     rig.wait_lines(out, 1)
 
     dead: list[kombu.Message] = []
-    with kombu.Consumer(kombu_conn, [rig.dlq_binding()], callbacks=[lambda _b, m: dead.append(m)],
-                        accept=["json"]):
+    with kombu.Consumer(
+        kombu_conn, [rig.dlq_binding()], callbacks=[lambda _b, m: dead.append(m)], accept=["json"]
+    ):
         kombu_conn.drain_events(timeout=5)
     (message,) = dead
     message.ack()
@@ -298,7 +311,10 @@ def test_rejected_task_lands_in_the_dead_letter_queue(rig, kombu_conn):
     (death,) = headers["x-death"]
     # Celery sends to a direct queue through the default exchange, routing key = queue name
     assert (death["reason"], death["queue"], death["exchange"], death["count"]) == (
-        "rejected", rig.queue, "", 1
+        "rejected",
+        rig.queue,
+        "",
+        1,
     )
     assert death["routing-keys"] == [rig.queue]
     assert message.delivery_info["routing_key"] == rig.dlq
@@ -335,15 +351,18 @@ def test_kombu_expiration_dead_letters_as_expired(kombu_conn, unique):
     default = kombu.Exchange("")
     dlq = kombu.Queue(dlq_name, default, routing_key=dlq_name)
     work = kombu.Queue(
-        work_name, default, routing_key=work_name,
+        work_name,
+        default,
+        routing_key=work_name,
         queue_arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq_name},
     )
     channel = kombu_conn.default_channel
     dlq(channel).declare()
     work(channel).declare()
     producer = kombu.Producer(channel)
-    producer.publish({"order": 1}, routing_key=work_name, expiration=0.1, serializer="json",
-                     headers={"tenant": "acme"})
+    producer.publish(
+        {"order": 1}, routing_key=work_name, expiration=0.1, serializer="json", headers={"tenant": "acme"}
+    )
 
     dead: list[kombu.Message] = []
     with kombu.Consumer(kombu_conn, [dlq], callbacks=[lambda _b, m: dead.append(m)], accept=["json"]):
@@ -355,7 +374,10 @@ def test_kombu_expiration_dead_letters_as_expired(kombu_conn, unique):
     assert "expiration" not in message.properties
     (death,) = message.headers["x-death"]
     assert (death["reason"], death["original-expiration"], death["queue"], death["exchange"]) == (
-        "expired", "100", work_name, ""
+        "expired",
+        "100",
+        work_name,
+        "",
     )
 
     # a long enough TTL is just a TTL: the message is consumed normally

@@ -401,7 +401,8 @@ def test_update_secret_verify_refuses_a_wrong_secret(broker_process):
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
             conn.update_secret("wrong", "bad token")
         assert (info.value.reply_code, info.value.reply_text) == (
-            530, "NOT_ALLOWED - New secret was refused by one of the backends"
+            530,
+            "NOT_ALLOWED - New secret was refused by one of the backends",
         )
     finally:
         if conn.is_open:

@@ -19,8 +19,10 @@ from .test_management_write import call
 
 pytestmark = pytest.mark.extension
 
-TEXT = ("PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: {} ms. "
-        "This timeout value can be configured, see consumers doc guide to learn more")  # fmt: skip
+TEXT = (
+    "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: {} ms. "
+    "This timeout value can be configured, see consumers doc guide to learn more"
+)
 
 
 def wait_closed(conn: Any, channel: Any, within: float) -> pika.exceptions.ChannelClosedByBroker:

@@ -94,13 +94,20 @@ def test_browse_decodes_x_death_without_consuming(broker, channel, setup):
     work, dlq, _ = setup
     data = browse(broker, dlq)
     assert (data["total"], data["dead_lettered"], data["matching"]) == (5, 5, 5)
-    assert data["summary"] == [{"reason": "expired", "source_queue": work, "count": 3},
-                               {"reason": "rejected", "source_queue": work, "count": 2}]  # fmt: skip
+    assert data["summary"] == [
+        {"reason": "expired", "source_queue": work, "count": 3},
+        {"reason": "rejected", "source_queue": work, "count": 2},
+    ]
     first = data["messages"][0]
     assert first["payload"] == "ttl-0" and first["properties"]["headers"]["n"] == 0
     death = first["deaths"][0]
     assert (death["reason"], death["queue"], death["exchange"], death["routing_keys"], death["count"]) == (
-        "expired", work, "", [work], 1)
+        "expired",
+        work,
+        "",
+        [work],
+        1,
+    )
     assert death["original_expiration"] == "1" and isinstance(death["time"], int)
     assert first["first_death"] == {"reason": "expired", "queue": work, "exchange": ""}
     rejected = browse(broker, dlq, reason="rejected", limit=1, offset=1)
@@ -138,8 +145,14 @@ def test_move_a_filter_back_to_the_original_queue_once(broker, channel, setup):
 def test_move_by_ids_to_a_chosen_target_keeping_x_death(broker, channel, setup):
     _, dlq, other = setup
     ids = [m["id"] for m in browse(broker, dlq, reason="rejected")["messages"]]
-    job = finished(broker, move(broker, dlq, {"ids": ids, "target": {"exchange": "", "routing_key": other},
-                                              "keep_death_headers": True})["id"])  # fmt: skip
+    job = finished(
+        broker,
+        move(
+            broker,
+            dlq,
+            {"ids": ids, "target": {"exchange": "", "routing_key": other}, "keep_death_headers": True},
+        )["id"],
+    )
     assert (job["moved"], job["selected"]) == (2, 2)
     moved = drain(channel, other)
     assert [b for _, b in moved] == [b"rej-0", b"rej-1"]
@@ -205,8 +218,11 @@ def test_durable_move_survives_a_restart_without_loss_or_duplicates(broker_proce
     connection = pika.BlockingConnection(b.params())
     channel = connection.channel()
     channel.queue_declare("dur.dlq", durable=True)
-    channel.queue_declare("dur.work", durable=True,
-                          arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dur.dlq"})
+    channel.queue_declare(
+        "dur.work",
+        durable=True,
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dur.dlq"},
+    )
     channel.confirm_delivery()
     for i in range(300):
         channel.basic_publish("", "dur.work", f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
@@ -240,6 +256,11 @@ def test_cli_moves_and_reports(broker, channel, setup):
     assert sorted(b for _, b in drain(channel, work)) == [b"rej-0", b"rej-1"]
     again = subprocess.run(command, capture_output=True, text=True, timeout=60, env={"PYTHONSAFEPATH": "1"})
     assert again.returncode == 0 and again.stdout.strip().endswith("done: moved 0, unroutable 0, skipped 0")
-    missing = subprocess.run([*command[:6], "no-such-queue", *command[7:]], capture_output=True, text=True,
-                             timeout=60, env={"PYTHONSAFEPATH": "1"})  # fmt: skip
+    missing = subprocess.run(
+        [*command[:6], "no-such-queue", *command[7:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONSAFEPATH": "1"},
+    )
     assert missing.returncode == 1 and "404" in missing.stderr

@@ -43,9 +43,13 @@ def ottermq(*args: str, data_dir: Path | None = None) -> str:
     if data_dir is not None:
         env["OTTERMQ_DATA_DIR"] = str(data_dir)
     result = subprocess.run(
-        [sys.executable, "-m", "ottermq.broker", *args], env=env, text=True, capture_output=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "ottermq.broker", *args],
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     if result.returncode != 0:
         pytest.fail(f"ottermq {' '.join(args)} failed ({result.returncode}): {result.stderr[-3000:]}")
     return result.stdout
@@ -55,55 +59,117 @@ def seed(vhost: str, user: str) -> dict[str, Any]:
     """What the test creates on RabbitMQ: policies of every kind ottermq applies, an operator policy,
     queues, exchanges and bindings they act on, and a user with permissions on the vhost."""
 
-    def policy(name: str, pattern: str, definition: dict[str, Any], apply_to: str = "queues",
-               priority: int = 0) -> dict[str, Any]:  # fmt: skip
-        return {"vhost": vhost, "name": name, "pattern": pattern, "apply-to": apply_to,
-                "definition": definition, "priority": priority}  # fmt: skip
+    def policy(
+        name: str, pattern: str, definition: dict[str, Any], apply_to: str = "queues", priority: int = 0
+    ) -> dict[str, Any]:
+        return {
+            "vhost": vhost,
+            "name": name,
+            "pattern": pattern,
+            "apply-to": apply_to,
+            "definition": definition,
+            "priority": priority,
+        }
 
     def queue(name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"name": name, "vhost": vhost, "durable": True, "auto_delete": False,
-                "arguments": arguments or {}}
+        return {
+            "name": name,
+            "vhost": vhost,
+            "durable": True,
+            "auto_delete": False,
+            "arguments": arguments or {},
+        }
 
     def exchange(name: str, kind: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"name": name, "vhost": vhost, "type": kind, "durable": True, "auto_delete": False,
-                "internal": False, "arguments": arguments or {}}  # fmt: skip
+        return {
+            "name": name,
+            "vhost": vhost,
+            "type": kind,
+            "durable": True,
+            "auto_delete": False,
+            "internal": False,
+            "arguments": arguments or {},
+        }
 
     def binding(source: str, destination: str, key: str, kind: str = "queue") -> dict[str, Any]:
-        return {"source": source, "vhost": vhost, "destination": destination, "destination_type": kind,
-                "routing_key": key, "arguments": {}}  # fmt: skip
+        return {
+            "source": source,
+            "vhost": vhost,
+            "destination": destination,
+            "destination_type": kind,
+            "routing_key": key,
+            "arguments": {},
+        }
 
     return {
-        "users": [{"name": user, "password_hash": rabbit_hash("rt-secret"),
-                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["policymaker"],
-                   "limits": {"max-channels": 50, "max-connections": 10}}],
+        "users": [
+            {
+                "name": user,
+                "password_hash": rabbit_hash("rt-secret"),
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": ["policymaker"],
+                "limits": {"max-channels": 50, "max-connections": 10},
+            }
+        ],
         "vhosts": [{"name": vhost}],
         "permissions": [
             {"user": user, "vhost": vhost, "configure": "^rt\\.", "write": ".*", "read": "^rt\\."},
             {"user": "guest", "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"},
         ],
         "policies": [
-            policy("rt-ttl", "^rt\\.work$", {"message-ttl": 200, "dead-letter-exchange": "rt.dlx",
-                                             "dead-letter-routing-key": "dead"}, priority=5),  # fmt: skip
+            policy(
+                "rt-ttl",
+                "^rt\\.work$",
+                {"message-ttl": 200, "dead-letter-exchange": "rt.dlx", "dead-letter-routing-key": "dead"},
+                priority=5,
+            ),
             policy("rt-catch-all", "^rt\\.", {"max-length": 1000, "queue-mode": "lazy"}),
-            policy("rt-limits", "^rt\\.capped$", {"max-length": 3, "overflow": "reject-publish",
-                                                  "expires": 3_600_000}, "all", 2),  # fmt: skip
+            policy(
+                "rt-limits",
+                "^rt\\.capped$",
+                {"max-length": 3, "overflow": "reject-publish", "expires": 3_600_000},
+                "all",
+                2,
+            ),
             # a stream key: skipped for classic queues by both brokers, so rt-limits applies
             policy("rt-streams", "^rt\\.capped$", {"max-age": "1D", "max-length": 1}, priority=9),
             policy("rt-ae", "^rt\\.in$", {"alternate-exchange": "rt.unrouted"}, "exchanges"),
         ],
         "parameters": [
-            {"vhost": vhost, "component": "operator_policy", "name": "rt-cap",
-             "value": {"pattern": "^rt\\.", "definition": {"max-length": 500, "message-ttl": 3_600_000},
-                       "priority": 1, "apply-to": "queues"}},
-            {"vhost": vhost, "component": "vhost-limits", "name": "limits",
-             "value": {"max-connections": 20, "max-queues": 30}},
-        ],  # fmt: skip
-        "queues": [queue("rt.work"), queue("rt.dead"), queue("rt.capped", {"x-max-length": 10}),
-                   queue("rt.lost")],  # fmt: skip
-        "exchanges": [exchange("rt.dlx", "direct"), exchange("rt.in", "topic"),
-                      exchange("rt.unrouted", "fanout")],  # fmt: skip
-        "bindings": [binding("rt.dlx", "rt.dead", "dead"), binding("rt.in", "rt.work", "work.#"),
-                     binding("rt.unrouted", "rt.lost", "")],  # fmt: skip
+            {
+                "vhost": vhost,
+                "component": "operator_policy",
+                "name": "rt-cap",
+                "value": {
+                    "pattern": "^rt\\.",
+                    "definition": {"max-length": 500, "message-ttl": 3_600_000},
+                    "priority": 1,
+                    "apply-to": "queues",
+                },
+            },
+            {
+                "vhost": vhost,
+                "component": "vhost-limits",
+                "name": "limits",
+                "value": {"max-connections": 20, "max-queues": 30},
+            },
+        ],
+        "queues": [
+            queue("rt.work"),
+            queue("rt.dead"),
+            queue("rt.capped", {"x-max-length": 10}),
+            queue("rt.lost"),
+        ],
+        "exchanges": [
+            exchange("rt.dlx", "direct"),
+            exchange("rt.in", "topic"),
+            exchange("rt.unrouted", "fanout"),
+        ],
+        "bindings": [
+            binding("rt.dlx", "rt.dead", "dead"),
+            binding("rt.in", "rt.work", "work.#"),
+            binding("rt.unrouted", "rt.lost", ""),
+        ],
     }
 
 
@@ -124,8 +190,9 @@ def of_vhost(definitions: dict[str, Any], vhost: str) -> dict[str, list[str]]:
         return json.dumps(item, sort_keys=True)
 
     return {
-        section: sorted(canonical(section, item) for item in definitions.get(section, [])
-                        if item.get("vhost") == vhost)  # fmt: skip
+        section: sorted(
+            canonical(section, item) for item in definitions.get(section, []) if item.get("vhost") == vhost
+        )
         for section in SECTIONS
     }
 
@@ -179,19 +246,26 @@ def test_rabbitmq_ottermq_rabbitmq_round_trip_keeps_policies(rabbitmq, broker_pr
     queue = call(broker, f"/api/queues/{q(vhost)}/rt.work")[2]
     assert (queue["policy"], queue["operator_policy"]) == ("rt-ttl", "rt-cap")
     assert queue["effective_policy_definition"] == {
-        "message-ttl": 200, "dead-letter-exchange": "rt.dlx", "dead-letter-routing-key": "dead",
+        "message-ttl": 200,
+        "dead-letter-exchange": "rt.dlx",
+        "dead-letter-routing-key": "dead",
         "max-length": 500,
-    }  # fmt: skip
+    }
     capped = call(broker, f"/api/queues/{q(vhost)}/rt.capped")[2]
     assert (capped["policy"], capped["operator_policy"]) == ("rt-limits", "rt-cap")
     assert capped["effective_policy_definition"] == {
-        "max-length": 3, "overflow": "reject-publish", "expires": 3_600_000, "message-ttl": 3_600_000,
-    }  # fmt: skip
+        "max-length": 3,
+        "overflow": "reject-publish",
+        "expires": 3_600_000,
+        "message-ttl": 3_600_000,
+    }
     assert call(broker, f"/api/exchanges/{q(vhost)}/rt.in")[2]["policy"] == "rt-ae"
     assert call(broker, f"/api/vhost-limits/{q(vhost)}")[2] == [
-        {"vhost": vhost, "value": {"max-connections": 20, "max-queues": 30}}]  # fmt: skip
+        {"vhost": vhost, "value": {"max-connections": 20, "max-queues": 30}}
+    ]
     assert call(broker, f"/api/user-limits/{q(user)}")[2] == [
-        {"user": user, "value": {"max-channels": 50, "max-connections": 10}}]  # fmt: skip
+        {"user": user, "value": {"max-channels": 50, "max-connections": 10}}
+    ]
     params = pika.ConnectionParameters(
         broker.host, broker.port, vhost, pika.PlainCredentials(user, "rt-secret"), heartbeat=0
     )  # the imported user logs in with the password RabbitMQ hashed
@@ -215,8 +289,12 @@ def test_rabbitmq_ottermq_rabbitmq_round_trip_keeps_policies(rabbitmq, broker_pr
     again = export_rabbitmq(tmp_path / "again.json")
     assert of_vhost(again, vhost) == expected
     assert user_entry(again, user) == user_entry(original, user)
-    in_force = {"rt.work": "rt-ttl", "rt.capped": "rt-limits", "rt.dead": "rt-catch-all",
-                "rt.lost": "rt-catch-all"}  # fmt: skip
+    in_force = {
+        "rt.work": "rt-ttl",
+        "rt.capped": "rt-limits",
+        "rt.dead": "rt-catch-all",
+        "rt.lost": "rt-catch-all",
+    }
     assert eventually(lambda: rabbitmq_policies(vhost) == in_force), rabbitmq_policies(vhost)
 
 

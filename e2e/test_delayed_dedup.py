@@ -139,12 +139,14 @@ def test_declare_needs_a_delayed_type(
     ch = connect().channel()
     channel_error(
         lambda: ch.exchange_declare(unique("dx"), "x-delayed-message"),
-        406, "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must bean existing exchnage type",
+        406,
+        "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must bean existing exchnage type",
     )
     ch = connect().channel()
     connection_error(
         lambda: ch.exchange_declare(unique("dx"), "x-delayed-message", arguments={"x-delayed-type": "nope"}),
-        503, "COMMAND_INVALID - unknown exchange type 'nope'",
+        503,
+        "COMMAND_INVALID - unknown exchange type 'nope'",
     )
 
 
@@ -189,9 +191,7 @@ def _publish_confirmed(ch: Any, exchange: str, delays: list[int]) -> float:
 
 
 @pytest.mark.parametrize("crash", [False, True], ids=["restart", "kill-9"])
-def test_delayed_messages_survive_a_restart_and_keep_their_due_time(
-    broker_process: Any, crash: bool
-) -> None:
+def test_delayed_messages_survive_a_restart_and_keep_their_due_time(broker_process: Any, crash: bool) -> None:
     process = broker_process()
     conn, ch = durable_delayed(process.start())
     start = _publish_confirmed(ch, "dx", [1500, 300, 1200])  # every one confirmed: it is on disk
@@ -276,8 +276,11 @@ def test_exchange_dedup_with_confirms_and_mandatory(channel: Any, unique: Any, d
 
 
 def test_cache_ttl_and_per_message_override(channel: Any, unique: Any, declare: Any, poll_until: Any) -> None:
-    queue = declare(channel, "q", **{"x-message-deduplication": True, "x-cache-ttl": 300,
-                                     "x-deduplication-header": "msg-id"})  # fmt: skip
+    queue = declare(
+        channel,
+        "q",
+        **{"x-message-deduplication": True, "x-cache-ttl": 300, "x-deduplication-header": "msg-id"},
+    )
     for body in (b"1", b"2"):
         channel.basic_publish("", queue, body, props({"msg-id": "a"}))
     channel.basic_publish("", queue, b"3", props({"msg-id": "b", "x-cache-ttl": 5000}))
@@ -307,7 +310,8 @@ def test_plugin_exchange_type(
     ch = connect().channel()
     name = unique("px")
     channel_error(
-        lambda: ch.exchange_declare(name, "x-message-deduplication"), 406,
+        lambda: ch.exchange_declare(name, "x-message-deduplication"),
+        406,
         f"PRECONDITION_FAILED - invalid arg 'x-cache-size' for exchange '{name}' in vhost '/': "
         "required for exchange type "
         "x-message-deduplication",
@@ -320,8 +324,14 @@ def test_dedup_policy_and_api(broker: Any, channel: Any, unique: Any, declare: A
         for key in ("a", "a", "b"):
             channel.basic_publish("", queue, key.encode(), props({H: key}))
         info = api(broker, f"queues/%2F/{urllib.request.quote(queue, safe='')}")
-        assert info["deduplication"] == {"cache_size": 3, "cache_ttl": None, "header": H, "persistent": False,
-                                         "entries": 2, "duplicates": 1}  # fmt: skip
+        assert info["deduplication"] == {
+            "cache_size": 3,
+            "cache_ttl": None,
+            "header": H,
+            "persistent": False,
+            "entries": 2,
+            "duplicates": 1,
+        }
 
 
 def test_durable_dedup_cache_survives_a_restart(broker_process: Any) -> None:
@@ -330,8 +340,12 @@ def test_durable_dedup_cache_survives_a_restart(broker_process: Any) -> None:
     conn = pika.BlockingConnection(broker.params())
     ch = conn.channel()
     ch.exchange_declare("ux", "direct", durable=True, arguments={"x-message-deduplication": True})
-    ch.exchange_declare("mx", "direct", durable=True,
-                        arguments={"x-message-deduplication": True, "x-cache-persistence": "memory"})
+    ch.exchange_declare(
+        "mx",
+        "direct",
+        durable=True,
+        arguments={"x-message-deduplication": True, "x-cache-persistence": "memory"},
+    )
     ch.queue_declare("uq", durable=True)
     ch.queue_declare("dq", durable=True, arguments={"x-message-deduplication": True, "x-cache-size": 2})
     for x in ("ux", "mx"):
@@ -375,8 +389,15 @@ def _get(ch: Any, queue: str, timeout: float = 5) -> tuple[float, Any, Any, byte
 
 
 def test_delayed_retry_backs_off_linearly_then_dead_letters(channel: Any, with_dlq: Any) -> None:
-    queue, dlq = with_dlq(channel, **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 150,
-                                      "x-delayed-retry-max": 400, "x-delivery-limit": 4})  # fmt: skip
+    queue, dlq = with_dlq(
+        channel,
+        **{
+            "x-delayed-retry-type": "all",
+            "x-delayed-retry-min": 150,
+            "x-delayed-retry-max": 400,
+            "x-delivery-limit": 4,
+        },
+    )
     channel.basic_publish("", queue, b"job")
     times, counts = [], []
     for _ in range(5):  # first delivery + 4 retries
@@ -420,21 +441,57 @@ def test_definitions_carry_delayed_and_deduplicating_objects(
     dx, ux, dq = unique("dx"), unique("ux"), unique("dq")
     definitions = {
         "exchanges": [
-            {"name": dx, "vhost": "/", "type": "x-delayed-message", "durable": True, "auto_delete": False,
-             "internal": False, "arguments": {"x-delayed-type": "topic"}},
-            {"name": ux, "vhost": "/", "type": "x-message-deduplication", "durable": True,
-             "auto_delete": False, "internal": False, "arguments": {"x-cache-size": 5}},
+            {
+                "name": dx,
+                "vhost": "/",
+                "type": "x-delayed-message",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {"x-delayed-type": "topic"},
+            },
+            {
+                "name": ux,
+                "vhost": "/",
+                "type": "x-message-deduplication",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {"x-cache-size": 5},
+            },
         ],
-        "queues": [{"name": dq, "vhost": "/", "durable": True, "auto_delete": False,
-                    "arguments": {"x-message-deduplication": True, "x-delayed-retry-type": "failed",
-                                  "x-delayed-retry-min": 100}}],
+        "queues": [
+            {
+                "name": dq,
+                "vhost": "/",
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {
+                    "x-message-deduplication": True,
+                    "x-delayed-retry-type": "failed",
+                    "x-delayed-retry-min": 100,
+                },
+            }
+        ],
         "bindings": [
-            {"source": dx, "vhost": "/", "destination": dq, "destination_type": "queue", "routing_key": "a.#",
-             "arguments": {}},
-            {"source": ux, "vhost": "/", "destination": dq, "destination_type": "queue", "routing_key": "",
-             "arguments": {}},
+            {
+                "source": dx,
+                "vhost": "/",
+                "destination": dq,
+                "destination_type": "queue",
+                "routing_key": "a.#",
+                "arguments": {},
+            },
+            {
+                "source": ux,
+                "vhost": "/",
+                "destination": dq,
+                "destination_type": "queue",
+                "routing_key": "",
+                "arguments": {},
+            },
         ],
-    }  # fmt: skip
+    }
     _http(broker, "/api/definitions", "POST", definitions)
     exported = _http(broker, "/api/definitions")
     by_name = {x["name"]: x for x in exported["exchanges"]}

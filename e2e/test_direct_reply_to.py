@@ -93,7 +93,10 @@ def confirming_publisher(raw_connect):
 
 def assert_returned_and_acked(frames, routing_key: str, body: bytes, seq: int = 1) -> None:
     assert [type(f) for f in frames] == [
-        C.Basic.Return, pamqp.header.ContentHeader, pamqp.body.ContentBody, C.Basic.Ack
+        C.Basic.Return,
+        pamqp.header.ContentHeader,
+        pamqp.body.ContentBody,
+        C.Basic.Ack,
     ]
     ret = frames[0]
     assert (ret.reply_code, ret.reply_text) == (312, "NO_ROUTE")
@@ -135,7 +138,10 @@ def test_rpc_round_trip_across_connections(connect, unique, poll_until):
     method, reply_props, reply_body = poll_until(arrived)[0]
     assert (reply_body, reply_props.correlation_id) == (b"4", "c-1")
     assert (method.consumer_tag, method.redelivered, method.exchange, method.routing_key) == (
-        tag, False, "", address
+        tag,
+        False,
+        "",
+        address,
     )
 
 
@@ -143,15 +149,24 @@ def test_reply_to_rewrite_keeps_every_other_property_octet(raw_connect):
     raw, address = consumer_with_address(raw_connect)
     queue = raw.rpc(1, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk).queue
     props = dict(
-        content_type="application/json", headers={"i": 5, "big": 1 << 40, "f": 1.5, "s": "x", "l": [1, "a"]},
-        delivery_mode=1, priority=3, correlation_id="cid", expiration="60000", message_id="mid",
-        timestamp=None, message_type="t", app_id="app",
+        content_type="application/json",
+        headers={"i": 5, "big": 1 << 40, "f": 1.5, "s": "x", "l": [1, "a"]},
+        delivery_mode=1,
+        priority=3,
+        correlation_id="cid",
+        expiration="60000",
+        message_id="mid",
+        timestamp=None,
+        message_type="t",
+        app_id="app",
     )
     publish(raw, queue, props=C.Basic.Properties(reply_to=RT, **props))
     publish(raw, queue, props=C.Basic.Properties(reply_to="someone-else", **props))
     received = [get_one(raw, queue)[1] for _ in range(2)]
-    sent = [pamqp.header.ContentHeader(0, 1, C.Basic.Properties(reply_to=r, **props)).marshal()[12:]
-            for r in ("REPLYTO", "someone-else")]
+    sent = [
+        pamqp.header.ContentHeader(0, 1, C.Basic.Properties(reply_to=r, **props)).marshal()[12:]
+        for r in ("REPLYTO", "someone-else")
+    ]
     assert received[1] == sent[1]  # the broker forwards property octets as published
     assert received[0] == sent[0].replace(b"\x07REPLYTO", bytes([len(address)]) + address.encode())
 
@@ -161,8 +176,12 @@ def test_consumer_tag_given_or_generated_and_nowait(raw_connect):
     raw.open_channel(1)
     raw.open_channel(2)
     raw.open_channel(3)
-    assert raw.rpc(1, C.Basic.Consume(queue=RT, consumer_tag="mine", no_ack=True), C.Basic.ConsumeOk
-                   ).consumer_tag == "mine"
+    assert (
+        raw.rpc(
+            1, C.Basic.Consume(queue=RT, consumer_tag="mine", no_ack=True), C.Basic.ConsumeOk
+        ).consumer_tag
+        == "mine"
+    )
     generated = raw.rpc(2, C.Basic.Consume(queue=RT, no_ack=True), C.Basic.ConsumeOk).consumer_tag
     assert generated.startswith("amq.ctag-") and len(generated) > len("amq.ctag-")
     raw.send_frame(3, C.Basic.Consume(queue=RT, consumer_tag="quiet", no_ack=True, nowait=True))
@@ -170,25 +189,36 @@ def test_consumer_tag_given_or_generated_and_nowait(raw_connect):
     raw.send_frame(3, C.Basic.Consume(queue=RT, no_ack=True))
     close = raw.expect_close()
     assert (close.channel, close.reply_code, close.reply_text) == (
-        3, 406, "PRECONDITION_FAILED - reply consumer already set"
+        3,
+        406,
+        "PRECONDITION_FAILED - reply consumer already set",
     )
 
 
 def test_reply_consumer_must_be_no_ack(channel, channel_error):
-    channel_error(lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=False),
-                  406, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
+    channel_error(
+        lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=False),
+        406,
+        "PRECONDITION_FAILED - reply consumer cannot acknowledge",
+    )
 
 
 def test_second_reply_consumer_on_a_channel_is_406(channel, channel_error):
     channel.basic_consume(RT, lambda *a: None, auto_ack=True)
-    channel_error(lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=True),
-                  406, "PRECONDITION_FAILED - reply consumer already set")
+    channel_error(
+        lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=True),
+        406,
+        "PRECONDITION_FAILED - reply consumer already set",
+    )
 
 
 def test_no_ack_is_checked_before_an_existing_reply_consumer(channel, channel_error):
     channel.basic_consume(RT, lambda *a: None, auto_ack=True)
-    channel_error(lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=False),
-                  406, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
+    channel_error(
+        lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=False),
+        406,
+        "PRECONDITION_FAILED - reply consumer cannot acknowledge",
+    )
 
 
 def test_reply_consumers_on_two_channels_are_fine(connect):
@@ -205,7 +235,9 @@ def test_reusing_an_ordinary_consumer_tag_is_530(raw_connect):
     raw.send_frame(1, C.Basic.Consume(queue=RT, consumer_tag="t1", no_ack=True))
     close = raw.expect_close()
     assert (close.channel, close.reply_code, close.reply_text) == (
-        0, 530, "NOT_ALLOWED - attempt to reuse consumer tag 't1'"
+        0,
+        530,
+        "NOT_ALLOWED - attempt to reuse consumer tag 't1'",
     )
     assert (close.class_id, close.method_id) == (60, 20)
 
@@ -243,7 +275,8 @@ def test_cancel_ends_the_reply_consumer(raw_connect):
     publish(raw, "anywhere", props=C.Basic.Properties(reply_to=RT))
     close = raw.expect_close()
     assert (close.reply_code, close.reply_text) == (
-        406, "PRECONDITION_FAILED - fast reply consumer does not exist"
+        406,
+        "PRECONDITION_FAILED - fast reply consumer does not exist",
     )
     assert (close.class_id, close.method_id) == (60, 40)
     sender = confirming_publisher(raw_connect)
@@ -288,8 +321,9 @@ def test_declare_live_address_has_one_consumer(raw_connect):
 
 
 @pytest.mark.parametrize(
-    "suffix", ["", "X", ".", ".garbage", ".a.b.c", ".wrong-key"], ids=["no-dot", "X", "dot", "one-part",
-                                                                       "three-parts", "wrong-key"]
+    "suffix",
+    ["", "X", ".", ".garbage", ".a.b.c", ".wrong-key"],
+    ids=["no-dot", "X", "dot", "one-part", "three-parts", "wrong-key"],
 )
 def test_declare_unknown_address_is_404(raw_connect, suffix):
     _consumer, address = consumer_with_address(raw_connect)
@@ -301,7 +335,9 @@ def test_declare_unknown_address_is_404(raw_connect, suffix):
     other.send_frame(1, declare(name, passive=True))
     close = other.expect_close()
     assert (close.channel, close.reply_code, close.reply_text) == (
-        1, 404, f"NOT_FOUND - no queue '{name}' in {VHOST}"
+        1,
+        404,
+        f"NOT_FOUND - no queue '{name}' in {VHOST}",
     )
     assert (close.class_id, close.method_id) == (50, 10)
 
@@ -377,7 +413,10 @@ def test_mandatory_reply_is_returned_and_delivered_and_acked(raw_connect):
     assert_returned_and_acked(frames_until_quiet(sender), address, b"reply")
     _, deliver = consumer.expect(C.Basic.Deliver)
     assert (deliver.consumer_tag, deliver.redelivered, deliver.exchange, deliver.routing_key) == (
-        "rc", False, "", address
+        "rc",
+        False,
+        "",
+        address,
     )
     assert consumer.expect(pamqp.header.ContentHeader)[1].properties.correlation_id == "c"
     assert consumer.expect(pamqp.body.ContentBody)[1].value == b"reply"
@@ -473,7 +512,10 @@ def test_reply_in_a_transaction_is_delivered_at_publish_and_returned_at_commit(r
     sender.send_frame(1, C.Tx.Commit())
     frames = frames_until_quiet(sender)
     assert [type(f) for f in frames] == [
-        C.Basic.Return, pamqp.header.ContentHeader, pamqp.body.ContentBody, C.Tx.CommitOk
+        C.Basic.Return,
+        pamqp.header.ContentHeader,
+        pamqp.body.ContentBody,
+        C.Tx.CommitOk,
     ]
     publish(sender, address, b"rolled back")
     sender.rpc(1, C.Tx.Rollback(), C.Tx.RollbackOk)
@@ -497,4 +539,3 @@ def test_replies_after_the_consumer_closes_are_dropped(raw_connect, closing):
     assert (close.reply_code, close.reply_text) == (404, f"NOT_FOUND - no queue '{address}' in {VHOST}")
     if closing == "channel":
         assert frames_until_quiet(consumer) == []
-

@@ -50,7 +50,11 @@ def test_durable_entities_and_persistent_messages_survive_restart(broker_process
 
     conn, ch = connect(process.start())
     assert drain(ch, "dq", redelivered=True) == [
-        (b"p1", True), (b"p3", False), (b"p0", False), (b"p2", False), (b"p4", False)
+        (b"p1", True),
+        (b"p3", False),
+        (b"p0", False),
+        (b"p2", False),
+        (b"p4", False),
     ]
     ch.basic_publish("dx", "a.z", b"routed", PERSISTENT)  # binding survived
     assert drain(ch, "dq", redelivered=True) == [(b"routed", False)]
@@ -289,23 +293,56 @@ def _cli(*args: str, data_dir) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OTTERMQ_DATA_DIR=str(data_dir), PYTHONSAFEPATH="1")
     return subprocess.run(
         [sys.executable, "-m", "ottermq.broker", "definitions", *args],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def test_definitions_cli_import_then_serve_then_export(broker_process, tmp_path):
     defs = {
         "rabbit_version": "3.10.8",
-        "users": [{"name": "guest", "password_hash": GUEST_HASH,
-                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["administrator"]}],
+        "users": [
+            {
+                "name": "guest",
+                "password_hash": GUEST_HASH,
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": ["administrator"],
+            }
+        ],
         "vhosts": [{"name": "/"}],
         "permissions": [{"user": "guest", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}],
-        "exchanges": [{"name": "orders", "vhost": "/", "type": "topic", "durable": True, "auto_delete": False,
-                       "internal": False, "arguments": {}}],
-        "queues": [{"name": "orders.eu", "vhost": "/", "durable": True, "auto_delete": False,
-                    "arguments": {"x-message-ttl": 60000}}],
-        "bindings": [{"source": "orders", "vhost": "/", "destination": "orders.eu",
-                      "destination_type": "queue", "routing_key": "eu.#", "arguments": {}}],
+        "exchanges": [
+            {
+                "name": "orders",
+                "vhost": "/",
+                "type": "topic",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            }
+        ],
+        "queues": [
+            {
+                "name": "orders.eu",
+                "vhost": "/",
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-message-ttl": 60000},
+            }
+        ],
+        "bindings": [
+            {
+                "source": "orders",
+                "vhost": "/",
+                "destination": "orders.eu",
+                "destination_type": "queue",
+                "routing_key": "eu.#",
+                "arguments": {},
+            }
+        ],
     }
     path = tmp_path / "defs.json"
     path.write_text(json.dumps(defs))

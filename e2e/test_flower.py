@@ -123,8 +123,14 @@ class Flower:
         self.log_path = logs / "flower.log"
         celery = Path(sys.executable).with_name("celery")
         command = [str(celery) if celery.exists() else (shutil.which("celery") or "celery")]
-        command += ["-A", "flowerapp", "flower", f"--port={self.port}", "--address=127.0.0.1",
-                    f"--broker_api={rig.broker_api}"]  # fmt: skip
+        command += [
+            "-A",
+            "flowerapp",
+            "flower",
+            f"--port={self.port}",
+            "--address=127.0.0.1",
+            f"--broker_api={rig.broker_api}",
+        ]
         env = dict(os.environ)
         env.update(
             E2E_FLOWER_BROKER_URL=rig.amqp_url,

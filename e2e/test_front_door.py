@@ -103,8 +103,14 @@ def test_a_durable_queue_with_an_argument_amqp_cannot_carry_is_not_created(broke
 
 @pytest.mark.extension
 def test_definitions_with_values_no_store_can_hold_are_refused(broker, channel, declare):
-    poison = {"vhost": broker.vhost, "name": "poison-defs", "pattern": "^poison", "apply-to": "all",
-              "definition": {"message-ttl": 10**30}, "priority": 0}  # fmt: skip
+    poison = {
+        "vhost": broker.vhost,
+        "name": "poison-defs",
+        "pattern": "^poison",
+        "apply-to": "all",
+        "definition": {"message-ttl": 10**30},
+        "priority": 0,
+    }
     definitions = {"policies": [poison]}
     status, error = broker.api("/api/definitions", "POST", definitions)
     assert status == 400 and "message-ttl" in error["reason"]
@@ -116,21 +122,30 @@ def test_definitions_with_values_no_store_can_hold_are_refused(broker, channel, 
 # -- the HTTP API follows the rules AMQP follows -------------------------------------------------------
 def test_http_publish_checks_user_id_as_a_channel_does(broker, vh, api_user):
     name, password = api_user
-    body = {"properties": {"user_id": "guest"}, "routing_key": "nowhere", "payload": "p",
-            "payload_encoding": "string"}  # fmt: skip
+    body = {
+        "properties": {"user_id": "guest"},
+        "routing_key": "nowhere",
+        "payload": "p",
+        "payload_encoding": "string",
+    }
     status, error = broker.api(f"/api/exchanges/{vh}/amq.default/publish", "POST", body, auth=api_user)
     reason = f"406 PRECONDITION_FAILED - user_id property set to 'guest' but authenticated user was '{name}'"
     assert (status, error) == (400, {"error": "bad_request", "reason": reason})
     body["properties"] = {"user_id": name}
     assert broker.api(f"/api/exchanges/{vh}/amq.default/publish", "POST", body, auth=(name, password)) == (
-        200, {"routed": False},
-    )  # fmt: skip
+        200,
+        {"routed": False},
+    )
 
 
 def test_the_type_property_goes_through_http_publish_and_get(broker, vh, channel, declare):
     queue = declare(channel, "typed")
-    body = {"properties": {"type": "t1", "delivery_mode": 2}, "routing_key": queue, "payload": "p",
-            "payload_encoding": "string"}  # fmt: skip
+    body = {
+        "properties": {"type": "t1", "delivery_mode": 2},
+        "routing_key": queue,
+        "payload": "p",
+        "payload_encoding": "string",
+    }
     assert broker.api(f"/api/exchanges/{vh}/amq.default/publish", "POST", body) == (200, {"routed": True})
     get = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
     status, messages = broker.api(f"/api/queues/{vh}/{q(queue)}/get", "POST", get)

@@ -183,9 +183,7 @@ TTL_CASES = {
 
 
 @pytest.mark.parametrize("case", list(TTL_CASES))
-def test_ttl_dead_letter_x_death(
-    run_go: Callable[..., GoRun], unique: Any, case: str, broker: Any
-) -> None:
+def test_ttl_dead_letter_x_death(run_go: Callable[..., GoRun], unique: Any, case: str, broker: Any) -> None:
     flags, original_expiration, min_elapsed_ms = TTL_CASES[case]
     prefix = unique("go-ttl")
     run = run_go("ttl-dlx", prefix, *flags)
@@ -342,8 +340,13 @@ def test_update_secret_and_channel_flow(run_go: Callable[..., GoRun], unique: An
     assert data["update_secret_error"] is None
     assert data["declare_after_update_error"] is None
     assert data["flow_true_error"] is None
-    refused = {"type": "*amqp091.Error", "code": 540, "reason": "NOT_IMPLEMENTED - active=false",
-               "server": True, "recover": False}
+    refused = {
+        "type": "*amqp091.Error",
+        "code": 540,
+        "reason": "NOT_IMPLEMENTED - active=false",
+        "server": True,
+        "recover": False,
+    }
     assert data["flow_false_error"] == refused
     assert data["connection_close"] == refused
     assert data["connection_is_closed"] is True
@@ -357,8 +360,11 @@ def test_delayed_exchange_and_deduplication(run_go: Callable[..., GoRun], unique
     run = run_go("delayed-dedup", unique("go-delayed"))
     data = run.data
     assert [d["body"] for d in data["delayed"]] == ["200", "400", "600"]
-    assert [d["x-delay"] for d in data["delayed"]] == [field("int32", -200), field("int32", -400),
-                                                       field("int32", -600)]  # fmt: skip
+    assert [d["x-delay"] for d in data["delayed"]] == [
+        field("int32", -200),
+        field("int32", -400),
+        field("int32", -600),
+    ]
     assert data["acks"] == 8
     assert data["returns"] == ["312 NO_ROUTE 1:a"]
     assert data["dedup_bodies"] == ["0:a", "2:b", "3:c", "4:a"]

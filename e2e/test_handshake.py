@@ -79,23 +79,39 @@ OPENING = {
     "tune-ok-twice": (tune_ok(), 504, UNEXPECTED_OPENING, 10, 31),
     "update-secret": (
         method(0, C.Connection.UpdateSecret(new_secret="guest", reason="r")),
-        504, UNEXPECTED_OPENING, 10, 70,
+        504,
+        UNEXPECTED_OPENING,
+        10,
+        70,
     ),
     "queue-declare-on-0": (
         method(0, C.Queue.Declare(queue="x")),
-        504, UNEXPECTED_OPENING, 50, 10,
+        504,
+        UNEXPECTED_OPENING,
+        50,
+        10,
     ),
     "channel-open": (
-        method(1, C.Channel.Open()), 505, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>", 0, 0
+        method(1, C.Channel.Open()),
+        505,
+        "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>",
+        0,
+        0,
     ),
     "heartbeat-on-1": (raw_frame(8, 1, b""), 505, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0),
     "header-on-0": (
         raw_frame(2, 0, struct.pack(">HHQH", 60, 0, 0, 0)),
-        505, "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,0,0,0>>", 0, 0,
+        505,
+        "UNEXPECTED_FRAME - type 2, all octets = <<0,60,0,0,0,0,0,0,0,0,0,0,0,0>>",
+        0,
+        0,
     ),
     "garbage": (
         b"garbage garbage garbage",
-        501, "FRAME_ERROR - type 103, all octets = <<>>: {frame_too_large,1650550629,131064}", 0, 0,
+        501,
+        "FRAME_ERROR - type 103, all octets = <<>>: {frame_too_large,1650550629,131064}",
+        0,
+        0,
     ),
 }
 
@@ -167,7 +183,9 @@ def test_errors_while_opening_get_a_connection_close(raw_connect):
         (raw_frame(1, 1, b"\x00\x3c"), 501, f"{SHORT} <<0,60>>: unknown_frame", (0, 0)),
         (
             raw_frame(3, 0, b"abcdefghijklmnopqrstuvwxyz"),
-            505, 'UNEXPECTED_FRAME - type 3, first 16 octets = <<"abcdefghijklmnop">>', (0, 0),
+            505,
+            'UNEXPECTED_FRAME - type 3, first 16 octets = <<"abcdefghijklmnop">>',
+            (0, 0),
         ),
         # ~p prints the octets c3 a9 as two Latin-1 characters and sends them back as octets
         (raw_frame(3, 0, "é".encode()), 505, 'UNEXPECTED_FRAME - type 3, all octets = <<"é">>', (0, 0)),
@@ -187,8 +205,11 @@ def test_content_frame_after_a_method_reports_no_method(raw_connect):
     # channel's last method
     raw = raw_connect()
     raw.open_channel(1)
-    raw.rpc(1, C.Exchange.Declare(exchange="amq.direct", exchange_type="direct", passive=True),
-            C.Exchange.DeclareOk)
+    raw.rpc(
+        1,
+        C.Exchange.Declare(exchange="amq.direct", exchange_type="direct", passive=True),
+        C.Exchange.DeclareOk,
+    )
     raw.send(raw_frame(3, 1, b"abc"))
     close = raw.expect_close()
     assert close.reply_code == 505

@@ -78,62 +78,157 @@ SHAPING = ("columns", "sort", "sort_reverse")
 
 # -- values ---------------------------------------------------------------------------------------
 
-# fmt: off
 HUGE = [str(2**63), str(2**64), str(-(2**63) - 1), str(10**30), str(10**400), "1e400", "-1e400", "1e-400"]
 WRONG_TYPES = ["null", "true", '"x"', "[]", "{}", "1.5", "-1", "0"]
-ODD_STRINGS = [json.dumps("x" * 300), json.dumps("é" * 200), '"a\\u0000b"', '"\\u0001\\u001f\\u007f"',
-               '"%2F"', json.dumps("ünïcødé 🐇"), '"\\ud800"']
+ODD_STRINGS = [
+    json.dumps("x" * 300),
+    json.dumps("é" * 200),
+    '"a\\u0000b"',
+    '"\\u0001\\u001f\\u007f"',
+    '"%2F"',
+    json.dumps("ünïcødé 🐇"),
+    '"\\ud800"',
+]
 NESTED = ["[" * 500 + "]" * 500, '{"a":' * 500 + "1" + "}" * 500, "[" * 100_000]
 FIELD_VALUES = HUGE + WRONG_TYPES + ODD_STRINGS + NESTED
 INNER_VALUES = HUGE + WRONG_TYPES + ODD_STRINGS[-2:] + NESTED[:1]  # one level down
-WHOLE_BODIES = [b"[" * 100_000, b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000, b"\xff\xfe{}", b"{",
-                b"null", b"[]", b"1e400", str(10**400).encode(), b'"x"', b"{}" + b" " * 100]
+WHOLE_BODIES = [
+    b"[" * 100_000,
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 100_000,
+    b"\xff\xfe{}",
+    b"{",
+    b"null",
+    b"[]",
+    b"1e400",
+    str(10**400).encode(),
+    b'"x"',
+    b"{}" + b" " * 100,
+]
 ODD_NAMES = ["x" * 256, "é" * 200, "a\x00b", "\x01\x02\x1f\x7f", "%2F", "..", "ünïcødé-🐇", "\u202e~"]
 RAW_SEGMENTS = ["%FF%FE", "%", "%00"]  # sent as they are: bad percent-encoding
 QUERY_VALUES = [str(2**64), str(10**30), "-1", "0", "", "\x00", "(a+)+$", "[", "a." * 500, "%FF", "%ED%A0%80"]
-ARGUMENT_KEYS = ["x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes", "x-max-priority",
-                 "x-delivery-limit", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-overflow",
-                 "x-queue-mode", "x-queue-type", "x-single-active-consumer", "alternate-exchange",
-                 "x-delayed-type", "x-message-deduplication", "x-cache-size", "x-cache-ttl", "x-match"]
-PROPERTY_KEYS = ["delivery_mode", "priority", "expiration", "timestamp", "headers", "message_id",
-                 "correlation_id", "user_id", "app_id", "content_type", "reply_to", "type", "cluster_id",
-                 "content_encoding"]
-POLICY_KEYS = ["message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit",
-               "dead-letter-exchange", "dead-letter-routing-key", "overflow", "queue-mode",
-               "alternate-exchange", "max-priority"]
+ARGUMENT_KEYS = [
+    "x-message-ttl",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-delivery-limit",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "alternate-exchange",
+    "x-delayed-type",
+    "x-message-deduplication",
+    "x-cache-size",
+    "x-cache-ttl",
+    "x-match",
+]
+PROPERTY_KEYS = [
+    "delivery_mode",
+    "priority",
+    "expiration",
+    "timestamp",
+    "headers",
+    "message_id",
+    "correlation_id",
+    "user_id",
+    "app_id",
+    "content_type",
+    "reply_to",
+    "type",
+    "cluster_id",
+    "content_encoding",
+]
+POLICY_KEYS = [
+    "message-ttl",
+    "expires",
+    "max-length",
+    "max-length-bytes",
+    "delivery-limit",
+    "dead-letter-exchange",
+    "dead-letter-routing-key",
+    "overflow",
+    "queue-mode",
+    "alternate-exchange",
+    "max-priority",
+]
 DEFINITION_ITEMS: dict[str, dict[str, Any]] = {
     "queues": {"name": "fuzz.def", "vhost": "/", "durable": True, "auto_delete": False, "arguments": {}},
     "exchanges": {"name": "fuzz.defx", "vhost": "/", "type": "direct", "durable": True, "arguments": {}},
-    "bindings": {"source": "fuzz.x", "vhost": "/", "destination": "fuzz.q", "destination_type": "queue",
-                 "routing_key": "k", "arguments": {}},
-    "policies": {"vhost": "/", "name": "p", "pattern": "^zz$", "apply-to": "all", "definition": {},
-                 "priority": 0},
-    "users": {"name": "fuzz-def", "password_hash": "", "hashing_algorithm": "rabbit_password_hashing_sha256",
-              "tags": ""},
+    "bindings": {
+        "source": "fuzz.x",
+        "vhost": "/",
+        "destination": "fuzz.q",
+        "destination_type": "queue",
+        "routing_key": "k",
+        "arguments": {},
+    },
+    "policies": {
+        "vhost": "/",
+        "name": "p",
+        "pattern": "^zz$",
+        "apply-to": "all",
+        "definition": {},
+        "priority": 0,
+    },
+    "users": {
+        "name": "fuzz-def",
+        "password_hash": "",
+        "hashing_algorithm": "rabbit_password_hashing_sha256",
+        "tags": "",
+    },
     "permissions": {"user": "fuzz-user", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
     "vhosts": {"name": "fuzz-def", "description": ""},
 }
 # names that exist (or are about to) for each path parameter
 KNOWN = {
     "vhost": ["/", "fuzz", "missing-vhost"],
-    "name": ["fuzz.q", "fuzz.x", "fuzz.dlq", "fuzz-user", "amq.direct", "amq.default", "max-queues",
-             "max-connections", "max-channels", "fuzz", "r1", "missing"],
-    "queue": ["fuzz.q", "fuzz.dlq"], "source": ["fuzz.x", "amq.direct", "amq.default", "amq.topic"],
-    "dest": ["fuzz.q", "fuzz.dlq", "fuzz.x"], "props": ["~", "fuzz.%23", "fuzz.k"],
-    "user": ["fuzz-user", "guest"], "id": ["1", "2", "0"], "file": ["a.png", "../summary.json"],
-    "port": ["1", "65536", "0"], "protocol": ["amqp", "http", "amqp/ssl"], "within": ["1", "0", str(2**64)],
-    "unit": ["days", "years"], "kind": ["q", "e"], "side": ["source", "destination"],
+    "name": [
+        "fuzz.q",
+        "fuzz.x",
+        "fuzz.dlq",
+        "fuzz-user",
+        "amq.direct",
+        "amq.default",
+        "max-queues",
+        "max-connections",
+        "max-channels",
+        "fuzz",
+        "r1",
+        "missing",
+    ],
+    "queue": ["fuzz.q", "fuzz.dlq"],
+    "source": ["fuzz.x", "amq.direct", "amq.default", "amq.topic"],
+    "dest": ["fuzz.q", "fuzz.dlq", "fuzz.x"],
+    "props": ["~", "fuzz.%23", "fuzz.k"],
+    "user": ["fuzz-user", "guest"],
+    "id": ["1", "2", "0"],
+    "file": ["a.png", "../summary.json"],
+    "port": ["1", "65536", "0"],
+    "protocol": ["amqp", "http", "amqp/ssl"],
+    "within": ["1", "0", str(2**64)],
+    "unit": ["days", "years"],
+    "kind": ["q", "e"],
+    "side": ["source", "destination"],
 }
 BASES: dict[str, dict[str, Any]] = {  # better starting points than valid_value's
-    "/api/exchanges/{vhost}/{name}/publish": {"properties": {"delivery_mode": 2}, "routing_key": "fuzz.q",
-                                              "payload": "x", "payload_encoding": "string"},
+    "/api/exchanges/{vhost}/{name}/publish": {
+        "properties": {"delivery_mode": 2},
+        "routing_key": "fuzz.q",
+        "payload": "x",
+        "payload_encoding": "string",
+    },
     "/api/queues/{vhost}/{name}/get": {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
     "/api/policies/{vhost}/{name}": {"pattern": "^fuzz-nothing$", "definition": {"max-length": 1}},
     "/api/operator-policies/{vhost}/{name}": {"pattern": "^fuzz-nothing$", "definition": {"max-length": 1}},
     "/api/permissions/{vhost}/{user}": {"configure": ".*", "write": ".*", "read": ".*"},
     "/api/dead-letters/{vhost}/{queue}/moves": {"all": True, "target": {"exchange": "", "routing_key": "x"}},
 }
-# fmt: on
 
 
 def percent(value: str) -> str:
@@ -849,10 +944,14 @@ def restart_and_check(fuzz: Fuzz, process: Any, witness: str, probe: Probe) -> l
     process.start()
     tracked = {k for k in fuzz.durable if not fuzz.may_have_expired(*k)}
     missing, unchecked = missing_queues(fuzz, process, tracked | listed)
-    problems += [f"durable queue {n!r} in vhost {v!r}, created by the API ({fuzz.durable[v, n]}), lost"
-                 for v, n in sorted(missing & tracked)]  # fmt: skip
-    problems += [f"durable queue {n!r} in vhost {v!r}, listed before the stop, lost"
-                 for v, n in sorted((missing & listed) - tracked)]  # fmt: skip
+    problems += [
+        f"durable queue {n!r} in vhost {v!r}, created by the API ({fuzz.durable[v, n]}), lost"
+        for v, n in sorted(missing & tracked)
+    ]
+    problems += [
+        f"durable queue {n!r} in vhost {v!r}, listed before the stop, lost"
+        for v, n in sorted((missing & listed) - tracked)
+    ]
     credentials = pika.PlainCredentials("fuzz-probe", PASSWORD)
     conn = pika.BlockingConnection(process.broker.params(virtual_host=witness, credentials=credentials))
     kept: set[bytes] = set()

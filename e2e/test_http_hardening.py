@@ -133,11 +133,15 @@ def quick(pki: tuple[CA, Any]) -> Iterator[tuple[Broker, int]]:
     """A broker with 1 s header and idle timeouts, a cap above 300, and HTTPS on a second port."""
     ca, server = pki
     tls_port = _free_port()
-    env = {"OTTERMQ_WEB_HEADER_TIMEOUT": "1", "OTTERMQ_WEB_IDLE_TIMEOUT": "1",
-           "OTTERMQ_WEB_MAX_CONNECTIONS": "1000",
-           "OTTERMQ_WEB_SSL": "true", "OTTERMQ_WEB_SSL_PORT": str(tls_port),
-           "OTTERMQ_WEB_SSL_CERT_FILE": str(server.cert),
-           "OTTERMQ_WEB_SSL_KEY_FILE": str(server.key)}  # fmt: skip
+    env = {
+        "OTTERMQ_WEB_HEADER_TIMEOUT": "1",
+        "OTTERMQ_WEB_IDLE_TIMEOUT": "1",
+        "OTTERMQ_WEB_MAX_CONNECTIONS": "1000",
+        "OTTERMQ_WEB_SSL": "true",
+        "OTTERMQ_WEB_SSL_PORT": str(tls_port),
+        "OTTERMQ_WEB_SSL_CERT_FILE": str(server.cert),
+        "OTTERMQ_WEB_SSL_KEY_FILE": str(server.key),
+    }
     process = BrokerProcess(env)
     try:
         yield process.start(), tls_port
@@ -192,8 +196,9 @@ def test_a_tls_port_bounds_the_handshake_and_the_head(quick, pki, poll_until):
     ca, _server = pki
     no_handshake = Peer.open(tls_port)  # TCP only: never says hello
     context = ssl.create_default_context(cafile=str(ca.cert_file))
-    tls = context.wrap_socket(socket.create_connection(("127.0.0.1", tls_port), timeout=10),
-                              server_hostname="localhost")  # fmt: skip
+    tls = context.wrap_socket(
+        socket.create_connection(("127.0.0.1", tls_port), timeout=10), server_hostname="localhost"
+    )
     tls.sendall(HALF_HEAD)
     half = Peer(tls)
     try:
@@ -249,9 +254,13 @@ def test_a_connection_over_the_cap_gets_503_while_the_others_are_served(capped, 
 # -- security headers ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("path", "auth", "status"),
-    [("/api/overview", True, 200), ("/api/queues/%2F/no-such-queue", True, 404),
-     ("/api/overview", False, 401), ("/api/nowhere", True, 404)],
-)  # fmt: skip
+    [
+        ("/api/overview", True, 200),
+        ("/api/queues/%2F/no-such-queue", True, 404),
+        ("/api/overview", False, 401),
+        ("/api/nowhere", True, 404),
+    ],
+)
 def test_api_answers_are_not_stored_nor_sniffed(broker, path, auth, status):
     got, headers, _body = call(broker, path, auth=None if auth else ("guest", "wrong"))
     assert got == status
@@ -273,9 +282,14 @@ REFUSED = {"error": "forbidden", "reason": "cross-site request refused"}
 
 @pytest.mark.parametrize(
     "headers",
-    [{"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
-     {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1"}, {"Origin": "https://{own}"}],
-)  # fmt: skip
+    [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1"},
+        {"Origin": "https://{own}"},
+    ],
+)
 def test_a_write_from_another_origin_is_refused_before_auth(broker, unique, headers):
     own = urllib.parse.urlsplit(broker.management_url).netloc
     headers = {k: v.replace("{own}", own) for k, v in headers.items()}
@@ -365,8 +379,13 @@ def test_a_page_on_another_origin_cannot_create_queues(broker, browser, other_or
         results = page.evaluate("window.results")
         assert results["put"] == "TypeError: Failed to fetch"  # its CORS preflight (OPTIONS) got no allowance
         assert results["nocors"] == "opaque"  # sent without a preflight; its answer unreadable, as always
-        posted = page.expect_response(lambda r: r.request.method == "POST" and "/api/definitions" in r.url
-                                      and r.request.resource_type == "document")  # fmt: skip
+        posted = page.expect_response(
+            lambda r: (
+                r.request.method == "POST"
+                and "/api/definitions" in r.url
+                and r.request.resource_type == "document"
+            )
+        )
         with posted as answer:
             page.evaluate("document.getElementById('f').submit()")
         assert answer.value.status == 403  # refused, not a login failure (before: 204, definitions imported)
@@ -412,7 +431,8 @@ def test_report_links_out_of_the_reports_folder_are_404(broker_process, tmp_path
     assert call(broker, f"{base}/leak")[0] == 404
     assert call(broker, f"{base}/leak/charts/a.png")[0] == 404
     assert call(broker, f"{base}/mine/charts/b.png")[0] == 404
-    request = urllib.request.Request(broker.management_url + f"{base}/mine/charts/a.png",
-                                     headers={"Authorization": AUTH})  # fmt: skip
+    request = urllib.request.Request(
+        broker.management_url + f"{base}/mine/charts/a.png", headers={"Authorization": AUTH}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.read() == b"\x89PNG"

@@ -53,13 +53,19 @@ def test_api_shapes_and_validation(broker, tenant):
     assert {"vhost": vhost, "value": {"max-connections": 2, "max-queues": 5}} in listed
     status, _, body = call(broker, f"{base}/max-queues", "PUT", {"value": "x"})
     assert (status, body["reason"]) == (
-        400, 'Validation failed\n\nmax-queues should be a number, actually was <<"x">>\n')  # fmt: skip
+        400,
+        'Validation failed\n\nmax-queues should be a number, actually was <<"x">>\n',
+    )
     status, _, body = call(broker, f"{base}/max-bogus", "PUT", {"value": 1})
     assert (status, body["reason"]) == (
-        400, 'Validation failed\n\nUnrecognised terms [{<<"max-bogus">>,1}] in limits\n')  # fmt: skip
+        400,
+        'Validation failed\n\nUnrecognised terms [{<<"max-bogus">>,1}] in limits\n',
+    )
     assert call(broker, f"{base}/max-queues", "PUT", {})[2]["reason"] == "[{key_missing,value}]"
     assert call(broker, "/api/vhost-limits/no-such-vhost/max-queues", "PUT", {"value": 1})[0::2] == (
-        404, {"error": "not_found", "reason": "vhost_not_found"})  # fmt: skip
+        404,
+        {"error": "not_found", "reason": "vhost_not_found"},
+    )
     assert call(broker, "/api/vhost-limits/no-such-vhost")[0] == 404
     assert call(broker, f"{base}/max-queues", "DELETE")[0] == 204
     assert call(broker, f"{base}/max-queues", "DELETE")[0] == 204  # not set: 204 all the same
@@ -71,7 +77,9 @@ def test_api_shapes_and_validation(broker, tenant):
     status, _, body = call(broker, f"{ubase}/max-bogus", "PUT", {"value": 1})
     assert (status, body["reason"]) == (400, 'Unrecognised terms [{<<"max-bogus">>,1}] in user-limits')
     assert call(broker, "/api/user-limits/no-such-user/max-channels", "PUT", {"value": 1})[0::2] == (
-        400, {"error": "bad_request", "reason": ["no_such_user", "no-such-user"]})  # fmt: skip
+        400,
+        {"error": "bad_request", "reason": ["no_such_user", "no-such-user"]},
+    )
 
 
 def test_vhost_connection_limit(broker, tenant):
@@ -80,8 +88,10 @@ def test_vhost_connection_limit(broker, tenant):
     first = pika.BlockingConnection(params(broker, vhost, user))
     try:
         assert refused(lambda: pika.BlockingConnection(params(broker, vhost, user))) == (
-            530, f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{user}': connection limit "
-            "(1) is reached")  # fmt: skip
+            530,
+            f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{user}': connection limit "
+            "(1) is reached",
+        )
     finally:
         first.close()
     pika.BlockingConnection(params(broker, vhost, user)).close()  # room again
@@ -101,8 +111,9 @@ def test_vhost_queue_limit(broker, tenant):
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             channel.queue_declare("q2")
         assert (info.value.reply_code, info.value.reply_text) == (
-            406, f"PRECONDITION_FAILED - cannot declare queue 'q2': queue limit in vhost '{vhost}' (1) is "
-            "reached")  # fmt: skip
+            406,
+            f"PRECONDITION_FAILED - cannot declare queue 'q2': queue limit in vhost '{vhost}' (1) is reached",
+        )
 
 
 def test_user_connection_and_channel_limits(broker, tenant):
@@ -111,8 +122,9 @@ def test_user_connection_and_channel_limits(broker, tenant):
     first = pika.BlockingConnection(params(broker, vhost, user))
     try:
         assert refused(lambda: pika.BlockingConnection(params(broker, vhost, user))) == (
-            530, f"NOT_ALLOWED - connection refused for user '{user}': user connection limit (1) is "
-            "reached")  # fmt: skip
+            530,
+            f"NOT_ALLOWED - connection refused for user '{user}': user connection limit (1) is reached",
+        )
     finally:
         first.close()
     assert call(broker, f"/api/user-limits/{q(user)}/max-connections", "DELETE")[0] == 204
@@ -122,8 +134,10 @@ def test_user_connection_and_channel_limits(broker, tenant):
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
         conn.channel()
     assert (info.value.reply_code, info.value.reply_text) == (
-        530, f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the maximum allowed "
-        "user limit of (1)")  # fmt: skip
+        530,
+        f"NOT_ALLOWED - number of channels opened for user '{user}' has reached the maximum allowed "
+        "user limit of (1)",
+    )
 
 
 @pytest.mark.extension  # a restart of the broker under test

@@ -82,8 +82,13 @@ def test_wrong_password_is_401_login_failed(broker):
 
 
 def test_unknown_path_and_object_are_404(broker, unique):
-    for path in ("/api/no-such-thing", f"/api/queues/%2F/{q(unique('missing'))}", "/api/vhosts/no-such-vhost",
-                 f"/api/exchanges/%2F/{q(unique('missing'))}", "/api/queues/no-such-vhost"):  # fmt: skip
+    for path in (
+        "/api/no-such-thing",
+        f"/api/queues/%2F/{q(unique('missing'))}",
+        "/api/vhosts/no-such-vhost",
+        f"/api/exchanges/%2F/{q(unique('missing'))}",
+        "/api/queues/no-such-vhost",
+    ):
         status, _, body = request(broker, path)
         assert (status, json.loads(body)) == (404, NOT_FOUND), path
 
@@ -117,11 +122,19 @@ def test_exchanges_include_the_default_and_amq(broker, channel, unique):
     default = get(broker, f"/api/exchanges/{vh}/amq.default")
     assert (default["name"], default["type"], default["durable"]) == ("", "direct", True)
     name = unique("x")
-    channel.exchange_declare(name, "topic", durable=False, auto_delete=True,
-                             arguments={"alternate-exchange": "amq.fanout"})  # fmt: skip
+    channel.exchange_declare(
+        name, "topic", durable=False, auto_delete=True, arguments={"alternate-exchange": "amq.fanout"}
+    )
     x = get(broker, f"/api/exchanges/{vh}/{q(name)}")
-    expected = {"name": name, "vhost": broker.vhost, "type": "topic", "durable": False, "auto_delete": True,
-                "internal": False, "arguments": {"alternate-exchange": "amq.fanout"}}  # fmt: skip
+    expected = {
+        "name": name,
+        "vhost": broker.vhost,
+        "type": "topic",
+        "durable": False,
+        "auto_delete": True,
+        "internal": False,
+        "arguments": {"alternate-exchange": "amq.fanout"},
+    }
     assert {k: x[k] for k in expected} == expected
     assert name in {e["name"] for e in get(broker, "/api/exchanges")}
 
@@ -133,9 +146,19 @@ def test_queue_fields_and_counts(broker, channel, unique, poll_until):
     for i in range(3):
         channel.basic_publish("", name, f"m{i}".encode())
     path = f"/api/queues/{vh}/{q(name)}"
-    expected = {"name": name, "vhost": broker.vhost, "durable": False, "auto_delete": False,
-                "exclusive": False, "arguments": {"x-max-length": 10}, "messages": 3,
-                "messages_unacknowledged": 0, "consumers": 0, "state": "running", "policy": None}  # fmt: skip
+    expected = {
+        "name": name,
+        "vhost": broker.vhost,
+        "durable": False,
+        "auto_delete": False,
+        "exclusive": False,
+        "arguments": {"x-max-length": 10},
+        "messages": 3,
+        "messages_unacknowledged": 0,
+        "consumers": 0,
+        "state": "running",
+        "policy": None,
+    }
     # RabbitMQ fills a queue's fields from separate stats events: wait until all of them are there
     queue = poll_until(lambda: when(get(broker, path), **expected), timeout=STATS_TIMEOUT)
     assert {k: queue[k] for k in expected} == expected
@@ -159,19 +182,23 @@ def test_connections_channels_and_consumers(broker, connect, unique, poll_until)
     def mine(kind: str, match) -> Any:
         return next((item for item in get(broker, f"/api/{kind}") if match(item)), None)
 
-    consumer = poll_until(lambda: mine("consumers", lambda c: c["queue"]["name"] == name),
-                          timeout=STATS_TIMEOUT)  # fmt: skip
+    consumer = poll_until(
+        lambda: mine("consumers", lambda c: c["queue"]["name"] == name), timeout=STATS_TIMEOUT
+    )
     assert consumer["consumer_tag"] == tag
     assert consumer["ack_required"] is True and consumer["exclusive"] is False
     assert consumer["queue"]["vhost"] == broker.vhost
     conn_name = consumer["channel_details"]["connection_name"]
-    connection = poll_until(lambda: mine("connections", lambda c: c["name"] == conn_name),
-                            timeout=STATS_TIMEOUT)  # fmt: skip
+    connection = poll_until(
+        lambda: mine("connections", lambda c: c["name"] == conn_name), timeout=STATS_TIMEOUT
+    )
     assert connection["user"] == broker.user and connection["vhost"] == broker.vhost
     assert connection["protocol"] == "AMQP 0-9-1"
     assert connection["client_properties"]["connection_name"].startswith("e2e.conn.")
-    channel = poll_until(lambda: mine("channels", lambda c: c["connection_details"]["name"] == conn_name),
-                         timeout=STATS_TIMEOUT)  # fmt: skip
+    channel = poll_until(
+        lambda: mine("channels", lambda c: c["connection_details"]["name"] == conn_name),
+        timeout=STATS_TIMEOUT,
+    )
     assert channel["number"] == ch.channel_number and channel["user"] == broker.user
     totals = get(broker, "/api/overview")["object_totals"]
     assert totals["connections"] >= 1 and totals["consumers"] >= 1

@@ -48,22 +48,56 @@ def names(broker) -> Iterator[dict[str, str]]:
 def definitions(names: dict[str, str], password_hash: str) -> dict[str, Any]:
     vhost = names["vhost"]
     return {
-        "users": [{"name": names["user"], "password_hash": password_hash,
-                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": ["management"]}],
-        "vhosts": [{"name": vhost}],
-        "permissions": [{"user": names["user"], "vhost": vhost, "configure": ".*", "write": ".*",
-                         "read": ".*"}],
-        "queues": [
-            {"name": names["queue"], "vhost": vhost, "durable": True, "auto_delete": False,
-             "arguments": {"x-max-length": 10}},
-            {"name": names["queue"] + ".transient", "vhost": vhost, "durable": False, "auto_delete": False,
-             "arguments": {}},
+        "users": [
+            {
+                "name": names["user"],
+                "password_hash": password_hash,
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": ["management"],
+            }
         ],
-        "exchanges": [{"name": names["exchange"], "vhost": vhost, "type": "topic", "durable": True,
-                       "auto_delete": False, "internal": False, "arguments": {}}],
-        "bindings": [{"source": names["exchange"], "vhost": vhost, "destination": names["queue"],
-                      "destination_type": "queue", "routing_key": "orders.#", "arguments": {}}],
-    }  # fmt: skip
+        "vhosts": [{"name": vhost}],
+        "permissions": [
+            {"user": names["user"], "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+        ],
+        "queues": [
+            {
+                "name": names["queue"],
+                "vhost": vhost,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-max-length": 10},
+            },
+            {
+                "name": names["queue"] + ".transient",
+                "vhost": vhost,
+                "durable": False,
+                "auto_delete": False,
+                "arguments": {},
+            },
+        ],
+        "exchanges": [
+            {
+                "name": names["exchange"],
+                "vhost": vhost,
+                "type": "topic",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            }
+        ],
+        "bindings": [
+            {
+                "source": names["exchange"],
+                "vhost": vhost,
+                "destination": names["queue"],
+                "destination_type": "queue",
+                "routing_key": "orders.#",
+                "arguments": {},
+            }
+        ],
+    }
 
 
 def test_import_applies_live_and_a_client_uses_it(broker, names):
@@ -102,14 +136,30 @@ def test_export_shows_what_clients_declared(broker, names):
         vhost = names["vhost"]
         assert vhost in [v["name"] for v in exported["vhosts"]]
         queues = [x for x in exported["queues"] if x["vhost"] == vhost]
-        assert queues == [{"name": names["queue"], "vhost": vhost, "durable": True, "auto_delete": False,
-                           "arguments": {"x-message-ttl": 60000}}]  # fmt: skip
-        exchanges = [(x["name"], x["type"], x["durable"]) for x in exported["exchanges"]
-                     if x["vhost"] == vhost]  # fmt: skip
+        assert queues == [
+            {
+                "name": names["queue"],
+                "vhost": vhost,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-message-ttl": 60000},
+            }
+        ]
+        exchanges = [
+            (x["name"], x["type"], x["durable"]) for x in exported["exchanges"] if x["vhost"] == vhost
+        ]
         assert exchanges == [(names["exchange"], "direct", False)]
         bindings = [b for b in exported["bindings"] if b["vhost"] == vhost]
-        assert bindings == [{"source": names["exchange"], "vhost": vhost, "destination": names["queue"],
-                             "destination_type": "queue", "routing_key": "k1", "arguments": {}}]  # fmt: skip
+        assert bindings == [
+            {
+                "source": names["exchange"],
+                "vhost": vhost,
+                "destination": names["queue"],
+                "destination_type": "queue",
+                "routing_key": "k1",
+                "arguments": {},
+            }
+        ]
         assert broker.user in [u["name"] for u in exported["users"]]
         assert {"user": broker.user, "vhost": names["vhost"]}.items() <= next(
             p for p in exported["permissions"] if p["vhost"] == names["vhost"]
@@ -128,13 +178,35 @@ def test_import_into_one_vhost_ignores_vhost_fields(broker, names):
     vh = q(names["vhost"])
     assert call(broker, f"/api/vhosts/{vh}", "PUT", {})[0] == 201
     scoped = {
-        "queues": [{"name": names["queue"], "vhost": "some-other-vhost", "durable": True,
-                    "auto_delete": False, "arguments": {}}],
-        "exchanges": [{"name": names["exchange"], "type": "fanout", "durable": True, "auto_delete": False,
-                       "internal": False, "arguments": {}}],
-        "bindings": [{"source": names["exchange"], "destination": names["queue"],
-                      "destination_type": "queue", "routing_key": "", "arguments": {}}],
-    }  # fmt: skip
+        "queues": [
+            {
+                "name": names["queue"],
+                "vhost": "some-other-vhost",
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {},
+            }
+        ],
+        "exchanges": [
+            {
+                "name": names["exchange"],
+                "type": "fanout",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+            }
+        ],
+        "bindings": [
+            {
+                "source": names["exchange"],
+                "destination": names["queue"],
+                "destination_type": "queue",
+                "routing_key": "",
+                "arguments": {},
+            }
+        ],
+    }
     assert call(broker, f"/api/definitions/{vh}", "POST", scoped)[0] == 204
     shown = call(broker, f"/api/bindings/{vh}/e/{q(names['exchange'])}/q/{q(names['queue'])}")
     assert shown[0] == 200 and len(shown[2]) == 1
@@ -143,8 +215,17 @@ def test_import_into_one_vhost_ignores_vhost_fields(broker, names):
 def test_existing_entities_are_left_unchanged(broker, names, channel, unique):
     name = unique("defs-existing")
     channel.queue_declare(name, arguments={"x-max-length": 3})
-    again = {"queues": [{"name": name, "vhost": broker.vhost, "durable": True, "auto_delete": False,
-                         "arguments": {"x-max-length": 7}}]}  # fmt: skip
+    again = {
+        "queues": [
+            {
+                "name": name,
+                "vhost": broker.vhost,
+                "durable": True,
+                "auto_delete": False,
+                "arguments": {"x-max-length": 7},
+            }
+        ]
+    }
     assert call(broker, "/api/definitions", "POST", again)[0] == 204
     shown = call(broker, f"/api/queues/{q(broker.vhost)}/{q(name)}")[2]
     assert (shown["durable"], shown["arguments"]) == (False, {"x-max-length": 3})
@@ -189,9 +270,13 @@ def test_multipart_upload_as_the_web_ui_sends_it(broker, names):
     payload = json.dumps({"vhosts": [{"name": names["vhost"]}]}).encode()
     boundary = "e2e" + uuid.uuid4().hex
     body = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"defs.json\"\r\n"
-        "Content-Type: application/json\r\n\r\n"
-    ).encode() + payload + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="defs.json"\r\n'
+            "Content-Type: application/json\r\n\r\n"
+        ).encode()
+        + payload
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     req = urllib.request.Request(broker.management_url + "/api/definitions", data=body, method="POST")
     req.add_header("Authorization", basic(broker))
     req.add_header("Content-Type", f"multipart/form-data; boundary={boundary}")
@@ -211,8 +296,14 @@ def test_definitions_need_an_administrator(broker, names):
 
 def test_policies_travel_with_definitions(broker, names):
     vhost = names["vhost"]
-    policy = {"vhost": vhost, "name": "e2e-defs-pol", "pattern": "^cap\\.", "apply-to": "queues",
-              "definition": {"max-length": 3}, "priority": 2}  # fmt: skip
+    policy = {
+        "vhost": vhost,
+        "name": "e2e-defs-pol",
+        "pattern": "^cap\\.",
+        "apply-to": "queues",
+        "definition": {"max-length": 3},
+        "priority": 2,
+    }
     value = {"pattern": "^cap\\.", "definition": {"max-length": 1}, "priority": 0, "apply-to": "all"}
     operator = {"value": value, "vhost": vhost, "component": "operator_policy", "name": "e2e-defs-op"}
     body = {"vhosts": [{"name": vhost}], "policies": [policy], "parameters": [operator]}

@@ -24,9 +24,21 @@ STATS_TIMEOUT = 20  # RabbitMQ's collect_statistics_interval is 5 s
 NOT_YOURS = (401, {"error": "not_authorised", "reason": "User not authorised to access object"})
 NO_VHOST = (401, {"error": "not_authorised", "reason": "User not authorised to access virtual host"})
 NOT_FOUND = (404, {"error": "Object Not Found", "reason": "Not Found"})
-CHANNEL_FIELDS = {"name", "number", "node", "user", "vhost", "state", "connection_details", "consumer_count",
-                  "messages_unacknowledged", "prefetch_count", "global_prefetch_count", "confirm",
-                  "transactional"}  # fmt: skip
+CHANNEL_FIELDS = {
+    "name",
+    "number",
+    "node",
+    "user",
+    "vhost",
+    "state",
+    "connection_details",
+    "consumer_count",
+    "messages_unacknowledged",
+    "prefetch_count",
+    "global_prefetch_count",
+    "confirm",
+    "transactional",
+}
 
 
 @pytest.fixture
@@ -91,8 +103,9 @@ def test_connection_channels_lists_its_channels_like_api_channels(broker, connec
     assert all(c["connection_details"]["name"] == name and c["user"] == broker.user for c in channels)
     listed = [c["name"] for c in call(broker, "/api/channels")[2] if c["connection_details"]["name"] == name]
     assert sorted(listed) == [c["name"] for c in channels]
-    assert call(broker, f"{path}?columns=name,number")[2] == [{"name": c["name"], "number": c["number"]}
-                                                            for c in channels]  # fmt: skip
+    assert call(broker, f"{path}?columns=name,number")[2] == [
+        {"name": c["name"], "number": c["number"]} for c in channels
+    ]
 
 
 def test_connection_channels_are_the_owners_or_a_monitors(broker, connect, poll_until, unique, make_user):
@@ -143,11 +156,24 @@ def test_queue_shows_one_consumer_details_entry_per_consumer(broker, connect, po
         return found if len(found) == 2 else None
 
     shown = sorted(poll_until(details, timeout=STATS_TIMEOUT, interval=0.5), key=lambda c: c["consumer_tag"])
-    channel_details = {"connection_name": name, "name": f"{name} (1)", "node": ANY, "number": 1,
-                       "peer_host": ANY, "peer_port": ANY, "user": broker.user}  # fmt: skip
-    common = {"arguments": {}, "active": True, "activity_status": "up", "exclusive": False,
-              "prefetch_count": 7, "queue": {"name": queue, "vhost": broker.vhost},
-              "channel_details": channel_details}  # fmt: skip
+    channel_details = {
+        "connection_name": name,
+        "name": f"{name} (1)",
+        "node": ANY,
+        "number": 1,
+        "peer_host": ANY,
+        "peer_port": ANY,
+        "user": broker.user,
+    }
+    common = {
+        "arguments": {},
+        "active": True,
+        "activity_status": "up",
+        "exclusive": False,
+        "prefetch_count": 7,
+        "queue": {"name": queue, "vhost": broker.vhost},
+        "channel_details": channel_details,
+    }
     assert shown == [
         {**common, "consumer_tag": "fid-acked", "ack_required": True},
         {**common, "consumer_tag": "fid-auto", "ack_required": False, "arguments": {"x-priority": 3}},
@@ -169,15 +195,24 @@ def test_another_vhost_is_401_for_users_without_permissions_there(broker, other_
     assert call(broker, f"/api/queues/{other}/fid-q", "PUT", {"durable": False})[0] == 201
     for user in (manager, monitor):
         auth = (user, "pw")
-        for path in (f"/api/queues/{other}", f"/api/queues/{other}/fid-q", f"/api/queues/{other}/no-such-q",
-                     f"/api/queues/{other}/fid-q/bindings", f"/api/exchanges/{other}",
-                     f"/api/exchanges/{other}/amq.direct", f"/api/bindings/{other}",
-                     f"/api/vhosts/{other}/connections", f"/api/vhosts/{other}/channels"):  # fmt: skip
+        for path in (
+            f"/api/queues/{other}",
+            f"/api/queues/{other}/fid-q",
+            f"/api/queues/{other}/no-such-q",
+            f"/api/queues/{other}/fid-q/bindings",
+            f"/api/exchanges/{other}",
+            f"/api/exchanges/{other}/amq.direct",
+            f"/api/bindings/{other}",
+            f"/api/vhosts/{other}/connections",
+            f"/api/vhosts/{other}/channels",
+        ):
             assert call(broker, path, auth=auth)[0::2] == NO_VHOST, (user, path)
-        for method, path in (("PUT", f"/api/queues/{other}/fid-new"),
-                             ("DELETE", f"/api/queues/{other}/fid-q"),
-                             ("DELETE", f"/api/queues/{other}/fid-q/contents"),
-                             ("PUT", f"/api/exchanges/{other}/fid-x")):  # fmt: skip
+        for method, path in (
+            ("PUT", f"/api/queues/{other}/fid-new"),
+            ("DELETE", f"/api/queues/{other}/fid-q"),
+            ("DELETE", f"/api/queues/{other}/fid-q/contents"),
+            ("PUT", f"/api/exchanges/{other}/fid-x"),
+        ):
             assert call(broker, path, method, {}, auth=auth)[0::2] == NO_VHOST, (user, method, path)
         assert call(broker, "/api/queues/e2e-fid-no-such-vhost", auth=auth)[0::2] == NOT_FOUND
         assert call(broker, f"/api/consumers/{other}", auth=auth)[0::2] == (200, [])  # filtered, not refused
@@ -185,8 +220,9 @@ def test_another_vhost_is_401_for_users_without_permissions_there(broker, other_
     assert call(broker, f"/api/queues/{other}/fid-q")[0] == 200  # still there, and the admin's to see
 
 
-def test_lists_leave_out_vhosts_without_permissions_even_for_monitoring(broker, other_vhost, make_user,
-                                                                         poll_until):  # fmt: skip
+def test_lists_leave_out_vhosts_without_permissions_even_for_monitoring(
+    broker, other_vhost, make_user, poll_until
+):
     monitor = make_user("monitoring", broker.vhost)
     assert call(broker, f"/api/queues/{q(other_vhost)}/fid-q", "PUT", {"durable": False})[0] == 201
 
@@ -204,8 +240,9 @@ def test_lists_leave_out_vhosts_without_permissions_even_for_monitoring(broker, 
 # -- 4. closing a connection: administrator, or its own user -------------------------------------
 
 
-def test_only_an_administrator_closes_another_users_connection(broker, connect, poll_until, unique,
-                                                                make_user):  # fmt: skip
+def test_only_an_administrator_closes_another_users_connection(
+    broker, connect, poll_until, unique, make_user
+):
     manager = make_user("management", broker.vhost)
     monitor = make_user("monitoring", broker.vhost)
     theirs, their_name = named_connection(broker, connect, poll_until, unique)
@@ -229,8 +266,9 @@ def test_only_an_administrator_closes_another_users_connection(broker, connect, 
 
 
 @pytest.mark.extension
-def test_pausing_or_cancelling_a_move_needs_its_permissions(broker, channel, unique, with_dlq, make_user,
-                                                            poll_until):  # fmt: skip
+def test_pausing_or_cancelling_a_move_needs_its_permissions(
+    broker, channel, unique, with_dlq, make_user, poll_until
+):
     work, dlq = with_dlq(channel)
     for i in range(30):
         channel.basic_publish("", dlq, f"m{i}".encode())
@@ -244,8 +282,12 @@ def test_pausing_or_cancelling_a_move_needs_its_permissions(broker, channel, uni
     path = f"/api/dead-letter-moves/{job['id']}"
     refused = (401, {"error": "not_authorised", "reason": "Access refused."})
     for user in (monitor, reader):
-        assert call(broker, f"/api/dead-letters/{q(broker.vhost)}/{q(dlq)}/moves", "POST", body,
-                    auth=(user, "pw"))[0] == 401  # fmt: skip
+        assert (
+            call(
+                broker, f"/api/dead-letters/{q(broker.vhost)}/{q(dlq)}/moves", "POST", body, auth=(user, "pw")
+            )[0]
+            == 401
+        )
         assert call(broker, path, "PUT", {"state": "paused"}, auth=(user, "pw"))[0::2] == refused, user
         assert call(broker, path, "DELETE", auth=(user, "pw"))[0::2] == refused, user
     assert call(broker, path, auth=(monitor, "pw"))[2]["state"] == "running"  # seen, not controlled
@@ -292,8 +334,11 @@ def test_dead_letters_are_not_counted_as_published_to_their_queue(broker, channe
     channel.basic_publish("", dlq, b"direct")
     poll_until(lambda: channel.queue_declare(dlq, passive=True).method.message_count == 4)
     # the publishing channel stays open: RabbitMQ drops a channel's per-queue counters with it
-    poll_until(lambda: published(broker, work) == 3 and published(broker, dlq) >= 1,
-               timeout=STATS_TIMEOUT, interval=0.5)  # fmt: skip
+    poll_until(
+        lambda: published(broker, work) == 3 and published(broker, dlq) >= 1,
+        timeout=STATS_TIMEOUT,
+        interval=0.5,
+    )
     assert published(broker, dlq) == 1
 
     def publish_stat(queue: str) -> Any:

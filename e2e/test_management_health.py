@@ -85,8 +85,10 @@ def test_certificate_expiration_parameters(broker):
     )
     assert call(broker, f"{base}/1/fortnights")[0::2] == (
         400,
-        {"error": "bad_request",
-         "reason": "Time unit not recognised. Supported units: days, weeks, months, years."},
+        {
+            "error": "bad_request",
+            "reason": "Time unit not recognised. Supported units: days, weeks, months, years.",
+        },
     )
 
 
@@ -97,8 +99,17 @@ def test_nodes_lists_this_node(broker):
     overview = call(broker, "/api/overview")[2]
     assert node["name"] == overview["node"]
     assert (node["type"], node["running"]) == ("disc", True)
-    for field in ("mem_used", "mem_limit", "fd_used", "fd_total", "sockets_used", "sockets_total",
-                  "disk_free", "uptime", "processors"):  # fmt: skip
+    for field in (
+        "mem_used",
+        "mem_limit",
+        "fd_used",
+        "fd_total",
+        "sockets_used",
+        "sockets_total",
+        "disk_free",
+        "uptime",
+        "processors",
+    ):
         assert isinstance(node[field], int) and node[field] >= 0, field
     assert node["mem_used"] > 0 and node["mem_limit"] > 0
     assert node["mem_alarm"] is False and node["disk_free_alarm"] is False
@@ -190,24 +201,37 @@ def test_no_match_is_an_empty_first_page(broker):
     status, body = page(broker, "page=1&name=e2e-matches-nothing-at-all")
     assert status == 200
     assert {k: body[k] for k in ("filtered_count", "item_count", "items", "page", "page_count")} == {
-        "filtered_count": 0, "item_count": 0, "items": [], "page": 1, "page_count": 0,
-    }  # fmt: skip
+        "filtered_count": 0,
+        "item_count": 0,
+        "items": [],
+        "page": 1,
+        "page_count": 0,
+    }
 
 
 @pytest.mark.parametrize(
     ("query", "error", "reason"),
     [
-        ("page=0", "invalid_pagination_parameters",
-         "Invalid pagination parameters: page number 0, page size undefined"),
-        ("page=1&page_size=501", "invalid_pagination_parameters",
-         "Invalid pagination parameters: page number 1, page size 501"),
-        ("page=1&page_size=0", "invalid_pagination_parameters",
-         "Invalid pagination parameters: page number 1, page size 0"),
+        (
+            "page=0",
+            "invalid_pagination_parameters",
+            "Invalid pagination parameters: page number 0, page size undefined",
+        ),
+        (
+            "page=1&page_size=501",
+            "invalid_pagination_parameters",
+            "Invalid pagination parameters: page number 1, page size 501",
+        ),
+        (
+            "page=1&page_size=0",
+            "invalid_pagination_parameters",
+            "Invalid pagination parameters: page number 1, page size 0",
+        ),
         ("page=x", "bad_request", "Pagination parameters are invalid"),
         ("page=1&page_size=x", "bad_request", "Pagination parameters are invalid"),
         ("page=1&name=(&use_regex=true", "bad_request", "Pagination parameters are invalid"),
     ],
-)  # fmt: skip
+)
 def test_bad_pagination_parameters(broker, query, error, reason):
     assert page(broker, query) == (400, {"error": error, "reason": reason})
 

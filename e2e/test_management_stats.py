@@ -19,9 +19,19 @@ from .test_management_write import call, connection_named, q
 
 STATS_TIMEOUT = 25  # two 5 s samples and then some, on a busy machine
 MESSAGE_FIELDS = {
-    "publish", "confirm", "return_unroutable", "drop_unroutable", "deliver", "deliver_no_ack", "get",
-    "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack",
-}  # fmt: skip
+    "publish",
+    "confirm",
+    "return_unroutable",
+    "drop_unroutable",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_no_ack",
+    "get_empty",
+    "deliver_get",
+    "redeliver",
+    "ack",
+}
 
 
 def settled(broker, path: str, check) -> Any:
@@ -56,9 +66,15 @@ def test_queue_message_stats_count_each_kind_of_delivery(broker, channel, unique
     channel.basic_ack(method.delivery_tag)
     assert channel.basic_get(name, auto_ack=False) == (None, None, None)
     expected = {
-        "publish": 3, "get": 3, "get_no_ack": 1, "deliver": 0, "deliver_no_ack": 0, "deliver_get": 4,
-        "redeliver": 1, "ack": 2,
-    }  # fmt: skip
+        "publish": 3,
+        "get": 3,
+        "get_no_ack": 1,
+        "deliver": 0,
+        "deliver_no_ack": 0,
+        "deliver_get": 4,
+        "redeliver": 1,
+        "ack": 2,
+    }
     path = f"/api/queues/{q(broker.vhost)}/{q(name)}"
     shown = settled(broker, path, lambda b: counts(b.get("message_stats", {}), *expected) == expected)
     for field in expected:
@@ -203,8 +219,15 @@ def test_overview_churn_rates_count_connections_channels_and_queues(broker, conn
     def churn() -> dict[str, Any]:
         return dict(call(broker, "/api/overview")[2]["churn_rates"])
 
-    fields = ("channel_closed", "channel_created", "connection_closed", "connection_created", "queue_created",
-              "queue_declared", "queue_deleted")  # fmt: skip
+    fields = (
+        "channel_closed",
+        "channel_created",
+        "connection_closed",
+        "connection_created",
+        "queue_created",
+        "queue_declared",
+        "queue_deleted",
+    )
     before = churn()
     assert all(before[f"{field}_details"].keys() == {"rate"} for field in fields)
     conn = connect()
@@ -217,8 +240,15 @@ def test_overview_churn_rates_count_connections_channels_and_queues(broker, conn
     conn.close()
 
     def grown(now: dict[str, Any]) -> bool:
-        wanted = {"connection_created": 1, "connection_closed": 1, "channel_created": 1, "channel_closed": 1,
-                  "queue_created": 1, "queue_declared": 2, "queue_deleted": 1}  # fmt: skip
+        wanted = {
+            "connection_created": 1,
+            "connection_closed": 1,
+            "channel_created": 1,
+            "channel_closed": 1,
+            "queue_created": 1,
+            "queue_declared": 2,
+            "queue_deleted": 1,
+        }
         return all(now[field] - before[field] >= n for field, n in wanted.items())
 
     settled(broker, "/api/overview", lambda body: grown(body["churn_rates"]))

@@ -114,7 +114,12 @@ def test_get_requeue_modes_keep_the_messages(broker, vh, channel, unique):
     assert [m["message_count"] for m in first] == [1, 0]
     m = first[0]
     assert (m["redelivered"], m["exchange"], m["routing_key"], m["payload_bytes"], m["payload_encoding"]) == (
-        False, "", name, 2, "string")  # fmt: skip
+        False,
+        "",
+        name,
+        2,
+        "string",
+    )
     assert m["properties"] == {"content_type": "text/plain", "headers": {"k": "v"}, "delivery_mode": 2}
     again = get_messages(broker, vh, name, "reject_requeue_true", count=1, truncate=1)
     assert (again[0]["payload"], again[0]["payload_bytes"], again[0]["redelivered"]) == ("m", 2, True)
@@ -146,15 +151,26 @@ def test_get_base64_and_bad_input(broker, vh, channel, unique):
     got = get_messages(broker, vh, name, "ack_requeue_true", encoding="auto")
     encoded = base64.b64encode(b"\xff\x00").decode()
     assert (got[0]["payload"], got[0]["payload_encoding"]) == (encoded, "base64")
-    assert call(broker, f"/api/queues/{vh}/{q(unique('missing'))}/get", "POST",
-                {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"})[0] == 404  # fmt: skip
+    assert (
+        call(
+            broker,
+            f"/api/queues/{vh}/{q(unique('missing'))}/get",
+            "POST",
+            {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+        )[0]
+        == 404
+    )
 
 
 def test_publish_routed_and_unrouted(broker, vh, channel, unique):
     name = unique("q")
     channel.queue_declare(name)
-    body = {"properties": {"delivery_mode": 2, "headers": {"h": "1"}, "content_type": "application/json"},
-            "routing_key": name, "payload": "aGk=", "payload_encoding": "base64"}  # fmt: skip
+    body = {
+        "properties": {"delivery_mode": 2, "headers": {"h": "1"}, "content_type": "application/json"},
+        "routing_key": name,
+        "payload": "aGk=",
+        "payload_encoding": "base64",
+    }
     status, _, result = call(broker, f"/api/exchanges/{vh}/amq.default/publish", "POST", body)
     assert (status, result) == (200, {"routed": True})
     body["routing_key"] = unique("nowhere")
@@ -182,13 +198,22 @@ def test_exchange_put_bind_publish_and_delete(broker, vh, channel, unique):
     status, headers, _ = call(broker, between, "POST", {"routing_key": "rk", "arguments": {}})
     assert status == 201
     assert headers["location"] == f"{q(name)}/rk"
-    expected = {"source": x, "vhost": broker.vhost, "destination": name, "destination_type": "queue",
-                "routing_key": "rk", "arguments": {}, "properties_key": "rk"}  # fmt: skip
+    expected = {
+        "source": x,
+        "vhost": broker.vhost,
+        "destination": name,
+        "destination_type": "queue",
+        "routing_key": "rk",
+        "arguments": {},
+        "properties_key": "rk",
+    }
     assert call(broker, between)[2] == [expected]
     assert call(broker, between + "/rk")[2] == expected
     queue_bindings = call(broker, f"/api/queues/{vh}/{q(name)}/bindings")[2]
     assert [(b["source"], b["routing_key"], b["properties_key"]) for b in queue_bindings] == [
-        ("", name, name), (x, "rk", "rk")]  # fmt: skip
+        ("", name, name),
+        (x, "rk", "rk"),
+    ]
     assert call(broker, f"{xpath}/bindings/source")[2] == [expected]
     assert expected in call(broker, f"/api/bindings/{vh}")[2]
     publish = {"properties": {}, "routing_key": "rk", "payload": "p", "payload_encoding": "string"}
@@ -242,8 +267,10 @@ def test_reserved_names_and_bad_arguments(broker, vh, unique):
     assert (status, body) == refused
     name = unique("q")
     status, _, body = call(broker, f"/api/queues/{vh}/{q(name)}", "PUT", {"arguments": {"x-max-length": "a"}})
-    reason = (f"invalid arg 'x-max-length' for queue '{name}' in vhost '{broker.vhost}': "
-              '"expected integer, got longstr"')  # fmt: skip
+    reason = (
+        f"invalid arg 'x-max-length' for queue '{name}' in vhost '{broker.vhost}': "
+        '"expected integer, got longstr"'
+    )
     assert (status, body) == (400, {"error": "bad_request", "reason": reason})
     x = unique("x")
     status, _, body = call(broker, f"/api/exchanges/{vh}/{q(x)}", "PUT", {"type": "nosuch"})
@@ -284,8 +311,9 @@ def test_vhost_user_and_permissions_round_trip(broker, connect, poll_until):
         assert info.value.reply_code == 403
         conn.close()
         # a management (not administrator) user may not write users
-        status, _, body = call(broker, f"/api/users/{user}-other", "PUT", {"password": "x", "tags": ""},
-                               auth=(user, "pw"))  # fmt: skip
+        status, _, body = call(
+            broker, f"/api/users/{user}-other", "PUT", {"password": "x", "tags": ""}, auth=(user, "pw")
+        )
         assert (status, body) == (401, {"error": "not_authorised", "reason": "Not administrator user"})
         assert call(broker, f"/api/permissions/{q(vhost)}/{user}", "DELETE")[0] == 204
         assert call(broker, f"/api/permissions/{q(vhost)}/{user}")[0] == 404
@@ -332,7 +360,9 @@ def test_delete_connection_default_reason(broker, connect, unique, poll_until):
         for _ in range(100):
             conn.process_data_events(time_limit=0.1)
     assert (info.value.reply_code, info.value.reply_text) == (
-        320, "CONNECTION_FORCED - Closed via management plugin")  # fmt: skip
+        320,
+        "CONNECTION_FORCED - Closed via management plugin",
+    )
 
 
 def test_get_with_no_properties_shows_an_empty_list(broker, vh, channel, unique):
@@ -350,9 +380,11 @@ def test_bad_get_input_is_400_on_ottermq(broker, vh, channel, unique):
     """RabbitMQ 3.10 answers an unknown ackmode with a 500 (a crash); ottermq with a 400."""
     name = unique("q")
     channel.queue_declare(name)
-    for bad in ({"count": 1, "ackmode": "bogus", "encoding": "auto"},
-                {"count": -1, "ackmode": "ack_requeue_true", "encoding": "auto"},
-                {"ackmode": "ack_requeue_true", "encoding": "auto"}):  # fmt: skip
+    for bad in (
+        {"count": 1, "ackmode": "bogus", "encoding": "auto"},
+        {"count": -1, "ackmode": "ack_requeue_true", "encoding": "auto"},
+        {"ackmode": "ack_requeue_true", "encoding": "auto"},
+    ):
         status, _, body = call(broker, f"/api/queues/{vh}/{q(name)}/get", "POST", bad)
         assert status == 400 and body["error"] == "bad_request", bad
 
@@ -386,8 +418,12 @@ def test_api_writes_survive_a_restart(broker_process):
     assert call(b, "/api/exchanges/v1/x1", "PUT", {"type": "fanout", "durable": True})[0] == 201
     assert call(b, "/api/queues/v1/q1", "PUT", {"durable": True})[0] == 201
     assert call(b, "/api/bindings/v1/e/x1/q/q1", "POST", {"routing_key": "k"})[0] == 201
-    publish = {"properties": {"delivery_mode": 2}, "routing_key": "", "payload": "kept",
-               "payload_encoding": "string"}  # fmt: skip
+    publish = {
+        "properties": {"delivery_mode": 2},
+        "routing_key": "",
+        "payload": "kept",
+        "payload_encoding": "string",
+    }
     assert call(b, "/api/exchanges/v1/x1/publish", "POST", publish)[2] == {"routed": True}
     assert call(b, "/api/users/gone", "PUT", {"password": "pw", "tags": ""})[0] == 201
     assert call(b, "/api/users/gone", "DELETE")[0] == 204
@@ -436,13 +472,18 @@ def test_in_use_internal_and_exclusive(broker, vh, connect, unique):
     assert (status, body) == (400, {"error": "bad_request", "reason": reason})
     exclusive = unique("excl")
     ch.queue_declare(exclusive, exclusive=True)
-    locked = (f"cannot obtain exclusive access to locked queue '{exclusive}' in vhost '{broker.vhost}'. "
-              "It could be originally declared on another connection or the exclusive property value does "
-              "not match that of the original declaration.")  # fmt: skip
+    locked = (
+        f"cannot obtain exclusive access to locked queue '{exclusive}' in vhost '{broker.vhost}'. "
+        "It could be originally declared on another connection or the exclusive property value does "
+        "not match that of the original declaration."
+    )
     path = f"/api/queues/{vh}/{q(exclusive)}"
     error = {"error": "bad_request", "reason": locked}
-    for method, suffix, body in (("PUT", "", {"durable": False}), ("DELETE", "/contents", None),
-                                 ("DELETE", "", None)):  # fmt: skip
+    for method, suffix, body in (
+        ("PUT", "", {"durable": False}),
+        ("DELETE", "/contents", None),
+        ("DELETE", "", None),
+    ):
         assert call(broker, path + suffix, method, body) == (400, ANY, error)
     get = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
     status, _, body = call(broker, f"{path}/get", "POST", get)

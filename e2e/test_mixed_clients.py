@@ -64,14 +64,22 @@ def go_publisher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out_dir = tmp_path_factory.mktemp("go-mixed")
     env = dict(os.environ)
     env.update(
-        GO111MODULE="off", GOFLAGS="", GOPATH=f"{GO_DIR}{os.pathsep}/usr/share/gocode", GOPROXY="off",
-        GOTOOLCHAIN="local", CGO_ENABLED="1" if shutil.which("gcc") else "0",
+        GO111MODULE="off",
+        GOFLAGS="",
+        GOPATH=f"{GO_DIR}{os.pathsep}/usr/share/gocode",
+        GOPROXY="off",
+        GOTOOLCHAIN="local",
+        CGO_ENABLED="1" if shutil.which("gcc") else "0",
     )
     if not (env.get("GOCACHE") or env.get("XDG_CACHE_HOME") or env.get("HOME")):
         env["GOCACHE"] = str(out_dir / "gocache")
     binary = out_dir / "ottermq-e2e"
     proc = subprocess.run(
-        [go, "build", "-o", str(binary), GO_PACKAGE], cwd=GO_DIR, env=env, capture_output=True, text=True,
+        [go, "build", "-o", str(binary), GO_PACKAGE],
+        cwd=GO_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     if proc.returncode != 0:
@@ -127,8 +135,19 @@ def _value(data: bytes, pos: int) -> tuple[tuple[str, Any], int]:
     """One field value as ``(tag, value)`` (tables and arrays hold tagged values too); returns the new pos."""
     tag = chr(data[pos])
     pos += 1
-    fixed = {"t": ">B", "b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
-             "f": ">f", "d": ">d", "T": ">Q"}
+    fixed = {
+        "t": ">B",
+        "b": ">b",
+        "B": ">B",
+        "s": ">h",
+        "u": ">H",
+        "I": ">i",
+        "i": ">I",
+        "l": ">q",
+        "f": ">f",
+        "d": ">d",
+        "T": ">Q",
+    }
     if tag in fixed:
         (value,) = struct.unpack_from(fixed[tag], data, pos)
         pos += struct.calcsize(fixed[tag])
@@ -205,8 +224,15 @@ GO_HEADERS: dict[str, tuple[str, Any]] = {
     "table_empty": ("F", {}),
     "array": (
         "A",
-        [("I", 1), ("S", "two"), ("t", True), ("V", None), ("A", [("l", 3)]), ("F", {"k": ("S", "v")}),
-         ("d", 0.5)],
+        [
+            ("I", 1),
+            ("S", "two"),
+            ("t", True),
+            ("V", None),
+            ("A", [("l", 3)]),
+            ("F", {"k": ("S", "v")}),
+            ("d", 0.5),
+        ],
     ),
     "array_empty": ("A", []),
     "void": ("V", None),
@@ -236,19 +262,43 @@ NODE_VIEW: dict[str, Any] = {
     "decimal": {"type": "object", "!": "decimal", "value": {"places": 2, "digits": 2**32 - 12345}},
     "timestamp": {"type": "object", "!": "timestamp", "value": 1700000000},
     "timestamp_ns": {"type": "object", "!": "timestamp", "value": 1700000000},
-    "table": _js("object", {"a": _js("number", 1), "b": _js("string", "two"),
-                            "c": _js("object", {"deep": _js("boolean", True)})}),
+    "table": _js(
+        "object",
+        {
+            "a": _js("number", 1),
+            "b": _js("string", "two"),
+            "c": _js("object", {"deep": _js("boolean", True)}),
+        },
+    ),
     "table_empty": _js("object", {}),
-    "array": _js("Array", [_js("number", 1), _js("string", "two"), _js("boolean", True), _js("null", None),
-                           _js("Array", [_js("number", 3)]), _js("object", {"k": _js("string", "v")}),
-                           _js("number", 0.5)]),
+    "array": _js(
+        "Array",
+        [
+            _js("number", 1),
+            _js("string", "two"),
+            _js("boolean", True),
+            _js("null", None),
+            _js("Array", [_js("number", 3)]),
+            _js("object", {"k": _js("string", "v")}),
+            _js("number", 0.5),
+        ],
+    ),
     "array_empty": _js("Array", []),
     "void": _js("null", None),
 }
 
 PROPERTY_NAMES = (
-    "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
-    "message_id", "timestamp", "type", "user_id", "app_id",
+    "content_type",
+    "content_encoding",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
 )
 
 
@@ -272,8 +322,13 @@ def topology(channel: Any, unique: Callable[[str], str]) -> Iterator[dict[str, s
 
 
 def test_go_publishes_python_consumes_node_dead_letters_python_reads_dlq(
-    go_publisher: Path, node_cli: list[str], broker: Any, topology: dict[str, str], connect: Any,
-    raw_properties: None, poll_until: Callable[..., Any],
+    go_publisher: Path,
+    node_cli: list[str],
+    broker: Any,
+    topology: dict[str, str],
+    connect: Any,
+    raw_properties: None,
+    poll_until: Callable[..., Any],
 ) -> None:
     work, dlx, dlq = topology["work"], topology["dlx"], topology["dlq"]
     body = body_bytes(BODY_SIZE)
@@ -281,8 +336,20 @@ def test_go_publishes_python_consumes_node_dead_letters_python_reads_dlq(
 
     # 2. Go publishes.
     go = run_program(
-        [str(go_publisher), "publish", "-url", broker.url, "-prefix", work, "-body-size", str(BODY_SIZE),
-         "-message-id", "mixed-1", "-timeout", "5s"],
+        [
+            str(go_publisher),
+            "publish",
+            "-url",
+            broker.url,
+            "-prefix",
+            work,
+            "-body-size",
+            str(BODY_SIZE),
+            "-message-id",
+            "mixed-1",
+            "-timeout",
+            "5s",
+        ],
         "go publish",
     )
     assert (go["acked"], go["returned"], go["routing_key"], go["exchange"]) == (True, False, work, "")
@@ -312,8 +379,18 @@ def test_go_publishes_python_consumes_node_dead_letters_python_reads_dlq(
 
     # 4. Node takes the redelivered message and rejects it without requeue: the broker dead-letters it.
     node = run_program(
-        [*node_cli, "dead-letter", "--url", broker.url, "--prefix", work, "--count", "1",
-         "--timeout", "5000"],
+        [
+            *node_cli,
+            "dead-letter",
+            "--url",
+            broker.url,
+            "--prefix",
+            work,
+            "--count",
+            "1",
+            "--timeout",
+            "5000",
+        ],
         "node dead-letter",
     )
     (seen,) = node["deliveries"]

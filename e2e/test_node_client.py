@@ -150,8 +150,14 @@ def expected_dead_letter_headers(broker: Any, queue: str, reason: str, exchange:
 
 
 def assert_x_death(
-    x_death: dict[str, Any], now_unix: int, *, queue: str, reason: str, routing_keys: list[str],
-    exchange: str = "", original_expiration: str | None = None,
+    x_death: dict[str, Any],
+    now_unix: int,
+    *,
+    queue: str,
+    reason: str,
+    routing_keys: list[str],
+    exchange: str = "",
+    original_expiration: str | None = None,
 ) -> None:
     """x-death as amqplib gives it: an Array of one plain object with RabbitMQ 3.10's fields and types."""
     assert x_death["type"] == "Array" and len(x_death["value"]) == 1, x_death
@@ -186,14 +192,20 @@ def test_callback_api_publish_consume_prefetch(run_node: Callable[..., NodeRun],
     for position, tag in (("first", 1), ("last", 20)):
         delivery = data[position]
         assert (delivery["delivery_tag"], delivery["body"], delivery["redelivered"]) == (
-            tag, f"msg-{tag - 1:03d}", False,
+            tag,
+            f"msg-{tag - 1:03d}",
+            False,
         )
         assert (delivery["exchange"], delivery["routing_key"], delivery["consumer_tag"]) == (
-            "", queue, "node-e2e-callback",
+            "",
+            queue,
+            "node-e2e-callback",
         )
         props = delivery["properties"]
         assert (props["message_id"], props["content_type"], props["delivery_mode"]) == (
-            f"m{tag - 1}", "text/plain", None,
+            f"m{tag - 1}",
+            "text/plain",
+            None,
         )
         assert delivery["headers"] == {"seq": num(tag - 1), "origin": string("node-callback")}
     assert (data["ready_after_acks"], data["consumers_after_acks"]) == (0, 1)
@@ -225,7 +237,9 @@ def test_promise_api_topic_get_and_consume(run_node: Callable[..., NodeRun], uni
     }
     last = data["last"]
     assert (last["routing_key"], last["delivery_tag"], last["consumer_tag"]) == (
-        "node.18.info", 10, "node-e2e-promise",
+        "node.18.info",
+        10,
+        "node-e2e-promise",
     )
     assert last["headers"]["ratio"] == num(18.5)
     assert data["received"] == 9
@@ -311,7 +325,11 @@ def test_ttl_and_expiration_dead_letter_x_death(
         x_death = headers.pop("x-death")
         assert x_death == got["x_death"]
         assert_x_death(
-            x_death, got["now_unix"], queue=work, reason="expired", routing_keys=[work],
+            x_death,
+            got["now_unix"],
+            queue=work,
+            reason="expired",
+            routing_keys=[work],
             original_expiration=original_expiration,
         )
         published = data["published_headers"]
@@ -336,7 +354,9 @@ def test_nack_without_requeue_dead_letters(
     channel.confirm_delivery()
     for i in range(2):
         channel.basic_publish(
-            "", work, f"reject me {i}".encode(),
+            "",
+            work,
+            f"reject me {i}".encode(),
             pika.BasicProperties(message_id=f"n{i}", headers={"n": i, "who": "pika", "big": 2**40}),
         )
     run = run_node("dead-letter", work, "--count", "2")
@@ -365,6 +385,10 @@ def test_nack_without_requeue_dead_letters(
         (death,) = headers["x-death"]
         assert abs(death.pop("time").timestamp() - time.time()) <= 30
         assert death == {
-            "count": 1, "reason": "rejected", "queue": work, "exchange": "", "routing-keys": [work],
+            "count": 1,
+            "reason": "rejected",
+            "queue": work,
+            "exchange": "",
+            "routing-keys": [work],
         }
         assert headers["x-first-death-reason"] == "rejected"

@@ -153,13 +153,18 @@ def test_dotenv_file_is_read(broker_process, tmp_path):
 def run_broker(tmp_path, timeout: float = 30, args: tuple[str, ...] = (), **settings: str):
     """Run ``python -m ottermq.broker`` in ``tmp_path`` until it exits (it must not start)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTTERMQ_") and k != "LOG_LEVEL"}
-    env.update(PYTHONSAFEPATH="1", OTTERMQ_BROKER_HOST="127.0.0.1", OTTERMQ_WEB_PORT="0",
-               OTTERMQ_PROMETHEUS_PORT="0")
+    env.update(
+        PYTHONSAFEPATH="1", OTTERMQ_BROKER_HOST="127.0.0.1", OTTERMQ_WEB_PORT="0", OTTERMQ_PROMETHEUS_PORT="0"
+    )
     env.update(settings)
     result = subprocess.run(
         [sys.executable, "-m", "ottermq.broker", *args],
-        env=env, cwd=tmp_path, capture_output=True, timeout=timeout, text=True,
-    )  # fmt: skip
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=timeout,
+        text=True,
+    )
     return result.returncode, (result.stdout + result.stderr).strip().splitlines()
 
 
@@ -189,9 +194,11 @@ def test_port_in_use_is_one_line_and_creates_nothing(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         code, lines = run_broker(
-            tmp_path, OTTERMQ_BROKER_PORT=str(port), OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+            tmp_path,
+            OTTERMQ_BROKER_PORT=str(port),
+            OTTERMQ_DATA_DIR=str(tmp_path / "data"),
             OTTERMQ_DLX_ARCHIVE_DIR=str(tmp_path / "archive"),
-        )  # fmt: skip
+        )
     assert code != 0
     assert single_error(lines) == (
         f"OTTERMQ_BROKER_PORT={port}: address already in use (set OTTERMQ_BROKER_PORT to a free port)"
@@ -222,9 +229,11 @@ def test_unusable_data_dir_is_one_line(tmp_path, kind):
 
 def test_missing_definitions_file_is_one_line_and_creates_nothing(tmp_path):
     code, lines = run_broker(
-        tmp_path, OTTERMQ_BROKER_PORT=free_port(), OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+        tmp_path,
+        OTTERMQ_BROKER_PORT=free_port(),
+        OTTERMQ_DATA_DIR=str(tmp_path / "data"),
         OTTERMQ_DEFINITIONS_FILE="definitions.json",
-    )  # fmt: skip
+    )
     assert code != 0
     assert single_error(lines) == "OTTERMQ_DEFINITIONS_FILE=definitions.json: no such file or directory"
     assert list(tmp_path.iterdir()) == []
@@ -233,9 +242,11 @@ def test_missing_definitions_file_is_one_line_and_creates_nothing(tmp_path):
 def test_unwritable_archive_dir_is_reported_at_startup(tmp_path):
     (tmp_path / "file").write_text("")
     code, lines = run_broker(
-        tmp_path, OTTERMQ_BROKER_PORT=free_port(), OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+        tmp_path,
+        OTTERMQ_BROKER_PORT=free_port(),
+        OTTERMQ_DATA_DIR=str(tmp_path / "data"),
         OTTERMQ_DLX_ARCHIVE_DIR=str(tmp_path / "file"),
-    )  # fmt: skip
+    )
     assert code != 0
     assert single_error(lines) == (
         f"OTTERMQ_DLX_ARCHIVE_DIR={tmp_path / 'file'}: not a directory"

@@ -70,13 +70,25 @@ def depth(channel, name: str) -> int:
 
 def test_put_get_list_delete(broker, policies, prefix):
     name = f"{prefix}.crud"
-    body = {"pattern": f"^{prefix}\\.", "definition": {"message-ttl": 5000}, "apply-to": "queues",
-            "priority": 3}  # fmt: skip
+    body = {
+        "pattern": f"^{prefix}\\.",
+        "definition": {"message-ttl": 5000},
+        "apply-to": "queues",
+        "priority": 3,
+    }
     assert policies(name, body) == (201, None)
     path = f"/api/policies/{q(broker.vhost)}/{q(name)}"
-    assert call(broker, path)[0::2] == (200, {"vhost": broker.vhost, "name": name, "pattern": body["pattern"],
-                                              "apply-to": "queues", "definition": {"message-ttl": 5000},
-                                              "priority": 3})  # fmt: skip
+    assert call(broker, path)[0::2] == (
+        200,
+        {
+            "vhost": broker.vhost,
+            "name": name,
+            "pattern": body["pattern"],
+            "apply-to": "queues",
+            "definition": {"message-ttl": 5000},
+            "priority": 3,
+        },
+    )
     assert policies(name, {**body, "priority": 4}) == (204, None)
     assert name in [p["name"] for p in call(broker, "/api/policies")[2]]
     assert name in [p["name"] for p in call(broker, f"/api/policies/{q(broker.vhost)}")[2]]
@@ -88,32 +100,45 @@ def test_put_get_list_delete(broker, policies, prefix):
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        ({"pattern": "x", "definition": {"message-ttl": -1}},
-         "Validation failed\n\n-1 is not a valid message TTL\n"),
-        ({"pattern": "x", "definition": {"message-ttl": "x"}},
-         "Validation failed\n\n&lt;&lt;\"x\"&gt;&gt; is not a valid message TTL\n"),
-        ({"pattern": "x", "definition": {"nope": 1}},
-         "Validation failed\n\n[{&lt;&lt;\"nope\"&gt;&gt;,1}] are not recognised policy settings\n"),
+        (
+            {"pattern": "x", "definition": {"message-ttl": -1}},
+            "Validation failed\n\n-1 is not a valid message TTL\n",
+        ),
+        (
+            {"pattern": "x", "definition": {"message-ttl": "x"}},
+            'Validation failed\n\n&lt;&lt;"x"&gt;&gt; is not a valid message TTL\n',
+        ),
+        (
+            {"pattern": "x", "definition": {"nope": 1}},
+            'Validation failed\n\n[{&lt;&lt;"nope"&gt;&gt;,1}] are not recognised policy settings\n',
+        ),
         ({"pattern": "x", "definition": {}}, "Validation failed\n\nno policy provided\n"),
-        ({"pattern": "x", "definition": {"expires": 0}},
-         "Validation failed\n\n0 is not a valid queue expiry\n"),
-        ({"pattern": "x", "definition": {"max-length": 1}, "apply-to": "bogus"},
-         "Validation failed\n\napply-to 'bogus' unrecognised; should be 'queues', 'exchanges' or 'all'\n"),
+        (
+            {"pattern": "x", "definition": {"expires": 0}},
+            "Validation failed\n\n0 is not a valid queue expiry\n",
+        ),
+        (
+            {"pattern": "x", "definition": {"max-length": 1}, "apply-to": "bogus"},
+            "Validation failed\n\napply-to 'bogus' unrecognised; should be 'queues', 'exchanges' or 'all'\n",
+        ),
         ({"definition": {"max-length": 1}}, "[{key_missing,pattern}]"),
         ({"pattern": "x"}, "[{key_missing,definition}]"),
     ],
-)  # fmt: skip
+)
 def test_invalid_policies_get_rabbitmqs_400(policies, prefix, body, reason):
     assert policies(f"{prefix}.bad", body) == (400, {"error": "bad_request", "reason": reason})
 
 
 def test_operator_policy_errors_are_not_escaped(policies, prefix):
     body = {"pattern": "x", "definition": {"dead-letter-exchange": "dlx"}}
-    assert policies(f"{prefix}.op", body, operator=True) == (400, {
-        "error": "bad_request",
-        "reason": 'Validation failed\n\n[{<<"dead-letter-exchange">>,<<"dlx">>}] are not recognised policy'
-                  ' settings\n',
-    })  # fmt: skip
+    assert policies(f"{prefix}.op", body, operator=True) == (
+        400,
+        {
+            "error": "bad_request",
+            "reason": 'Validation failed\n\n[{<<"dead-letter-exchange">>,<<"dlx">>}]'
+            " are not recognised policy settings\n",
+        },
+    )
 
 
 def test_ttl_and_dead_lettering_from_a_policy(broker, channel, policies, prefix):
@@ -193,9 +218,14 @@ def test_queue_argument_and_policy_lower_length_wins_argument_dlx_wins(broker, c
     queue, arg_dlq, pol_dlq = f"{prefix}.args", f"{prefix}.argdlq", f"{prefix}.poldlq"
     for name in (arg_dlq, pol_dlq):
         channel.queue_declare(name)
-    channel.queue_declare(queue, arguments={
-        "x-max-length": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": arg_dlq,
-    })  # fmt: skip
+    channel.queue_declare(
+        queue,
+        arguments={
+            "x-max-length": 10,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": arg_dlq,
+        },
+    )
     definition = {"max-length": 2, "dead-letter-exchange": "", "dead-letter-routing-key": pol_dlq}
     assert policies(f"{prefix}.args", {"pattern": f"^{prefix}\\.args$", "definition": definition})[0] == 201
     eventually(lambda: queue_info(broker, queue).get("policy") == f"{prefix}.args", what="policy shown")
@@ -229,8 +259,9 @@ def test_deleting_the_policy_lifts_it(broker, channel, policies, prefix):
     assert policies(name, {"pattern": f"^{prefix}\\.lift$", "definition": {"max-length": 1}})[0] == 201
     eventually(lambda: queue_info(broker, queue).get("policy") == name, what="policy shown")
     assert call(broker, f"/api/policies/{q(broker.vhost)}/{q(name)}", "DELETE")[0] == 204
-    eventually(lambda: "policy" in (i := queue_info(broker, queue)) and i["policy"] is None,
-               what="policy gone")  # fmt: skip
+    eventually(
+        lambda: "policy" in (i := queue_info(broker, queue)) and i["policy"] is None, what="policy gone"
+    )
     for i in range(3):
         channel.basic_publish("", queue, f"m{i}".encode())
     assert eventually(lambda: depth(channel, queue) == 3, what="no limit any more")
@@ -277,10 +308,20 @@ def test_queue_type_apply_to_values(broker, channel, policies, prefix):
     queue = f"{prefix}.typed"
     channel.queue_declare(queue)
     pattern = f"^{prefix}\\.typed$"
-    assert policies(f"{prefix}.quorum", {"pattern": pattern, "definition": {"max-length": 1},
-                                         "apply-to": "quorum_queues", "priority": 9})[0] == 201  # fmt: skip
-    assert policies(f"{prefix}.classic", {"pattern": pattern, "definition": {"max-length": 2},
-                                          "apply-to": "classic_queues"})[0] == 201  # fmt: skip
+    assert (
+        policies(
+            f"{prefix}.quorum",
+            {"pattern": pattern, "definition": {"max-length": 1}, "apply-to": "quorum_queues", "priority": 9},
+        )[0]
+        == 201
+    )
+    assert (
+        policies(
+            f"{prefix}.classic",
+            {"pattern": pattern, "definition": {"max-length": 2}, "apply-to": "classic_queues"},
+        )[0]
+        == 201
+    )
     assert queue_info(broker, queue)["policy"] == f"{prefix}.classic"
 
 
@@ -293,8 +334,12 @@ def test_exact_ttl_policy_expires_a_message_behind_a_long_lived_head(broker, cha
     channel.basic_publish("", queue, b"behind", pika.BasicProperties(expiration="100"))
     time.sleep(0.3)
     assert depth(channel, dlq) == 0  # head-only expiry: "behind" waits for the head
-    assert policies(f"{prefix}.exact", {"pattern": f"^{prefix}\\.exact$",
-                                        "definition": {"ottermq-exact-ttl": True}})[0] == 201  # fmt: skip
+    assert (
+        policies(
+            f"{prefix}.exact", {"pattern": f"^{prefix}\\.exact$", "definition": {"ottermq-exact-ttl": True}}
+        )[0]
+        == 201
+    )
     _, props, body = eventually(lambda: _get(channel, dlq), what="dead letter")
     assert body == b"behind" and props.headers["x-death"][0]["reason"] == "expired"
     assert depth(channel, queue) == 1

@@ -147,10 +147,14 @@ def test_churn_counters_move(broker, connect, unique, poll_until):
         after = scrape(broker)
         return all(
             after[(name, ())] > before[(name, ())]
-            for name in ("rabbitmq_connections_opened_total", "rabbitmq_connections_closed_total",
-                         "rabbitmq_channels_opened_total", "rabbitmq_queues_declared_total",
-                         "rabbitmq_queues_created_total")
-        )  # fmt: skip
+            for name in (
+                "rabbitmq_connections_opened_total",
+                "rabbitmq_connections_closed_total",
+                "rabbitmq_channels_opened_total",
+                "rabbitmq_queues_declared_total",
+                "rabbitmq_queues_created_total",
+            )
+        )
 
     assert poll_until(moved, timeout=20, interval=0.5)
 

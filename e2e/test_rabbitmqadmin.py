@@ -63,9 +63,20 @@ def admin(broker: Any, rabbitmqadmin: Path) -> Callable[..., str]:
 
     def _admin(*args: str) -> str:
         command = [
-            sys.executable, str(rabbitmqadmin), "-H", api.hostname or "127.0.0.1", "-P", str(api.port),
-            "-u", broker.user, "-p", broker.password, "-V", broker.vhost, *args,
-        ]  # fmt: skip
+            sys.executable,
+            str(rabbitmqadmin),
+            "-H",
+            api.hostname or "127.0.0.1",
+            "-P",
+            str(api.port),
+            "-u",
+            broker.user,
+            "-p",
+            broker.password,
+            "-V",
+            broker.vhost,
+            *args,
+        ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
         return done.stdout

@@ -52,10 +52,20 @@ def celery_worker(tasks_code: str, module: str, port: int, cwd: Path) -> Iterato
     log_path = cwd / f"{module}-worker.log"
     with open(log_path, "ab") as log:
         worker = subprocess.Popen(
-            [str(celery) if celery.exists() else (shutil.which("celery") or "celery"),
-             "-A", module, "worker", "--pool=solo", "--concurrency=1", "--loglevel=INFO"],
-            cwd=cwd, env=dict(os.environ, PYTHONSAFEPATH="1"), stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                str(celery) if celery.exists() else (shutil.which("celery") or "celery"),
+                "-A",
+                module,
+                "worker",
+                "--pool=solo",
+                "--concurrency=1",
+                "--loglevel=INFO",
+            ],
+            cwd=cwd,
+            env=dict(os.environ, PYTHONSAFEPATH="1"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 60
         while " ready." not in log_path.read_text(errors="replace"):
@@ -85,7 +95,9 @@ def test_python_snippets_one_after_another(broker_process, tmp_path):
 
     with celery_worker(tasks_code, "tasks", b.port, tmp_path):
         assert run(client_code, b.port, tmp_path, "client.py") == [
-            "5", "['page', 'info']", "tasks.charge [-1] rejected tasks"
+            "5",
+            "['page', 'info']",
+            "tasks.charge [-1] rejected tasks",
         ]
 
 

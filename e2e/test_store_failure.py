@@ -74,7 +74,8 @@ def test_full_disk_nacks_fails_tx_retries_acks_and_loses_nothing(broker_process,
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
             tx.tx_commit()
         assert (closed.value.reply_code, closed.value.reply_text) == (
-            406, "PRECONDITION_FAILED - partial tx completion"
+            406,
+            "PRECONDITION_FAILED - partial tx completion",
         )
 
         consumer.basic_ack(taken[0][0].delivery_tag)  # an ack: its delete waits for the retry

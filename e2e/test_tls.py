@@ -34,16 +34,25 @@ pytestmark = pytest.mark.extension
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("pki")
     ca, other = CA(folder / "ca"), CA(folder / "other", "another CA")
-    return {"ca": ca, "other": other, "server": ca.issue("localhost", server=True),
-            "alice": ca.issue("alice", server=False, org="Otters"),
-            "mallory": other.issue("alice", server=False), "folder": folder}  # fmt: skip
+    return {
+        "ca": ca,
+        "other": other,
+        "server": ca.issue("localhost", server=True),
+        "alice": ca.issue("alice", server=False, org="Otters"),
+        "mallory": other.issue("alice", server=False),
+        "folder": folder,
+    }
 
 
 def tls_env(pki: dict[str, Any], server: Issued | None = None, **extra: str) -> dict[str, str]:
     server = server or pki["server"]
-    env = {"OTTERMQ_SSL": "true", "OTTERMQ_SSL_PORT": str(_free_port()),
-           "OTTERMQ_SSL_CERT_FILE": str(server.cert), "OTTERMQ_SSL_KEY_FILE": str(server.key),
-           "OTTERMQ_SSL_CA_FILE": str(pki["ca"].cert_file)}  # fmt: skip
+    env = {
+        "OTTERMQ_SSL": "true",
+        "OTTERMQ_SSL_PORT": str(_free_port()),
+        "OTTERMQ_SSL_CERT_FILE": str(server.cert),
+        "OTTERMQ_SSL_KEY_FILE": str(server.key),
+        "OTTERMQ_SSL_CA_FILE": str(pki["ca"].cert_file),
+    }
     env.update(extra)
     return env
 
@@ -57,10 +66,15 @@ def client_context(pki: dict[str, Any], client: Issued | None = None, ca: CA | N
 
 def amqps(port: int, context: ssl.SSLContext, credentials: Any = None) -> pika.BlockingConnection:
     params = pika.ConnectionParameters(
-        "localhost", port, ssl_options=pika.SSLOptions(context, "localhost"),
-        credentials=credentials or pika.PlainCredentials("guest", "guest"), heartbeat=0,
-        blocked_connection_timeout=10, socket_timeout=10, stack_timeout=10,
-    )  # fmt: skip
+        "localhost",
+        port,
+        ssl_options=pika.SSLOptions(context, "localhost"),
+        credentials=credentials or pika.PlainCredentials("guest", "guest"),
+        heartbeat=0,
+        blocked_connection_timeout=10,
+        socket_timeout=10,
+        stack_timeout=10,
+    )
     return pika.BlockingConnection(params)
 
 
@@ -91,8 +105,12 @@ def test_amqps_and_plain_side_by_side(broker_process, pki):
 
 
 def test_tls_only_and_bad_clients_are_refused_cleanly(broker_process, pki):
-    env = tls_env(pki, OTTERMQ_BROKER_PORT="0", OTTERMQ_SSL_VERIFY="verify_peer",
-                  OTTERMQ_SSL_FAIL_IF_NO_PEER_CERT="true")  # fmt: skip
+    env = tls_env(
+        pki,
+        OTTERMQ_BROKER_PORT="0",
+        OTTERMQ_SSL_VERIFY="verify_peer",
+        OTTERMQ_SSL_FAIL_IF_NO_PEER_CERT="true",
+    )
     process = broker_process(env)
     port = process.port = int(env["OTTERMQ_SSL_PORT"])  # start() waits for this port: the only one
     process.start()
@@ -143,8 +161,11 @@ def test_distinguished_name_login(broker_process, pki):
     dn = urllib.parse.quote("CN=alice,O=Otters", safe="")
     assert call(broker, f"/api/users/{dn}", "PUT", {"password": "", "tags": ""})[0] == 201
     call(broker, f"/api/permissions/%2F/{dn}", "PUT", {"configure": ".*", "write": ".*", "read": ".*"})
-    with amqps(int(env["OTTERMQ_SSL_PORT"]), client_context(pki, pki["alice"]),
-               pika.credentials.ExternalCredentials()) as conn:  # fmt: skip
+    with amqps(
+        int(env["OTTERMQ_SSL_PORT"]),
+        client_context(pki, pki["alice"]),
+        pika.credentials.ExternalCredentials(),
+    ) as conn:
         assert round_trip(conn, "dn.q") == b"over tls"
 
 
@@ -168,12 +189,26 @@ def test_unusable_certificate_files_stop_start_up_naming_the_file(pki, tmp_path,
         cert.write_text("hello")
         reason = "not a PEM certificate"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTTERMQ_")}
-    env.update(PYTHONSAFEPATH="1", OTTERMQ_BROKER_HOST="127.0.0.1", OTTERMQ_BROKER_PORT=str(_free_port()),
-               OTTERMQ_WEB_PORT=str(_free_port()), OTTERMQ_PROMETHEUS_PORT=str(_free_port()),
-               OTTERMQ_SSL="true", OTTERMQ_SSL_PORT=str(_free_port()), OTTERMQ_SSL_CERT_FILE=str(cert),
-               OTTERMQ_SSL_KEY_FILE=str(key), OTTERMQ_DATA_DIR=str(tmp_path / "data"))  # fmt: skip
-    run = subprocess.run([sys.executable, "-m", "ottermq.broker"], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=30)  # fmt: skip
+    env.update(
+        PYTHONSAFEPATH="1",
+        OTTERMQ_BROKER_HOST="127.0.0.1",
+        OTTERMQ_BROKER_PORT=str(_free_port()),
+        OTTERMQ_WEB_PORT=str(_free_port()),
+        OTTERMQ_PROMETHEUS_PORT=str(_free_port()),
+        OTTERMQ_SSL="true",
+        OTTERMQ_SSL_PORT=str(_free_port()),
+        OTTERMQ_SSL_CERT_FILE=str(cert),
+        OTTERMQ_SSL_KEY_FILE=str(key),
+        OTTERMQ_DATA_DIR=str(tmp_path / "data"),
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "ottermq.broker"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert run.returncode != 0
     line = (run.stdout + run.stderr).strip().splitlines()[-1]
     named = str(key if field.endswith("KEY_FILE") else cert)
@@ -220,8 +255,13 @@ def test_sighup_reloads_the_certificate_without_dropping_connections(broker_proc
 
 def test_https_for_the_management_api_and_metrics(broker_process, pki):
     web_port, metrics_port = _free_port(), _free_port()
-    env = tls_env(pki, OTTERMQ_WEB_SSL="true", OTTERMQ_WEB_SSL_PORT=str(web_port),
-                  OTTERMQ_PROMETHEUS_SSL="true", OTTERMQ_PROMETHEUS_SSL_PORT=str(metrics_port))  # fmt: skip
+    env = tls_env(
+        pki,
+        OTTERMQ_WEB_SSL="true",
+        OTTERMQ_WEB_SSL_PORT=str(web_port),
+        OTTERMQ_PROMETHEUS_SSL="true",
+        OTTERMQ_PROMETHEUS_SSL_PORT=str(metrics_port),
+    )
     process = broker_process(env)
     broker = process.start()
     context = client_context(pki)
@@ -269,9 +309,25 @@ def client_run(argv: list[str]) -> dict[str, Any]:
 @pytest.mark.parametrize("login", ["plain", "certificate", "external"])
 def test_amqp091_go_over_tls(go_client, pki, tls_broker, login):  # noqa: F811
     port, alice = tls_broker, pki["alice"]
-    url = f"amqps://guest:guest@localhost:{port}/%2F" if login != "external" else f"amqps://localhost:{port}/%2F"
-    argv = [str(go_client), "pubsub", "-url", url, "-prefix", f"tls.go.{login}", "-count", "20",
-            "-prefetch", "5", "-ca", str(pki["ca"].cert_file)]  # fmt: skip
+    url = (
+        f"amqps://guest:guest@localhost:{port}/%2F"
+        if login != "external"
+        else f"amqps://localhost:{port}/%2F"
+    )
+    argv = [
+        str(go_client),
+        "pubsub",
+        "-url",
+        url,
+        "-prefix",
+        f"tls.go.{login}",
+        "-count",
+        "20",
+        "-prefetch",
+        "5",
+        "-ca",
+        str(pki["ca"].cert_file),
+    ]
     if login != "plain":
         argv += ["-cert", str(alice.cert), "-key", str(alice.key)]
     if login == "external":
@@ -282,9 +338,21 @@ def test_amqp091_go_over_tls(go_client, pki, tls_broker, login):  # noqa: F811
 @pytest.mark.parametrize("login", ["plain", "certificate", "external"])
 def test_amqplib_over_tls(node_client, pki, tls_broker, login):  # noqa: F811
     port, alice = tls_broker, pki["alice"]
-    url = f"amqps://guest:guest@localhost:{port}/%2F" if login != "external" else f"amqps://localhost:{port}/%2F"
-    argv = [*node_client, "confirm", "--url", url, "--prefix", f"tls.node.{login}",
-            "--ca", str(pki["ca"].cert_file)]  # fmt: skip
+    url = (
+        f"amqps://guest:guest@localhost:{port}/%2F"
+        if login != "external"
+        else f"amqps://localhost:{port}/%2F"
+    )
+    argv = [
+        *node_client,
+        "confirm",
+        "--url",
+        url,
+        "--prefix",
+        f"tls.node.{login}",
+        "--ca",
+        str(pki["ca"].cert_file),
+    ]
     if login != "plain":
         argv += ["--cert", str(alice.cert), "--key", str(alice.key)]
     if login == "external":
@@ -299,8 +367,9 @@ def test_aio_pika_over_tls_with_external(pki, tls_broker):
 
     async def main() -> bytes:
         context = client_context(pki, pki["alice"])
-        connection = await aio_pika.connect(f"amqps://localhost:{tls_broker}/%2F?auth=external",
-                                            ssl_context=context, timeout=10)  # fmt: skip
+        connection = await aio_pika.connect(
+            f"amqps://localhost:{tls_broker}/%2F?auth=external", ssl_context=context, timeout=10
+        )
         async with connection:
             channel = await connection.channel()
             queue = await channel.declare_queue("tls.aio", auto_delete=True)

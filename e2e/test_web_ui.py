@@ -35,8 +35,13 @@ def ui_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broker
     root = tmp_path_factory.mktemp("webui")
     archive, reports = root / "archive", root / "reports"
     reports.mkdir()
-    process = BrokerProcess({"OTTERMQ_DLX_ARCHIVE_DIR": str(archive), "OTTERMQ_DLX_REPORTS_DIR": str(reports),
-                             "OTTERMQ_METRICS_SAMPLES_INTERVAL": "1"})  # fmt: skip
+    process = BrokerProcess(
+        {
+            "OTTERMQ_DLX_ARCHIVE_DIR": str(archive),
+            "OTTERMQ_DLX_REPORTS_DIR": str(reports),
+            "OTTERMQ_METRICS_SAMPLES_INTERVAL": "1",
+        }
+    )
     try:
         yield process.start(), archive, reports
     finally:
@@ -344,8 +349,12 @@ def test_edit_a_policy(ui, amqp, shots):
     form.locator("textarea[name=definition]").fill("max-length=2")
     form.locator("button:text-is('Save policy')").click()
     page.wait_for_selector("td code:text-is('{\"max-length\":2}')")
-    assert eventually(lambda: call(ui.broker, f"/api/queues/%2F/{q(queue)}")[2]["effective_policy_definition"]
-                      == {"max-length": 2})  # fmt: skip
+    assert eventually(
+        lambda: (
+            call(ui.broker, f"/api/queues/%2F/{q(queue)}")[2]["effective_policy_definition"]
+            == {"max-length": 2}
+        )
+    )
     form.locator("textarea[name=definition]").fill("max-length=-1")
     form.locator("button:text-is('Save policy')").click()
     page.wait_for_selector("#flash.bad:has-text('-1 is not a valid maximum length')")  # RabbitMQ's text
@@ -365,8 +374,13 @@ def test_definitions_download_and_upload(ui, tmp_path, shots):
     data = json.loads(saved.read_text())
     assert {"users", "vhosts", "permissions", "queues", "exchanges", "bindings", "policies"} <= data.keys()
     upload = tmp_path / "upload.json"
-    item = {"name": queue, "vhost": "/", "durable": True, "auto_delete": False,
-            "arguments": {"x-message-ttl": 1000}}
+    item = {
+        "name": queue,
+        "vhost": "/",
+        "durable": True,
+        "auto_delete": False,
+        "arguments": {"x-message-ttl": 1000},
+    }
     upload.write_text(json.dumps({"queues": [item]}))
     page.set_input_files("input[type=file]", str(upload))
     page.click("button:text-is('Upload')")
@@ -388,8 +402,9 @@ def test_archive_files_and_a_rendered_report(ui, amqp, ui_broker, broker_process
     connection = pika.BlockingConnection(other.start().params())
     channel = connection.channel()
     channel.queue_declare(dlq)
-    channel.queue_declare(work, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
-                                           "x-message-ttl": 1})  # fmt: skip
+    channel.queue_declare(
+        work, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, "x-message-ttl": 1}
+    )
     for i in range(4):
         channel.basic_publish("", work, f"a{i}".encode())
     assert eventually(lambda: channel.queue_declare(dlq, passive=True).method.message_count == 4)

@@ -17,8 +17,11 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))  # fmt: skip
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return path
 
 
@@ -44,34 +47,59 @@ class CA:
         self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         now = datetime.datetime.now(datetime.UTC)
         self.cert = (
-            x509.CertificateBuilder().subject_name(self.name).issuer_name(self.name)
-            .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+            x509.CertificateBuilder()
+            .subject_name(self.name)
+            .issuer_name(self.name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(self.key, hashes.SHA256())
-        )  # fmt: skip
+        )
         slug = name.replace(" ", "-")
         self.cert_file = _write_cert(self.cert, folder / f"{slug}.pem")
 
-    def issue(self, common_name: str, *, server: bool, days: int = 30, expired: bool = False,
-              sans: list[x509.GeneralName] | None = None, org: str | None = None) -> Issued:  # fmt: skip
+    def issue(
+        self,
+        common_name: str,
+        *,
+        server: bool,
+        days: int = 30,
+        expired: bool = False,
+        sans: list[x509.GeneralName] | None = None,
+        org: str | None = None,
+    ) -> Issued:
         key = _key()
         now = datetime.datetime.now(datetime.UTC)
-        start, end = (now - datetime.timedelta(days=10), now - datetime.timedelta(days=1)) if expired else (
-            now - datetime.timedelta(days=1), now + datetime.timedelta(days=days))  # fmt: skip
+        start, end = (
+            (now - datetime.timedelta(days=10), now - datetime.timedelta(days=1))
+            if expired
+            else (now - datetime.timedelta(days=1), now + datetime.timedelta(days=days))
+        )
         attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         if org:
             attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        names = sans if sans is not None else ([x509.DNSName("localhost"), x509.IPAddress(_loopback())]
-                                               if server else [])  # fmt: skip
+        names = (
+            sans
+            if sans is not None
+            else ([x509.DNSName("localhost"), x509.IPAddress(_loopback())] if server else [])
+        )
         builder = (
-            x509.CertificateBuilder().subject_name(x509.Name(attributes)).issuer_name(self.name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                  else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        )  # fmt: skip
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attributes))
+            .issuer_name(self.name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(end)
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
+                critical=False,
+            )
+        )
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())

@@ -20,7 +20,11 @@ from .store import BindingRecord, ExchangeRecord, MessageRecord, QueueRecord, St
 
 def exchange_record(vhost: str, exchange: Exchange) -> ExchangeRecord:
     return ExchangeRecord(
-        vhost, exchange.name, exchange.type, exchange.auto_delete, exchange.internal,
+        vhost,
+        exchange.name,
+        exchange.type,
+        exchange.auto_delete,
+        exchange.internal,
         encode_table(dict(exchange.arguments or {})),
     )
 
@@ -74,8 +78,15 @@ class DurableHook:
         message = entry.message
         entry.store_id = self.store.insert_message(
             MessageRecord(
-                queue.store_id, entry.seq, message.exchange, message.routing_key, message.raw_props,
-                message.body, entry.enqueued_at or self.clock(), entry.deadline, message.extra_keys,
+                queue.store_id,
+                entry.seq,
+                message.exchange,
+                message.routing_key,
+                message.raw_props,
+                message.body,
+                entry.enqueued_at or self.clock(),
+                entry.deadline,
+                message.extra_keys,
                 entry.redelivered,
                 entry.delivery_count,
             )

@@ -68,9 +68,14 @@ Op = tuple[str, tuple[Any, ...]]
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # pause before a failed batch is tried again (s)
 # Failures caused by an op's values, not by the disk: the batch is split and only that op refused
 DATA_ERRORS = (
-    OverflowError, TypeError, ValueError, sqlite3.IntegrityError, sqlite3.InterfaceError,
-    sqlite3.DataError, sqlite3.ProgrammingError,
-)  # fmt: skip
+    OverflowError,
+    TypeError,
+    ValueError,
+    sqlite3.IntegrityError,
+    sqlite3.InterfaceError,
+    sqlite3.DataError,
+    sqlite3.ProgrammingError,
+)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what an SQLite INTEGER holds
 
 
@@ -169,8 +174,13 @@ class BatchingStore:
                         except DATA_ERRORS as exc:  # a value, not the disk: split the batch
                             refused = await self._commit_each(ops)
                             self.refused_ops += len(refused)
-                            log.error("store: %d of %d ops refused (%s: %s); the rest committed",
-                                      len(refused), live, type(exc).__name__, exc)  # fmt: skip
+                            log.error(
+                                "store: %d of %d ops refused (%s: %s); the rest committed",
+                                len(refused),
+                                live,
+                                type(exc).__name__,
+                                exc,
+                            )
                     except (sqlite3.Error, StoreError) as exc:  # "database or disk is full", I/O errors
                         ok = False
                         self.failed_batches += 1
@@ -412,11 +422,22 @@ class BatchingStore:
         self._inserts[mid] = len(ops)
         keys = record.extra_keys
         delivered = record.delivered or record.delivery_count
-        ops.append((s.INSERT_MESSAGE, (
-            mid, record.exchange, record.routing_key, record.props, record.body, record.enqueued_at,
-            record.deadline, json.dumps(list(keys)) if keys else None,
-            record.delivery_count if delivered else None,
-        )))
+        ops.append(
+            (
+                s.INSERT_MESSAGE,
+                (
+                    mid,
+                    record.exchange,
+                    record.routing_key,
+                    record.props,
+                    record.body,
+                    record.enqueued_at,
+                    record.deadline,
+                    json.dumps(list(keys)) if keys else None,
+                    record.delivery_count if delivered else None,
+                ),
+            )
+        )
         return mid
 
     def delete_message(self, message_id: int) -> None:
@@ -569,8 +590,11 @@ class MemoryStore(BatchingStore):
         self._closed = False
         await self._settle()  # writes queued before open() keep their ids
         last_seq = {qid: max(rows, default=0) & s.SEQ_MASK for qid, rows in self._messages.items()}
-        self._load_ids(((qid, r[1], r[2]) for qid, r in sorted(self._queues.items())), last_seq,
-                       max(self._delayed, default=0))  # fmt: skip
+        self._load_ids(
+            ((qid, r[1], r[2]) for qid, r in sorted(self._queues.items())),
+            last_seq,
+            max(self._delayed, default=0),
+        )
 
     async def close(self) -> None:
         """Commit what is queued; the data stays in this object (reopen to use it again)."""
@@ -661,14 +685,14 @@ class MemoryStore(BatchingStore):
         await self._settle()
         rows = sorted(self._messages.get(queue_id, {}).items())
         for start in range(0, len(rows), chunk):
-            yield s.message_records(queue_id, (row for _, row in rows[start:start + chunk]))
+            yield s.message_records(queue_id, (row for _, row in rows[start : start + chunk]))
 
     async def iter_delayed(self, chunk: int = 10000) -> AsyncIterator[list[DelayedRecord]]:
         """Every committed delayed message in id order, ``chunk`` at a time."""
         await self._settle()
         rows = [row for _, row in sorted(self._delayed.items())]
         for start in range(0, len(rows), chunk):
-            yield s.delayed_records(rows[start:start + chunk])
+            yield s.delayed_records(rows[start : start + chunk])
 
     async def load_dedup(self) -> list[DedupRecord]:
         """Every committed deduplication key, in the order they were remembered."""

@@ -192,7 +192,10 @@ def _migrate_to_4(conn: sqlite3.Connection) -> None:
 
 # MIGRATIONS[v] turns schema v - 1 into v (1: the empty database into the first schema).
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    1: _create_v1, 2: _migrate_to_2, 3: _migrate_to_3, 4: _migrate_to_4,
+    1: _create_v1,
+    2: _migrate_to_2,
+    3: _migrate_to_3,
+    4: _migrate_to_4,
 }
 
 
@@ -419,9 +422,9 @@ DELETE_MESSAGES = "DELETE FROM messages WHERE id BETWEEN ? AND ?"  # a whole que
 # 9 x 100 parameters stay under SQLite's historical 999-variable limit.
 MULTI_ROWS = 100
 MULTI_ROW: dict[str, str] = {
-    INSERT_MESSAGE: INSERT_MESSAGE.split("VALUES")[0] + "VALUES " + ", ".join(
-        ["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * MULTI_ROWS
-    ),
+    INSERT_MESSAGE: INSERT_MESSAGE.split("VALUES")[0]
+    + "VALUES "
+    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * MULTI_ROWS),
     DELETE_MESSAGE: "DELETE FROM messages WHERE id IN (" + ", ".join(["?"] * MULTI_ROWS) + ")",
 }
 
@@ -490,9 +493,14 @@ def limit_row(r: LimitRecord) -> Row:
 
 
 def definitions(
-    vhosts: Iterable[Row], users: Iterable[Row], permissions: Iterable[Row],
-    exchanges: Iterable[Row], queues: Iterable[Row], bindings: Iterable[Row],
-    policies: Iterable[Row] = (), limits: Iterable[Row] = (),
+    vhosts: Iterable[Row],
+    users: Iterable[Row],
+    permissions: Iterable[Row],
+    exchanges: Iterable[Row],
+    queues: Iterable[Row],
+    bindings: Iterable[Row],
+    policies: Iterable[Row] = (),
+    limits: Iterable[Row] = (),
 ) -> Definitions:
     """Build ``Definitions`` from rows shaped like the put statements' params."""
     return Definitions(
@@ -529,8 +537,18 @@ def message_records(queue_id: int, rows: Iterable[Row]) -> list[MessageRecord]:
     loads = json.loads
     return [
         MessageRecord(
-            queue_id, i - base, e, k, p, b, t, d,
-            () if x is None else tuple(loads(x)), v is not None, v or 0, i,
+            queue_id,
+            i - base,
+            e,
+            k,
+            p,
+            b,
+            t,
+            d,
+            () if x is None else tuple(loads(x)),
+            v is not None,
+            v or 0,
+            i,
         )
         for i, e, k, p, b, t, d, x, v in rows
     ]

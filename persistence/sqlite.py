@@ -315,7 +315,7 @@ def _write_batch(conn: sqlite3.Connection, ops: list[Op | None], maintain: bool)
             if multi is not None and len(params) >= schema.MULTI_ROWS:
                 k = schema.MULTI_ROWS
                 full = len(params) - len(params) % k
-                rows = [tuple(chain.from_iterable(params[i:i + k])) for i in range(0, full, k)]
+                rows = [tuple(chain.from_iterable(params[i : i + k])) for i in range(0, full, k)]
                 _executemany(conn, multi, rows)
                 params = params[full:]
             if params:
@@ -366,14 +366,21 @@ def _give_back_free_pages(conn: sqlite3.Connection) -> None:
 
 
 def _read_definitions(conn: sqlite3.Connection) -> Definitions:
-    return schema.definitions(*(
-        conn.execute(query).fetchall()
-        for query in (
-            schema.SELECT_VHOSTS, schema.SELECT_USERS, schema.SELECT_PERMISSIONS,
-            schema.SELECT_EXCHANGES, schema.SELECT_QUEUES, schema.SELECT_BINDINGS, schema.SELECT_POLICIES,
-            schema.SELECT_LIMITS,
+    return schema.definitions(
+        *(
+            conn.execute(query).fetchall()
+            for query in (
+                schema.SELECT_VHOSTS,
+                schema.SELECT_USERS,
+                schema.SELECT_PERMISSIONS,
+                schema.SELECT_EXCHANGES,
+                schema.SELECT_QUEUES,
+                schema.SELECT_BINDINGS,
+                schema.SELECT_POLICIES,
+                schema.SELECT_LIMITS,
+            )
         )
-    ))
+    )
 
 
 def _read_messages(
@@ -401,8 +408,10 @@ async def _read_stats(path: Path) -> tuple[int, int, int, int]:
             return int(list(await db.execute_fetchall(sql))[0][0])
 
         return (
-            await one("SELECT count(*) FROM messages"), await one("SELECT count(*) FROM queues"),
-            await one("PRAGMA freelist_count"), await one("PRAGMA page_size"),
+            await one("SELECT count(*) FROM messages"),
+            await one("SELECT count(*) FROM queues"),
+            await one("PRAGMA freelist_count"),
+            await one("PRAGMA page_size"),
         )
 
 

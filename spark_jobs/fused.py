@@ -30,11 +30,23 @@ __all__ = ["FUSED_TABLES", "fused_count_rows", "fused_percentile_rows", "fused_r
 PERCENTILES = (0.5, 0.9, 0.99)
 ACCURACY = 10_000
 
-FUSED_TABLES = frozenset({
-    "overview", "by_reason", "by_outcome", "by_queue", "by_policy", "by_exchange", "by_hour",
-    "top_content_types", "time_in_queue", "time_in_queue_by_queue", "time_in_queue_histogram",
-    "expiry_lateness", "expiry_lateness_by_queue",
-})  # fmt: skip
+FUSED_TABLES = frozenset(
+    {
+        "overview",
+        "by_reason",
+        "by_outcome",
+        "by_queue",
+        "by_policy",
+        "by_exchange",
+        "by_hour",
+        "top_content_types",
+        "time_in_queue",
+        "time_in_queue_by_queue",
+        "time_in_queue_histogram",
+        "expiry_lateness",
+        "expiry_lateness_by_queue",
+    }
+)
 
 # grouping sets of the count aggregation: name -> its columns
 _COUNT_SETS: dict[str, tuple[str, ...]] = {
@@ -48,8 +60,18 @@ _COUNT_SETS: dict[str, tuple[str, ...]] = {
     "overview": (),
     "_timeline": ("bucket", "reason"),
 }
-_COUNT_COLUMNS = ("reason", "outcome", "drop_reason", "vhost", "queue", "policy", "exchange", "hour",
-                  "content_type", "bucket")  # fmt: skip
+_COUNT_COLUMNS = (
+    "reason",
+    "outcome",
+    "drop_reason",
+    "vhost",
+    "queue",
+    "policy",
+    "exchange",
+    "hour",
+    "content_type",
+    "bucket",
+)
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
 
 
@@ -75,13 +97,22 @@ def _count_aggregation(df: DataFrame, bucket_ms: int) -> DataFrame:
     few thousand groups at most for an archive), then the grouping sets over that small result, so
     the grouping sets' row expansion never touches the records themselves."""
     fine = df.groupBy(
-        "reason", "outcome", "drop_reason", "vhost", "queue", "policy", "exchange",
-        hour_label(F.col("time_ms")).alias("hour"), "content_type",
+        "reason",
+        "outcome",
+        "drop_reason",
+        "vhost",
+        "queue",
+        "policy",
+        "exchange",
+        hour_label(F.col("time_ms")).alias("hour"),
+        "content_type",
         (F.floor(F.col("time_ms") / bucket_ms) * bucket_ms).cast("long").alias("bucket"),
     ).agg(
-        F.count(F.lit(1)).alias("n"), F.sum("body_size").alias("bytes"), F.min("time_ms").alias("first"),
+        F.count(F.lit(1)).alias("n"),
+        F.sum("body_size").alias("bytes"),
+        F.min("time_ms").alias("first"),
         F.max("time_ms").alias("last"),
-    )  # fmt: skip
+    )
     sets = ", ".join("(" + ", ".join(cols) + ")" for cols in _COUNT_SETS.values())
     reason_sums = ", ".join(
         f"CAST(sum(CASE WHEN reason = '{r}' THEN n ELSE 0 END) AS BIGINT) AS `{r}`" for r in REASONS
@@ -111,9 +142,12 @@ def _percentile_aggregation(df: DataFrame, buckets: Buckets) -> DataFrame:
     expiration = F.expr("try_cast(original_expiration AS BIGINT)")
     lateness = F.when(F.col("reason") == "expired", F.col("time_ms") - (F.col("enqueued_ms") + expiration))
     projected = df.select(
-        "vhost", "queue", tiq.alias("tiq"), lateness.alias("lateness"),
+        "vhost",
+        "queue",
+        tiq.alias("tiq"),
+        lateness.alias("lateness"),
         (F.col("reason") == "expired").cast("int").alias("expired"),
-    )  # fmt: skip
+    )
     on_time = F.when(F.col("lateness") >= 0, F.col("lateness"))
     value = F.col("tiq")
     histogram = []
@@ -125,14 +159,18 @@ def _percentile_aggregation(df: DataFrame, buckets: Buckets) -> DataFrame:
             cond = cond & (value < upper)
         histogram.append(F.count(F.when(cond, 1)).alias(f"b{i}"))
     aggs = [
-        F.count("tiq").alias("tiq_count"), F.array(*_percentiles(F.col("tiq"))).alias("tiq_p"),
+        F.count("tiq").alias("tiq_count"),
+        F.array(*_percentiles(F.col("tiq"))).alias("tiq_p"),
         F.max("tiq").alias("tiq_max"),
-        F.sum("expired").cast("long").alias("expired"), F.count("lateness").alias("measurable"),
-        F.sum(F.when(F.col("expired") == 1, F.when(F.col("lateness") < 0, 1).otherwise(0))).cast("long")
+        F.sum("expired").cast("long").alias("expired"),
+        F.count("lateness").alias("measurable"),
+        F.sum(F.when(F.col("expired") == 1, F.when(F.col("lateness") < 0, 1).otherwise(0)))
+        .cast("long")
         .alias("early"),
-        F.array(*_percentiles(on_time)).alias("late_p"), F.max(on_time).alias("late_max"),
+        F.array(*_percentiles(on_time)).alias("late_p"),
+        F.max(on_time).alias("late_max"),
         *histogram,
-    ]  # fmt: skip
+    ]
     # per queue and overall, as two aggregations in one job (a rollup would also expand every row
     # for its (vhost) set)
     per_queue = projected.groupBy("vhost", "queue").agg(F.lit(0).cast("long").alias("gid"), *aggs)
@@ -206,21 +244,25 @@ def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
     out["_timeline"] = _ordered(
         pick("_timeline", "bucket", "reason", "count"), [_asc("bucket"), _asc("reason")]
     )
-    content = [{"content_type": r["content_type"], "count": r["count"], "body_bytes": r["body_bytes"]}
-               for r in rows_of("top_content_types")]  # fmt: skip
+    content = [
+        {"content_type": r["content_type"], "count": r["count"], "body_bytes": r["body_bytes"]}
+        for r in rows_of("top_content_types")
+    ]
     out["top_content_types"] = _ordered(content, [_desc("count"), _asc_nulls_last("content_type")])[:top]
     (total,) = rows_of("overview") or [None]
     queues = out["by_queue"]
-    out["overview"] = [{
-        "records": total["count"] if total is not None else 0,
-        "first_ms": total["first_ms"] if total is not None else None,
-        "last_ms": total["last_ms"] if total is not None else None,
-        "vhosts": len({r["vhost"] for r in queues if r["vhost"] is not None}),
-        "queues": sum(1 for r in queues if r["vhost"] is not None and r["queue"] is not None),
-        "routed": total["routed"] if total is not None else None,
-        "dropped": total["dropped"] if total is not None else None,
-        "body_bytes": (total["body_bytes"] if total is not None else None) or 0,
-    }]  # fmt: skip
+    out["overview"] = [
+        {
+            "records": total["count"] if total is not None else 0,
+            "first_ms": total["first_ms"] if total is not None else None,
+            "last_ms": total["last_ms"] if total is not None else None,
+            "vhosts": len({r["vhost"] for r in queues if r["vhost"] is not None}),
+            "queues": sum(1 for r in queues if r["vhost"] is not None and r["queue"] is not None),
+            "routed": total["routed"] if total is not None else None,
+            "dropped": total["dropped"] if total is not None else None,
+            "body_bytes": (total["body_bytes"] if total is not None else None) or 0,
+        }
+    ]
     return out
 
 
@@ -231,15 +273,23 @@ def _percentile_tables(rows: list[Any], buckets: Buckets) -> dict[str, list[dict
 
     def tiq(r: Any, by: dict[str, Any]) -> dict[str, Any]:
         p = r["tiq_p"] if r is not None and r["tiq_count"] else [None] * len(names)
-        return {**by, "count": r["tiq_count"] if r is not None else 0, **dict(zip(names, p, strict=True)),
-                "max_ms": r["tiq_max"] if r is not None else None}  # fmt: skip
+        return {
+            **by,
+            "count": r["tiq_count"] if r is not None else 0,
+            **dict(zip(names, p, strict=True)),
+            "max_ms": r["tiq_max"] if r is not None else None,
+        }
 
     def late(r: Any, by: dict[str, Any]) -> dict[str, Any]:
         p = r["late_p"] if r is not None and r["late_p"] is not None else [None] * len(names)
-        return {**by, "count": r["expired"] if r is not None and r["expired"] is not None else 0,
-                "measurable": r["measurable"] if r is not None else 0,
-                "early": (r["early"] if r is not None else None), **dict(zip(names, p, strict=True)),
-                "max_ms": r["late_max"] if r is not None else None}  # fmt: skip
+        return {
+            **by,
+            "count": r["expired"] if r is not None and r["expired"] is not None else 0,
+            "measurable": r["measurable"] if r is not None else 0,
+            "early": (r["early"] if r is not None else None),
+            **dict(zip(names, p, strict=True)),
+            "max_ms": r["late_max"] if r is not None else None,
+        }
 
     by_key = [_desc("count"), _asc("vhost"), _asc("queue")]
     out = {
@@ -252,10 +302,15 @@ def _percentile_tables(rows: list[Any], buckets: Buckets) -> dict[str, list[dict
             [late(r, {"vhost": r["vhost"], "queue": r["queue"]}) for r in per_queue if r["expired"]], by_key
         ),
         "time_in_queue_histogram": [
-            {"bucket": i, "label": label, "lower_ms": lower, "upper_ms": upper,
-             "count": overall[f"b{i}"] if overall is not None else 0}
+            {
+                "bucket": i,
+                "label": label,
+                "lower_ms": lower,
+                "upper_ms": upper,
+                "count": overall[f"b{i}"] if overall is not None else 0,
+            }
             for i, (label, lower, upper) in enumerate(buckets)
-        ],  # fmt: skip
+        ],
     }
     return out
 
@@ -276,4 +331,3 @@ def fused_percentile_rows(records: DataFrame, buckets: Buckets) -> dict[str, lis
 def fused_rows(records: DataFrame, *, top: int, buckets: Buckets) -> dict[str, list[dict[str, Any]]]:
     """Every covered table's rows (dicts, in the reference functions' order and limits)."""
     return {**fused_count_rows(records, top), **fused_percentile_rows(records, buckets)}
-

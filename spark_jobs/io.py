@@ -221,7 +221,10 @@ def scan_archive(
     classified = classify(raw).select(
         # Parquet columns are typed (written by compact): nothing to catch in the ones not kept, so
         # only the kept ones are read; JSON text must be parsed whole to find every type error.
-        *keep, *(_touch_all(keep) if used == "json" else ()), F.col(STATUS_COLUMN), F.col(FILE_COLUMN),
+        *keep,
+        *(_touch_all(keep) if used == "json" else ()),
+        F.col(STATUS_COLUMN),
+        F.col(FILE_COLUMN),
         F.col(SAMPLE_COLUMN),
     )
     if persist:
@@ -230,8 +233,9 @@ def scan_archive(
     span_aggs = [F.min("time_ms").alias("first"), F.max("time_ms").alias("last")] if "time_ms" in keep else []
     rows = (
         classified.groupBy(STATUS_COLUMN, FILE_COLUMN)
-        .agg(F.count(F.lit(1)).alias("n"), F.first(SAMPLE_COLUMN, ignorenulls=True).alias("sample"),
-             *span_aggs)  # fmt: skip
+        .agg(
+            F.count(F.lit(1)).alias("n"), F.first(SAMPLE_COLUMN, ignorenulls=True).alias("sample"), *span_aggs
+        )
         .collect()
     )
     totals = {OK: 0, CORRUPT: 0, UNSUPPORTED: 0, INVALID: 0}

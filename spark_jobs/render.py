@@ -156,8 +156,10 @@ def _section(name: str, rows: Rows, top: int) -> tuple[str | None, int | None]:
     if name == "by_hour" and len(rows) > 48:
         return f"{len(rows)} hour/reason rows: see the chart and `tables/by_hour.csv`.", None
     if name == "top_message_ids" and rows and all(row.get("count") == 1 for row in rows):
-        return ("Every message id was dead-lettered once: no id stands out (see Retry loops for the "
-                "most-retried messages)."), None  # fmt: skip
+        return (
+            "Every message id was dead-lettered once: no id stands out (see Retry loops for the "
+            "most-retried messages)."
+        ), None
     return None, None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
 
 
@@ -312,11 +314,18 @@ _BUCKET_NAMES = {60_000: "minute", 3_600_000: "hour", 86_400_000: "day"}
 def _hours_as_timeline(hours: Rows) -> tuple[Rows, int]:
     """``by_hour`` rows as timeline points (when no finer timeline was computed)."""
     points = [
-        {"bucket": int(datetime.datetime.strptime(row["hour"], "%Y-%m-%dT%H:00Z")
-                       .replace(tzinfo=datetime.UTC).timestamp() * 1000),
-         "reason": row["reason"], "count": row["count"]}
+        {
+            "bucket": int(
+                datetime.datetime.strptime(row["hour"], "%Y-%m-%dT%H:00Z")
+                .replace(tzinfo=datetime.UTC)
+                .timestamp()
+                * 1000
+            ),
+            "reason": row["reason"],
+            "count": row["count"],
+        }
         for row in hours
-    ]  # fmt: skip
+    ]
     return points, 3_600_000
 
 
@@ -334,8 +343,15 @@ def _timeline_chart(plt: Any, points: Rows, bucket_ms: int, colours: Mapping[str
     ordered = [r for r in REASONS if r in per_reason] + sorted(set(per_reason) - set(REASONS))
     for reason in ordered:
         heights = [per_reason[reason].get(x, 0) for x in xs]
-        ax.bar(range(span), heights, width=1.0, bottom=bottom, align="edge", label=reason,
-               color=colours.get(reason))  # fmt: skip
+        ax.bar(
+            range(span),
+            heights,
+            width=1.0,
+            bottom=bottom,
+            align="edge",
+            label=reason,
+            color=colours.get(reason),
+        )
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     unit = _BUCKET_NAMES.get(bucket_ms, f"{bucket_ms} ms")
     fmt = {"minute": "%H:%M", "hour": "%m-%d %H:00", "day": "%Y-%m-%d"}.get(unit, "%m-%d %H:%M")

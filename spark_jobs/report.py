@@ -70,9 +70,22 @@ ACCURACY = 10_000
 
 #: Columns the report reads (``headers`` is added when ``--type-header`` asks for it).
 REPORT_COLUMNS = (
-    "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "policy", "outcome", "drop_reason",
-    "death_count", "original_expiration", "enqueued_ms", "message_id", "content_type", "body_size",
-)  # fmt: skip
+    "time_ms",
+    "reason",
+    "vhost",
+    "queue",
+    "exchange",
+    "routing_keys",
+    "policy",
+    "outcome",
+    "drop_reason",
+    "death_count",
+    "original_expiration",
+    "enqueued_ms",
+    "message_id",
+    "content_type",
+    "body_size",
+)
 
 #: Time-in-queue histogram buckets: label and [lower, upper) in ms (None = unbounded).
 HISTOGRAM_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
@@ -401,17 +414,25 @@ def spark_csv(spark: SparkSession, table: DataFrame, uri: str) -> bool:
         return False
     columns = [
         F.array_join(F.col(f.name).cast("array<string>"), ";", "").alias(f.name)
-        if isinstance(f.dataType, ArrayType) else F.col(f.name)
+        if isinstance(f.dataType, ArrayType)
+        else F.col(f.name)
         for f in table.schema.fields
-    ]  # fmt: skip
+    ]
     staging = uri + ".spark"
     (
-        table.select(*columns).coalesce(1).write.mode("overwrite")
-        .option("header", True).option("nullValue", "").option("emptyValue", "")
-        .option("quote", '"').option("escape", '"').option("lineSep", "\n")
-        .option("ignoreLeadingWhiteSpace", False).option("ignoreTrailingWhiteSpace", False)
+        table.select(*columns)
+        .coalesce(1)
+        .write.mode("overwrite")
+        .option("header", True)
+        .option("nullValue", "")
+        .option("emptyValue", "")
+        .option("quote", '"')
+        .option("escape", '"')
+        .option("lineSep", "\n")
+        .option("ignoreLeadingWhiteSpace", False)
+        .option("ignoreTrailingWhiteSpace", False)
         .csv(staging)
-    )  # fmt: skip
+    )
     move_single_file(spark, staging, ".csv", uri)
     return True
 
@@ -508,8 +529,18 @@ def run_report(
     started = time.monotonic()
     restore = _fit_shuffle_partitions(spark)
     try:
-        return _run_report(spark, archive, out, started, retry_threshold=retry_threshold, top=top,
-                           type_header=type_header, fmt=fmt, charts=charts, parallel=parallel)  # fmt: skip
+        return _run_report(
+            spark,
+            archive,
+            out,
+            started,
+            retry_threshold=retry_threshold,
+            top=top,
+            type_header=type_header,
+            fmt=fmt,
+            charts=charts,
+            parallel=parallel,
+        )
     finally:
         restore()
 

@@ -101,9 +101,18 @@ def _minutes(records: DataFrame) -> DataFrame:
             F.sum(F.when(F.col("outcome") == "dropped", 1).otherwise(0)).cast("long").alias("dropped"),
             F.percentile_approx(on_time, [0.5, 0.99], 1000).alias("lateness"),
         )
-        .select("minute_ms", "reason", "vhost", "queue", "exchange", "deaths", "dropped",
-                F.col("lateness")[0].alias("lateness_p50_ms"), F.col("lateness")[1].alias("lateness_p99_ms"))
-    )  # fmt: skip
+        .select(
+            "minute_ms",
+            "reason",
+            "vhost",
+            "queue",
+            "exchange",
+            "deaths",
+            "dropped",
+            F.col("lateness")[0].alias("lateness_p50_ms"),
+            F.col("lateness")[1].alias("lateness_p99_ms"),
+        )
+    )
 
 
 def _drops(records: DataFrame) -> DataFrame:
@@ -129,8 +138,15 @@ def alerts_of(rows: Sequence[dict[str, Any]], rules: Sequence[AlertRule]) -> lis
                 per_minute[row["minute_ms"]] = per_minute.get(row["minute_ms"], 0) + row["deaths"]
         for minute_ms, count in sorted(per_minute.items()):
             if rule.fires(count):
-                out.append({"rule": rule.text, "minute": _minute_label(minute_ms), "minute_ms": minute_ms,
-                            "deaths": count, "threshold": rule.threshold})  # fmt: skip
+                out.append(
+                    {
+                        "rule": rule.text,
+                        "minute": _minute_label(minute_ms),
+                        "minute_ms": minute_ms,
+                        "deaths": count,
+                        "threshold": rule.threshold,
+                    }
+                )
     return out
 
 
@@ -146,8 +162,10 @@ def console_table(rows: Sequence[dict[str, Any]], minutes: int = 5, top: int = 1
         for r in shown:
             queue = r["queue"] if r["vhost"] == "/" else f"{r['vhost']}/{r['queue']}"
             late = "" if r["lateness_p99_ms"] is None else f"{r['lateness_p99_ms']} ms"
-            lines.append(f"{_minute_label(minute_ms):<18} {r['reason']:<15} {queue[:30]:<30} "
-                         f"{r['deaths']:>8,} {r['dropped']:>8,} {late:>9}")  # fmt: skip
+            lines.append(
+                f"{_minute_label(minute_ms):<18} {r['reason']:<15} {queue[:30]:<30} "
+                f"{r['deaths']:>8,} {r['dropped']:>8,} {late:>9}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -173,8 +191,13 @@ class _Batches:
             key = (alert["rule"], alert["minute_ms"])
             if key not in self.alerted:
                 self.alerted.add(key)
-                log.warning("ALERT %s: %d deaths in %s (threshold %g/min)", alert["rule"], alert["deaths"],
-                            alert["minute"], alert["threshold"])  # fmt: skip
+                log.warning(
+                    "ALERT %s: %d deaths in %s (threshold %g/min)",
+                    alert["rule"],
+                    alert["deaths"],
+                    alert["minute"],
+                    alert["threshold"],
+                )
         if self.rules:
             text = "".join(json.dumps(a, sort_keys=True) + "\n" for a in found)
             write_bytes(self.spark, join(self.out, "alerts.jsonl"), text.encode())
@@ -210,11 +233,16 @@ def start_watch(
     handler = _Batches(spark, out, rules, quiet)
     base = checkpoint or join(out, "_checkpoint")
     queries = []
-    for name, frame, fn in (("minutes", _minutes(records), handler.minutes),
-                            ("drops", _drops(records), handler.drops)):  # fmt: skip
-        writer = frame.writeStream.outputMode("complete").foreachBatch(fn).option(
-            "checkpointLocation", join(base, name)
-        ).queryName(f"ottermq-dlq-watch-{name}")
+    for name, frame, fn in (
+        ("minutes", _minutes(records), handler.minutes),
+        ("drops", _drops(records), handler.drops),
+    ):
+        writer = (
+            frame.writeStream.outputMode("complete")
+            .foreachBatch(fn)
+            .option("checkpointLocation", join(base, name))
+            .queryName(f"ottermq-dlq-watch-{name}")
+        )
         if once:
             writer = writer.trigger(availableNow=True)
         else:
@@ -231,8 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("archive", help="archive directory (local path or Hadoop URI)")
     parser.add_argument("--out", required=True, help="output directory: minutes/, drops/, alerts.jsonl")
     parser.add_argument("--checkpoint", help="checkpoint directory (default OUT/_checkpoint)")
-    parser.add_argument("--alert", action="append", default=[], metavar="RULE",
-                        help="e.g. 'reason=expired,queue=orders,rate>100/min' (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--alert",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="e.g. 'reason=expired,queue=orders,rate>100/min' (repeatable)",
+    )
     parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between batches")
     parser.add_argument("--once", action="store_true", help="process the files there now, then exit")
     parser.add_argument("--max-files", type=int, default=1000, metavar="N", help="files per batch at most")
@@ -257,9 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("%d .jsonl.part file(s) still being written: read once they are complete", found.parts)
     with spark_session("ottermq-dlq-watch", args.master, parse_conf(args.conf), args.verbose) as spark:
         queries, _handler = start_watch(
-            spark, args.archive, args.out, checkpoint=args.checkpoint, rules=rules, once=args.once,
-            interval=args.interval, max_files=args.max_files,
-        )  # fmt: skip
+            spark,
+            args.archive,
+            args.out,
+            checkpoint=args.checkpoint,
+            rules=rules,
+            once=args.once,
+            interval=args.interval,
+            max_files=args.max_files,
+        )
         try:
             for query in queries:
                 query.awaitTermination()

@@ -157,8 +157,11 @@ class DelayHeap:
         """Every live item of a deleted exchange (or of a deleted vhost when ``exchange`` is None)."""
         if not self.pending:
             return []
-        gone = [e for _, _, e in self._heap
-                if e.live and e.vhost == vhost and (exchange is None or exchange == e.exchange)]  # fmt: skip
+        gone = [
+            e
+            for _, _, e in self._heap
+            if e.live and e.vhost == vhost and (exchange is None or exchange == e.exchange)
+        ]
         for item in gone:
             self._forget(item)
         self._compact()
@@ -166,8 +169,10 @@ class DelayHeap:
 
     def items(self, vhost: str, exchange: str) -> list[Delayed]:
         """The live items of one exchange, in due order (management browsing, tests)."""
-        return sorted((e for _, _, e in self._heap if e.live and e.vhost == vhost and e.exchange == exchange),
-                      key=lambda e: (e.due, e.seq))  # fmt: skip
+        return sorted(
+            (e for _, _, e in self._heap if e.live and e.vhost == vhost and e.exchange == exchange),
+            key=lambda e: (e.due, e.seq),
+        )
 
     def _forget(self, item: Delayed) -> None:
         item.live = False

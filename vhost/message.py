@@ -70,10 +70,14 @@ class Message:
     def with_props(self, raw_props: bytes) -> Message:
         """A copy with other property octets (same routing keys, also CC/BCC ones)."""
         return Message(
-            self.exchange, self.routing_key, raw_props, self.body,
-            self.persistent, self.priority, self.expiration,
+            self.exchange,
+            self.routing_key,
+            raw_props,
+            self.body,
+            self.persistent,
+            self.priority,
+            self.expiration,
         )
-
 
     @property
     def size(self) -> int:
@@ -81,12 +85,18 @@ class Message:
         return len(self.body)
 
 
-
 class Entry:
     """A message's place in one queue."""
 
     __slots__ = (
-        "message", "seq", "redelivered", "deadline", "delivery_count", "store_id", "state", "enqueued_at"
+        "message",
+        "seq",
+        "redelivered",
+        "deadline",
+        "delivery_count",
+        "store_id",
+        "state",
+        "enqueued_at",
     )
 
     def __init__(self, message: Message, seq: int, deadline: int | None = None, enqueued_at: int = 0) -> None:
@@ -109,8 +119,13 @@ class SelectedMessage(Message):
 
     def __init__(self, base: Message, raw_props: bytes, extra_keys: tuple[str, ...]) -> None:
         super().__init__(
-            base.exchange, base.routing_key, raw_props, base.body,
-            base.persistent, base.priority, base.expiration,
+            base.exchange,
+            base.routing_key,
+            raw_props,
+            base.body,
+            base.persistent,
+            base.priority,
+            base.expiration,
         )
         self.extra_keys = extra_keys
 

@@ -82,11 +82,13 @@ class Pattern:
         try:
             return self._regex.search(text, timeout=TIMEOUT) is not None
         except TimeoutError:
-            log.warning("regular expression %r ran out of time (%.0f ms) on a name of %d characters",
-                        self.source, TIMEOUT * 1000, len(text))  # fmt: skip
-            raise PatternTimeout(
-                f"regular expression '{self.source}' is too expensive to evaluate"
-            ) from None
+            log.warning(
+                "regular expression %r ran out of time (%.0f ms) on a name of %d characters",
+                self.source,
+                TIMEOUT * 1000,
+                len(text),
+            )
+            raise PatternTimeout(f"regular expression '{self.source}' is too expensive to evaluate") from None
 
     def matches(self, text: str) -> bool:
         """:meth:`search` where running out of time counts as no match (logged)."""

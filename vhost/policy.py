@@ -54,25 +54,64 @@ from .patterns import Pattern, PatternError, compile_pattern
 # RabbitMQ 3.10's three, and 3.12's queue-type ones: classic_queues is every queue here (all are
 # classic), quorum_queues and streams match nothing
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
-_APPLIES = {"all": ("queue", "exchange"), "queues": ("queue",), "exchanges": ("exchange",),
-            "classic_queues": ("queue",), "quorum_queues": (), "streams": ()}  # fmt: skip
+_APPLIES = {
+    "all": ("queue", "exchange"),
+    "queues": ("queue",),
+    "exchanges": ("exchange",),
+    "classic_queues": ("queue",),
+    "quorum_queues": (),
+    "streams": (),
+}
 OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")
 LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")
 # Accepted (RabbitMQ features without a counterpart here), never applied
-INERT_KEYS = frozenset({
-    "ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
-    "ha-promote-on-failure", "queue-mode", "queue-master-locator", "queue-leader-locator", "queue-version",
-    "max-age", "stream-max-segment-size-bytes", "max-in-memory-length", "max-in-memory-bytes",
-    "dead-letter-strategy", "federation-upstream", "federation-upstream-set", "initial-cluster-size",
-})  # fmt: skip
+INERT_KEYS = frozenset(
+    {
+        "ha-mode",
+        "ha-params",
+        "ha-sync-mode",
+        "ha-sync-batch-size",
+        "ha-promote-on-shutdown",
+        "ha-promote-on-failure",
+        "queue-mode",
+        "queue-master-locator",
+        "queue-leader-locator",
+        "queue-version",
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "max-in-memory-length",
+        "max-in-memory-bytes",
+        "dead-letter-strategy",
+        "federation-upstream",
+        "federation-upstream-set",
+        "initial-cluster-size",
+    }
+)
 # Keys of quorum queues and streams: RabbitMQ 3.10 does not apply a policy holding one to a classic
 # queue at all (``rabbit_classic_queue:is_policy_applicable``), so the next matching policy applies.
 # ``delivery-limit`` is one of them there; here it is our extension on classic queues (rule 5).
-NOT_FOR_CLASSIC = frozenset({"max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
-                             "dead-letter-strategy", "queue-leader-locator"})  # fmt: skip
-OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "overflow",
-                           "delivery-limit", "max-in-memory-length", "max-in-memory-bytes"})  # fmt: skip
+NOT_FOR_CLASSIC = frozenset(
+    {
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "initial-cluster-size",
+        "dead-letter-strategy",
+        "queue-leader-locator",
+    }
+)
+OPERATOR_KEYS = frozenset(
+    {
+        "expires",
+        "message-ttl",
+        "max-length",
+        "max-length-bytes",
+        "overflow",
+        "delivery-limit",
+        "max-in-memory-length",
+        "max-in-memory-bytes",
+    }
+)
 
 
 class PolicyError(ValueError):
@@ -80,8 +119,9 @@ class PolicyError(ValueError):
 
 
 # Keys added to "now" as milliseconds: at most ten years (``bounds`` rule 2); other integers fit 64 bits
-DURATIONS = frozenset({"message-ttl", "expires", "consumer-timeout", "cache-ttl", "delayed-retry-min",
-                       "delayed-retry-max"})  # fmt: skip
+DURATIONS = frozenset(
+    {"message-ttl", "expires", "consumer-timeout", "cache-ttl", "delayed-retry-min", "delayed-retry-max"}
+)
 
 
 def _bounded(check: Any, value: Any, key: str) -> None:
@@ -169,8 +209,14 @@ class Policy:
 
     def as_json(self) -> dict[str, Any]:
         """As the management API shows it."""
-        return {"vhost": self.vhost, "name": self.name, "pattern": self.pattern, "apply-to": self.apply_to,
-                "definition": dict(self.definition), "priority": self.priority}  # fmt: skip
+        return {
+            "vhost": self.vhost,
+            "name": self.name,
+            "pattern": self.pattern,
+            "apply-to": self.apply_to,
+            "definition": dict(self.definition),
+            "priority": self.priority,
+        }
 
 
 def make_policy(
@@ -252,8 +298,15 @@ _QUEUE_FIELDS = {
     "delayed-retry-min": "delayed_retry_min",
     "delayed-retry-max": "delayed_retry_max",
 }
-_ARGUMENT_WINS = ("dead-letter-exchange", "dead-letter-routing-key", "overflow", "ottermq-exact-ttl",
-                  "delayed-retry-type", "delayed-retry-min", "delayed-retry-max")  # fmt: skip
+_ARGUMENT_WINS = (
+    "dead-letter-exchange",
+    "dead-letter-routing-key",
+    "overflow",
+    "ottermq-exact-ttl",
+    "delayed-retry-type",
+    "delayed-retry-min",
+    "delayed-retry-max",
+)
 
 
 def effective_args(declared: QueueArgs, definition: Mapping[str, Any]) -> QueueArgs:
@@ -279,6 +332,9 @@ def effective_args(declared: QueueArgs, definition: Mapping[str, Any]) -> QueueA
 def consumer_timeout(declared: QueueArgs, definition: Mapping[str, Any], default: int | None) -> int | None:
     """Milliseconds a delivery may stay unacked on this queue: the lower of the queue's
     ``x-consumer-timeout``, the policy's ``consumer-timeout`` and the node's default (None = off)."""
-    values = [v for v in (declared.raw.get("x-consumer-timeout"), definition.get("consumer-timeout"), default)
-              if isinstance(v, int) and not isinstance(v, bool) and v > 0]  # fmt: skip
+    values = [
+        v
+        for v in (declared.raw.get("x-consumer-timeout"), definition.get("consumer-timeout"), default)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0
+    ]
     return min(min(values), MAX_DURATION) if values else None  # a timer at now + timeout (bounds)

@@ -228,8 +228,13 @@ class VHost:
         else:
             arguments, always = owner.declared_args.raw, False
         durable = _durable_owner(owner)
-        return dedup_settings(arguments, definition, durable=durable, always=always,
-                              resource=f"{kind} '{owner.name}' in vhost '{self.name}'")  # fmt: skip
+        return dedup_settings(
+            arguments,
+            definition,
+            durable=durable,
+            always=always,
+            resource=f"{kind} '{owner.name}' in vhost '{self.name}'",
+        )
 
     def _apply_dedup_policy(self, kind: str, owner: Exchange | Queue, definition: dict[str, Any]) -> None:
         """A policy changed: the cache its arguments and the new definition ask for."""
@@ -414,8 +419,16 @@ class VHost:
             )
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
         queue = Queue(
-            name, self.name, durable, exclusive, auto_delete, owner if exclusive else None, args,
-            ttl=self.ttl, sink=self.sink, limits=self.limits,
+            name,
+            self.name,
+            durable,
+            exclusive,
+            auto_delete,
+            owner if exclusive else None,
+            args,
+            ttl=self.ttl,
+            sink=self.sink,
+            limits=self.limits,
         )
         dedup = self._dedup_settings("queue", queue, {})  # 406 before the queue exists
         queue.on_expired = self._expire_queue

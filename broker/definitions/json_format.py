@@ -366,13 +366,19 @@ def _read_policy(
     entry.label(f"{'operator policy' if operator else 'policy'} '{name}' in vhost '{vhost}'")
     try:
         policy = make_policy(
-            vhost, name, value.get("pattern"), value.get("definition"), value.get("apply-to", "all"),
-            value.get("priority", 0), operator=operator,
-        )  # fmt: skip
+            vhost,
+            name,
+            value.get("pattern"),
+            value.get("definition"),
+            value.get("apply-to", "all"),
+            value.get("priority", 0),
+            operator=operator,
+        )
     except PolicyError as exc:
         raise entry.fail(str(exc)) from None
-    return PolicyRecord(vhost, name, policy.pattern, policy.apply_to, policy.priority,
-                        json.dumps(policy.definition), operator)  # fmt: skip
+    return PolicyRecord(
+        vhost, name, policy.pattern, policy.apply_to, policy.priority, json.dumps(policy.definition), operator
+    )
 
 
 def _read_policies(data: Mapping[str, Any]) -> list[PolicyRecord]:
@@ -396,9 +402,11 @@ def _read_policies(data: Mapping[str, Any]) -> list[PolicyRecord]:
             raise entry.fail(f"'value' must be an object, got {value!r}")
         found[(vhost, name, True)] = _read_policy(entry, value, vhost, name, True)
     if ignored:
-        log.warning("definitions: ignoring %d item(s) in 'parameters': runtime parameters other than"
-                    " operator policies (federation, shovel, vhost limits...) are not implemented",
-                    ignored)  # fmt: skip
+        log.warning(
+            "definitions: ignoring %d item(s) in 'parameters': runtime parameters other than"
+            " operator policies (federation, shovel, vhost limits...) are not implemented",
+            ignored,
+        )
     return list(found.values())
 
 
@@ -407,15 +415,25 @@ def policies_to_json(policies: list[PolicyRecord]) -> tuple[list[dict[str, Any]]
     policies as ``operator_policy`` runtime parameters."""
     users, operators = [], []
     for p in policies:
-        value = {"pattern": p.pattern, "definition": json.loads(p.definition), "priority": p.priority,
-                 "apply-to": p.apply_to}  # fmt: skip
+        value = {
+            "pattern": p.pattern,
+            "definition": json.loads(p.definition),
+            "priority": p.priority,
+            "apply-to": p.apply_to,
+        }
         if p.operator:
-            operators.append(
-                {"value": value, "vhost": p.vhost, "component": OPERATOR_POLICY, "name": p.name}
-            )
+            operators.append({"value": value, "vhost": p.vhost, "component": OPERATOR_POLICY, "name": p.name})
         else:
-            users.append({"vhost": p.vhost, "name": p.name, "pattern": p.pattern, "apply-to": p.apply_to,
-                          "definition": value["definition"], "priority": p.priority})  # fmt: skip
+            users.append(
+                {
+                    "vhost": p.vhost,
+                    "name": p.name,
+                    "pattern": p.pattern,
+                    "apply-to": p.apply_to,
+                    "definition": value["definition"],
+                    "priority": p.priority,
+                }
+            )
     return users, operators
 
 
@@ -530,8 +548,10 @@ def limits_of(defs_limits: list[LimitRecord], kind: str, owner: str) -> dict[str
 def vhost_limit_parameters(limits: list[LimitRecord]) -> list[dict[str, Any]]:
     """``vhost-limits`` runtime parameters, as RabbitMQ exports them."""
     owners = sorted({r.owner for r in limits if r.kind == "vhost"})
-    return [{"value": limits_of(limits, "vhost", v), "vhost": v, "component": VHOST_LIMITS, "name": "limits"}
-            for v in owners]  # fmt: skip
+    return [
+        {"value": limits_of(limits, "vhost", v), "vhost": v, "component": VHOST_LIMITS, "name": "limits"}
+        for v in owners
+    ]
 
 
 def load_definitions_file(path: str | Path) -> Definitions:
@@ -576,8 +596,11 @@ def definitions_to_json(defs: Definitions, version: str) -> dict[str, Any]:
             for u in defs.users
         ],
         "vhosts": [
-            {"name": v.name, "limits": [list(kv) for kv in limits_of(defs.limits, "vhost", v.name).items()],
-             "metadata": {"description": v.description, "tags": list(v.tags)}}
+            {
+                "name": v.name,
+                "limits": [list(kv) for kv in limits_of(defs.limits, "vhost", v.name).items()],
+                "metadata": {"description": v.description, "tags": list(v.tags)},
+            }
             for v in defs.vhosts
         ],
         "permissions": [

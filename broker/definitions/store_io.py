@@ -86,7 +86,10 @@ async def import_definitions(store: Store, defs: Definitions) -> Definitions:
         if (b.vhost, b.source) not in exchanges or (b.vhost, b.destination) not in targets:
             log.warning(
                 "skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
-                b.destination_kind, b.destination, b.source, b.vhost,
+                b.destination_kind,
+                b.destination,
+                b.source,
+                b.vhost,
                 "exchange" if (b.vhost, b.source) not in exchanges else b.destination_kind,
             )
             continue

@@ -58,9 +58,23 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RESOURCES = (
-    overview, vhosts, queues, exchanges, bindings, messages, connections, users, permissions, health, nodes,
-    definitions, policies, archive, deadletters, limits,
-)  # fmt: skip
+    overview,
+    vhosts,
+    queues,
+    exchanges,
+    bindings,
+    messages,
+    connections,
+    users,
+    permissions,
+    health,
+    nodes,
+    definitions,
+    policies,
+    archive,
+    deadletters,
+    limits,
+)
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -123,9 +137,14 @@ async def security_headers(_request: web.Request, response: web.StreamResponse) 
 async def rabbit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Cross-site writes, then routing errors, then Basic auth, then the handler (see the module rules)."""
     if cross_site(request.method, request.headers, request.scheme, request.host):
-        log.info("HTTP %s %s refused: cross-site (Origin %r, Sec-Fetch-Site %r) from %s", request.method,
-                 request.path, request.headers.get(hdrs.ORIGIN), request.headers.get("Sec-Fetch-Site"),
-                 request.remote)  # fmt: skip
+        log.info(
+            "HTTP %s %s refused: cross-site (Origin %r, Sec-Fetch-Site %r) from %s",
+            request.method,
+            request.path,
+            request.headers.get(hdrs.ORIGIN),
+            request.headers.get("Sec-Fetch-Site"),
+            request.remote,
+        )
         return json_error(403, "forbidden", "cross-site request refused")
     docs = request.app.get(DOCS_KEY)
     if docs is not None and (request.path == docs or request.path.startswith(docs + "/")):
@@ -167,8 +186,9 @@ UI_KEY: web.AppKey[bool] = web.AppKey("ui", bool)  # OTTERMQ_ENABLE_UI
 METHOD_ORDER = ("HEAD", "GET", "PUT", "POST", "DELETE", "OPTIONS")  # RabbitMQ's (cowboy's) Allow order
 SHAPING_PARAMS = frozenset({"columns", "sort", "sort_reverse", "page"})
 # The lists RabbitMQ paginates (paths under the API prefix)
-PAGINATED = frozenset({"/queues", "/queues/{vhost}", "/exchanges", "/exchanges/{vhost}", "/vhosts",
-                       "/connections", "/channels"})  # fmt: skip
+PAGINATED = frozenset(
+    {"/queues", "/queues/{vhost}", "/exchanges", "/exchanges/{vhost}", "/vhosts", "/connections", "/channels"}
+)
 
 
 def reshape(response: web.StreamResponse, request: web.Request) -> web.StreamResponse:
@@ -221,5 +241,12 @@ class ManagementServer(HTTPListener):
     def __init__(self, broker: Broker) -> None:
         settings = broker.settings
         tls = broker.web_tls_context if settings.web_ssl else None
-        super().__init__(broker, settings.web_port, settings.web_api_path, "management API", make_app,
-                         settings.web_ssl_port, tls)  # fmt: skip
+        super().__init__(
+            broker,
+            settings.web_port,
+            settings.web_api_path,
+            "management API",
+            make_app,
+            settings.web_ssl_port,
+            tls,
+        )

@@ -70,12 +70,20 @@ def list_archive(root: Path) -> list[dict[str, Any]]:
                             _counts.clear()
                         _counts[key] = records
                 hours.setdefault(label, []).append(
-                    {"name": path.name, "size": st.st_size, "records": records,
-                     "writing": path.name.endswith(".part")}  # fmt: skip
+                    {
+                        "name": path.name,
+                        "size": st.st_size,
+                        "records": records,
+                        "writing": path.name.endswith(".part"),
+                    }
                 )
     return [
-        {"hour": label, "files": files, "size": sum(f["size"] for f in files),
-         "records": sum(f["records"] for f in files)}  # fmt: skip
+        {
+            "hour": label,
+            "files": files,
+            "size": sum(f["size"] for f in files),
+            "records": sum(f["records"] for f in files),
+        }
         for label, files in sorted(hours.items(), reverse=True)
     ]
 
@@ -134,9 +142,15 @@ async def reports(request: web.Request) -> web.Response:
         if folder.is_dir() and (folder / "summary.json").is_file() and inside(root, folder / "summary.json"):
             summary = _summary(folder)
             modified = int(os.path.getmtime(folder / "summary.json") * 1000)
-            found.append({"name": folder.name, "modified": modified, "records": summary.get("records"),
-                          "archive": summary.get("archive"),
-                          "charts": summary.get("charts", [])})  # fmt: skip
+            found.append(
+                {
+                    "name": folder.name,
+                    "modified": modified,
+                    "records": summary.get("records"),
+                    "archive": summary.get("archive"),
+                    "charts": summary.get("charts", []),
+                }
+            )
     found.sort(key=lambda r: r["modified"], reverse=True)
     return web.json_response({"enabled": True, "dir": str(root), "reports": found})
 

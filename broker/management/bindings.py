@@ -95,8 +95,11 @@ def _between(request: web.Request) -> tuple[VHost, str, ResourceKind, str, list[
         raise NotFound()
     if (vhost.queues if kind == "queue" else vhost.exchanges).get(dest) is None:
         raise NotFound()
-    items = [b for b in vhost_bindings(vhost) if (b["source"], b["destination_type"], b["destination"]) ==
-             (source, kind, dest)]  # fmt: skip
+    items = [
+        b
+        for b in vhost_bindings(vhost)
+        if (b["source"], b["destination_type"], b["destination"]) == (source, kind, dest)
+    ]
     return vhost, source, kind, dest, items
 
 
@@ -140,8 +143,11 @@ async def delete_binding(request: web.Request) -> web.Response:
         if source == "":  # the implicit binding: permission, then refused
             ops.unbind(user, vhost, source, (kind, dest), item["routing_key"])
         for key, bound, args in vhost.exchanges[source].bindings_list():
-            if bound == (kind, dest) and key == item["routing_key"] and \
-                    properties_key(key, dict(args)) == item["properties_key"]:  # fmt: skip
+            if (
+                bound == (kind, dest)
+                and key == item["routing_key"]
+                and properties_key(key, dict(args)) == item["properties_key"]
+            ):
                 ops.unbind(user, vhost, source, (kind, dest), key, dict(args))
                 break
     return web.Response(status=204)
@@ -180,4 +186,6 @@ def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
     routes.get(between + "/{props}")(get_binding)
     routes.delete(between + "/{props}")(delete_binding)
     routes.get(f"{prefix}/queues/{{vhost}}/{{name}}/bindings")(queue_bindings)
-    routes.get(f"{prefix}/exchanges/{{vhost}}/{{name}}/bindings/{{side:source|destination}}")(exchange_bindings)
+    routes.get(f"{prefix}/exchanges/{{vhost}}/{{name}}/bindings/{{side:source|destination}}")(
+        exchange_bindings
+    )

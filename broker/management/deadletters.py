@@ -107,9 +107,16 @@ async def index(request: web.Request) -> web.Response:
                 if last is not None and last[0] is not None:
                     reasons[last[0]] = reasons.get(last[0], 0) + 1
             if reasons:
-                found.append({"vhost": vhost.name, "name": queue.name, "messages_ready": queue.message_count,
-                              "dead_lettered": sum(reasons.values()), "reasons": reasons,
-                              "sampled": sampled if sampled < queue.message_count else None})  # fmt: skip
+                found.append(
+                    {
+                        "vhost": vhost.name,
+                        "name": queue.name,
+                        "messages_ready": queue.message_count,
+                        "dead_lettered": sum(reasons.values()),
+                        "reasons": reasons,
+                        "sampled": sampled if sampled < queue.message_count else None,
+                    }
+                )
             await asyncio.sleep(0)  # many queues: let others in between
     found.sort(key=lambda q: (q["vhost"], q["name"]))
     return web.json_response(found)
@@ -151,22 +158,39 @@ async def browse(request: web.Request) -> web.Response:
         if offset <= matching < offset + limit:
             page.append(_message_json(entry, truncate))
         matching += 1
-    return web.json_response({
-        "vhost": vhost.name, "queue": queue.name, "total": total, "dead_lettered": dead, "matching": matching,
-        "summary": [{"reason": r, "source_queue": s, "count": n} for (r, s), n in sorted(summary.items())],
-        "offset": offset, "limit": limit, "messages": page,
-    })  # fmt: skip
+    return web.json_response(
+        {
+            "vhost": vhost.name,
+            "queue": queue.name,
+            "total": total,
+            "dead_lettered": dead,
+            "matching": matching,
+            "summary": [
+                {"reason": r, "source_queue": s, "count": n} for (r, s), n in sorted(summary.items())
+            ],
+            "offset": offset,
+            "limit": limit,
+            "messages": page,
+        }
+    )
 
 
 def _message_json(entry: Entry, truncate: int | None) -> dict[str, Any]:
     message = entry.message
     headers = get_headers(message.raw_props)  # not kept on the message (memory)
     payload, encoding = payload_json(message.body, "auto", truncate)
-    return {"id": entry.seq, "payload": payload, "payload_encoding": encoding,
-            "payload_bytes": len(message.body), "redelivered": entry.redelivered,
-            "exchange": message.exchange, "routing_key": message.routing_key,
-            "properties": properties_json(message.raw_props), "deaths": deaths_of(headers),
-            "first_death": first_death(headers)}  # fmt: skip
+    return {
+        "id": entry.seq,
+        "payload": payload,
+        "payload_encoding": encoding,
+        "payload_bytes": len(message.body),
+        "redelivered": entry.redelivered,
+        "exchange": message.exchange,
+        "routing_key": message.routing_key,
+        "properties": properties_json(message.raw_props),
+        "deaths": deaths_of(headers),
+        "first_death": first_death(headers),
+    }
 
 
 async def create_move(request: web.Request) -> web.Response:

@@ -73,17 +73,29 @@ def topology(vhost: VHost, with_vhost: bool) -> dict[str, list[dict[str, Any]]]:
     """``vhost``'s queues, exchanges and bindings as definitions (``vhost`` fields if ``with_vhost``)."""
     where = {"vhost": vhost.name} if with_vhost else {}
     queues = [
-        {"name": q.name, **where, "durable": q.durable, "auto_delete": q.auto_delete,
-         "arguments": json_value(q.args.raw or {})}
+        {
+            "name": q.name,
+            **where,
+            "durable": q.durable,
+            "auto_delete": q.auto_delete,
+            "arguments": json_value(q.args.raw or {}),
+        }
         for name, q in sorted(vhost.queues.items())
         if not q.exclusive
-    ]  # fmt: skip
+    ]
     exchanges = [
-        {"name": x.name, **where, "type": x.type, "durable": x.durable, "auto_delete": x.auto_delete,
-         "internal": x.internal, "arguments": json_value(x.arguments)}
+        {
+            "name": x.name,
+            **where,
+            "type": x.type,
+            "durable": x.durable,
+            "auto_delete": x.auto_delete,
+            "internal": x.internal,
+            "arguments": json_value(x.arguments),
+        }
         for name, x in sorted(vhost.exchanges.items())
         if name and name not in RESERVED_EXCHANGES
-    ]  # fmt: skip
+    ]
     exclusive = {name for name, q in vhost.queues.items() if q.exclusive}
     bindings = []
     for b in vhost_bindings(vhost):
@@ -98,8 +110,12 @@ def topology(vhost: VHost, with_vhost: bool) -> dict[str, list[dict[str, Any]]]:
 
 def live_policies(vhosts: list[VHost]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(policies, parameters)`` of these vhosts in RabbitMQ's export shapes."""
-    records = [record_of(p) for v in vhosts for registry in (v.policies, v.operator_policies)
-               for _, p in sorted(registry.items())]  # fmt: skip
+    records = [
+        record_of(p)
+        for v in vhosts
+        for registry in (v.policies, v.operator_policies)
+        for _, p in sorted(registry.items())
+    ]
     return policies_to_json(records)
 
 
@@ -118,8 +134,11 @@ def export(broker: Broker, only: VHost | None = None) -> dict[str, Any]:
         "product_version": VERSION,
         "users": [user_json(auth.users[name], broker.limits.of("user", name)) for name in sorted(auth.users)],
         "vhosts": [
-            {"name": v.name, "limits": [list(kv) for kv in broker.limits.of("vhost", v.name).items()],
-             "metadata": {"description": v.description, "tags": list(v.tags)}}
+            {
+                "name": v.name,
+                "limits": [list(kv) for kv in broker.limits.of("vhost", v.name).items()],
+                "metadata": {"description": v.description, "tags": list(v.tags)},
+            }
             for _name, v in sorted(auth.vhosts.items())
         ],
         "permissions": [permission_json(auth.permissions[key]) for key in sorted(auth.permissions)],
@@ -234,30 +253,56 @@ def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
             continue
         args = decode_table(x.arguments)[0]
         durable = durable_exchanges.get((x.vhost, x.name), True)
-        ops.declare_exchange(None, vhost, x.name, x.type, durable=durable, auto_delete=x.auto_delete,
-                             internal=x.internal, arguments=args)  # fmt: skip
+        ops.declare_exchange(
+            None,
+            vhost,
+            x.name,
+            x.type,
+            durable=durable,
+            auto_delete=x.auto_delete,
+            internal=x.internal,
+            arguments=args,
+        )
     durable_queues = _durable(data, "queues")
     for q in defs.queues:
         vhost = broker.vhosts[q.vhost]
         if q.name in vhost.queues:
             continue
         durable = durable_queues.get((q.vhost, q.name), True)
-        ops.declare_queue(None, vhost, q.name, durable=durable, auto_delete=q.auto_delete,
-                          arguments=decode_table(q.arguments)[0])  # fmt: skip
+        ops.declare_queue(
+            None,
+            vhost,
+            q.name,
+            durable=durable,
+            auto_delete=q.auto_delete,
+            arguments=decode_table(q.arguments)[0],
+        )
     for b in defs.bindings:
         vhost = broker.vhosts[b.vhost]
         targets = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
         if b.source not in vhost.exchanges or b.destination not in targets:
-            log.warning("definitions: skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
-                        b.destination_kind, b.destination, b.source, b.vhost,
-                        "exchange" if b.source not in vhost.exchanges else b.destination_kind)  # fmt: skip
+            log.warning(
+                "definitions: skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
+                b.destination_kind,
+                b.destination,
+                b.source,
+                b.vhost,
+                "exchange" if b.source not in vhost.exchanges else b.destination_kind,
+            )
             continue
         kind = "queue" if b.destination_kind == "queue" else "exchange"
         ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
     for pol in defs.policies:  # validated by the parser already; the same validation again here
         definition = json.loads(pol.definition)
-        ops.set_policy(broker.vhosts[pol.vhost], pol.name, pol.pattern, definition, pol.apply_to,
-                       pol.priority, pol.operator)  # fmt: skip
+        ops.set_policy(
+            broker.vhosts[pol.vhost],
+            pol.name,
+            pol.pattern,
+            definition,
+            pol.apply_to,
+            pol.priority,
+            pol.operator,
+        )
     for limit in defs.limits:
         ops.set_limit(limit.kind, limit.owner, limit.name, limit.value)
 
@@ -286,4 +331,3 @@ def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
     routes.post(f"{prefix}/definitions")(post_definitions)
     routes.get(f"{prefix}/definitions/{{vhost}}")(get_definitions)
     routes.post(f"{prefix}/definitions/{{vhost}}")(post_definitions)
-

@@ -57,9 +57,14 @@ def exchange_json(exchange: Exchange, vhost: str, delayer: Any = None) -> dict[s
 def dedup_json(cache: DedupCache) -> dict[str, Any]:
     """A deduplication cache as the API shows it (ottermq extension)."""
     settings = cache.settings
-    return {"cache_size": settings.size, "cache_ttl": settings.ttl, "header": settings.header,
-            "persistent": settings.persistent, "entries": len(cache),
-            "duplicates": cache.duplicates}  # fmt: skip
+    return {
+        "cache_size": settings.size,
+        "cache_ttl": settings.ttl,
+        "header": settings.header,
+        "persistent": settings.persistent,
+        "entries": len(cache),
+        "duplicates": cache.duplicates,
+    }
 
 
 def default_exchange_json(vhost: str) -> dict[str, Any]:
@@ -113,9 +118,15 @@ async def put_exchange(request: web.Request) -> web.Response:
     with amqp_errors():
         args = arguments_of(body.get("arguments"))
         declared = broker_of(request).ops.declare_exchange(
-            user_of(request), vhost, name, type_, durable=durable, auto_delete=auto_delete,
-            internal=internal, arguments=args,
-        )  # fmt: skip
+            user_of(request),
+            vhost,
+            name,
+            type_,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            arguments=args,
+        )
     return web.Response(status=201 if declared.created else 204)
 
 

@@ -35,10 +35,19 @@ ALIVENESS_BODY = b"test_message"
 TIME_UNITS = ("days", "weeks", "months", "years")
 # spellings RabbitMQ accepts for a protocol, lowercased -> the listener protocol name
 PROTOCOL_ALIASES = {
-    "amqp": "amqp", "amqp091": "amqp", "amqp0-9-1": "amqp", "amqp0.9.1": "amqp", "amqp0_9_1": "amqp",
-    "http": "http", "management": "http", "http/prometheus": "http/prometheus",
-    "amqps": "amqp/ssl", "amqp/ssl": "amqp/ssl", "https": "https", "https/prometheus": "https/prometheus",
-}  # fmt: skip
+    "amqp": "amqp",
+    "amqp091": "amqp",
+    "amqp0-9-1": "amqp",
+    "amqp0.9.1": "amqp",
+    "amqp0_9_1": "amqp",
+    "http": "http",
+    "management": "http",
+    "http/prometheus": "http/prometheus",
+    "amqps": "amqp/ssl",
+    "amqp/ssl": "amqp/ssl",
+    "https": "https",
+    "https/prometheus": "https/prometheus",
+}
 DAYS = {"days": 1, "weeks": 7, "months": 30, "years": 365}  # RabbitMQ's month and year
 
 
@@ -146,10 +155,19 @@ async def certificate_expiration(request: web.Request) -> web.Response:
             continue
         not_after = ssl.cert_time_to_seconds(decoded["notAfter"])
         if not_after <= deadline:
-            expiring.append({"node": node_name(), "protocol": protocol, "interface": ip, "port": port,
-                             "certfile": str(files.cert_file), "cacertfile": str(files.ca_file or ""),
-                             "expiration_date": datetime.datetime.fromtimestamp(not_after, datetime.UTC)
-                             .strftime("%Y-%m-%dT%H:%M:%SZ")})  # fmt: skip
+            expiring.append(
+                {
+                    "node": node_name(),
+                    "protocol": protocol,
+                    "interface": ip,
+                    "port": port,
+                    "certfile": str(files.cert_file),
+                    "cacertfile": str(files.ca_file or ""),
+                    "expiration_date": datetime.datetime.fromtimestamp(not_after, datetime.UTC).strftime(
+                        "%Y-%m-%dT%H:%M:%SZ"
+                    ),
+                }
+            )
     if expiring:
         return failed("Certificates expiring", expired=expiring)
     return ok()
@@ -157,8 +175,11 @@ async def certificate_expiration(request: web.Request) -> web.Response:
 
 def tls_listeners(broker: Any) -> list[tuple[str, str, int, Any]]:
     """``(protocol, ip, port, TLSFiles)`` of every TLS listener (AMQPS and HTTPS)."""
-    found = [(p, ip, port, amqps_files(broker.settings)) for p, ip, port in broker.amqp_listeners()
-             if p == "amqp/ssl"]  # fmt: skip
+    found = [
+        (p, ip, port, amqps_files(broker.settings))
+        for p, ip, port in broker.amqp_listeners()
+        if p == "amqp/ssl"
+    ]
     web = [(s, ip, port) for s, ip, port in broker.web_listeners() if s == "https"]
     if broker.prometheus is not None:
         metrics = broker.prometheus.listeners()

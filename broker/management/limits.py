@@ -23,8 +23,11 @@ from .common import NotFound, bad_request, broker_of, json_body, require_adminis
 def _listing(kind: str, owners: dict[str, dict[str, int]], only: set[str] | None = None) -> web.Response:
     key = "vhost" if kind == "vhost" else "user"
     # a vhost whose limits were all cleared is listed with [] (RabbitMQ keeps an empty parameter)
-    shown = [(owner, values) for owner, values in sorted(owners.items())
-             if (values or kind == "vhost") and (only is None or owner in only)]  # fmt: skip
+    shown = [
+        (owner, values)
+        for owner, values in sorted(owners.items())
+        if (values or kind == "vhost") and (only is None or owner in only)
+    ]
     return web.json_response([{key: owner, "value": dict(v) if v else []} for owner, v in shown])
 
 
@@ -119,4 +122,3 @@ def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
     routes.get(f"{prefix}/user-limits/{{user}}")(list_user_limits)
     routes.put(f"{prefix}/user-limits/{{user}}/{{name}}")(put_user_limit)
     routes.delete(f"{prefix}/user-limits/{{user}}/{{name}}")(delete_user_limit)
-

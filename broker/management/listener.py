@@ -40,10 +40,15 @@ log = logging.getLogger(__name__)
 
 # Answers written by the listener itself, before aiohttp has a request (the API's own headers)
 _SAFE_HEADERS = b"Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n"
-_BUSY_BODY = json.dumps({"error": "service_unavailable", "reason": "too many HTTP connections"},
-                       separators=(",", ":")).encode()  # fmt: skip
-OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                 + _SAFE_HEADERS + b"Content-Length: %d\r\n\r\n" % len(_BUSY_BODY) + _BUSY_BODY)  # fmt: skip
+_BUSY_BODY = json.dumps(
+    {"error": "service_unavailable", "reason": "too many HTTP connections"}, separators=(",", ":")
+).encode()
+OVER_CAPACITY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    + _SAFE_HEADERS
+    + b"Content-Length: %d\r\n\r\n" % len(_BUSY_BODY)
+    + _BUSY_BODY
+)
 REQUEST_TIMEOUT = b"HTTP/1.1 408 Request Timeout\r\n" + _SAFE_HEADERS + b"Content-Length: 0\r\n\r\n"
 # accept() failures that mean "out of resources for now": wait and try again (as asyncio's own servers)
 _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -195,8 +200,9 @@ class HTTPListener:
         self.sockets: list[socket.socket] = []
         self._runner: web.AppRunner | None = None
         settings = broker.settings
-        self.limits = Limits(settings.web_header_timeout, settings.web_idle_timeout,
-                             settings.web_max_connections)  # fmt: skip
+        self.limits = Limits(
+            settings.web_header_timeout, settings.web_idle_timeout, settings.web_max_connections
+        )
         self.open_connections = 0  # accepted and not yet closed, handshakes included
         self._tasks: set[asyncio.Task[None]] = set()
         self._full_logged = float("-inf")
@@ -248,15 +254,21 @@ class HTTPListener:
 
     async def start(self) -> None:
         """Serve on the bound sockets."""
-        runner = web.AppRunner(self.make_app(self.broker), access_log=None, handle_signals=False,
-                               keepalive_timeout=self.limits.idle_timeout)  # fmt: skip
+        runner = web.AppRunner(
+            self.make_app(self.broker),
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=self.limits.idle_timeout,
+        )
         await runner.setup()
         self._runner = runner
         for sock in self.sockets:
             context = self.tls_context if sock.fileno() in self._tls else None
             self._spawn(self._accept(sock, context))
-        urls = ", ".join(f"{scheme}://{f'[{ip}]' if ':' in ip else ip}:{port}{self.path}"
-                         for scheme, ip, port in self.listeners())  # fmt: skip
+        urls = ", ".join(
+            f"{scheme}://{f'[{ip}]' if ':' in ip else ip}:{port}{self.path}"
+            for scheme, ip, port in self.listeners()
+        )
         log.info("%s on %s", self.what, urls)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -273,8 +285,13 @@ class HTTPListener:
                 continue
             except OSError as exc:
                 level = logging.ERROR if exc.errno in _RESOURCE_ERRORS else logging.WARNING
-                log.log(level, "%s: accepting a connection failed (%s); retrying in %.0f s",
-                        self.what, exc, _ACCEPT_RETRY)  # fmt: skip
+                log.log(
+                    level,
+                    "%s: accepting a connection failed (%s); retrying in %.0f s",
+                    self.what,
+                    exc,
+                    _ACCEPT_RETRY,
+                )
                 await asyncio.sleep(_ACCEPT_RETRY)
                 continue
             if self.open_connections >= self.limits.max_connections:
@@ -303,8 +320,12 @@ class HTTPListener:
         loop = asyncio.get_running_loop()
         handshake = max(deadline - loop.time(), 0.001) if context is not None else None
         try:
-            await loop.connect_accepted_socket(lambda: GuardedProtocol(server(), deadline, release), conn,
-                                               ssl=context, ssl_handshake_timeout=handshake)  # fmt: skip
+            await loop.connect_accepted_socket(
+                lambda: GuardedProtocol(server(), deadline, release),
+                conn,
+                ssl=context,
+                ssl_handshake_timeout=handshake,
+            )
         except Exception as exc:  # a failed or slow TLS handshake: the client's problem
             log.debug("%s: connection not set up: %r", self.what, exc)
             release()
@@ -315,8 +336,11 @@ class HTTPListener:
     def _log_full(self, now: float) -> None:
         if now - self._full_logged >= _FULL_LOG_EVERY:
             self._full_logged = now
-            log.warning("%s: %d HTTP connections open (OTTERMQ_WEB_MAX_CONNECTIONS); refusing new ones",
-                        self.what, self.limits.max_connections)  # fmt: skip
+            log.warning(
+                "%s: %d HTTP connections open (OTTERMQ_WEB_MAX_CONNECTIONS); refusing new ones",
+                self.what,
+                self.limits.max_connections,
+            )
 
     def close_sockets(self) -> None:
         for sock in self.sockets:

@@ -55,8 +55,11 @@ def properties_json(raw_props: bytes) -> dict[str, Any] | list[Any]:
     except FrameError:  # octets a raw client sent that do not decode: kept and forwarded, not shown
         return []
     flags = int.from_bytes(raw_props[:2], "big") if len(raw_props) >= 2 else 0
-    shown = {name: json_value(getattr(props, PAMQP_NAMES.get(name, name)))
-             for bit, name, _ in PROPERTIES if flags & bit}  # fmt: skip
+    shown = {
+        name: json_value(getattr(props, PAMQP_NAMES.get(name, name)))
+        for bit, name, _ in PROPERTIES
+        if flags & bit
+    }
     return shown or []
 
 

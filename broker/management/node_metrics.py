@@ -66,26 +66,45 @@ def channel_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterator[M
     names = [_channel_name(ch) for ch in channels]
     gauges = (
         ("rabbitmq_channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers)),
-        ("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages",
-         lambda ch: ch.unacked_count),
-        ("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages",
-         lambda ch: ch.unconfirmed),
-        ("rabbitmq_channel_messages_uncommitted", "Messages received in a transaction but not yet committed",
-         lambda ch: ch.uncommitted[0]),
-        ("rabbitmq_channel_acks_uncommitted", "Message acknowledgements in a transaction not yet committed",
-         lambda ch: ch.uncommitted[1]),
-        ("rabbitmq_channel_prefetch", "Total limit of unacknowledged messages for all consumers on a channel",
-         lambda ch: ch.global_prefetch),
-        ("rabbitmq_consumer_prefetch", "Limit of unacknowledged messages for each consumer",
-         lambda ch: sum(c.prefetch for c in ch.consumers.values())),
-    )  # fmt: skip
+        (
+            "rabbitmq_channel_messages_unacked",
+            "Delivered but not yet acknowledged messages",
+            lambda ch: ch.unacked_count,
+        ),
+        (
+            "rabbitmq_channel_messages_unconfirmed",
+            "Published but not yet confirmed messages",
+            lambda ch: ch.unconfirmed,
+        ),
+        (
+            "rabbitmq_channel_messages_uncommitted",
+            "Messages received in a transaction but not yet committed",
+            lambda ch: ch.uncommitted[0],
+        ),
+        (
+            "rabbitmq_channel_acks_uncommitted",
+            "Message acknowledgements in a transaction not yet committed",
+            lambda ch: ch.uncommitted[1],
+        ),
+        (
+            "rabbitmq_channel_prefetch",
+            "Total limit of unacknowledged messages for all consumers on a channel",
+            lambda ch: ch.global_prefetch,
+        ),
+        (
+            "rabbitmq_consumer_prefetch",
+            "Limit of unacknowledged messages for each consumer",
+            lambda ch: sum(c.prefetch for c in ch.consumers.values()),
+        ),
+    )
     for name, text, value in gauges:
         rows = [(label, int(value(ch))) for label, ch in zip(names, channels, strict=True)]
         yield _family(GaugeMetricFamily, name, text, rows, per_object)
     yield GaugeMetricFamily(
-        "rabbitmq_global_publishers", "Current number of publishers",
+        "rabbitmq_global_publishers",
+        "Current number of publishers",
         value=sum(1 for ch in channels if ch.stats.received),
-    )  # fmt: skip
+    )
     consumers = sum(len(ch.consumers) for ch in channels)
     yield GaugeMetricFamily("rabbitmq_global_consumers", "Current number of consumers", value=consumers)
 
@@ -96,10 +115,13 @@ def connection_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterato
     counters = (  # (name without _total, help, AMQPConnection attribute)
         ("rabbitmq_connection_incoming_bytes", "Total number of bytes received on a connection", "recv_oct"),
         ("rabbitmq_connection_outgoing_bytes", "Total number of bytes sent on a connection", "send_oct"),
-        ("rabbitmq_connection_incoming_packets", "Total number of packets received on a connection",
-         "recv_cnt"),
+        (
+            "rabbitmq_connection_incoming_packets",
+            "Total number of packets received on a connection",
+            "recv_cnt",
+        ),
         ("rabbitmq_connection_outgoing_packets", "Total number of packets sent on a connection", "send_cnt"),
-    )  # fmt: skip
+    )
     for name, text, attribute in counters:
         rows = [(label, int(getattr(conn, attribute))) for label, conn in zip(names, conns, strict=True)]
         yield _family(CounterMetricFamily, name, text, rows, per_object)
@@ -114,15 +136,21 @@ def churn_metrics(broker: Broker) -> Iterator[Metric]:
     vhosts = list(broker.vhosts.values())
     counters = (
         ("rabbitmq_connections_opened", "Total number of connections opened", churn.connections_opened),
-        ("rabbitmq_connections_closed", "Total number of connections closed or terminated",
-         churn.connections_closed),
+        (
+            "rabbitmq_connections_closed",
+            "Total number of connections closed or terminated",
+            churn.connections_closed,
+        ),
         ("rabbitmq_channels_opened", "Total number of channels opened", churn.channels_opened),
         ("rabbitmq_channels_closed", "Total number of channels closed", churn.channels_closed),
-        ("rabbitmq_queues_declared", "Total number of queues declared",
-         sum(v.queues_declared for v in vhosts)),
+        (
+            "rabbitmq_queues_declared",
+            "Total number of queues declared",
+            sum(v.queues_declared for v in vhosts),
+        ),
         ("rabbitmq_queues_created", "Total number of queues created", sum(v.queues_created for v in vhosts)),
         ("rabbitmq_queues_deleted", "Total number of queues deleted", sum(v.queues_deleted for v in vhosts)),
-    )  # fmt: skip
+    )
     for name, text, value in counters:
         yield CounterMetricFamily(name, text, value=value)
 
@@ -170,24 +198,32 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
 
     node = node_name()
     identity = GaugeMetricFamily(
-        "rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
+        "rabbitmq_identity_info",
+        "RabbitMQ node & cluster identity info",
         labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"],
-    )  # fmt: skip
+    )
     identity.add_metric([node, node, cluster_permanent_id(node)], 1)
     yield identity
     build = GaugeMetricFamily(
-        "rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
-        labels=["rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version",
-                "erlang_version"],
-    )  # fmt: skip
+        "rabbitmq_build_info",
+        "RabbitMQ & Erlang/OTP version info",
+        labels=[
+            "rabbitmq_version",
+            "prometheus_plugin_version",
+            "prometheus_client_version",
+            "erlang_version",
+        ],
+    )
     client_version = getattr(prometheus_client, "__version__", "")
-    build.add_metric([RABBITMQ_API_VERSION, RABBITMQ_API_VERSION, client_version,
-                      f"Python {platform.python_version()}"], 1)  # fmt: skip
+    build.add_metric(
+        [RABBITMQ_API_VERSION, RABBITMQ_API_VERSION, client_version, f"Python {platform.python_version()}"], 1
+    )
     yield build
     yield GaugeMetricFamily(
-        "process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+        "process_start_time_seconds",
+        "Start time of the process since unix epoch in seconds.",
         value=broker.started_at,
-    )  # fmt: skip
+    )
     rss = process_rss()
     if rss is not None:
         yield GaugeMetricFamily("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", value=rss)
@@ -206,19 +242,27 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
     )
     free = disk_free(broker)
     if free is not None:
-        yield GaugeMetricFamily("rabbitmq_disk_space_available_bytes", "Disk space available in bytes",
-                                value=free)  # fmt: skip
+        yield GaugeMetricFamily(
+            "rabbitmq_disk_space_available_bytes", "Disk space available in bytes", value=free
+        )
     yield GaugeMetricFamily(
-        "rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
+        "rabbitmq_disk_space_available_limit_bytes",
+        "Free disk space low watermark in bytes",
         value=broker.disk_free_limit,
-    )  # fmt: skip
+    )
     alarms = (
-        ("rabbitmq_alarms_memory_used_watermark", "is 1 if VM memory watermark alarm is in effect",
-         broker.alarm),
-        ("rabbitmq_alarms_free_disk_space_watermark", "is 1 if free disk space watermark alarm is in effect",
-         broker.disk_alarm),
+        (
+            "rabbitmq_alarms_memory_used_watermark",
+            "is 1 if VM memory watermark alarm is in effect",
+            broker.alarm,
+        ),
+        (
+            "rabbitmq_alarms_free_disk_space_watermark",
+            "is 1 if free disk space watermark alarm is in effect",
+            broker.disk_alarm,
+        ),
         ("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", False),
-    )  # fmt: skip
+    )
     for name, text, on in alarms:
         yield GaugeMetricFamily(name, text, value=1 if on else 0)
     yield from auth_metrics(broker)
@@ -228,11 +272,17 @@ def auth_metrics(broker: Broker) -> Iterator[Metric]:
     """``rabbitmq_auth_attempts_{,succeeded_,failed_}total`` by protocol (``amqp091``, ``http``)."""
     families: tuple[tuple[str, str, Callable[[int, int], int]], ...] = (
         ("rabbitmq_auth_attempts", "Total number of authorization attempts", lambda ok, bad: ok + bad),
-        ("rabbitmq_auth_attempts_succeeded", "Total number of successful authentication attempts",
-         lambda ok, bad: ok),
-        ("rabbitmq_auth_attempts_failed", "Total number of failed authentication attempts",
-         lambda ok, bad: bad),
-    )  # fmt: skip
+        (
+            "rabbitmq_auth_attempts_succeeded",
+            "Total number of successful authentication attempts",
+            lambda ok, bad: ok,
+        ),
+        (
+            "rabbitmq_auth_attempts_failed",
+            "Total number of failed authentication attempts",
+            lambda ok, bad: bad,
+        ),
+    )
     attempts = {"amqp091": [0, 0], "http": [0, 0], **broker.auth_attempts}
     for name, text, value in families:
         family = CounterMetricFamily(name, text, labels=["protocol"])

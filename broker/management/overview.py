@@ -68,7 +68,8 @@ async def overview(request: web.Request) -> web.Response:
         "exchange_types": [
             {"name": t, "description": f"AMQP {t} exchange, as per the AMQP specification", "enabled": True}
             for t in EXCHANGE_TYPES
-        ] + [{"name": t, "description": d, "enabled": True} for t, d in PLUGIN_EXCHANGE_TYPES],
+        ]
+        + [{"name": t, "description": d, "enabled": True} for t, d in PLUGIN_EXCHANGE_TYPES],
         "message_stats": with_rates(MESSAGE_FIELDS, counts, rates[: len(MESSAGE_FIELDS)]),
         "queue_totals": with_rates(TOTALS, totals(queues), rates[len(MESSAGE_FIELDS) :]),
         "churn_rates": with_rates(CHURN, churn_counts(broker), sampler.rates(churn_key(), len(CHURN))),

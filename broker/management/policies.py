@@ -51,9 +51,14 @@ def policy_of(record: PolicyRecord) -> Policy:
         PolicyError: the record is not a valid policy (any more).
     """
     return make_policy(
-        record.vhost, record.name, record.pattern, json.loads(record.definition), record.apply_to,
-        record.priority, operator=record.operator,
-    )  # fmt: skip
+        record.vhost,
+        record.name,
+        record.pattern,
+        json.loads(record.definition),
+        record.apply_to,
+        record.priority,
+        operator=record.operator,
+    )
 
 
 def _operator(request: web.Request) -> bool:
@@ -107,9 +112,14 @@ async def put_policy(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     try:
         created = broker_of(request).ops.set_policy(
-            vhost, name, body["pattern"], body["definition"], body.get("apply-to", "all"),
-            body.get("priority", 0), operator,
-        )  # fmt: skip
+            vhost,
+            name,
+            body["pattern"],
+            body["definition"],
+            body.get("apply-to", "all"),
+            body.get("priority", 0),
+            operator,
+        )
     except PolicyError as exc:
         reason = f"Validation failed\n\n{exc}\n"
         raise bad_request(reason if operator else html.escape(reason, quote=False)) from None

@@ -77,8 +77,7 @@ GLOBAL_COUNTERS = (
     (
         "rabbitmq_global_messages_delivered_consume_auto_ack",
         "delivered_consume_auto_ack",
-        "Total number of messages delivered to consumers using basic.consume with automatic"
-        " acknowledgment",
+        "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment",
     ),
     (
         "rabbitmq_global_messages_delivered_consume_manual_ack",
@@ -127,36 +126,74 @@ QUEUE_PUBLISHED = ("rabbitmq_queue_messages_published", "Total number of message
 # (name without _total, MessageStats attribute, help): RabbitMQ's channel counters, summed over the
 # node's channels (closed ones included, so they never go down)
 CHANNEL_COUNTERS = (
-    ("rabbitmq_channel_messages_published", "received",
-     "Total number of messages published into an exchange on a channel"),
-    ("rabbitmq_channel_messages_confirmed", "confirmed",
-     "Total number of messages published into an exchange and confirmed on the channel"),
-    ("rabbitmq_channel_messages_unroutable_returned", "unroutable_returned",
-     "Total number of messages published as mandatory into an exchange and returned to the publisher"
-     " as unroutable"),
-    ("rabbitmq_channel_messages_unroutable_dropped", "unroutable_dropped",
-     "Total number of messages published as non-mandatory into an exchange and dropped as unroutable"),
-    ("rabbitmq_channel_get_ack", "delivered_get_manual_ack",
-     "Total number of messages fetched with basic.get in manual acknowledgement mode"),
-    ("rabbitmq_channel_get", "delivered_get_auto_ack",
-     "Total number of messages fetched with basic.get in automatic acknowledgement mode"),
-    ("rabbitmq_channel_messages_delivered_ack", "delivered_consume_manual_ack",
-     "Total number of messages delivered to consumers in manual acknowledgement mode"),
-    ("rabbitmq_channel_messages_delivered", "delivered_consume_auto_ack",
-     "Total number of messages delivered to consumers in automatic acknowledgement mode"),
-    ("rabbitmq_channel_messages_redelivered", "redelivered",
-     "Total number of messages redelivered to consumers"),
+    (
+        "rabbitmq_channel_messages_published",
+        "received",
+        "Total number of messages published into an exchange on a channel",
+    ),
+    (
+        "rabbitmq_channel_messages_confirmed",
+        "confirmed",
+        "Total number of messages published into an exchange and confirmed on the channel",
+    ),
+    (
+        "rabbitmq_channel_messages_unroutable_returned",
+        "unroutable_returned",
+        "Total number of messages published as mandatory into an exchange and returned to the publisher"
+        " as unroutable",
+    ),
+    (
+        "rabbitmq_channel_messages_unroutable_dropped",
+        "unroutable_dropped",
+        "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
+    ),
+    (
+        "rabbitmq_channel_get_ack",
+        "delivered_get_manual_ack",
+        "Total number of messages fetched with basic.get in manual acknowledgement mode",
+    ),
+    (
+        "rabbitmq_channel_get",
+        "delivered_get_auto_ack",
+        "Total number of messages fetched with basic.get in automatic acknowledgement mode",
+    ),
+    (
+        "rabbitmq_channel_messages_delivered_ack",
+        "delivered_consume_manual_ack",
+        "Total number of messages delivered to consumers in manual acknowledgement mode",
+    ),
+    (
+        "rabbitmq_channel_messages_delivered",
+        "delivered_consume_auto_ack",
+        "Total number of messages delivered to consumers in automatic acknowledgement mode",
+    ),
+    (
+        "rabbitmq_channel_messages_redelivered",
+        "redelivered",
+        "Total number of messages redelivered to consumers",
+    ),
     ("rabbitmq_channel_messages_acked", "acknowledged", "Total number of messages acknowledged by consumers"),
-    ("rabbitmq_channel_get_empty", "get_empty",
-     "Total number of times basic.get operations fetched no message"),
-)  # fmt: skip
+    (
+        "rabbitmq_channel_get_empty",
+        "get_empty",
+        "Total number of times basic.get operations fetched no message",
+    ),
+)
 
 
 def _queue_values(queue: Queue, unacked_bytes: int) -> tuple[int, ...]:
     ready, unacked = queue.message_count, queue.unacked
     ready_bytes = queue.ready_bytes
-    return (ready, unacked, ready + unacked, len(queue.consumers), ready_bytes, unacked_bytes,
-            ready_bytes + unacked_bytes, queue.stats.publish)  # fmt: skip
+    return (
+        ready,
+        unacked,
+        ready + unacked,
+        len(queue.consumers),
+        ready_bytes,
+        unacked_bytes,
+        ready_bytes + unacked_bytes,
+        queue.stats.publish,
+    )
 
 
 class BrokerCollector(Collector):
@@ -272,18 +309,31 @@ class BrokerCollector(Collector):
             pending.add_metric([vhost_name, exchange_name], count)
         yield pending
         for name, text, value in (
-            ("ottermq_delayed_messages_published", "Messages accepted by delayed exchanges to wait",
-             delays.published),
-            ("ottermq_delayed_messages_delivered", "Delayed messages routed to a queue when due",
-             delays.delivered),
-            ("ottermq_delayed_messages_unroutable", "Delayed messages that routed nowhere when due",
-             delays.unroutable),
-            ("ottermq_delayed_messages_dropped", "Delayed messages dropped with their exchange",
-             delays.dropped),
-        ):  # fmt: skip
+            (
+                "ottermq_delayed_messages_published",
+                "Messages accepted by delayed exchanges to wait",
+                delays.published,
+            ),
+            (
+                "ottermq_delayed_messages_delivered",
+                "Delayed messages routed to a queue when due",
+                delays.delivered,
+            ),
+            (
+                "ottermq_delayed_messages_unroutable",
+                "Delayed messages that routed nowhere when due",
+                delays.unroutable,
+            ),
+            (
+                "ottermq_delayed_messages_dropped",
+                "Delayed messages dropped with their exchange",
+                delays.dropped,
+            ),
+        ):
             yield CounterMetricFamily(name, text, value=value)
         duplicates = CounterMetricFamily(
-            "ottermq_messages_deduplicated", "Duplicates not routed (exchange) or not enqueued (queue)",
+            "ottermq_messages_deduplicated",
+            "Duplicates not routed (exchange) or not enqueued (queue)",
             labels=["vhost", "kind", "name"],
         )
         for vhost in self.broker.vhosts.values():

@@ -156,9 +156,13 @@ async def delete_queue(request: web.Request) -> web.Response:
     vhost, name = _existing(request)
     with amqp_errors():  # another connection's exclusive queue: 400 locked
         broker_of(request).ops.delete_queue(
-            user_of(request), vhost, name, if_unused=_query_flag(request, "if-unused"),
-            if_empty=_query_flag(request, "if-empty"), missing_ok=False,
-        )  # fmt: skip
+            user_of(request),
+            vhost,
+            name,
+            if_unused=_query_flag(request, "if-unused"),
+            if_empty=_query_flag(request, "if-empty"),
+            missing_ok=False,
+        )
     return web.Response(status=204)
 
 

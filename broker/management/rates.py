@@ -38,14 +38,30 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A queue's ``message_stats`` fields in RabbitMQ's order (``deliver_get`` is the sum of four).
-QUEUE_STATS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get",
-               "redeliver", "ack")  # fmt: skip
+QUEUE_STATS = (
+    "publish",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_no_ack",
+    "get_empty",
+    "deliver_get",
+    "redeliver",
+    "ack",
+)
 TOTALS = ("messages", "messages_ready", "messages_unacknowledged")
 MESSAGE_FIELDS = tuple(field for field, _attribute in MESSAGE_STATS)
 OCTETS = ("recv_oct", "send_oct")  # a connection's socket bytes, with rates
 # the overview's ``churn_rates``, in RabbitMQ's order
-CHURN = ("channel_closed", "channel_created", "connection_closed", "connection_created", "queue_created",
-         "queue_declared", "queue_deleted")  # fmt: skip
+CHURN = (
+    "channel_closed",
+    "channel_created",
+    "connection_closed",
+    "connection_created",
+    "queue_created",
+    "queue_declared",
+    "queue_deleted",
+)
 
 
 def message_counts(stats: MessageStats) -> tuple[int, ...]:
@@ -57,8 +73,17 @@ def queue_counts(queue: Queue) -> tuple[int, ...]:
     """``queue``'s counters in :data:`QUEUE_STATS` order."""
     s = queue.stats
     deliver_get = s.deliver + s.deliver_no_ack + s.get + s.get_no_ack
-    return (s.publish, s.deliver, s.deliver_no_ack, s.get, s.get_no_ack, s.get_empty, deliver_get,
-            s.redeliver, s.ack)  # fmt: skip
+    return (
+        s.publish,
+        s.deliver,
+        s.deliver_no_ack,
+        s.get,
+        s.get_no_ack,
+        s.get_empty,
+        deliver_get,
+        s.redeliver,
+        s.ack,
+    )
 
 
 def totals(queues: Iterable[Queue]) -> tuple[int, int, int]:

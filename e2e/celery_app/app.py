@@ -89,8 +89,14 @@ def make_app(broker_url: str, queue: str, dlx: str, dlq: str, result_backend: st
         """Which ``amqp`` the worker imported (must be py-amqp from site-packages, never ottermq's)."""
         import amqp
 
-        _report(out, self, amqp_file=amqp.__file__, cwd=os.getcwd(), sys_path=sys.path,
-                safe_path=bool(sys.flags.safe_path))
+        _report(
+            out,
+            self,
+            amqp_file=amqp.__file__,
+            cwd=os.getcwd(),
+            sys_path=sys.path,
+            safe_path=bool(sys.flags.safe_path),
+        )
 
     @app.task(bind=True, shared=False, name="e2e.flaky", max_retries=5)
     def flaky(self: Task, out: str, failures: int) -> str:

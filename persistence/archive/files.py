@@ -78,7 +78,11 @@ class ArchiveFiles:
     """
 
     def __init__(
-        self, directory: Path, max_bytes: int, pid: int | None = None, fsync: bool = False,
+        self,
+        directory: Path,
+        max_bytes: int,
+        pid: int | None = None,
+        fsync: bool = False,
         clock: Callable[[], int] | None = None,
     ) -> None:
         self.directory = Path(directory)

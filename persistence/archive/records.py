@@ -32,11 +32,29 @@ from ottermq.amqp.table import (
 
 SCHEMA_VERSION: Final = 1
 SCHEMA_KEYS: Final = (
-    "schema", "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "dlx",
-    "dlx_routing_key", "policy", "outcome", "drop_reason", "death_count", "original_expiration",
-    "enqueued_ms", "message_id", "correlation_id", "content_type", "headers", "body_size",
-    "body_b64", "body_truncated",
-)  # fmt: skip
+    "schema",
+    "time_ms",
+    "reason",
+    "vhost",
+    "queue",
+    "exchange",
+    "routing_keys",
+    "dlx",
+    "dlx_routing_key",
+    "policy",
+    "outcome",
+    "drop_reason",
+    "death_count",
+    "original_expiration",
+    "enqueued_ms",
+    "message_id",
+    "correlation_id",
+    "content_type",
+    "headers",
+    "body_size",
+    "body_b64",
+    "body_truncated",
+)
 
 
 # --- typed JSON for header tables -----------------------------------------------------------------
@@ -109,9 +127,15 @@ def headers_to_json(table: Mapping[str, object]) -> dict[str, Any]:
 
 
 _FROM_INT: dict[str, Callable[[int], int]] = {
-    "b": ShortShort, "B": Octet, "s": Short, "u": UShort, "I": Long, "i": ULong, "l": LongLong,
+    "b": ShortShort,
+    "B": Octet,
+    "s": Short,
+    "u": UShort,
+    "I": Long,
+    "i": ULong,
+    "l": LongLong,
     "T": Timestamp,
-}  # fmt: skip
+}
 
 
 def _float_from_json(v: Any) -> float:

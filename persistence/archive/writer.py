@@ -230,8 +230,13 @@ class DeadLetterArchive:
                     pending[0] = (t, lines[cut:], nbytes - sum(map(len, lines[:cut])))
                 waiting -= cut
                 self._lost_in_writer += cut
-            self._error("dead-letter archive: cannot write to %s: %s (%d line(s) waiting, %d lost)",
-                        self.directory, exc, waiting, self.lost)
+            self._error(
+                "dead-letter archive: cannot write to %s: %s (%d line(s) waiting, %d lost)",
+                self.directory,
+                exc,
+                waiting,
+                self.lost,
+            )
         except Exception:  # never let the writer die
             self.write_errors += 1
             self._error("dead-letter archive: unexpected error", exc_info=True)
@@ -310,7 +315,12 @@ class DeadLetterArchive:
                 message, enqueued_at, count, dlx_key, drop_reason = flat[j : j + ITEM_FIELDS]
                 try:
                     key = (
-                        count, dlx_key, drop_reason, message.exchange, message.routing_key, message.raw_props
+                        count,
+                        dlx_key,
+                        drop_reason,
+                        message.exchange,
+                        message.routing_key,
+                        message.raw_props,
                     )
                     parts = cache.get(key)
                     if parts is None:
@@ -326,8 +336,11 @@ class DeadLetterArchive:
                     line = b"%b%b%b%b%d%b" % (head, parts[0], enqueued, parts[1], len(body), tail)
                 except Exception:
                     self._lost_in_writer += 1
-                    self._error("dead-letter archive: cannot serialize a dead letter from queue '%s'",
-                                queue, exc_info=True)
+                    self._error(
+                        "dead-letter archive: cannot serialize a dead letter from queue '%s'",
+                        queue,
+                        exc_info=True,
+                    )
                     continue
                 lines.append(line)
                 nbytes += len(line)
@@ -341,26 +354,30 @@ class DeadLetterArchive:
         vhost, queue, reason, dlx, policy = context
         count, dlx_key, drop_reason, exchange, routing_key, raw = key
         content_type, correlation_id, expiration, message_id, headers = read_props(raw)
-        middle = fragment({
-            "reason": reason,
-            "vhost": vhost,
-            "queue": queue,
-            "exchange": exchange,
-            "routing_keys": self._routing_keys(routing_key, headers),
-            "dlx": dlx,
-            "dlx_routing_key": dlx_key,
-            "policy": policy,
-            "outcome": "routed" if drop_reason is None else "dropped",
-            "drop_reason": drop_reason,
-            "death_count": count if count is not None else self._death_count(headers, queue, reason),
-            "original_expiration": expiration,
-        })
-        props = fragment({
-            "message_id": message_id,
-            "correlation_id": correlation_id,
-            "content_type": content_type,
-            "headers": headers_to_json(headers) if headers is not None else None,
-        })
+        middle = fragment(
+            {
+                "reason": reason,
+                "vhost": vhost,
+                "queue": queue,
+                "exchange": exchange,
+                "routing_keys": self._routing_keys(routing_key, headers),
+                "dlx": dlx,
+                "dlx_routing_key": dlx_key,
+                "policy": policy,
+                "outcome": "routed" if drop_reason is None else "dropped",
+                "drop_reason": drop_reason,
+                "death_count": count if count is not None else self._death_count(headers, queue, reason),
+                "original_expiration": expiration,
+            }
+        )
+        props = fragment(
+            {
+                "message_id": message_id,
+                "correlation_id": correlation_id,
+                "content_type": content_type,
+                "headers": headers_to_json(headers) if headers is not None else None,
+            }
+        )
         return middle + b',"enqueued_ms":', props + b',"body_size":'
 
     def _close_files(self) -> None:

@@ -123,8 +123,15 @@ class Client:
     def send(self, channel: int, *frames: Any) -> None:
         self.send_raw(b"".join(pframe.marshal(f, channel) for f in frames))
 
-    def publish(self, channel: int, exchange: str, routing_key: str, body: bytes,
-                properties: spec.Basic.Properties | None = None, mandatory: bool = False) -> None:
+    def publish(
+        self,
+        channel: int,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: spec.Basic.Properties | None = None,
+        mandatory: bool = False,
+    ) -> None:
         props = properties or spec.Basic.Properties()
         self.send(
             channel,
@@ -159,17 +166,32 @@ class Client:
                 return frame
         raise AssertionError(f"no {cls.__name__} in output")
 
-    def handshake(self, user: str = "guest", password: str = "guest", vhost: str = "/",
-                  heartbeat: int = 0, frame_max: int = 131072) -> None:
+    def handshake(
+        self,
+        user: str = "guest",
+        password: str = "guest",
+        vhost: str = "/",
+        heartbeat: int = 0,
+        frame_max: int = 131072,
+    ) -> None:
         self.send_raw(b"AMQP\x00\x00\x09\x01")
         self.expect(spec.Connection.Start)
-        self.send(0, spec.Connection.StartOk(
-            client_properties={"capabilities": {"consumer_cancel_notify": True,
-                                                "authentication_failure_close": True}},
-            mechanism="PLAIN", response=f"\0{user}\0{password}"))
+        self.send(
+            0,
+            spec.Connection.StartOk(
+                client_properties={
+                    "capabilities": {"consumer_cancel_notify": True, "authentication_failure_close": True}
+                },
+                mechanism="PLAIN",
+                response=f"\0{user}\0{password}",
+            ),
+        )
         self.expect(spec.Connection.Tune)
-        self.send(0, spec.Connection.TuneOk(channel_max=2047, frame_max=frame_max, heartbeat=heartbeat),
-                  spec.Connection.Open(virtual_host=vhost))
+        self.send(
+            0,
+            spec.Connection.TuneOk(channel_max=2047, frame_max=frame_max, heartbeat=heartbeat),
+            spec.Connection.Open(virtual_host=vhost),
+        )
         self.expect(spec.Connection.OpenOk)
 
     def open_channel(self, number: int = 1) -> None:

@@ -160,10 +160,17 @@ def _consume_with_prefetch(make_client, product: str, first: int, then: int) -> 
     """Deliveries a live consumer gets after basic.qos(global=False) is raised from first to then."""
     c = make_client()
     c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.send(0, spec.Connection.StartOk(client_properties={"product": product}, mechanism="PLAIN",
-                                      response="\0guest\0guest"))
-    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
-           spec.Connection.Open(virtual_host="/"))
+    c.send(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"product": product}, mechanism="PLAIN", response="\0guest\0guest"
+        ),
+    )
+    c.send(
+        0,
+        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+        spec.Connection.Open(virtual_host="/"),
+    )
     c.open_channel(1)
     declare(c, "pq")
     c.send(1, spec.Basic.Qos(prefetch_count=first))
@@ -199,8 +206,11 @@ def _publish_many(client, routing_key: str, count: int, persistent: bool = False
     frames = []
     for i in range(count):
         body = f"m{i}".encode()
-        frames += [spec.Basic.Publish(exchange="", routing_key=routing_key),
-                   pheader.ContentHeader(0, len(body), props), pbody.ContentBody(body)]
+        frames += [
+            spec.Basic.Publish(exchange="", routing_key=routing_key),
+            pheader.ContentHeader(0, len(body), props),
+            pbody.ContentBody(body),
+        ]
     client.send(1, *frames)  # one data_received: one loop turn
 
 
@@ -269,7 +279,8 @@ def test_failed_store_commit_leaves_a_delivered_message_with_its_consumer(client
     loop.run_soon()
     frames = client.frames()
     assert [type(f).__name__ for _, f in frames if isinstance(f, (spec.Basic.Deliver, spec.Basic.Nack))] == [
-        "Deliver", "Nack"
+        "Deliver",
+        "Nack",
     ]
 
 

@@ -38,9 +38,14 @@ def test_bad_password_is_refused_with_403(make_client):
     c = make_client()
     c.send_raw(b"AMQP\x00\x00\x09\x01")
     c.frames()
-    c.send(0, spec.Connection.StartOk(
-        client_properties={"capabilities": {"authentication_failure_close": True}},
-        mechanism="PLAIN", response="\0guest\0nope"))
+    c.send(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN",
+            response="\0guest\0nope",
+        ),
+    )
     close = c.expect(spec.Connection.Close)
     assert close.reply_code == 403
     assert close.reply_text.startswith(
@@ -52,9 +57,14 @@ def test_guest_refused_from_remote_address(make_client):
     c = make_client(peer="10.1.2.3")
     c.send_raw(b"AMQP\x00\x00\x09\x01")
     c.frames()
-    c.send(0, spec.Connection.StartOk(
-        client_properties={"capabilities": {"authentication_failure_close": True}},
-        mechanism="PLAIN", response="\0guest\0guest"))
+    c.send(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="PLAIN",
+            response="\0guest\0guest",
+        ),
+    )
     assert c.expect(spec.Connection.Close).reply_code == 403
 
 
@@ -62,8 +72,11 @@ def test_unknown_vhost_is_530(make_client):
     c = make_client()
     c.send_raw(b"AMQP\x00\x00\x09\x01")
     c.send(0, spec.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
-    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
-           spec.Connection.Open(virtual_host="nope"))
+    c.send(
+        0,
+        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+        spec.Connection.Open(virtual_host="nope"),
+    )
     close = c.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - vhost nope not found")
 
@@ -136,10 +149,19 @@ def test_shutdown_force_close_is_320(client):
 def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, broker, loop):
     c = make_client()
     c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.send(0, spec.Connection.StartOk(client_properties={"capabilities": {"connection.blocked": True}},
-                                      mechanism="PLAIN", response="\0guest\0guest"))
-    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
-           spec.Connection.Open(virtual_host="/"))
+    c.send(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"capabilities": {"connection.blocked": True}},
+            mechanism="PLAIN",
+            response="\0guest\0guest",
+        ),
+    )
+    c.send(
+        0,
+        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+        spec.Connection.Open(virtual_host="/"),
+    )
     c.frames()
     c.open_channel(1)
     broker.set_alarm(True)
@@ -157,10 +179,19 @@ def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, b
 def test_disk_alarm_from_a_fake_probe_blocks_and_unblocks(make_client, broker, loop):
     c = make_client()
     c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.send(0, spec.Connection.StartOk(client_properties={"capabilities": {"connection.blocked": True}},
-                                      mechanism="PLAIN", response="\0guest\0guest"))
-    c.send(0, spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
-           spec.Connection.Open(virtual_host="/"))
+    c.send(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"capabilities": {"connection.blocked": True}},
+            mechanism="PLAIN",
+            response="\0guest\0guest",
+        ),
+    )
+    c.send(
+        0,
+        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+        spec.Connection.Open(virtual_host="/"),
+    )
     c.frames()
     c.open_channel(1)
     free = [broker.disk_free_limit + 1]
@@ -210,8 +241,13 @@ def test_amqplain_bad_password_is_refused(make_client):
     c = make_client()
     c.send_raw(b"AMQP\x00\x00\x09\x01")
     c.frames()
-    c.send(0, spec.Connection.StartOk(
-        client_properties={"capabilities": {"authentication_failure_close": True}},
-        mechanism="AMQPLAIN", response=_amqplain("guest", "wrong")))
+    c.send(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"capabilities": {"authentication_failure_close": True}},
+            mechanism="AMQPLAIN",
+            response=_amqplain("guest", "wrong"),
+        ),
+    )
     close = c.expect(spec.Connection.Close)
     assert close.reply_code == 403 and "AMQPLAIN" in close.reply_text

@@ -136,7 +136,8 @@ def test_unexpected_method_while_opening_is_504(make_client, frame, class_method
     c.send(0, frame)
     close = c.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (
-        504, "CHANNEL_ERROR - unexpected method in connection state opening"
+        504,
+        "CHANNEL_ERROR - unexpected method in connection state opening",
     )
     assert (close.class_id, close.method_id) == class_method
 
@@ -146,7 +147,8 @@ def test_channel_frame_while_opening_is_505_with_the_octets(make_client):
     c.send(1, spec.Channel.Open())
     close = c.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (
-        505, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>"
+        505,
+        "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>",
     )
     assert (close.class_id, close.method_id) == (0, 0)
 
@@ -162,7 +164,8 @@ def test_start_ok_while_running_is_504(client):
     client.send_raw(start_ok())
     close = client.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (
-        504, "CHANNEL_ERROR - unexpected method in connection state running"
+        504,
+        "CHANNEL_ERROR - unexpected method in connection state running",
     )
     assert (close.class_id, close.method_id) == (10, 11)
 
@@ -213,7 +216,8 @@ def test_update_secret_verify_refuses_a_wrong_secret_with_530(make_client):
     c.send(0, spec.Connection.UpdateSecret(new_secret="wrong", reason="r"))
     close = c.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (
-        530, "NOT_ALLOWED - New secret was refused by one of the backends"
+        530,
+        "NOT_ALLOWED - New secret was refused by one of the backends",
     )
     assert (close.class_id, close.method_id) == (10, 70)
 

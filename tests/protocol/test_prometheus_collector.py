@@ -131,9 +131,11 @@ def test_dead_letters_by_reason_and_strategy(client, broker):
 
     def dead(reason, strategy):
         return value(
-            samples, f"rabbitmq_global_messages_dead_lettered_{reason}_total",
-            queue_type="rabbit_classic_queue", dead_letter_strategy=strategy,
-        )  # fmt: skip
+            samples,
+            f"rabbitmq_global_messages_dead_lettered_{reason}_total",
+            queue_type="rabbit_classic_queue",
+            dead_letter_strategy=strategy,
+        )
 
     assert dead("rejected", "at_most_once") == 1
     assert dead("rejected", "disabled") == 1

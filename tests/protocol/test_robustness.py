@@ -49,9 +49,7 @@ def test_mutated_frames_never_cause_internal_errors(make_client, loop, caplog, s
     c = make_client()
     c.handshake()
     c.open_channel(1)
-    stream = b"".join(
-        mutate(rng, f) if rng.random() < 0.3 else f for f in rng.choices(VALID_FRAMES, k=12)
-    )
+    stream = b"".join(mutate(rng, f) if rng.random() < 0.3 else f for f in rng.choices(VALID_FRAMES, k=12))
     with caplog.at_level(logging.ERROR, logger="ottermq"):
         for i in range(0, len(stream), rng.randint(1, 64)):
             c.send_raw(stream[i : i + 64])

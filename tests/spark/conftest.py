@@ -151,39 +151,90 @@ RECORDS: list[dict[str, Any]] = [
     record(T0 + 20 * MIN, 200, message_id="m1", death_count=3),  # 2
     record(T0 + 30 * MIN, 300, message_id="m1", death_count=3),  # 3
     record(
-        T0 + HOUR + 5 * MIN, 400, reason="delivery_limit", message_id="m2", death_count=4,
+        T0 + HOUR + 5 * MIN,
+        400,
+        reason="delivery_limit",
+        message_id="m2",
+        death_count=4,
         routing_keys=["order.created", "audit"],
     ),  # 4
     record(T0 + HOUR + 10 * MIN, 1050, reason="expired", original_expiration="1000", message_id="m4"),  # 5
     record(
-        T0 + HOUR + 20 * MIN, 5000, reason="expired", original_expiration="1000", message_id="m5",
-        queue="payments", exchange="payments", routing_keys=["payment.captured"], content_type="text/plain",
+        T0 + HOUR + 20 * MIN,
+        5000,
+        reason="expired",
+        original_expiration="1000",
+        message_id="m5",
+        queue="payments",
+        exchange="payments",
+        routing_keys=["payment.captured"],
+        content_type="text/plain",
     ),  # 6
     record(
-        T0 + 2 * HOUR, 500, reason="expired", original_expiration="1000", message_id="m5",
-        queue="payments", exchange="payments", routing_keys=["payment.captured"],
+        T0 + 2 * HOUR,
+        500,
+        reason="expired",
+        original_expiration="1000",
+        message_id="m5",
+        queue="payments",
+        exchange="payments",
+        routing_keys=["payment.captured"],
     ),  # 7: killed by the queue TTL before its own expiration
     record(
-        T0 + 2 * HOUR + MIN, None, reason="expired", message_id="m6",
-        queue="payments", exchange="payments", routing_keys=["payment.captured"],
+        T0 + 2 * HOUR + MIN,
+        None,
+        reason="expired",
+        message_id="m6",
+        queue="payments",
+        exchange="payments",
+        routing_keys=["payment.captured"],
     ),  # 8: no enqueue time, no expiration
     record(
-        T0 + 2 * HOUR + 2 * MIN, 20, reason="maxlen", vhost="tenant-a", queue="events", exchange="amq.topic",
-        routing_keys=["events.click"], dlx=None, outcome="dropped", drop_reason="no_dlx", content_type=None,
-        headers=_typed(**{"x-message-type": "Click", "attempt": {"t": "l", "v": 3}}), body_b64=None,
+        T0 + 2 * HOUR + 2 * MIN,
+        20,
+        reason="maxlen",
+        vhost="tenant-a",
+        queue="events",
+        exchange="amq.topic",
+        routing_keys=["events.click"],
+        dlx=None,
+        outcome="dropped",
+        drop_reason="no_dlx",
+        content_type=None,
+        headers=_typed(**{"x-message-type": "Click", "attempt": {"t": "l", "v": 3}}),
+        body_b64=None,
     ),  # 9
     record(
-        T0 + 2 * HOUR + 3 * MIN, 30, reason="maxlen", vhost="tenant-a", queue="events", exchange="amq.topic",
-        routing_keys=["events.click"], dlx=None, outcome="dropped", drop_reason="no_dlx", content_type=None,
-        death_count=5, headers=_typed(**{"x-message-type": "Click"}),
+        T0 + 2 * HOUR + 3 * MIN,
+        30,
+        reason="maxlen",
+        vhost="tenant-a",
+        queue="events",
+        exchange="amq.topic",
+        routing_keys=["events.click"],
+        dlx=None,
+        outcome="dropped",
+        drop_reason="no_dlx",
+        content_type=None,
+        death_count=5,
+        headers=_typed(**{"x-message-type": "Click"}),
     ),  # 10
     record(
-        T0 + 25 * HOUR, 1010, reason="expired", original_expiration="1000", message_id="m3",
-        queue="payments", exchange="payments", routing_keys=["payment.captured"], content_type="text/plain",
-        headers=_typed(**{"x-message-type": "PaymentCaptured"}), body_size=1000, body_truncated=True,
+        T0 + 25 * HOUR,
+        1010,
+        reason="expired",
+        original_expiration="1000",
+        message_id="m3",
+        queue="payments",
+        exchange="payments",
+        routing_keys=["payment.captured"],
+        content_type="text/plain",
+        headers=_typed(**{"x-message-type": "PaymentCaptured"}),
+        body_size=1000,
+        body_truncated=True,
     ),  # 11
     record(T0 + 25 * HOUR + 30 * MIN, 10, message_id="m2", outcome="dropped", drop_reason="cycle"),  # 12
-]  # fmt: skip
+]
 
 
 def write_lines(path: Path, lines: list[dict[str, Any] | str]) -> Path:

@@ -35,9 +35,15 @@ def standalone_cluster(
     import pyspark
 
     home = Path(pyspark.__file__).parent
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOG_DIR": str(tmp_path),
-           "PYSPARK_PYTHON": sys.executable, "SPARK_WORKER_DIR": str(tmp_path / "work"),
-           "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONSAFEPATH": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOG_DIR": str(tmp_path),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONSAFEPATH": "1",
+    }
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     spark_class = str(home / "bin" / "spark-class")
     port = free_port()
@@ -45,11 +51,34 @@ def standalone_cluster(
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name, args, ready in (
-            ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                        "--webui-port", str(free_port())], "I have been elected leader"),
-            ("worker", ["org.apache.spark.deploy.worker.Worker", url, "--cores", "1", "--memory", "1g",
-                        "--webui-port", str(free_port())], "Successfully registered with master"),
-        ):  # fmt: skip
+            (
+                "master",
+                [
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(free_port()),
+                ],
+                "I have been elected leader",
+            ),
+            (
+                "worker",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    url,
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "1g",
+                    "--webui-port",
+                    str(free_port()),
+                ],
+                "Successfully registered with master",
+            ),
+        ):
             log = tmp_path / f"{name}.log"
             with log.open("wb") as out:
                 procs.append(subprocess.Popen([spark_class, *args], env=env, stdout=out, stderr=out))
@@ -74,10 +103,24 @@ def test_spark_submit_report_to_a_standalone_cluster(
     out = tmp_path / "report"
     submit = str(Path(env["SPARK_HOME"]) / "bin" / "spark-submit")
     result = subprocess.run(
-        [submit, "--master", url, "--conf", "spark.executor.memory=512m", report.__file__, str(archive_dir),
-         "--out", str(out), "--no-charts"],
-        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            submit,
+            "--master",
+            url,
+            "--conf",
+            "spark.executor.memory=512m",
+            report.__file__,
+            str(archive_dir),
+            "--out",
+            str(out),
+            "--no-charts",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"Connecting to master {url}" in result.stderr  # the cluster, not a local fallback
     assert "Granted executor ID" in result.stderr
@@ -98,10 +141,26 @@ def test_spark_submit_watch_to_a_standalone_cluster(
     out = tmp_path / "live"
     submit = str(Path(env["SPARK_HOME"]) / "bin" / "spark-submit")
     result = subprocess.run(
-        [submit, "--master", url, "--conf", "spark.executor.memory=512m", watch.__file__, str(archive_dir),
-         "--out", str(out), "--once", "--alert", "reason=expired,rate>=1/min"],
-        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            submit,
+            "--master",
+            url,
+            "--conf",
+            "spark.executor.memory=512m",
+            watch.__file__,
+            str(archive_dir),
+            "--out",
+            str(out),
+            "--once",
+            "--alert",
+            "reason=expired,rate>=1/min",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"Connecting to master {url}" in result.stderr
     rows = spark.read.parquet(str(out / "minutes")).collect()

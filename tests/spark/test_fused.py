@@ -55,4 +55,3 @@ def test_an_empty_archive(spark: Any, records_df: Any) -> None:
     want, got = reference(empty, 5), fused(empty, 5)
     for name in want:
         assert got[name] == want[name], name
-

@@ -38,11 +38,24 @@ def test_decode_every_tag() -> None:
     }
     decoded = decode_headers(json.dumps(typed))
     assert decoded == {
-        "flag": True, "b": -3, "B": 200, "s": -300, "u": 60000, "I": -70000, "i": 4000000000, "l": 2,
-        "f": 1.5, "d": 2.0, "D": Decimal("12.50"), "S": "héllo",
-        "T": datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC), "F": {"inner": "x"}, "A": [1, "two", None],
-        "x": b"\x00\x01\x02", "V": None,
-    }  # fmt: skip
+        "flag": True,
+        "b": -3,
+        "B": 200,
+        "s": -300,
+        "u": 60000,
+        "I": -70000,
+        "i": 4000000000,
+        "l": 2,
+        "f": 1.5,
+        "d": 2.0,
+        "D": Decimal("12.50"),
+        "S": "héllo",
+        "T": datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC),
+        "F": {"inner": "x"},
+        "A": [1, "two", None],
+        "x": b"\x00\x01\x02",
+        "V": None,
+    }
     assert decoded is not None
     assert type(decoded["l"]).__name__ == "long"  # pika.compat.long: pika re-encodes it as 'l', not 'I'
     assert type(decoded["I"]) is int
@@ -84,10 +97,29 @@ def test_generator_is_deterministic_whatever_the_worker_count(tmp_path: Path) ->
     ]
     assert len(lines) == 230
     assert lines[0].keys() == {
-        "schema", "time_ms", "reason", "vhost", "queue", "exchange", "routing_keys", "dlx", "dlx_routing_key",
-        "policy", "outcome", "drop_reason", "death_count", "original_expiration", "enqueued_ms", "message_id",
-        "correlation_id", "content_type", "headers", "body_size", "body_b64", "body_truncated",
-    }  # fmt: skip
+        "schema",
+        "time_ms",
+        "reason",
+        "vhost",
+        "queue",
+        "exchange",
+        "routing_keys",
+        "dlx",
+        "dlx_routing_key",
+        "policy",
+        "outcome",
+        "drop_reason",
+        "death_count",
+        "original_expiration",
+        "enqueued_ms",
+        "message_id",
+        "correlation_id",
+        "content_type",
+        "headers",
+        "body_size",
+        "body_b64",
+        "body_truncated",
+    }
 
 
 def test_generated_records_are_plausible() -> None:

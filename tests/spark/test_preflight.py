@@ -19,8 +19,10 @@ def test_preflight(tmp_path: Path) -> None:
     (hour / "deadletters-1-2-3.jsonl.part").write_text("{}\n")
     found, problem = preflight([str(tmp_path / "a")])
     assert found is not None and (found.files, found.parts) == (0, 1)
-    assert problem == f"{tmp_path / 'a'}: no archive files (*.jsonl, *.jsonl.gz, *.parquet) " \
-                      "(1 .jsonl.part file(s) still being written)"  # fmt: skip
+    assert (
+        problem == f"{tmp_path / 'a'}: no archive files (*.jsonl, *.jsonl.gz, *.parquet) "
+        "(1 .jsonl.part file(s) still being written)"
+    )
     (hour / "deadletters-1-2-4.jsonl").write_text("{}\n")
     found, problem = preflight([str(tmp_path / "a")])
     assert problem is None and found is not None and (found.files, found.parts) == (1, 1)

@@ -94,23 +94,33 @@ def test_select_main_bad_where(spark: Any, archive_dir: Path, tmp_path: Path) ->
 @pytest.mark.usefixtures("pyspark_installed")
 def test_message_properties_rebuild_amqp_types(data: Any) -> None:
     rec = data.record(
-        data.T0, 1, message_id="m", correlation_id="c", content_type="text/plain",
+        data.T0,
+        1,
+        message_id="m",
+        correlation_id="c",
+        content_type="text/plain",
         headers={
             "x-death": {"t": "A", "v": [{"t": "F", "v": {"count": {"t": "l", "v": 2}}}]},
             "x-first-death-queue": {"t": "S", "v": "q"},
-            "when": {"t": "T", "v": 1714521600}, "price": {"t": "D", "v": "9.99"},
+            "when": {"t": "T", "v": 1714521600},
+            "price": {"t": "D", "v": "9.99"},
             "raw": {"t": "x", "v": "AA=="},
         },
-    )  # fmt: skip
+    )
     props = replay.message_properties(rec)
     assert props == {
-        "delivery_mode": 2, "message_id": "m", "correlation_id": "c", "content_type": "text/plain",
+        "delivery_mode": 2,
+        "message_id": "m",
+        "correlation_id": "c",
+        "content_type": "text/plain",
         "headers": {
-            "x-death": [{"count": 2}], "x-first-death-queue": "q",
-            "when": datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC), "price": Decimal("9.99"),
+            "x-death": [{"count": 2}],
+            "x-first-death-queue": "q",
+            "when": datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC),
+            "price": Decimal("9.99"),
             "raw": b"\x00",
         },
-    }  # fmt: skip
+    }
     stripped = replay.message_properties(rec, strip_death_headers=True, delivery_mode=1)
     assert stripped["headers"] == {"when": props["headers"]["when"], "price": Decimal("9.99"), "raw": b"\x00"}
     assert stripped["delivery_mode"] == 1
@@ -168,10 +178,14 @@ def test_publish_records_statuses_and_log(data: Any) -> None:
     ]
     entries = [json.loads(line) for line in log.getvalue().splitlines()]
     assert [(e["replay_id"], e["status"], e["published"]) for e in entries] == [
-        ("id1", "confirmed", True), ("id2", "skipped_no_body", False), ("id3", "skipped_truncated", False),
-        ("id4", "skipped_done", False), ("id5", "returned", True), ("id6", "nacked", True),
+        ("id1", "confirmed", True),
+        ("id2", "skipped_no_body", False),
+        ("id3", "skipped_truncated", False),
+        ("id4", "skipped_done", False),
+        ("id5", "returned", True),
+        ("id6", "nacked", True),
         ("id7", "failed", False),
-    ]  # fmt: skip
+    ]
     assert "unknown header type tag" in entries[-1]["error"]
 
 
@@ -200,9 +214,15 @@ def amqp_url(tmp_path: Path, free_port: Callable[[], int]) -> Iterator[str]:
         yield url
         return
     port = free_port()
-    env = {**os.environ, "OTTERMQ_BROKER_HOST": "127.0.0.1", "OTTERMQ_BROKER_PORT": str(port),
-           "OTTERMQ_DATA_DIR": str(tmp_path / "data"), "PYTHONSAFEPATH": "1",
-           "OTTERMQ_ENABLE_WEB_API": "false", "OTTERMQ_ENABLE_PROMETHEUS": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "OTTERMQ_BROKER_HOST": "127.0.0.1",
+        "OTTERMQ_BROKER_PORT": str(port),
+        "OTTERMQ_DATA_DIR": str(tmp_path / "data"),
+        "PYTHONSAFEPATH": "1",
+        "OTTERMQ_ENABLE_WEB_API": "false",
+        "OTTERMQ_ENABLE_PROMETHEUS": "false",
+    }
     log = tmp_path / "broker.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "ottermq.broker"], env=env, stdout=out, stderr=out)

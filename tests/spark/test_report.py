@@ -198,14 +198,21 @@ def test_report_main_writes_everything(spark: Any, archive_dir: Path, tmp_path: 
     assert summary["by_outcome"] == {"routed": 9, "dropped": 3}
     assert summary["by_drop_reason"] == {"no_dlx": 2, "cycle": 1}
     assert summary["time_in_queue_ms"] == {
-        "count": 11, "p50_ms": 300, "p90_ms": 1050, "p99_ms": 5000, "max_ms": 5000
-    }  # fmt: skip
+        "count": 11,
+        "p50_ms": 300,
+        "p90_ms": 1050,
+        "p99_ms": 5000,
+        "max_ms": 5000,
+    }
     assert summary["expiry_lateness_ms"]["early"] == 1
     assert [q["queue"] for q in summary["top"]["queues"]] == ["orders", "payments"]  # --top 2
     assert summary["table_rows"]["retry_loops"] == 3
     assert summary["first_death"] == "2024-05-01T00:10:00.000Z"
-    assert sorted(summary["charts"]) == ["charts/deaths_by_queue.png", "charts/deaths_per_hour.png",
-                                         "charts/time_in_queue.png"]  # fmt: skip
+    assert sorted(summary["charts"]) == [
+        "charts/deaths_by_queue.png",
+        "charts/deaths_per_hour.png",
+        "charts/time_in_queue.png",
+    ]
 
     for chart in summary["charts"]:
         assert (out / chart).read_bytes().startswith(b"\x89PNG")
@@ -224,8 +231,10 @@ def test_report_main_writes_everything(spark: Any, archive_dir: Path, tmp_path: 
     assert lines[3].startswith("/,orders,m1,2,3,rejected,")
     by_queue = spark.read.parquet(str(out / "tables" / "by_queue.parquet")).collect()
     assert [tuple(r)[:3] for r in by_queue] == [
-        ("/", "orders", 6), ("/", "payments", 4), ("tenant-a", "events", 2)
-    ]  # fmt: skip
+        ("/", "orders", 6),
+        ("/", "payments", 4),
+        ("tenant-a", "events", 2),
+    ]
     assert "dead letters: 12 (1 lines skipped)" in capsys.readouterr().out
 
 
@@ -237,15 +246,23 @@ def test_spark_csv_writes_what_write_csv_writes(spark: Any, tmp_path: Path) -> N
     from ottermq.spark_jobs.report import spark_csv, write_csv
     from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
 
-    schema = StructType([
-        StructField("name", StringType()), StructField("n", LongType()), StructField("flag", BooleanType()),
-        StructField("keys", ArrayType(StringType())),
-    ])  # fmt: skip
+    schema = StructType(
+        [
+            StructField("name", StringType()),
+            StructField("n", LongType()),
+            StructField("flag", BooleanType()),
+            StructField("keys", ArrayType(StringType())),
+        ]
+    )
     rows = [
-        ("plain", 1, True, ["a", "b"]), ('with "quotes"', -2, False, []), ("comma, inside", None, None, None),
-        ("line\nbreak", 3, True, ["x", None, "y"]), ("  spaces  ", 4, False, ["semi;colon"]),
-        ("", 0, None, [""]), (None, 5, True, ["ü", "✓"]),
-    ]  # fmt: skip
+        ("plain", 1, True, ["a", "b"]),
+        ('with "quotes"', -2, False, []),
+        ("comma, inside", None, None, None),
+        ("line\nbreak", 3, True, ["x", None, "y"]),
+        ("  spaces  ", 4, False, ["semi;colon"]),
+        ("", 0, None, [""]),
+        (None, 5, True, ["ü", "✓"]),
+    ]
     df = spark.createDataFrame(rows, schema).coalesce(1)
     assert spark_csv(spark, df, str(tmp_path / "spark.csv"))
     write_csv(spark, str(tmp_path / "python.csv"), df.columns, rows)

@@ -18,10 +18,19 @@ MIN = 60_000
 
 def rec(time_ms: int, reason: str = "expired", queue: str = "orders", **fields: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "schema": 1, "time_ms": time_ms, "reason": reason, "vhost": "/", "queue": queue, "exchange": "ex",
-        "routing_keys": ["k"], "outcome": "routed", "drop_reason": None, "death_count": 1,
-        "enqueued_ms": time_ms - 1500, "original_expiration": "1000",
-    }  # fmt: skip
+        "schema": 1,
+        "time_ms": time_ms,
+        "reason": reason,
+        "vhost": "/",
+        "queue": queue,
+        "exchange": "ex",
+        "routing_keys": ["k"],
+        "outcome": "routed",
+        "drop_reason": None,
+        "death_count": 1,
+        "enqueued_ms": time_ms - 1500,
+        "original_expiration": "1000",
+    }
     base.update(fields)
     return base
 
@@ -68,8 +77,11 @@ def test_restart_from_the_checkpoint_counts_each_file_once(spark: Any, tmp_path:
     write(archive, "b.jsonl", [rec(T0 + 3000, queue="pay")], hour="2024-05-01/01")
     (archive / "2024-05-01" / "00" / "c.jsonl.part").write_text(json.dumps(rec(T0)) + "\n")  # not complete
     run_once(spark, archive, out)
-    assert minutes(spark, out) == {(T0, "expired", "orders"): 2, (T0 + MIN, "rejected", "orders"): 1,
-                                   (T0, "expired", "pay"): 1}  # fmt: skip
+    assert minutes(spark, out) == {
+        (T0, "expired", "orders"): 2,
+        (T0 + MIN, "rejected", "orders"): 1,
+        (T0, "expired", "pay"): 1,
+    }
     row = spark.read.parquet(str(out / "minutes")).filter("queue = 'orders' AND reason = 'expired'").first()
     assert row["lateness_p50_ms"] == 500 and row["lateness_p99_ms"] == 500
     # a restart: the old files are not read again, the new one is
@@ -113,8 +125,15 @@ def test_files_added_while_it_runs_and_alerts(spark: Any, tmp_path: Path) -> Non
         for query in queries:
             query.stop()
     alerts = [json.loads(line) for line in (out / "alerts.jsonl").read_text().splitlines()]
-    assert alerts == [{"rule": "reason=expired,queue=orders,rate>4/min", "minute": "2024-05-01T00:00Z",
-                       "minute_ms": T0, "deaths": 6, "threshold": 4.0}]  # fmt: skip
+    assert alerts == [
+        {
+            "rule": "reason=expired,queue=orders,rate>4/min",
+            "minute": "2024-05-01T00:00Z",
+            "minute_ms": T0,
+            "deaths": 6,
+            "threshold": 4.0,
+        }
+    ]
 
 
 def test_main_refuses_bad_input_before_spark(tmp_path: Path) -> None:

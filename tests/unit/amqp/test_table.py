@@ -313,15 +313,25 @@ def test_we_decode_pamqp_encoding_of_common_types() -> None:
 
 # RabbitMQ's type atom for each tag (rabbit_binary_parser), as error texts print it.
 FIELD_TYPES = [
-    (b"t", b"\x01", "bool"), (b"b", b"\x01", "byte"), (b"B", b"\x01", "unsignedbyte"),
-    (b"s", struct.pack(">h", 1), "short"), (b"u", struct.pack(">H", 1), "unsignedshort"),
-    (b"I", struct.pack(">i", 1), "signedint"), (b"i", struct.pack(">I", 1), "unsignedint"),
-    (b"l", struct.pack(">q", 1), "long"), (b"L", struct.pack(">q", 1), "long"),
-    (b"f", struct.pack(">f", 1), "float"), (b"d", struct.pack(">d", 1), "double"),
-    (b"D", struct.pack(">BI", 1, 5), "decimal"), (b"S", long_bytes(b"a"), "longstr"),
-    (b"S", long_bytes(b"\xff"), "longstr"), (b"T", struct.pack(">Q", 1), "timestamp"),
-    (b"F", long_bytes(b""), "table"), (b"A", long_bytes(b""), "array"),
-    (b"x", long_bytes(b"a"), "binary"), (b"V", b"", "void"),
+    (b"t", b"\x01", "bool"),
+    (b"b", b"\x01", "byte"),
+    (b"B", b"\x01", "unsignedbyte"),
+    (b"s", struct.pack(">h", 1), "short"),
+    (b"u", struct.pack(">H", 1), "unsignedshort"),
+    (b"I", struct.pack(">i", 1), "signedint"),
+    (b"i", struct.pack(">I", 1), "unsignedint"),
+    (b"l", struct.pack(">q", 1), "long"),
+    (b"L", struct.pack(">q", 1), "long"),
+    (b"f", struct.pack(">f", 1), "float"),
+    (b"d", struct.pack(">d", 1), "double"),
+    (b"D", struct.pack(">BI", 1, 5), "decimal"),
+    (b"S", long_bytes(b"a"), "longstr"),
+    (b"S", long_bytes(b"\xff"), "longstr"),
+    (b"T", struct.pack(">Q", 1), "timestamp"),
+    (b"F", long_bytes(b""), "table"),
+    (b"A", long_bytes(b""), "array"),
+    (b"x", long_bytes(b"a"), "binary"),
+    (b"V", b"", "void"),
 ]
 
 
@@ -333,7 +343,15 @@ def test_field_type_names_decoded_values_as_rabbitmq_does(tag: bytes, raw: bytes
 
 def test_field_type_of_plain_python_values_follows_their_encoding() -> None:
     assert [field_type(v) for v in (1, 1.0, "s", b"x", [], {}, None, True, Decimal("1"))] == [
-        "long", "double", "longstr", "binary", "array", "table", "void", "bool", "decimal",
+        "long",
+        "double",
+        "longstr",
+        "binary",
+        "array",
+        "table",
+        "void",
+        "bool",
+        "decimal",
     ]
     with pytest.raises(TypeError):
         field_type(object())

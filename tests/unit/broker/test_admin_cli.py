@@ -10,10 +10,7 @@ from ottermq.broker.admin_cli import cell, format_table
 def test_table_aligns_columns_under_a_dashed_rule() -> None:
     rows = [{"name": "orders", "messages": 12}, {"name": "q", "messages": 0}]
     assert format_table(rows, ["name", "messages"]) == (
-        "name    messages\n"
-        "------  --------\n"
-        "orders  12\n"
-        "q       0\n"
+        "name    messages\n------  --------\norders  12\nq       0\n"
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from ottermq.broker.confirms import Confirms
 
 
-def settle(confirms: Confirms, acks: tuple[int, ...] | list[int] = (),
-           nacks: tuple[int, ...] | list[int] = ()) -> list[tuple[int, bool, bool]]:
+def settle(
+    confirms: Confirms, acks: tuple[int, ...] | list[int] = (), nacks: tuple[int, ...] | list[int] = ()
+) -> list[tuple[int, bool, bool]]:
     for seq in acks:
         confirms.settle(seq, True)
     for seq in nacks:

@@ -23,8 +23,14 @@ from ottermq.vhost.message import Message
 from ottermq.vhost.vhost import VHost
 
 
-def dead(body: bytes = b"b", reason: str = "expired", queue: str = "work", exchange: str = "orders",
-         keys: list[str] | None = None, extra: dict[str, object] | None = None) -> Message:  # fmt: skip
+def dead(
+    body: bytes = b"b",
+    reason: str = "expired",
+    queue: str = "work",
+    exchange: str = "orders",
+    keys: list[str] | None = None,
+    extra: dict[str, object] | None = None,
+) -> Message:
     keys = keys or ["eu.new"]
     headers = record_death(dict(extra or {}), queue, reason, exchange, keys, "50", 1_700_000_000)
     raw = join_props({HEADERS_BIT: encode_table(headers)})
@@ -37,7 +43,9 @@ def test_deaths_decode_most_recent_first():
     twice = Message("", "dlq", join_props({HEADERS_BIT: encode_table(again)}), b"b")
     deaths = deaths_of(twice.headers)
     assert [(d["reason"], d["queue"], d["exchange"], d["routing_keys"], d["count"]) for d in deaths] == [
-        ("rejected", "dlq", "", ["dlq"], 1), ("expired", "work", "orders", ["eu.new"], 1)]  # fmt: skip
+        ("rejected", "dlq", "", ["dlq"], 1),
+        ("expired", "work", "orders", ["eu.new"], 1),
+    ]
     assert deaths[1]["time"] == 1_700_000_000 and deaths[1]["original_expiration"] == "50"
     assert first_death(twice.headers) == {"reason": "expired", "queue": "work", "exchange": "orders"}
     assert deaths_of(None) == [] and first_death({}) is None

@@ -78,9 +78,13 @@ def test_head_complete_finds_the_blank_line_across_chunks() -> None:
 
 @pytest.mark.parametrize(
     ("data", "done"),
-    [(b"GET / HTTP/1.1\r\nHost: x\r\n", False), (b"GET / HTTP/1.1\nHost: x\n\n", True), (b"", False),
-     (b"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody", True)],
-)  # fmt: skip
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n", False),
+        (b"GET / HTTP/1.1\nHost: x\n\n", True),
+        (b"", False),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody", True),
+    ],
+)
 def test_head_complete(data: bytes, done: bool) -> None:
     assert head_complete(b"", data)[0] is done
 

@@ -44,9 +44,14 @@ NAMED = [{"name": n} for n in ("PG.d", "other", "pg.a", "pg.b", "pg.c")]
 def test_page_filters_case_insensitively_and_counts():
     body = page_of(NAMED, {"page": "2", "page_size": "3", "name": "pg"})
     assert body == {
-        "filtered_count": 4, "item_count": 1, "items": [{"name": "pg.c"}], "page": 2, "page_count": 2,
-        "page_size": 3, "total_count": 5,
-    }  # fmt: skip
+        "filtered_count": 4,
+        "item_count": 1,
+        "items": [{"name": "pg.c"}],
+        "page": 2,
+        "page_count": 2,
+        "page_size": 3,
+        "total_count": 5,
+    }
 
 
 def test_page_regex_is_searched_ignoring_case():

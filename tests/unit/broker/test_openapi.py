@@ -74,8 +74,10 @@ def test_security_is_http_basic_and_ids_are_unique(doc: dict[str, Any]) -> None:
 def test_queue_and_publish_bodies_say_what_the_handlers_read(doc: dict[str, Any]) -> None:
     queue = doc["paths"]["/api/queues/{vhost}/{name}"]["put"]["requestBody"]
     assert set(queue["content"]["application/json"]["schema"]["properties"]) == {
-        "durable", "auto_delete", "arguments",
-    }  # fmt: skip
+        "durable",
+        "auto_delete",
+        "arguments",
+    }
     assert queue["required"] is False  # an empty body declares with the defaults
     publish = doc["paths"]["/api/exchanges/{vhost}/{name}/publish"]["post"]["requestBody"]
     schema = publish["content"]["application/json"]["schema"]

@@ -86,8 +86,14 @@ def props(**kwargs: Any) -> bytes:
     return commands.Basic.Properties(delivery_mode=2, **kwargs).marshal()
 
 
-def publish(vh: VHost, key: str, body: bytes, exchange: str = "", persistent: bool = True,
-            expiration: int | None = None) -> None:
+def publish(
+    vh: VHost,
+    key: str,
+    body: bytes,
+    exchange: str = "",
+    persistent: bool = True,
+    expiration: int | None = None,
+) -> None:
     raw = props(expiration=str(expiration)) if expiration is not None else props()
     message = Message(exchange, key, raw, body, persistent, None, expiration)
     assert vh.publish(vh.exchanges[exchange] if exchange else None, message).routed
@@ -248,8 +254,11 @@ def test_ttl_that_lapsed_while_down_is_dead_lettered_once():
         vh3 = third.vhosts["/"]
         assert bodies(vh3.queues["work"]) == [b"forever"]
         assert bodies(vh3.queues["dlq"]) == [b"short", b"long"]
-        counts = [(d["queue"], d["count"]) for e in vh3.queues["dlq"].ready_entries()
-                  for d in (e.message.headers or {})["x-death"]]
+        counts = [
+            (d["queue"], d["count"])
+            for e in vh3.queues["dlq"].ready_entries()
+            for d in (e.message.headers or {})["x-death"]
+        ]
         assert counts == [("work", 1), ("work", 1)]
 
     run(body)

@@ -66,7 +66,7 @@ def test_address_shape_and_uniqueness() -> None:
     assert len(addresses) == 50 and len(registry) == 50
     for consumer in consumers:
         assert consumer.address.startswith(REPLY_PREFIX)
-        channel_id, key = consumer.address[len(REPLY_PREFIX):].split(".")
+        channel_id, key = consumer.address[len(REPLY_PREFIX) :].split(".")
         assert base64.b64decode(channel_id, validate=True).startswith(NODE_MARKER)
         assert len(base64.b64decode(key, validate=True)) == 16
         assert len(consumer.address) <= 255
@@ -83,7 +83,7 @@ def test_a_channel_keeps_its_id_but_gets_a_new_key() -> None:
 
 # --- lookup / route -------------------------------------------------------------------------------
 def suffix_of(consumer: ReplyConsumer) -> str:
-    return consumer.address[len(REPLY_PREFIX):]
+    return consumer.address[len(REPLY_PREFIX) :]
 
 
 def test_lookup_live_wrong_key_cancelled_closed() -> None:
@@ -108,9 +108,14 @@ def test_not_two_parts_names_nothing(suffix: str) -> None:
 
 @pytest.mark.parametrize(
     "suffix",
-    ["a.b", "YWJj.x", "a..b", "!!!!.x",
-     base64.b64encode(b"rabbitmq" + bytes(16)).decode() + ".k",  # wrong node marker
-     base64.b64encode(NODE_MARKER + bytes(15)).decode() + ".k"],  # wrong length
+    [
+        "a.b",
+        "YWJj.x",
+        "a..b",
+        "!!!!.x",
+        base64.b64encode(b"rabbitmq" + bytes(16)).decode() + ".k",  # wrong node marker
+        base64.b64encode(NODE_MARKER + bytes(15)).decode() + ".k",
+    ],  # wrong length
 )
 def test_two_parts_that_are_not_our_ids_crash_like_rabbitmq(suffix: str) -> None:
     with pytest.raises(ChannelCrashed) as info:

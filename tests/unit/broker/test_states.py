@@ -121,5 +121,11 @@ def test_every_state_can_close_and_the_handshake_only_moves_forward():
 
 def test_rabbitmq_state_names():
     assert [s.rabbit_name for s in State] == [
-        "pre_init", "starting", "tuning", "opening", "running", "closing", "closed"
+        "pre_init",
+        "starting",
+        "tuning",
+        "opening",
+        "running",
+        "closing",
+        "closed",
     ]

@@ -69,11 +69,20 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
 
-    def record(self, time_ms: int, vhost: str, queue: str, reason: str, dlx: str | None,
-               items: list[Any], policy: str | None = None) -> None:
-        rows = [tuple(items[i:i + 5]) for i in range(0, len(items), 5)]
-        self.calls.append(dict(time_ms=time_ms, vhost=vhost, queue=queue, reason=reason, dlx=dlx, rows=rows,
-                               policy=policy))
+    def record(
+        self,
+        time_ms: int,
+        vhost: str,
+        queue: str,
+        reason: str,
+        dlx: str | None,
+        items: list[Any],
+        policy: str | None = None,
+    ) -> None:
+        rows = [tuple(items[i : i + 5]) for i in range(0, len(items), 5)]
+        self.calls.append(
+            dict(time_ms=time_ms, vhost=vhost, queue=queue, reason=reason, dlx=dlx, rows=rows, policy=policy)
+        )
 
     def drops(self) -> list[str | None]:
         return [row[4] for call in self.calls for row in call["rows"]]
@@ -163,7 +172,10 @@ def test_without_a_dead_letter_routing_key_the_original_keys_route_including_cc_
     w.reject("work")
     got = {name: w.take(name) for name in ("dl_k", "dl_cc", "dl_bcc", "dl_other")}
     assert {name: len(messages) for name, messages in got.items()} == {
-        "dl_k": 1, "dl_cc": 1, "dl_bcc": 1, "dl_other": 0
+        "dl_k": 1,
+        "dl_cc": 1,
+        "dl_bcc": 1,
+        "dl_other": 0,
     }
     dead = got["dl_k"][0]
     assert "BCC" not in (dead.headers or {})  # removed at publish, as RabbitMQ does
@@ -174,8 +186,9 @@ def test_without_a_dead_letter_routing_key_the_original_keys_route_including_cc_
 def test_default_exchange_dlx_routes_by_queue_name():
     w = World()
     w.queue("dlq")
-    w.queue("work", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq",
-                       "x-message-ttl": 100})
+    w.queue(
+        "work", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq", "x-message-ttl": 100}
+    )
     w.publish("work", b"old")
     w.ttl.advance(100)
     [dead] = w.take("dlq")
@@ -258,8 +271,9 @@ def test_an_expiry_cycle_is_cut_and_archived_as_cycle():
 
 def test_a_self_cycle_by_expiry_is_cut_but_a_rejection_loop_continues():
     w = World()
-    w.queue("self", **{"x-message-ttl": 10, "x-dead-letter-exchange": "",
-                       "x-dead-letter-routing-key": "self"})
+    w.queue(
+        "self", **{"x-message-ttl": 10, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "self"}
+    )
     w.publish("self", b"s")
     w.ttl.advance(10)
     assert w.vh.queues["self"].message_count == 0 and w.archive.drops() == ["cycle"]
@@ -332,7 +346,9 @@ def test_a_dlq_that_overflows_dead_letters_again_without_recursion(deepest):
     assert [m.body for m in final] == [b"1", b"2"]
     assert deaths(final[0]) == [("dlq", "maxlen", 1), ("work", "rejected", 1)]
     assert [(c["queue"], c["reason"]) for c in w.archive.calls] == [
-        ("work", "rejected"), ("dlq", "maxlen"), ("dlq", "maxlen")
+        ("work", "rejected"),
+        ("dlq", "maxlen"),
+        ("dlq", "maxlen"),
     ]
     assert w.dl.routed == 5
 
@@ -342,8 +358,15 @@ def test_a_chain_of_refusing_queues_is_walked_iteratively(deepest):
     n = 30
     w.queue(f"q{n}")
     for i in range(n - 1, -1, -1):  # each refuses and dead-letters into the next (reject-publish-dlx)
-        w.queue(f"q{i}", **{"x-max-length": 0, "x-overflow": "reject-publish-dlx",
-                            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": f"q{i + 1}"})
+        w.queue(
+            f"q{i}",
+            **{
+                "x-max-length": 0,
+                "x-overflow": "reject-publish-dlx",
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": f"q{i + 1}",
+            },
+        )
     first = w.vh.queues["q0"]
     w.dl.dead_letter(first, [Entry(Message("", "q0", b"\x00\x00", b"x"), 0)], "rejected")
     [last] = w.take(f"q{n}")
@@ -358,8 +381,9 @@ def test_a_chain_of_refusing_queues_is_walked_iteratively(deepest):
 def test_the_archive_gets_one_call_per_death_event_with_every_dead_letter():
     w = World()
     w.queue("dlq")
-    work = w.queue("work", **{"x-message-ttl": 50, "x-dead-letter-exchange": "",
-                              "x-dead-letter-routing-key": "dlq"})
+    work = w.queue(
+        "work", **{"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    )
     w.publish("work", b"a")
     w.ttl.advance(5)
     w.publish("work", b"b")
@@ -367,8 +391,15 @@ def test_the_archive_gets_one_call_per_death_event_with_every_dead_letter():
     w.ttl.advance(5)  # "b" expires
     assert [m.body for m in w.take("dlq")] == [b"a", b"b"]
     first, second = w.archive.calls
-    assert first == dict(time_ms=NOW_MS + 50, vhost="/", queue="work", reason="expired", dlx="",
-                         rows=first["rows"], policy=None)
+    assert first == dict(
+        time_ms=NOW_MS + 50,
+        vhost="/",
+        queue="work",
+        reason="expired",
+        dlx="",
+        rows=first["rows"],
+        policy=None,
+    )
     [(message, enqueued_at, count, key, drop)] = first["rows"]
     assert (message.body, enqueued_at, count, key, drop) == (b"a", NOW_MS, 1, "dlq", None)
     assert "x-death" not in (message.headers or {})  # the message as it died, not the dead letter
@@ -419,8 +450,12 @@ def test_the_archive_names_the_policy_that_set_the_dead_lettering():
     w.queue("dlq")
     work = w.queue("work")
     own = w.queue("own", **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
-    policy = make_policy("/", "dl", "^(work|own)$", {"message-ttl": 10, "dead-letter-exchange": "",
-                                                    "dead-letter-routing-key": "dlq"})  # fmt: skip
+    policy = make_policy(
+        "/",
+        "dl",
+        "^(work|own)$",
+        {"message-ttl": 10, "dead-letter-exchange": "", "dead-letter-routing-key": "dlq"},
+    )
     w.vh.set_policy(policy)
     assert (work.policy, own.policy) == ("dl", "dl")
     w.publish("work", b"a")

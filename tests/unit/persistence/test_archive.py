@@ -105,10 +105,17 @@ def make(tmp_path: Path, clock: Clock | None = None, **kw: Any) -> DeadLetterArc
 
 def rec(a: DeadLetterArchive, msg: Message | None = None, t: int = T0, **kw: Any) -> None:
     args: dict[str, Any] = {
-        "time_ms": t, "vhost": "/", "queue": "q", "reason": "expired", "dlx": "dlx",
-        "dlx_routing_key": "rk", "drop_reason": None, "death_count": 1,
-        "message": msg or message(), "enqueued_at": t - 5,
-    }  # fmt: skip
+        "time_ms": t,
+        "vhost": "/",
+        "queue": "q",
+        "reason": "expired",
+        "dlx": "dlx",
+        "dlx_routing_key": "rk",
+        "drop_reason": None,
+        "death_count": 1,
+        "message": msg or message(),
+        "enqueued_at": t - 5,
+    }
     args.update(kw)
     keys = ("message", "enqueued_at", "death_count", "dlx_routing_key", "drop_reason")
     items = [args[k] for k in keys]
@@ -161,10 +168,28 @@ def test_typed_headers_round_trip_every_type():
 def test_typed_headers_json_shape():
     typed = json.loads(json.dumps(headers_to_json(decode_table(encode_table(EVERY_TYPE))[0])))
     assert {k: v["t"] for k, v in typed.items()} == {
-        "bool": "t", "false": "t", "b": "b", "B": "B", "s": "s", "u": "u", "I": "I", "i": "i", "l": "l",
-        "f": "f", "f-odd": "f", "d": "d", "D": "D", "S": "S", "T": "T", "F": "F", "A": "A", "x": "x",
-        "V": "V", "empty-A": "A", "empty-F": "F",
-    }  # fmt: skip
+        "bool": "t",
+        "false": "t",
+        "b": "b",
+        "B": "B",
+        "s": "s",
+        "u": "u",
+        "I": "I",
+        "i": "i",
+        "l": "l",
+        "f": "f",
+        "f-odd": "f",
+        "d": "d",
+        "D": "D",
+        "S": "S",
+        "T": "T",
+        "F": "F",
+        "A": "A",
+        "x": "x",
+        "V": "V",
+        "empty-A": "A",
+        "empty-F": "F",
+    }
     assert typed["bool"]["v"] is True and typed["i"]["v"] == 4_000_000_000
     assert typed["D"]["v"] == "123.450" and typed["T"]["v"] == 1_700_000_000
     assert typed["x"]["v"] == base64.b64encode(b"\x00\xffbytes").decode()
@@ -198,8 +223,16 @@ def test_read_props():
 
 def test_record_fields(tmp_path):
     headers = {"CC": ["cc1", "cc2"], "n": Long(7), "who": "José ✓"}
-    msg = message(b"x" * 10, "rk", "orders", content_type="application/json", headers=headers,
-                  correlation_id="c-1", expiration="5000", message_id="m-1")  # fmt: skip
+    msg = message(
+        b"x" * 10,
+        "rk",
+        "orders",
+        content_type="application/json",
+        headers=headers,
+        correlation_id="c-1",
+        expiration="5000",
+        message_id="m-1",
+    )
     a = make(tmp_path, body_bytes=4)
     rec(a, msg, drop_reason=None, death_count=3)
     rec(a, message(b"", headers=None), drop_reason="no_dlx", dlx=None, dlx_routing_key=None, enqueued_at=0)
@@ -210,20 +243,44 @@ def test_record_fields(tmp_path):
     # the writer's templated lines are exactly compact JSON of the record
     assert path.read_bytes() == dumps_line(first) + dumps_line(second)
     assert first == {
-        "schema": 1, "time_ms": T0, "reason": "expired", "vhost": "/", "queue": "q", "exchange": "orders",
-        "routing_keys": ["rk", "cc1", "cc2"], "dlx": "dlx", "dlx_routing_key": "rk", "policy": None,
-        "outcome": "routed", "drop_reason": None, "death_count": 3, "original_expiration": "5000",
-        "enqueued_ms": T0 - 5, "message_id": "m-1", "correlation_id": "c-1",
+        "schema": 1,
+        "time_ms": T0,
+        "reason": "expired",
+        "vhost": "/",
+        "queue": "q",
+        "exchange": "orders",
+        "routing_keys": ["rk", "cc1", "cc2"],
+        "dlx": "dlx",
+        "dlx_routing_key": "rk",
+        "policy": None,
+        "outcome": "routed",
+        "drop_reason": None,
+        "death_count": 3,
+        "original_expiration": "5000",
+        "enqueued_ms": T0 - 5,
+        "message_id": "m-1",
+        "correlation_id": "c-1",
         "content_type": "application/json",
-        "headers": {"CC": {"t": "A", "v": [{"t": "S", "v": "cc1"}, {"t": "S", "v": "cc2"}]},
-                    "n": {"t": "I", "v": 7}, "who": {"t": "S", "v": "José ✓"}},
-        "body_size": 10, "body_b64": base64.b64encode(b"xxxx").decode(), "body_truncated": True,
-    }  # fmt: skip
+        "headers": {
+            "CC": {"t": "A", "v": [{"t": "S", "v": "cc1"}, {"t": "S", "v": "cc2"}]},
+            "n": {"t": "I", "v": 7},
+            "who": {"t": "S", "v": "José ✓"},
+        },
+        "body_size": 10,
+        "body_b64": base64.b64encode(b"xxxx").decode(),
+        "body_truncated": True,
+    }
     assert (second["outcome"], second["drop_reason"], second["dlx"], second["dlx_routing_key"]) == (
-        "dropped", "no_dlx", None, None,
+        "dropped",
+        "no_dlx",
+        None,
+        None,
     )
     assert (second["headers"], second["enqueued_ms"], second["body_b64"], second["body_truncated"]) == (
-        None, None, "", False,
+        None,
+        None,
+        "",
+        False,
     )
 
 
@@ -558,10 +615,20 @@ def test_deadletterer_reports_routed_and_every_drop_reason(tmp_path):
     die(vhost_off, declare(vhost_off, "off", **{"x-dead-letter-exchange": ""}), "delivery_limit")
     a.close_sync()
     got = [
-        (r["vhost"], r["queue"], r["reason"], r["dlx"], r["dlx_routing_key"], r["outcome"], r["drop_reason"],
-         r["death_count"], r["enqueued_ms"], r["time_ms"])
+        (
+            r["vhost"],
+            r["queue"],
+            r["reason"],
+            r["dlx"],
+            r["dlx_routing_key"],
+            r["outcome"],
+            r["drop_reason"],
+            r["death_count"],
+            r["enqueued_ms"],
+            r["time_ms"],
+        )
         for r in lines(files(tmp_path)[0])
-    ]  # fmt: skip
+    ]
     assert got == [
         ("v1", "routed", "expired", "", "dlq", "routed", None, 1, T0 - 100, T0),
         ("v1", "no-dlx", "expired", None, None, "dropped", "no_dlx", 1, T0 - 100, T0),

@@ -118,7 +118,7 @@ def test_corrupt_database_is_refused_untouched(tmp_path: Path) -> None:
     make_db(path, per_queue=300)
     data = bytearray(path.read_bytes())
     page = 4096
-    data[3 * page:6 * page] = os.urandom(3 * page)  # damage b-tree pages, keep the header
+    data[3 * page : 6 * page] = os.urandom(3 * page)  # damage b-tree pages, keep the header
     path.write_bytes(bytes(data))
     error = open_fails(path, "corrupt or unreadable")
     assert str(path) in str(error)

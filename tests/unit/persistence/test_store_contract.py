@@ -119,14 +119,17 @@ def test_puts_replace_and_deletes_cascade(new_store: Factory) -> None:
         d = await store.load_definitions()
         assert [u.password_hash for u in d.users] == ["h2"]
         assert [(e.vhost, e.name, e.type) for e in d.exchanges] == [
-            ("/", "ex", "fanout"), ("/", "ex2", "direct"), ("other", "ex", "direct")
+            ("/", "ex", "fanout"),
+            ("/", "ex2", "direct"),
+            ("other", "ex", "direct"),
         ]
 
         store.delete_exchange("/", "ex")  # bindings from and to it go too
         await store.flush()
         d = await store.load_definitions()
         assert sorted((b.vhost, b.source, b.destination) for b in d.bindings) == [
-            ("/", "ex2", "ex3"), ("other", "ex", "q")
+            ("/", "ex2", "ex3"),
+            ("other", "ex", "q"),
         ]
 
         store.delete_queue(q)  # its bindings and messages go too
@@ -184,8 +187,9 @@ def test_message_round_trip_every_field(new_store: Factory) -> None:
         records = [
             message(q, 1),
             message(q, 2, body=b"", exchange="", routing_key="ключ", props=b"\x00\x00"),
-            message(q, 3, deadline=1_700_000_060_000, extra_keys=("cc1", "bcc"), delivered=True,
-                    delivery_count=3),
+            message(
+                q, 3, deadline=1_700_000_060_000, extra_keys=("cc1", "bcc"), delivered=True, delivery_count=3
+            ),
             message(q, 4, body=bytes(range(256)) * 40, delivered=True),
         ]
         for r in records:
@@ -531,8 +535,10 @@ def test_policies_round_trip_replace_delete_and_go_with_their_vhost(new_store: F
         await store.flush()
         d = await store.load_definitions()
         assert [(p.vhost, p.name, p.operator, p.pattern, p.priority) for p in d.policies] == [
-            ("/", "ttl", False, "^r", 2), ("/", "ttl", True, "^q", 1), ("other", "ttl", False, "^q", 1),
-        ]  # fmt: skip
+            ("/", "ttl", False, "^r", 2),
+            ("/", "ttl", True, "^q", 1),
+            ("other", "ttl", False, "^q", 1),
+        ]
         store.delete_policy("/", "ttl", True)
         store.delete_vhost("other")
         await store.flush()
@@ -557,9 +563,10 @@ def test_limits_round_trip_replace_delete_and_go_with_their_owner(new_store: Fac
         await store.flush()
         d = await store.load_definitions()
         assert [(x.kind, x.owner, x.name, x.value) for x in d.limits] == [
-            ("user", "u", "max-channels", 3), ("vhost", "v", "max-connections", 2),
+            ("user", "u", "max-channels", 3),
+            ("vhost", "v", "max-connections", 2),
             ("vhost", "v", "max-queues", 7),
-        ]  # fmt: skip
+        ]
         store.delete_limit("vhost", "v", "max-connections")
         store.delete_user("u")
         await store.flush()
@@ -613,9 +620,13 @@ def test_delayed_messages_and_dedup_keys_round_trip(new_store: Factory) -> None:
     delayed, dedup, next_id = run(read)
     assert ids == sorted(ids) and len(set(ids)) == 4
     assert [(r.id, r.body, r.due, r.delay) for r in delayed] == [
-        (ids[0], b"m0", 1000, 500), (ids[2], b"m2", 1002, 500), (ids[3], b"m3", 1003, 500),
+        (ids[0], b"m0", 1000, 500),
+        (ids[2], b"m2", 1002, 500),
+        (ids[3], b"m3", 1003, 500),
     ]
     assert next_id > max(r.id for r in delayed)  # after a reopen, new ids follow every stored one
     assert [(r.kind, r.owner, r.key, r.expires_at) for r in dedup] == [
-        ("queue", "q", b"Sc", None), ("queue", "q", b"Sa", 99), ("exchange", "x", b"Sa", None),
+        ("queue", "q", b"Sc", None),
+        ("queue", "q", b"Sa", 99),
+        ("exchange", "x", b"Sa", None),
     ]

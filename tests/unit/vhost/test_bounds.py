@@ -70,8 +70,13 @@ def test_argument_durations_are_bounded() -> None:
     from ottermq.vhost.policy import consumer_timeout
 
     with pytest.raises(PreconditionFailed, match="x-cache-ttl.*ten years"):
-        dedup_settings({"x-message-deduplication": True, "x-cache-ttl": MAX_DURATION + 1}, {},
-                       durable=False, always=False, resource="queue 'q' in vhost '/'")  # fmt: skip
+        dedup_settings(
+            {"x-message-deduplication": True, "x-cache-ttl": MAX_DURATION + 1},
+            {},
+            durable=False,
+            always=False,
+            resource="queue 'q' in vhost '/'",
+        )
     assert message_ttl_override({"x-cache-ttl": INT64_MAX}) == MAX_DURATION
     with pytest.raises(PreconditionFailed, match="x-delayed-retry-max.*value_too_large"):
         parse_queue_args({"x-delayed-retry-max": INT64_MAX}, "q", "/", 255)

@@ -23,8 +23,13 @@ def test_settings_defaults_and_overrides() -> None:
     assert dedup_settings({"x-message-deduplication": True}) == DedupSettings(128, None, H, False)
     durable = dedup_settings({"x-message-deduplication": True}, durable=True)
     assert durable == DedupSettings(128, None, H, True)
-    args = {"x-message-deduplication": True, "x-cache-size": 3, "x-cache-ttl": 500,
-            "x-deduplication-header": "msg-id", "x-cache-persistence": "memory"}  # fmt: skip
+    args = {
+        "x-message-deduplication": True,
+        "x-cache-size": 3,
+        "x-cache-ttl": 500,
+        "x-deduplication-header": "msg-id",
+        "x-cache-persistence": "memory",
+    }
     assert dedup_settings(args, durable=True) == DedupSettings(3, 500, "msg-id", False)
 
 
@@ -106,7 +111,11 @@ def test_hooks_see_every_change() -> None:
     cache.duplicate({H: "b"}, 10)
     ka, kb = dedup_key({H: "a"}, H), dedup_key({H: "b"}, H)
     assert events == [
-        ("add", ka, 5), ("remove", ka, None), ("add", kb, 6), ("remove", kb, None), ("add", kb, 15),
+        ("add", ka, 5),
+        ("remove", ka, None),
+        ("add", kb, 6),
+        ("remove", kb, None),
+        ("add", kb, 15),
     ]
 
 
@@ -139,8 +148,9 @@ def test_plugin_exchange_routes_like_fanout() -> None:
     vhost = VHost()
     for name in ("a", "b"):
         vhost.declare_queue(name, False, False, False, False, None, None)
-    x = vhost.declare_exchange("d", "x-message-deduplication", False, False, False, False,
-                               {"x-cache-size": 5})  # fmt: skip
+    x = vhost.declare_exchange(
+        "d", "x-message-deduplication", False, False, False, False, {"x-cache-size": 5}
+    )
     vhost.bind("d", ("queue", "a"), "", {})
     vhost.bind("d", ("queue", "b"), "ignored", {})
     assert vhost.publish(x, _msg("k", "whatever")) is ROUTED

@@ -137,8 +137,9 @@ def test_vhost_hands_delayed_messages_to_the_delayer() -> None:
     delayer = FakeDelayer()
     vhost.delayer = delayer
     vhost.declare_queue("q", False, False, False, False, None, None)
-    x = vhost.declare_exchange("d", "x-delayed-message", False, True, False, False,
-                               {"x-delayed-type": "direct"})  # fmt: skip
+    x = vhost.declare_exchange(
+        "d", "x-delayed-message", False, True, False, False, {"x-delayed-type": "direct"}
+    )
     vhost.bind("d", ("queue", "q"), "k", {})
     assert vhost.publish(x, _msg({"x-delay": 100}), mandatory=True) is ROUTED
     assert delayer.calls == [("d", 100, True)]

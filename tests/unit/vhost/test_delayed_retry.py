@@ -72,8 +72,9 @@ def take_all(queue: Queue) -> list[Entry]:
 
 
 def test_linear_back_off_capped() -> None:
-    queue, ttl, timers, _ = make(**{"x-delayed-retry-type": "all", "x-delayed-retry-min": 1000,
-                                    "x-delayed-retry-max": 2500})  # fmt: skip
+    queue, ttl, timers, _ = make(
+        **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 1000, "x-delayed-retry-max": 2500}
+    )
     assert [queue.retry_delay(n) for n in (0, 1, 2, 3, 10)] == [1000, 1000, 2000, 2500, 2500]
     queue.enqueue(Message("", "q", b"\x00\x00", b"m"))
     for attempt, wait in ((1, 1000), (2, 2000), (3, 2500), (4, 2500)):
@@ -92,9 +93,16 @@ def test_linear_back_off_capped() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "failed", "held"),
-    [("all", True, True), ("all", False, True), ("failed", True, True), ("failed", False, False),
-     ("returned", True, False), ("returned", False, True), ("disabled", True, False)],
-)  # fmt: skip
+    [
+        ("all", True, True),
+        ("all", False, True),
+        ("failed", True, True),
+        ("failed", False, False),
+        ("returned", True, False),
+        ("returned", False, True),
+        ("disabled", True, False),
+    ],
+)
 def test_which_returns_are_delayed(kind: str, failed: bool, held: bool) -> None:
     queue, _, _, _ = make(**{"x-delayed-retry-type": kind, "x-delayed-retry-min": 50})
     queue.enqueue(Message("", "q", b"\x00\x00", b"m"))
@@ -119,8 +127,9 @@ def test_held_entries_keep_their_place_and_wake_consumers() -> None:
 
 
 def test_delivery_limit_dead_letters_instead_of_holding() -> None:
-    queue, ttl, timers, sink = make(**{"x-delayed-retry-type": "all", "x-delayed-retry-min": 10,
-                                       "x-delivery-limit": 1})  # fmt: skip
+    queue, ttl, timers, sink = make(
+        **{"x-delayed-retry-type": "all", "x-delayed-retry-min": 10, "x-delivery-limit": 1}
+    )
     queue.enqueue(Message("", "q", b"\x00\x00", b"m"))
     queue.requeue(take_all(queue))
     ttl.t += 10
@@ -144,8 +153,13 @@ def test_arguments_and_policy_keys() -> None:
     with pytest.raises(PreconditionFailed, match="x-delayed-retry-min"):
         parse_queue_args({"x-delayed-retry-min": 0}, "q")
     declared = parse_queue_args({"x-delayed-retry-min": 5}, "q")
-    policy = make_policy("/", "p", ".", {"delayed-retry-type": "failed", "delayed-retry-min": 100,
-                                         "delayed-retry-max": 900}, "queues")  # fmt: skip
+    policy = make_policy(
+        "/",
+        "p",
+        ".",
+        {"delayed-retry-type": "failed", "delayed-retry-min": 100, "delayed-retry-max": 900},
+        "queues",
+    )
     args = effective_args(declared, policy.definition)
     assert (args.delayed_retry_type, args.delayed_retry_min, args.delayed_retry_max) == ("failed", 5, 900)
     with pytest.raises(ValueError, match="is not a valid delayed retry type"):

@@ -57,7 +57,12 @@ TYPE_ARGS = {
 
 def test_exchange_types() -> None:
     assert EXCHANGE_TYPES == (
-        "direct", "fanout", "topic", "headers", "x-delayed-message", "x-message-deduplication",
+        "direct",
+        "fanout",
+        "topic",
+        "headers",
+        "x-delayed-message",
+        "x-message-deduplication",
     )
 
 

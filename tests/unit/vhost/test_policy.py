@@ -30,11 +30,13 @@ def policy(name="p", pattern=".*", definition=None, apply_to="all", priority=0, 
         ({"alternate-exchange": 5}, "5 is not a valid alternate exchange name"),
         ({"ottermq-exact-ttl": "yes"}, '<<"yes">> is not a valid exact TTL setting (true or false)'),
         ({"nope": 1}, '[{<<"nope">>,1}] are not recognised policy settings'),
-        ({"message-ttl": 5, "other": 2, "bogus": 1},
-         '[{<<"bogus">>,1},{<<"other">>,2}] are not recognised policy settings'),
+        (
+            {"message-ttl": 5, "other": 2, "bogus": 1},
+            '[{<<"bogus">>,1},{<<"other">>,2}] are not recognised policy settings',
+        ),
         ({}, "no policy provided"),
     ],
-)  # fmt: skip
+)
 def test_invalid_definitions_get_rabbitmqs_reason(definition, reason):
     with pytest.raises(PolicyError) as info:
         make_policy("/", "p", "x", definition)
@@ -71,12 +73,25 @@ def test_choose_highest_priority_matching_kind_and_searched_pattern():
     assert choose([tie_b, tie_a], "queue", "q") is tie_a
 
 
-@pytest.mark.parametrize("key", ["max-age", "stream-max-segment-size-bytes", "initial-cluster-size",
-                                 "dead-letter-strategy", "queue-leader-locator"])  # fmt: skip
+@pytest.mark.parametrize(
+    "key",
+    [
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "initial-cluster-size",
+        "dead-letter-strategy",
+        "queue-leader-locator",
+    ],
+)
 def test_a_policy_with_a_quorum_or_stream_key_is_skipped_for_classic_queues(key):
     lower = policy("lower", "^q", {"max-length": 5})
-    other = policy("other", "^q$", {"max-length": 1, key: "x" if key != "initial-cluster-size" else 3},
-                   apply_to="all", priority=9)  # fmt: skip
+    other = policy(
+        "other",
+        "^q$",
+        {"max-length": 1, key: "x" if key != "initial-cluster-size" else 3},
+        apply_to="all",
+        priority=9,
+    )
     assert choose([lower, other], "queue", "q") is lower  # as RabbitMQ 3.10 (is_policy_applicable)
     assert choose([lower, other], "exchange", "q") is other
 
@@ -92,15 +107,18 @@ def test_delivery_limit_policies_apply_to_classic_queues_here():
     [
         ({"message-ttl": 100}, {"message-ttl": 50}, {"message-ttl": 50}),
         ({"message-ttl": 10}, {"message-ttl": 50}, {"message-ttl": 10}),
-        ({"expires": 1000, "dead-letter-exchange": "dlx"}, {"expires": 5000},
-         {"expires": 1000, "dead-letter-exchange": "dlx"}),
+        (
+            {"expires": 1000, "dead-letter-exchange": "dlx"},
+            {"expires": 5000},
+            {"expires": 1000, "dead-letter-exchange": "dlx"},
+        ),
         ({"max-length": 5}, {"max-length-bytes": 100}, {"max-length": 5, "max-length-bytes": 100}),
         ({"overflow": "reject-publish"}, {"overflow": "drop-head"}, {"overflow": "drop-head"}),
         ({"delivery-limit": 3}, {"delivery-limit": 9}, {"delivery-limit": 3}),
         (None, {"max-length": 2}, {"max-length": 2}),
         ({"max-length": 2}, None, {"max-length": 2}),
     ],
-)  # fmt: skip
+)
 def test_user_and_operator_merge(user, operator, merged):
     u = policy("u", definition=user) if user else None
     o = policy("o", definition=operator, operator=True) if operator else None
@@ -118,8 +136,11 @@ def test_user_and_operator_merge(user, operator, merged):
         ({"x-max-length-bytes": 10}, {"max-length-bytes": 50}, {"max_length_bytes": 10}),
         ({"x-dead-letter-exchange": "arg"}, {"dead-letter-exchange": "pol"}, {"dead_letter_exchange": "arg"}),
         ({}, {"dead-letter-exchange": "pol"}, {"dead_letter_exchange": "pol"}),
-        ({"x-dead-letter-exchange": "d", "x-dead-letter-routing-key": "a"}, {"dead-letter-routing-key": "p"},
-         {"dead_letter_routing_key": "a"}),
+        (
+            {"x-dead-letter-exchange": "d", "x-dead-letter-routing-key": "a"},
+            {"dead-letter-routing-key": "p"},
+            {"dead_letter_routing_key": "a"},
+        ),
         ({"x-overflow": "reject-publish"}, {"overflow": "drop-head"}, {"overflow": "reject-publish"}),
         ({}, {"overflow": "reject-publish"}, {"overflow": "reject-publish"}),
         ({"x-delivery-limit": 5}, {"delivery-limit": 2}, {"delivery_limit": 2}),
@@ -127,7 +148,7 @@ def test_user_and_operator_merge(user, operator, merged):
         ({"x-ottermq-exact-ttl": False}, {"ottermq-exact-ttl": True}, {"exact_ttl": False}),
         ({"x-ottermq-exact-ttl": True}, {"ottermq-exact-ttl": False}, {"exact_ttl": True}),
     ],
-)  # fmt: skip
+)
 def test_policy_against_queue_arguments(arguments, definition, expected):
     declared = parse_queue_args(arguments, "q")
     result = effective_args(declared, definition)

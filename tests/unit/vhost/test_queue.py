@@ -81,8 +81,18 @@ class FakeConsumer:
 
 def make(args: dict[str, Any] | None = None, limits: bool = True) -> tuple[Queue, FakeTTL, Sink]:
     ttl, sink = FakeTTL(), Sink()
-    q = Queue("q", "/", False, False, False, None, parse_queue_args(args or {}, "q"),
-              ttl=ttl, sink=sink, limits=limits)
+    q = Queue(
+        "q",
+        "/",
+        False,
+        False,
+        False,
+        None,
+        parse_queue_args(args or {}, "q"),
+        ttl=ttl,
+        sink=sink,
+        limits=limits,
+    )
     return q, ttl, sink
 
 

@@ -113,13 +113,29 @@ class RecordingDefinitions:
         self.events.append(("bind-", source, dest, key))
 
 
-def exchange(vh: VHost, name: str, type_: str = "direct", *, durable: bool = False,
-             auto_delete: bool = False, internal: bool = False, **arguments: Any) -> None:
+def exchange(
+    vh: VHost,
+    name: str,
+    type_: str = "direct",
+    *,
+    durable: bool = False,
+    auto_delete: bool = False,
+    internal: bool = False,
+    **arguments: Any,
+) -> None:
     vh.declare_exchange(name, type_, False, durable, auto_delete, internal, arguments or None)
 
 
-def queue(vh: VHost, name: str, *, durable: bool = False, exclusive: bool = False,
-          auto_delete: bool = False, owner: object = OWNER, **arguments: Any) -> Queue:
+def queue(
+    vh: VHost,
+    name: str,
+    *,
+    durable: bool = False,
+    exclusive: bool = False,
+    auto_delete: bool = False,
+    owner: object = OWNER,
+    **arguments: Any,
+) -> Queue:
     return vh.declare_queue(name, False, durable, exclusive, auto_delete, arguments or None, owner)
 
 
@@ -144,27 +160,60 @@ def test_redeclaring_an_exchange_equivalently_returns_the_same_one():
     first = vh.declare_exchange("x", "topic", False, True, False, False, None)
     assert vh.declare_exchange("x", "topic", False, True, False, False, {}) is first
     # amq.* names exist already: an equivalent redeclare is allowed (RabbitMQ)
-    assert vh.declare_exchange("amq.direct", "direct", False, True, False, False, None) is vh.exchanges[
-        "amq.direct"
-    ]
+    assert (
+        vh.declare_exchange("amq.direct", "direct", False, True, False, False, None)
+        is vh.exchanges["amq.direct"]
+    )
 
 
 @pytest.mark.parametrize(
     "type_, durable, auto_delete, internal, arguments, text",
     [
-        ("fanout", False, False, False, None,
-         "inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"),
-        ("direct", True, False, False, None,
-         "inequivalent arg 'durable' for exchange 'x' in vhost '/': received 'true' but current is 'false'"),
-        ("direct", False, True, False, None,
-         "inequivalent arg 'auto_delete' for exchange 'x' in vhost '/': received 'true' but current is "
-         "'false'"),
-        ("direct", False, False, True, None,
-         "inequivalent arg 'internal' for exchange 'x' in vhost '/': received 'true' but current is "
-         "'false'"),
-        ("direct", False, False, False, {"alternate-exchange": "ae"},
-         "inequivalent arg 'alternate-exchange' for exchange 'x' in vhost '/': received the value 'ae' "
-         "of type 'longstr' but current is none"),
+        (
+            "fanout",
+            False,
+            False,
+            False,
+            None,
+            "inequivalent arg 'type' for exchange 'x' in vhost '/': "
+            "received 'fanout' but current is 'direct'",
+        ),
+        (
+            "direct",
+            True,
+            False,
+            False,
+            None,
+            "inequivalent arg 'durable' for exchange 'x' in vhost '/': "
+            "received 'true' but current is 'false'",
+        ),
+        (
+            "direct",
+            False,
+            True,
+            False,
+            None,
+            "inequivalent arg 'auto_delete' for exchange 'x' in vhost '/': received 'true' but current is "
+            "'false'",
+        ),
+        (
+            "direct",
+            False,
+            False,
+            True,
+            None,
+            "inequivalent arg 'internal' for exchange 'x' in vhost '/': received 'true' but current is "
+            "'false'",
+        ),
+        (
+            "direct",
+            False,
+            False,
+            False,
+            {"alternate-exchange": "ae"},
+            "inequivalent arg 'alternate-exchange' for exchange 'x' in vhost '/': received the value 'ae' "
+            "of type 'longstr' but current is none",
+        ),
     ],
     ids=["type", "durable", "auto_delete", "internal", "alternate-exchange"],
 )
@@ -194,7 +243,8 @@ def test_reserved_exchange_names_are_403():
     with pytest.raises(AccessRefused) as info:
         exchange(vh, "amq.custom")
     assert (info.value.reply_code, info.value.text) == (
-        403, "exchange name 'amq.custom' contains reserved prefix 'amq.*'"
+        403,
+        "exchange name 'amq.custom' contains reserved prefix 'amq.*'",
     )
     assert "amq.custom" not in vh.exchanges
     for call in (
@@ -253,7 +303,8 @@ def test_reserved_queue_names_are_403_unless_generated():
     with pytest.raises(AccessRefused) as info:
         queue(vh, "amq.mine")
     assert (info.value.reply_code, info.value.text) == (
-        403, "queue name 'amq.mine' contains reserved prefix 'amq.*'"
+        403,
+        "queue name 'amq.mine' contains reserved prefix 'amq.*'",
     )
     assert "amq.mine" not in vh.queues
     q = vh.declare_queue("amq.gen-abc", False, False, True, True, None, OWNER, generated=True)
