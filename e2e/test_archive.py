@@ -409,7 +409,7 @@ def dlq_export(broker, queue: str, out: Path, *extra: str) -> subprocess.Complet
         [
             sys.executable,
             "-m",
-            "ottermq.broker.dlq_cli",
+            "ottermq.broker.cli.dlq",
             "export",
             "--url",
             broker.url,
@@ -530,7 +530,7 @@ def test_dlq_export_limit_and_missing_queue(broker, channel, unique, tmp_path, p
         [
             sys.executable,
             "-m",
-            "ottermq.broker.dlq_cli",
+            "ottermq.broker.cli.dlq",
             "export",
             "--url",
             broker.url,

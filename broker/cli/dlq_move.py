@@ -16,8 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .admin_cli import AdminClient, AdminError, quote
-from .config import admin_defaults
+from ..config import admin_defaults
+from .admin import AdminClient, AdminError, quote
 
 
 def build_parser() -> argparse.ArgumentParser:

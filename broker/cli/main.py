@@ -1,0 +1,193 @@
+"""``ottermq`` command line: run the broker (default) or a tool subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from .. import VERSION
+from ..config import admin_defaults, load_settings, settings_help, unknown_variables
+
+
+def _run_server() -> int:
+    settings = load_settings()
+    logging.basicConfig(
+        level=getattr(logging, settings.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # aiosqlite logs every call it hands its thread at DEBUG: that would drown LOG_LEVEL=DEBUG.
+    logging.getLogger("aiosqlite").setLevel(max(logging.WARNING, logging.root.level))
+    log = logging.getLogger("ottermq")
+    for warning in unknown_variables():
+        log.warning("%s", warning)
+    from ..server import StartupError, serve
+
+    try:
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+            asyncio.run(serve(settings))
+        else:
+            uvloop.run(serve(settings))
+    except StartupError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+def _definitions(action: str, path: str) -> int:
+    """Export or import RabbitMQ definitions JSON on the store in ``OTTERMQ_DATA_DIR``."""
+    import json
+
+    from ottermq.persistence.store import StoreError
+
+    from ..definitions import (
+        DefinitionsError,
+        definitions_to_json,
+        export_definitions,
+        import_definitions,
+        load_definitions_file,
+    )
+    from ..server import lock_data_dir
+    from ..wiring import open_store
+
+    settings = load_settings()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+
+    async def run() -> None:
+        store = open_store(settings)
+        await store.open()
+        try:
+            if action == "export":
+                data = definitions_to_json(await export_definitions(store), VERSION)
+                text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+                if path == "-":
+                    sys.stdout.write(text)
+                else:
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write(text)
+            else:
+                await import_definitions(store, load_definitions_file(path))
+        finally:
+            await store.close()
+
+    try:
+        if settings.store == "sqlite":
+            lock_data_dir(settings.data_dir)
+        asyncio.run(run())
+    except StoreError as exc:
+        print(
+            f"ottermq definitions {action}: {exc} (for a running broker use --url, e.g. --url "
+            "http://localhost:15672; or stop the broker first, or load a file at start-up with "
+            "OTTERMQ_DEFINITIONS_FILE)",
+            file=sys.stderr,
+        )
+        return 1
+    except (DefinitionsError, OSError, ValueError) as exc:
+        print(f"ottermq definitions {action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _dlq(action: str, rest: list[str]) -> int:
+    """Dispatch ``ottermq dlq ACTION``; the Spark jobs are imported only when asked for."""
+    import importlib
+
+    if action == "export":
+        from . import dlq
+
+        return dlq.main(["export", *rest])
+    if action == "move":
+        from . import dlq_move
+
+        return dlq_move.main(rest)
+    jobs = importlib.import_module("ottermq.spark_jobs.cli")  # never imported by the broker itself
+    entry = getattr(jobs, f"{action}_main")
+    return int(entry(rest))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``ottermq`` console script and ``python -m ottermq.broker``."""
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="ottermq", description="OtterMQ AMQP 0.9.1 broker", formatter_class=fmt
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser(
+        "serve",
+        help="run the broker (default)",
+        description="Run the broker. Settings come from the environment and ./.env (see .env.example);"
+        " a bad value stops start-up naming the variable.",
+        epilog="settings (NAME=default):\n" + settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    stopped = (
+        "Without --url it works on the store in OTTERMQ_DATA_DIR, so the broker using that directory"
+        " must be stopped (the data dir is locked while it runs); with --url it goes through a running"
+        " broker's management API (GET/POST /api/definitions, applied live)."
+    )
+    defs = sub.add_parser(
+        "definitions",
+        help="export/import RabbitMQ definitions JSON (users, vhosts, permissions, topology)",
+        description="Export or import RabbitMQ definitions JSON. " + stopped,
+        formatter_class=fmt,
+    )
+    defs_sub = defs.add_subparsers(dest="action", required=True)
+    export = defs_sub.add_parser(
+        "export",
+        help="write the stored definitions as RabbitMQ JSON",
+        description="Write the stored definitions as RabbitMQ JSON. " + stopped,
+        formatter_class=fmt,
+    )
+    export.add_argument("file", nargs="?", default="-", help="output file; - is stdout")
+    from . import admin as admin_cli  # stdlib only: cheap to import
+
+    admin_cli.add_connection_options(export, admin_defaults())
+    imp = defs_sub.add_parser(
+        "import",
+        help="load a RabbitMQ definitions JSON file into the store",
+        description="Load a RabbitMQ definitions JSON file into the store: users (with their"
+        " passwords), vhosts and permissions are created or replaced; durable exchanges, queues and"
+        " bindings are added (existing ones are left unchanged); policies and operator policies"
+        " (operator_policy parameters) are created or replaced. Skipped with a warning: non-durable"
+        " queues and exchanges, amq.* names and the default exchange, non-classic queues, bindings"
+        " of skipped entities, other runtime parameters and topic permissions. "
+        + stopped
+        + " To load a file at every start instead, set OTTERMQ_DEFINITIONS_FILE.",
+        formatter_class=fmt,
+    )
+    imp.add_argument("file", help="RabbitMQ definitions JSON (rabbitmqctl export_definitions)")
+    admin_cli.add_connection_options(imp, admin_defaults())
+    dlq = sub.add_parser(
+        "dlq",
+        help="dead letters: send them back, export a queue to the archive format, analyse or replay an"
+        " archive",
+        description="move: send a queue's dead letters back to their original (or a chosen) exchange,"
+        " run by a running broker (management API); export: read any AMQP queue into archive JSON Lines"
+        " (broker.cli.dlq; the broker keeps running); report/compact/select/replay: Spark jobs on an"
+        " archive, watch: a streaming job over a live one (need the 'spark' extra)",
+        formatter_class=fmt,
+    )
+    dlq.add_argument("action", choices=["move", "export", "report", "compact", "select", "replay", "watch"])
+    dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")
+    admin_cli.add_parsers(sub, admin_defaults())
+    args = parser.parse_args(argv)
+    if args.command in admin_cli.COMMANDS:
+        return admin_cli.run(args)
+    if args.command in (None, "serve"):
+        return _run_server()
+    if args.command == "dlq":
+        return _dlq(args.action, args.args)
+    if args.command == "definitions":
+        if args.url:  # a running broker, through its management API
+            return admin_cli.definitions(args.action, args.file, args)
+        return _definitions(args.action, args.file)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
