@@ -289,7 +289,7 @@ def test_changed_password_is_ignored_with_a_warning(broker_process):
     log = second.log_tail(200)
     assert "second-secret" not in log and "first-secret" not in log
     assert (
-        "WARNING ottermq.broker.server: OTTERMQ_PASSWORD is not the stored password of user 'guest' and is"
+        "WARNING ottermq.broker.runtime: OTTERMQ_PASSWORD is not the stored password of user 'guest' and is"
         " ignored: the default user is created at the first start only (see README 'Changing a password')"
     ) in log
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
@@ -317,21 +317,21 @@ def test_info_log_follows_a_connection_like_rabbitmq(broker_process, poll_until)
     log = process.log_tail(200)
     peer = re.search(r"connection (127\.0\.0\.1:\d+) - orders-app: user", log).group(1)  # type: ignore[union-attr]
     expected = [
-        f"INFO ottermq.broker.connection: accepting AMQP connection {peer}",
-        f"INFO ottermq.broker.connection: connection {peer} - orders-app: user 'guest' authenticated and"
-        " granted access to vhost '/'",
-        f"INFO ottermq.broker.channel: consumer 'c1' on channel 1 of {peer} cancelled by the broker:"
+        f"INFO ottermq.broker.server.connection: accepting AMQP connection {peer}",
+        f"INFO ottermq.broker.server.connection: connection {peer} - orders-app: user 'guest'"
+        " authenticated and granted access to vhost '/'",
+        f"INFO ottermq.broker.server.channel: consumer 'c1' on channel 1 of {peer} cancelled by the broker:"
         " queue 'doomed' deleted",
         "WARNING ottermq.dlx.deadletter: dropped 1 dead letter(s) since the last warning: dead-letter"
         " exchange 'no-such-dlx' of queue 'work' in vhost '/' not found (declare it, or change"
         " x-dead-letter-exchange; reported at most every 10 s)",
-        f"INFO ottermq.broker.connection: closing AMQP connection {peer} - orders-app (vhost '/',"
+        f"INFO ottermq.broker.server.connection: closing AMQP connection {peer} - orders-app (vhost '/',"
         " user 'guest')",
     ]
     for line in expected:
         assert line in log
     assert log.count("dead-letter exchange 'no-such-dlx'") == 1  # rate-limited: 3 drops, 1 warning
-    assert "INFO ottermq.broker.wiring: dead-letter archive on: every dead letter is written to" in log
+    assert "INFO ottermq.broker.node.wiring: dead-letter archive on: every dead letter is written to" in log
     assert "aiosqlite" not in log
 
 

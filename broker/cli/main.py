@@ -22,7 +22,7 @@ def _run_server() -> int:
     log = logging.getLogger("ottermq")
     for warning in unknown_variables():
         log.warning("%s", warning)
-    from ..server import StartupError, serve
+    from ..runtime import StartupError, serve
 
     try:
         try:
@@ -43,15 +43,15 @@ def _definitions(action: str, path: str) -> int:
 
     from ottermq.persistence.store import StoreError
 
-    from ..definitions import (
+    from ..node.definitions import (
         DefinitionsError,
         definitions_to_json,
         export_definitions,
         import_definitions,
         load_definitions_file,
     )
-    from ..server import lock_data_dir
-    from ..wiring import open_store
+    from ..node.wiring import open_store
+    from ..runtime import lock_data_dir
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")

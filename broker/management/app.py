@@ -52,7 +52,7 @@ from .rates import RateSampler
 from .webui import add_ui, is_ui_path
 
 if TYPE_CHECKING:
-    from ..server import Broker
+    from ..runtime import Broker
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import hdrs, web
 from ottermq.vhost.vhost import VHost
 
-from ..operations import arguments_of
+from ..node.operations import arguments_of
 from .common import (
     NotFound,
     amqp_errors,
@@ -38,7 +38,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..auth import ResourceKind
+    from ..node.auth import ResourceKind
 
 KINDS: dict[str, ResourceKind] = {"q": "queue", "e": "exchange"}
 

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ottermq.persistence.store import UserRecord
     from ottermq.vhost.vhost import VHost
 
-    from ..auth import Permission, ResourceKind
-    from ..server import Broker
+    from ..node.auth import Permission, ResourceKind
+    from ..runtime import Broker
     from .rates import RateSampler
 
 BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")

@@ -23,9 +23,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ..channel import Channel
-from ..connection import AMQPConnection
-from ..tls import distinguished_name
+from ..node.tls import distinguished_name
+from ..server.channel import Channel
+from ..server.connection import AMQPConnection
 from .common import (
     SEE_ALL_TAGS,
     NotFound,

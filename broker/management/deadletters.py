@@ -29,7 +29,7 @@ from ottermq.amqp.props import get_headers
 from ottermq.persistence.memory import MemoryStore
 from ottermq.vhost.message import Entry
 
-from ..dlq_move import (
+from ..node.dlq_move import (
     SCAN_CHUNK,
     LastDeaths,
     MoveJob,

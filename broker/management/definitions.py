@@ -37,11 +37,11 @@ from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import PREDECLARED
 
 from .. import VERSION
-from ..auth import AuthError
-from ..definitions import DefinitionsError, definitions_from_json
-from ..definitions.json_format import policies_to_json, vhost_limit_parameters
-from ..limits import LimitError
-from ..operations import policy_record as record_of
+from ..node.auth import AuthError
+from ..node.definitions import DefinitionsError, definitions_from_json
+from ..node.definitions.json_format import policies_to_json, vhost_limit_parameters
+from ..node.limits import LimitError
+from ..node.operations import policy_record as record_of
 from .bindings import vhost_bindings
 from .common import (
     amqp_errors,
@@ -61,7 +61,7 @@ from .users import user_json
 if TYPE_CHECKING:
     from ottermq.vhost.vhost import VHost
 
-    from ..server import Broker
+    from ..runtime import Broker
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from ottermq.vhost.dedup import DedupCache
 from ottermq.vhost.exchange import Exchange
 from ottermq.vhost.vhost import VHost
 
-from ..operations import arguments_of
+from ..node.operations import arguments_of
 from .common import (
     NotFound,
     amqp_errors,

@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 from ottermq.vhost.message import Message
 
-from ..tls import amqps_files, web_files
+from ..node.tls import amqps_files, web_files
 from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, vhost_or_404
 
 ALIVENESS_QUEUE = "aliveness-test"

@@ -16,7 +16,7 @@ import json
 
 from aiohttp import web
 
-from ..limits import LimitError
+from ..node.limits import LimitError
 from .common import NotFound, bad_request, broker_of, json_body, require_administrator, visible_vhosts
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from ..server import Broker
+    from ..runtime import Broker
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from .connections import connection_name
 from .overview import RABBITMQ_API_VERSION
 
 if TYPE_CHECKING:
-    from ..channel import Channel
-    from ..connection import AMQPConnection
-    from ..server import Broker
+    from ..runtime import Broker
+    from ..server.channel import Channel
+    from ..server.connection import AMQPConnection
 
 
 def _family(
@@ -194,7 +194,7 @@ def disk_free(broker: Broker) -> int | None:
 
 def node_metrics(broker: Broker) -> Iterator[Metric]:
     """Identity and build labels, memory, file descriptors, disk space and alarms."""
-    from ..server import process_rss
+    from ..runtime import process_rss
 
     node = node_name()
     identity = GaugeMetricFamily(

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..sasl import MECHANISMS
+from ..server.sasl import MECHANISMS
 from .common import NotFound, broker_of, node_name, require_monitor, sampler_of
 from .node_metrics import disk_free, max_fds, open_fds
 from .overview import EXCHANGE_TYPES
@@ -30,7 +30,7 @@ SASL_TEXTS = {"PLAIN": "SASL PLAIN authentication mechanism", "AMQPLAIN": "QPid 
 
 
 def node_json(request: web.Request) -> dict[str, Any]:
-    from ..server import process_rss
+    from ..runtime import process_rss
 
     broker = broker_of(request)
     settings = broker.settings

@@ -14,7 +14,7 @@ from aiohttp import web
 from ottermq.dlx.reasons import Reason
 
 from .. import VERSION
-from ..stats import MessageStats
+from ..node.stats import MessageStats
 from .common import SEE_ALL_TAGS, broker_of, node_name, sampler_of, user_of, visible_vhosts
 from .rates import (
     CHURN,

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from ottermq.persistence.store import PermissionRecord, UserRecord
 
-from ..auth import DEFAULT_HASHING_ALGORITHM, AuthError, hash_password
+from ..node.auth import DEFAULT_HASHING_ALGORITHM, AuthError, hash_password
 from .common import NotFound, bad_request, broker_of, json_body, require_administrator, user_of
 
 

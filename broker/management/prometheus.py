@@ -37,7 +37,7 @@ from .node_metrics import channel_metrics, churn_metrics, connection_metrics, no
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
 
-    from ..server import Broker
+    from ..runtime import Broker
 
 log = logging.getLogger(__name__)
 

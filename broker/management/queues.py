@@ -16,8 +16,8 @@ from ottermq.amqp.props import decode_properties
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
-from ..channel import ChannelConsumer
-from ..operations import arguments_of
+from ..node.operations import arguments_of
+from ..server.channel import ChannelConsumer
 from .common import (
     NotFound,
     amqp_errors,

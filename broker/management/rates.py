@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from ottermq.vhost.queue import Queue
 
-from ..stats import MESSAGE_STATS, MessageStats
+from ..node.stats import MESSAGE_STATS, MessageStats
 
 if TYPE_CHECKING:
-    from ..channel import Channel
-    from ..connection import AMQPConnection
-    from ..server import Broker
+    from ..runtime import Broker
+    from ..server.channel import Channel
+    from ..server.connection import AMQPConnection
 
 log = logging.getLogger(__name__)
 

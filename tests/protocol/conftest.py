@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from ottermq.broker.config import Settings
-from ottermq.broker.connection import AMQPConnection
-from ottermq.broker.server import Broker
+from ottermq.broker.runtime import Broker
+from ottermq.broker.server.connection import AMQPConnection
 from pamqp import body as pbody
 from pamqp import commands as spec
 from pamqp import frame as pframe

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ottermq.broker.states import State
+from ottermq.broker.server.states import State
 from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader

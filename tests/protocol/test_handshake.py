@@ -13,7 +13,7 @@ import struct
 from typing import Any
 
 import pytest
-from ottermq.broker.connection import SILENT_CLOSE_DELAY
+from ottermq.broker.server.connection import SILENT_CLOSE_DELAY
 from pamqp import commands as spec
 from pamqp import frame as pframe
 

@@ -7,7 +7,7 @@ import logging
 import random
 
 import pytest
-from ottermq.broker.states import State
+from ottermq.broker.server.states import State
 from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader

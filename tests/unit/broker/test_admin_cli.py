@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ottermq.broker.cli.main import main
 from ottermq.broker.cli.admin import cell, format_table
+from ottermq.broker.cli.main import main
 
 
 def test_table_aligns_columns_under_a_dashed_rule() -> None:

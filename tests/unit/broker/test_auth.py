@@ -1,4 +1,4 @@
-"""Users, vhosts and permissions (``ottermq.broker.auth``).
+"""Users, vhosts and permissions (``ottermq.broker.node.auth``).
 
 Every hash below was produced by RabbitMQ 3.10.8 (``rabbitmqctl add_user`` + ``export_definitions``;
 the sha512 and md5 ones with ``password_hashing_module`` switched for the call), and every refusal
@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from ottermq.amqp.errors import AccessRefused, NotAllowed
-from ottermq.broker.auth import (
+from ottermq.broker.config import Settings
+from ottermq.broker.node.auth import (
     DEFAULT_HASHING_ALGORITHM,
     REQUIRED_PERMISSIONS,
     AuthDB,
@@ -25,7 +26,6 @@ from ottermq.broker.auth import (
     login_refused_text,
     required_permissions,
 )
-from ottermq.broker.config import Settings
 from ottermq.persistence.store import Definitions, PermissionRecord, UserRecord, VHostRecord
 
 SHA256 = "rabbit_password_hashing_sha256"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ottermq.broker.confirms import Confirms
+from ottermq.broker.server.confirms import Confirms
 
 
 def settle(

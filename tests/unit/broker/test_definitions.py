@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 from ottermq.amqp.table import LongLong, LongStr, Short, Timestamp, decode_table, encode_table
-from ottermq.broker.auth import check_password
-from ottermq.broker.definitions import (
+from ottermq.broker.node.auth import check_password
+from ottermq.broker.node.definitions import (
     DefinitionsError,
     arguments_from_json,
     arguments_to_json,

@@ -7,7 +7,7 @@ from typing import Any
 
 from ottermq.amqp.props import rewrite_props
 from ottermq.amqp.table import encode_table
-from ottermq.broker.delayed import BATCH, DedupPersistence, DelayService
+from ottermq.broker.node.delayed import BATCH, DedupPersistence, DelayService
 from ottermq.persistence.memory import MemoryStore
 from ottermq.vhost.dedup import DedupCache, DedupSettings
 from ottermq.vhost.message import Message

@@ -8,7 +8,7 @@ import re
 import pytest
 from ottermq.amqp.props import HEADERS_BIT, join_props, split_props
 from ottermq.amqp.table import Long, ShortShort, decode_table, encode_table
-from ottermq.broker.dlq_move import (
+from ottermq.broker.node.dlq_move import (
     LastDeaths,
     Selection,
     deaths_of,

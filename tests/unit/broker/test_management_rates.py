@@ -19,8 +19,8 @@ from ottermq.broker.management.rates import (
     vhost_key,
     with_rates,
 )
-from ottermq.broker.server import Broker
-from ottermq.broker.stats import MessageStats
+from ottermq.broker.node.stats import MessageStats
+from ottermq.broker.runtime import Broker
 from ottermq.vhost.message import Message
 
 PUBLISH = QUEUE_STATS.index("publish")

@@ -13,7 +13,7 @@ import pytest
 from ottermq.broker.config import Settings
 from ottermq.broker.management import app as management_app
 from ottermq.broker.management.openapi import BODIES, HEADERS, PAGINATED, QUERIES, describe
-from ottermq.broker.server import Broker
+from ottermq.broker.runtime import Broker
 
 PREFIX = "/api"
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from ottermq.amqp.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
-from ottermq.broker.auth import AuthDB
-from ottermq.broker.limits import LimitError, Limits
-from ottermq.broker.operations import Operations, arguments_of, check_name, publish_target
+from ottermq.broker.node.auth import AuthDB
+from ottermq.broker.node.limits import LimitError, Limits
+from ottermq.broker.node.operations import Operations, arguments_of, check_name, publish_target
 from ottermq.persistence import MemoryStore
 from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import VHost

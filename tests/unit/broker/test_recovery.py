@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ottermq.broker.config import Settings
-from ottermq.broker.recovery import recover
-from ottermq.broker.server import Broker
+from ottermq.broker.node.recovery import recover
+from ottermq.broker.runtime import Broker
 from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import BindingRecord

@@ -1,4 +1,4 @@
-"""Direct reply-to registry and property rewriting (``ottermq.broker.reply_to``); no sockets."""
+"""Direct reply-to registry and property rewriting (``ottermq.broker.server.reply_to``); no sockets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import pytest
 from ottermq.amqp.errors import ChannelCrashed, NotAllowed, NotFound, PreconditionFailed
 from ottermq.amqp.props import get_reply_to, replace_reply_to
-from ottermq.broker.reply_to import (
+from ottermq.broker.server.reply_to import (
     NODE_MARKER,
     REPLY_PREFIX,
     REPLY_QUEUE,

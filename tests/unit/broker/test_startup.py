@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from ottermq.broker.auth import AuthDB
 from ottermq.broker.config import Settings
-from ottermq.broker.server import (
+from ottermq.broker.node.auth import AuthDB
+from ottermq.broker.runtime import (
     StartupError,
     check_archive_dir,
     lock_data_dir,

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 from ottermq.amqp.errors import ChannelError, FrameError, UnexpectedFrame
-from ottermq.broker.states import TRANSITIONS, State, StateError, Step, check_transition, route
+from ottermq.broker.server.states import TRANSITIONS, State, StateError, Step, check_transition, route
 from pamqp import commands as spec
 from pamqp import frame as pframe
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ottermq.broker.limits import LimitError, validate
+from ottermq.broker.node.limits import LimitError, validate
 from ottermq.vhost.bounds import (
     INT64_MAX,
     MAX_DURATION,

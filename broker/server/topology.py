@@ -23,7 +23,7 @@ from .reply_to import REPLY_QUEUE
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
 
-    from .auth import Permission
+    from ..node.auth import Permission
     from .reply_to import ReplyTarget
 
 

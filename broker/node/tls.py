@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from ..config import Settings
 
 log = logging.getLogger(__name__)
 

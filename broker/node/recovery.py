@@ -29,7 +29,7 @@ from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from ..runtime import Broker
 
 log = logging.getLogger(__name__)
 

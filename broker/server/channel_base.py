@@ -13,11 +13,11 @@ if TYPE_CHECKING:
     from ottermq.vhost.message import Message
     from ottermq.vhost.vhost import VHost
 
-    from .auth import Permission, ResourceKind
+    from ..node.auth import Permission, ResourceKind
+    from ..node.stats import MessageStats
     from .confirms import Confirms
     from .connection import AMQPConnection
     from .reply_to import ReplyConsumer
-    from .stats import MessageStats
 
 
 class ChannelBase:

@@ -42,18 +42,18 @@ from ottermq.amqp.reader import FrameReader, payload_snippet
 from pamqp import commands as spec
 from pamqp.base import Frame
 
+from ..node.tls import peer_identity
 from .channel import ACCESS_REQUEST, KNOWN_METHODS, Channel, UnknownMethod
 from .sasl import MECHANISMS, credentials
 from .states import Routed, State, Step, check_transition, route
-from .tls import peer_identity
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import UserRecord
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
+    from ..runtime import Broker
     from .publishing import PublisherMethods
-    from .server import Broker
 
 log = logging.getLogger(__name__)
 

@@ -42,11 +42,11 @@ from ottermq.vhost.vhost import generated_name
 from pamqp import commands as spec
 from pamqp.base import Frame
 
+from ..node.operations import withdraw
+from ..node.stats import MessageStats
 from .confirms import Confirms
-from .operations import withdraw
 from .publishing import INTERN_MAX, PublisherMethods
 from .reply_to import REPLY_QUEUE, ReplyConsumer
-from .stats import MessageStats
 from .topology import TopologyMethods
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ottermq.amqp.errors import PreconditionFailed
 
 if TYPE_CHECKING:
-    from .server import Broker
+    from ..runtime import Broker
 
 log = logging.getLogger(__name__)
 

@@ -37,24 +37,33 @@ from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
 from ottermq.vhost.vhost import VHost
 
-from . import VERSION, tls
-from .ack_timeout import AckTimeouts
-from .auth import AuthDB
+from . import VERSION
 from .config import Settings, env_name
-from .connection import AMQPConnection
-from .definitions import DefinitionsError, import_definitions, load_definitions_file
-from .delayed import DedupPersistence, DelayService
-from .limits import Limits
 from .management import ManagementServer
 from .management.policies import policy_of
 from .management.prometheus import PrometheusServer
-from .operations import Operations
-from .recovery import recover
-from .reply_to import ReplyRegistry
-from .sasl import server_properties
-from .stats import Churn, MessageStats
-from .tls import TLSConfigError, amqps_context, amqps_files, web_context, web_files
-from .wiring import Archive, make_call_at, make_hook, make_ttl_manager, make_vhost, open_store, shared_archive
+from .node import tls
+from .node.auth import AuthDB
+from .node.definitions import DefinitionsError, import_definitions, load_definitions_file
+from .node.delayed import DedupPersistence, DelayService
+from .node.limits import Limits
+from .node.operations import Operations
+from .node.recovery import recover
+from .node.stats import Churn, MessageStats
+from .node.tls import TLSConfigError, amqps_context, amqps_files, web_context, web_files
+from .node.wiring import (
+    Archive,
+    make_call_at,
+    make_hook,
+    make_ttl_manager,
+    make_vhost,
+    open_store,
+    shared_archive,
+)
+from .server.ack_timeout import AckTimeouts
+from .server.connection import AMQPConnection
+from .server.reply_to import ReplyRegistry
+from .server.sasl import server_properties
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
-    from .server import Broker
+    from ..runtime import Broker
 
 log = logging.getLogger(__name__)
 

@@ -81,7 +81,7 @@ from ottermq.persistence.store import (
 from ottermq.vhost.patterns import Pattern, PatternError, PatternTimeout, compile_pattern
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from ..config import Settings
 
 __all__ = [
     "DEFAULT_HASHING_ALGORITHM",

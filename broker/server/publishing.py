@@ -23,8 +23,8 @@ from ottermq.vhost.message import Entry, Message, sender_selected
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import ROUTED, PublishResult
 
+from ..node.operations import withdraw
 from .channel_base import ChannelBase
-from .operations import withdraw
 from .reply_to import REPLY_PREFIX, fast_reply_to
 
 INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel

@@ -20,7 +20,7 @@ from ottermq.ttl.manager import TTLManager, wall_clock_ms
 from ottermq.ttl.noop import NoopTTLManager
 from ottermq.vhost.vhost import VHost
 
-from .config import Settings
+from ..config import Settings
 
 log = logging.getLogger(__name__)
 
