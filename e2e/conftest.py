@@ -5,8 +5,16 @@ Which broker:
       (a real RabbitMQ for ``make conformance``); tests marked ``@pytest.mark.extension`` are skipped there.
     * otherwise ``python -m ottermq.broker`` is started once per session on a free port with a temp data dir.
 
-Why helpers are fixtures: pytest runs with ``--import-mode=importlib`` and ``e2e/`` has no ``__init__.py``,
-so ``from helpers import ...`` cannot work. Every helper is therefore a fixture defined here:
+What may depend on the broker (``broker.is_ottermq``): only a fixture choosing how to reach, start or restart
+the broker under test, and a test marked ``@pytest.mark.extension``. An unmarked test claims RabbitMQ's
+behaviour and must assert the same thing on both brokers: no ``is_ottermq`` in its body or in a helper
+deciding what it asserts. Where ottermq does more (an extra header, an argument RabbitMQ refuses), the
+unmarked test asserts what both do and an ``extension`` test asserts the extra.
+
+Helpers: pytest runs with ``--import-mode=importlib`` and ``e2e/`` has no ``__init__.py``, so it is imported
+as the namespace package ``e2e``: plain helpers are sibling modules imported relatively
+(``from .polling import poll_until``, ``from .tls_certs import CA``); conftest.py itself cannot be imported,
+so what needs pytest's fixture machinery is a fixture defined here:
 
     broker            session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika;
                       ``.management_url``: the management API's base URL (``MANAGEMENT_URL`` under AMQP_URL);
@@ -15,7 +23,9 @@ so ``from helpers import ...`` cannot work. Every helper is therefore a fixture 
                       management API request.
     unique            ``unique("orders") -> "e2e.orders.<test>.<hex>"``; every name handed out is deleted as a
                       queue AND as an exchange after the test, so re-runs on a long-lived RabbitMQ stay clean.
-    poll_until        ``poll_until(fn, timeout=5, interval=0.01)`` -> fn()'s first truthy value, or fail.
+    poll_until        the function of ``e2e/polling.py`` (import it instead): ``poll_until(fn, timeout=5,
+                      interval=0.01, what=, explain=)`` -> fn()'s first truthy value, or fail with what
+                      was awaited and the last value; ``poll_until_async`` there is its twin for asyncio.
     connect           ``connect(**param_overrides) -> pika.BlockingConnection``, closed after the test.
     channel           a channel on a fresh ``connect()`` connection (the most common need).
     channel_error     ``channel_error(fn, code, text)``: fn() must make the broker close the channel with
@@ -72,6 +82,8 @@ import pamqp.heartbeat
 import pika
 import pika.exceptions
 import pytest
+
+from . import polling
 
 FRAME_HEADER_SIZE = 7
 
@@ -385,17 +397,8 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def poll_until() -> Callable[..., Any]:
-    def _poll_until(fn: Callable[[], Any], timeout: float = 5, interval: float = 0.01) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = fn()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                pytest.fail(f"condition not met within {timeout} s: {fn}")
-            time.sleep(interval)
-
-    return _poll_until
+    """``e2e/polling.py``'s ``poll_until``, for tests that take it as a fixture."""
+    return polling.poll_until
 
 
 @pytest.fixture
@@ -487,7 +490,7 @@ def drain() -> Callable[..., list[Any]]:
 
 
 @pytest.fixture
-def expect_message(poll_until: Callable[..., Any]) -> Callable[..., tuple[Any, Any, bytes]]:
+def expect_message() -> Callable[..., tuple[Any, Any, bytes]]:
     def _expect_message(
         ch: Any, queue: str, auto_ack: bool = True, timeout: float = 3
     ) -> tuple[Any, Any, bytes]:
@@ -495,7 +498,7 @@ def expect_message(poll_until: Callable[..., Any]) -> Callable[..., tuple[Any, A
             got = ch.basic_get(queue, auto_ack=auto_ack)
             return got if got[0] is not None else None
 
-        return poll_until(get, timeout=timeout)  # type: ignore[no-any-return]
+        return polling.poll_until(get, timeout=timeout, what=f"a message in {queue}")
 
     return _expect_message
 
