@@ -13,8 +13,9 @@ Header values are printed as amqplib decodes them, with their JavaScript types (
 every integer width is a ``number``, a timestamp ``{'!': 'timestamp', value: <seconds>}``, a table a plain
 object. Reference values are RabbitMQ 3.10's: ``x-death`` entries hold exactly count/reason/queue/time/
 exchange/routing-keys (+ original-expiration for per-message TTL), and dead-lettering adds only
-``x-first-death-{exchange,queue,reason}`` besides; ottermq also writes ``x-last-death-*`` as RabbitMQ 3.13+
-does, so those are expected exactly when the broker is ottermq.
+``x-first-death-{exchange,queue,reason}`` besides. ottermq also writes ``x-last-death-*`` as RabbitMQ 3.13+
+does: the shared tests leave those three out (``without_last_death``) and the extension test
+``test_dead_letter_x_last_death_headers`` asserts them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Any
 
 import pika
 import pytest
+
+from .polling import poll_until
 
 NODE_DIR = Path(__file__).parent / "node"
 CLI = NODE_DIR / "ottermq-e2e.js"
@@ -124,8 +127,9 @@ def timestamp(value: int) -> dict[str, Any]:
     return {"type": "object", "!": "timestamp", "value": value}
 
 
-def dead_letter_headers(broker: Any) -> list[str]:
-    return DEAD_LETTER_HEADERS + (LAST_DEATH_HEADERS if broker.is_ottermq else [])
+def without_last_death(headers: dict[str, Any]) -> dict[str, Any]:
+    """``headers`` less RabbitMQ 3.13's x-last-death-* (3.10 does not write them; ottermq does)."""
+    return {k: v for k, v in headers.items() if k not in LAST_DEATH_HEADERS}
 
 
 def assert_header_names(headers: dict[str, Any], expected: list[str]) -> None:
@@ -133,20 +137,13 @@ def assert_header_names(headers: dict[str, Any], expected: list[str]) -> None:
     assert (extra, missing) == ([], []), f"headers {sorted(headers)}: extra {extra}, missing {missing}"
 
 
-def expected_dead_letter_headers(broker: Any, queue: str, reason: str, exchange: str = "") -> dict[str, Any]:
-    """The x-first-death-* (and, on ottermq, x-last-death-*) headers as amqplib prints them."""
-    headers = {
-        "x-first-death-exchange": string(exchange),
-        "x-first-death-queue": string(queue),
-        "x-first-death-reason": string(reason),
+def expected_death_headers(prefix: str, queue: str, reason: str, exchange: str = "") -> dict[str, Any]:
+    """``<prefix>-{exchange,queue,reason}`` (``x-first-death`` or ``x-last-death``) as amqplib prints them."""
+    return {
+        f"{prefix}-exchange": string(exchange),
+        f"{prefix}-queue": string(queue),
+        f"{prefix}-reason": string(reason),
     }
-    if broker.is_ottermq:
-        headers |= {
-            "x-last-death-exchange": string(exchange),
-            "x-last-death-queue": string(queue),
-            "x-last-death-reason": string(reason),
-        }
-    return headers
 
 
 def assert_x_death(
@@ -299,9 +296,7 @@ def test_confirm_channel_with_many_messages_in_flight_is_multi_acked(
     run.self_check()
 
 
-def test_ttl_and_expiration_dead_letter_x_death(
-    run_node: Callable[..., NodeRun], unique: Any, broker: Any
-) -> None:
+def test_ttl_and_expiration_dead_letter_x_death(run_node: Callable[..., NodeRun], unique: Any) -> None:
     prefix = unique("node-ttl")
     run = run_node("ttl-dlx", prefix, "--queue-ttl", "200", "--expiration", "100")
     data = run.data
@@ -338,13 +333,28 @@ def test_ttl_and_expiration_dead_letter_x_death(
             "attempt": num(3),
             "trace": js("object", {"id": num(42)}),
         }
-        assert headers == published | expected_dead_letter_headers(broker, work, "expired")
+        first_death = expected_death_headers("x-first-death", work, "expired")
+        assert without_last_death(headers) == published | first_death
     assert data["work_ready_after"] == 0
     run.self_check()
 
 
+@pytest.mark.extension
+def test_dead_letter_x_last_death_headers(run_node: Callable[..., NodeRun], unique: Any) -> None:
+    """ottermq writes RabbitMQ 3.13's x-last-death-* besides 3.10's headers: after one death they name
+    the same queue, reason and exchange as x-first-death-*, and amqplib reads them as strings."""
+    run = run_node("ttl-dlx", unique("node-last-death"), "--queue-ttl", "200", "--expiration", "100")
+    work = run.data["names"]["work"]
+    for message_id in ("per-message", "queue-ttl"):
+        headers = run.data["deliveries"][message_id]["delivery"]["headers"]
+        assert {k: v for k, v in headers.items() if k.startswith("x-last-death")} == expected_death_headers(
+            "x-last-death", work, "expired"
+        ), message_id
+    run.self_check()
+
+
 def test_nack_without_requeue_dead_letters(
-    run_node: Callable[..., NodeRun], unique: Any, broker: Any, channel: Any, poll_until: Any
+    run_node: Callable[..., NodeRun], unique: Any, channel: Any
 ) -> None:
     """The mixed test's "Node dead-letters" step alone: pika publishes, Node nacks, pika reads the DLQ."""
     work, dlq = unique("node-nack-work"), unique("node-nack-dlq")
@@ -377,10 +387,10 @@ def test_nack_without_requeue_dead_letters(
         return (method, props, body) if method is not None else None
 
     for i in range(2):
-        method, props, body = poll_until(get_one)
+        method, props, body = poll_until(get_one, what=f"dead letter {i} in {dlq}")
         assert (method.exchange, method.routing_key, body) == ("", dlq, f"reject me {i}".encode())
         headers = dict(props.headers)
-        assert_header_names(headers, ["n", "who", "big", *dead_letter_headers(broker)])
+        assert_header_names(without_last_death(headers), ["n", "who", "big", *DEAD_LETTER_HEADERS])
         assert (headers["n"], headers["who"], headers["big"]) == (i, "pika", 2**40)
         (death,) = headers["x-death"]
         assert abs(death.pop("time").timestamp() - time.time()) <= 30
