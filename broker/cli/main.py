@@ -22,7 +22,8 @@ def _run_server() -> int:
     log = logging.getLogger("ottermq")
     for warning in unknown_variables():
         log.warning("%s", warning)
-    from ..runtime import StartupError, serve
+    from ..node.startup import StartupError
+    from ..runtime import serve
 
     try:
         try:
@@ -50,8 +51,8 @@ def _definitions(action: str, path: str) -> int:
         import_definitions,
         load_definitions_file,
     )
+    from ..node.startup import lock_data_dir
     from ..node.wiring import open_store
-    from ..runtime import lock_data_dir
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -52,7 +53,7 @@ from .rates import RateSampler
 from .webui import add_ui, is_ui_path
 
 if TYPE_CHECKING:
-    from ..runtime import Broker
+    from ..node.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ def reshape(response: web.StreamResponse, request: web.Request) -> web.StreamRes
     return web.json_response(shape(json.loads(response.body), request.query, path in PAGINATED))
 
 
-def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
+def make_app(broker: Node, api_path: str | None = None) -> web.Application:
     """The management application for ``broker``; routes under ``api_path`` (default: the
     ``OTTERMQ_WEB_API_PATH`` setting)."""
     prefix = (api_path if api_path is not None else broker.settings.web_api_path).rstrip("/")
@@ -238,9 +239,9 @@ def make_app(broker: Broker, api_path: str | None = None) -> web.Application:
 class ManagementServer(HTTPListener):
     """The management API's listener on ``OTTERMQ_WEB_HOST:OTTERMQ_WEB_PORT``."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None) -> None:
         settings = broker.settings
-        tls = broker.web_tls_context if settings.web_ssl else None
+        tls = tls_context if settings.web_ssl else None
         super().__init__(
             broker,
             settings.web_port,

@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     from ottermq.vhost.vhost import VHost
 
     from ..node.auth import Permission, ResourceKind
-    from ..runtime import Broker
+    from ..node.node import Node
     from .rates import RateSampler
 
-BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
+BROKER_KEY: web.AppKey[Node] = web.AppKey("broker")
 SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("sampler")
 PREFIX_KEY: web.AppKey[str] = web.AppKey("prefix", str)  # OTTERMQ_WEB_API_PATH without a trailing /
 USER_KEY = "ottermq.user"  # the authenticated UserRecord, set on each request by the auth middleware
@@ -65,7 +65,7 @@ def node_name() -> str:
     return f"ottermq@{socket.gethostname().split('.')[0]}"
 
 
-def broker_of(request: web.Request) -> Broker:
+def broker_of(request: web.Request) -> Node:
     return request.app[BROKER_KEY]
 
 

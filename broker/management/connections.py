@@ -23,9 +23,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ..node.info import ChannelInfo, ConnectionInfo, ConsumerInfo
 from ..node.tls import distinguished_name
-from ..server.channel import Channel
-from ..server.connection import AMQPConnection
 from .common import (
     SEE_ALL_TAGS,
     NotFound,
@@ -43,55 +42,38 @@ CLOSE_REASON = "Closed via management plugin"
 NOT_YOURS = "User not authorised to access object"
 
 
-def _address(conn: AMQPConnection, which: str) -> tuple[str, int]:
-    info = conn.transport.get_extra_info(which) if conn.transport is not None else None
-    if isinstance(info, tuple) and len(info) >= 2:
-        return str(info[0]), int(info[1])
-    return "?", 0
-
-
-def connection_name(conn: AMQPConnection) -> str:
-    peer_host, peer_port = _address(conn, "peername")
-    host, port = _address(conn, "sockname")
-    return f"{peer_host}:{peer_port} -> {host}:{port}"
-
-
-def tls_json(conn: AMQPConnection) -> dict[str, Any]:
+def tls_json(conn: ConnectionInfo) -> dict[str, Any]:
     """RabbitMQ's TLS fields of a connection: ``ssl`` and, over TLS, the protocol, cipher and the
     client certificate's subject, issuer and validity (null without one)."""
-    transport = conn.transport
-    ssl_object = transport.get_extra_info("ssl_object") if conn.tls and transport is not None else None
-    if ssl_object is None:
+    tls = conn.tls
+    if tls is None:
         return {"ssl": False}
-    cipher = ssl_object.cipher() or ("", "", 0)
-    cert = conn.peer_cert or {}
+    cert = tls.peer_cert or {}
     issuer = distinguished_name({"subject": cert.get("issuer", ())}) if cert else None
     return {
         "ssl": True,
-        "ssl_protocol": {"TLSv1.2": "tlsv1.2", "TLSv1.3": "tlsv1.3"}.get(ssl_object.version() or "", ""),
-        "ssl_cipher": cipher[0],
+        "ssl_protocol": {"TLSv1.2": "tlsv1.2", "TLSv1.3": "tlsv1.3"}.get(tls.version, ""),
+        "ssl_cipher": tls.cipher,
         "peer_cert_subject": distinguished_name(cert) if cert else None,
         "peer_cert_issuer": issuer,
         "peer_cert_validity": f"{cert['notBefore']} - {cert['notAfter']}" if cert else None,
     }
 
 
-def connection_json(conn: AMQPConnection, node: str, rates: tuple[float, ...]) -> dict[str, Any]:
+def connection_json(conn: ConnectionInfo, node: str, rates: tuple[float, ...]) -> dict[str, Any]:
     """One connection with RabbitMQ's field names; ``rates`` are its ``OCTETS``' (the sampler's)."""
-    peer_host, peer_port = _address(conn, "peername")
-    host, port = _address(conn, "sockname")
     return {
-        "name": connection_name(conn),
+        "name": conn.name,
         "node": node,
         "type": "network",
-        "state": "blocked" if conn.alarm_blocked and conn.has_published else "running",
-        "user": conn.username,
-        "vhost": conn.vhost.name,
+        "state": "blocked" if conn.blocked else "running",
+        "user": conn.user,
+        "vhost": conn.vhost,
         "protocol": "AMQP 0-9-1",
-        "host": host,
-        "port": port,
-        "peer_host": peer_host,
-        "peer_port": peer_port,
+        "host": conn.host,
+        "port": conn.port,
+        "peer_host": conn.peer_host,
+        "peer_port": conn.peer_port,
         **tls_json(conn),
         "channels": len(conn.channels),
         "channel_max": conn.channel_max,
@@ -105,53 +87,51 @@ def connection_json(conn: AMQPConnection, node: str, rates: tuple[float, ...]) -
     }
 
 
-def channel_json(channel: Channel, node: str, rates: tuple[float, ...]) -> dict[str, Any]:
+def channel_json(channel: ChannelInfo, node: str, rates: tuple[float, ...]) -> dict[str, Any]:
     """One channel with RabbitMQ's field names and its ``message_stats`` with these ``rates``."""
-    conn = channel.conn
-    peer_host, peer_port = _address(conn, "peername")
-    name = connection_name(conn)
+    ref = channel.ref
     return {
-        "name": f"{name} ({channel.number})",
-        "number": channel.number,
+        "name": ref.name,
+        "number": ref.number,
         "node": node,
-        "user": conn.username,
-        "vhost": channel.vhost.name,
+        "user": ref.user,
+        "vhost": channel.vhost,
         "state": "running",
-        "connection_details": {"name": name, "peer_host": peer_host, "peer_port": peer_port},
+        "connection_details": {
+            "name": ref.connection_name,
+            "peer_host": ref.peer_host,
+            "peer_port": ref.peer_port,
+        },
         "consumer_count": len(channel.consumers),
-        "messages_unacknowledged": channel.unacked_count,
+        "messages_unacknowledged": channel.unacked,
         "prefetch_count": channel.prefetch,
         "global_prefetch_count": channel.global_prefetch,
         "confirm": channel.confirm,
-        "transactional": channel.tx,
+        "transactional": channel.transactional,
         "message_stats": with_rates(MESSAGE_FIELDS, message_counts(channel.stats), rates),
     }
 
 
-def consumer_json(channel: Channel, tag: str, node: str) -> dict[str, Any]:
+def consumer_json(consumer: ConsumerInfo, node: str) -> dict[str, Any]:
     """One consumer with RabbitMQ's field names (``/api/consumers``, a queue's and a channel's
     ``consumer_details``)."""
-    consumer = channel.consumers[tag]
-    conn = channel.conn
-    peer_host, peer_port = _address(conn, "peername")
-    name = connection_name(conn)
+    ref = consumer.channel
     return {
-        "consumer_tag": tag,
-        "queue": {"name": consumer.queue.name, "vhost": channel.vhost.name},
+        "consumer_tag": consumer.tag,
+        "queue": {"name": consumer.queue, "vhost": consumer.vhost},
         "channel_details": {
-            "name": f"{name} ({channel.number})",
-            "number": channel.number,
-            "connection_name": name,
-            "peer_host": peer_host,
-            "peer_port": peer_port,
-            "user": conn.username,
+            "name": ref.name,
+            "number": ref.number,
+            "connection_name": ref.connection_name,
+            "peer_host": ref.peer_host,
+            "peer_port": ref.peer_port,
+            "user": ref.user,
             "node": node,
         },
-        "ack_required": not consumer.no_ack,
+        "ack_required": consumer.ack_required,
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,
-        # basic.consume's arguments, once the channel keeps them on the consumer (its slot)
-        "arguments": json_value(getattr(consumer, "arguments", None) or {}),
+        "arguments": json_value(consumer.arguments),
         "active": True,
         "activity_status": "up",
     }
@@ -161,28 +141,28 @@ def _sees_all(request: web.Request) -> bool:
     return not SEE_ALL_TAGS.isdisjoint(user_of(request).tags)
 
 
-def _open_connections(request: web.Request, vhost: str | None = None) -> list[AMQPConnection]:
-    """Open connections (in ``vhost`` if given), by name; rule 1 is the caller's."""
+def open_connections(request: web.Request, vhost: str | None = None) -> list[ConnectionInfo]:
+    """Snapshots of the open connections (in ``vhost`` if given), by name; rule 1 is the caller's."""
     conns = broker_of(request).connections
-    found = [c for c in conns if c.vhost is not None and (vhost is None or c.vhost.name == vhost)]
-    return sorted(found, key=connection_name)
+    found = [c.info() for c in conns if c.vhost_name is not None and (vhost is None or c.vhost_name == vhost)]
+    return sorted(found, key=lambda c: c.name)
 
 
-def _connections(request: web.Request) -> list[AMQPConnection]:
+def _connections(request: web.Request) -> list[ConnectionInfo]:
     """The listed connections (rules 1 and 3)."""
     vhost = vhost_or_404(request).name if "vhost" in request.match_info else None
-    conns = _open_connections(request, vhost)
+    conns = open_connections(request, vhost)
     if _sees_all(request):
         return conns
     name = user_of(request).name
-    return [c for c in conns if c.username == name]
+    return [c for c in conns if c.user == name]
 
 
-def _channels(conns: list[AMQPConnection]) -> list[Channel]:
-    return [ch for conn in conns for _, ch in sorted(conn.channels.items())]
+def _channels(conns: list[ConnectionInfo]) -> list[ChannelInfo]:
+    return [ch for conn in conns for ch in conn.channels]
 
 
-def _channels_json(request: web.Request, channels: list[Channel]) -> list[dict[str, Any]]:
+def _channels_json(request: web.Request, channels: list[ChannelInfo]) -> list[dict[str, Any]]:
     node = node_name()
     sampler = sampler_of(request)
     n = len(MESSAGE_FIELDS)
@@ -205,16 +185,14 @@ async def list_consumers(request: web.Request) -> web.Response:
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in broker_of(request).vhosts:
         raise NotFound()
-    conns = _open_connections(request, vhost)
+    conns = open_connections(request, vhost)
     if not _sees_all(request):
-        conns = [c for c in conns if c.username == user_of(request).name]
+        conns = [c for c in conns if c.user == user_of(request).name]
     node = node_name()
-    return web.json_response(
-        [consumer_json(ch, tag, node) for ch in _channels(conns) for tag in sorted(ch.consumers)]
-    )
+    return web.json_response([consumer_json(c, node) for conn in conns for c in conn.consumers()])
 
 
-def _named_connection(request: web.Request, closing: bool = False) -> AMQPConnection:
+def _named_connection(request: web.Request, closing: bool = False) -> ConnectionInfo:
     """The connection named by the path, if the user may see it (or, ``closing``, close it): rule 2.
 
     Raises:
@@ -222,11 +200,11 @@ def _named_connection(request: web.Request, closing: bool = False) -> AMQPConnec
         HTTPUnauthorized: another user's connection (``User not authorised to access object``).
     """
     name = request.match_info["name"]
-    for conn in _open_connections(request):
-        if connection_name(conn) == name:
+    for conn in open_connections(request):
+        if conn.name == name:
             user = user_of(request)
             allowed = "administrator" in user.tags if closing else _sees_all(request)
-            if not allowed and conn.username != user.name:
+            if not allowed and conn.user != user.name:
                 raise not_authorised(NOT_YOURS)
             return conn
     raise NotFound()
@@ -246,25 +224,26 @@ async def connection_channels(request: web.Request) -> web.Response:
 async def get_channel(request: web.Request) -> web.Response:
     """``GET /api/channels/{name}``: one channel, with its ``consumer_details`` (rule 2)."""
     name = request.match_info["name"]
-    for conn in _open_connections(request):
-        for channel in conn.channels.values():
-            if f"{connection_name(conn)} ({channel.number})" != name:
+    for conn in open_connections(request):
+        for channel in conn.channels:
+            if channel.name != name:
                 continue
-            if not _sees_all(request) and conn.username != user_of(request).name:
+            if not _sees_all(request) and conn.user != user_of(request).name:
                 raise not_authorised(NOT_YOURS)
             body = _channels_json(request, [channel])[0]
             node = node_name()
-            tags = sorted(channel.consumers)
-            body["consumer_details"] = [consumer_json(channel, tag, node) for tag in tags]
+            body["consumer_details"] = [consumer_json(c, node) for c in channel.consumers]
             return web.json_response(body)
     raise NotFound()
 
 
 async def close_connection(request: web.Request) -> web.Response:
     """Close with 320 and RabbitMQ's text (``X-Reason`` replaces ``Closed via management plugin``)."""
-    conn = _named_connection(request, closing=True)
+    info = _named_connection(request, closing=True)
     reason = request.headers.get("X-Reason", CLOSE_REASON)
-    conn.force_close(reason, reason)
+    for conn in list(broker_of(request).connections):
+        if id(conn) == info.key:
+            conn.force_close(reason, reason)
     return web.Response(status=204)
 
 

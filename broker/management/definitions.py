@@ -61,7 +61,7 @@ from .users import user_json
 if TYPE_CHECKING:
     from ottermq.vhost.vhost import VHost
 
-    from ..runtime import Broker
+    from ..node.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def live_policies(vhosts: list[VHost]) -> tuple[list[dict[str, Any]], list[dict[
     return policies_to_json(records)
 
 
-def export(broker: Broker, only: VHost | None = None) -> dict[str, Any]:
+def export(broker: Node, only: VHost | None = None) -> dict[str, Any]:
     """The running broker's definitions, node-wide or of the vhost ``only`` (rule 1)."""
     if only is not None:
         policies, parameters = live_policies([only])
@@ -206,7 +206,7 @@ def _durable(data: dict[str, Any], key: str) -> dict[tuple[str, str], bool]:
     return flags
 
 
-def _check_references(broker: Broker, defs: Definitions) -> None:
+def _check_references(broker: Node, defs: Definitions) -> None:
     """Raises DefinitionsError: a permission or entity names a user or vhost that exists neither in
     the broker nor in ``defs`` (nothing has been applied yet)."""
     users = set(broker.auth.users) | {u.name for u in defs.users}
@@ -230,7 +230,7 @@ def _check_references(broker: Broker, defs: Definitions) -> None:
             raise DefinitionsError(f"limits of user '{r.owner}': no such user")
 
 
-def apply(broker: Broker, defs: Definitions, data: dict[str, Any]) -> None:
+def apply(broker: Node, defs: Definitions, data: dict[str, Any]) -> None:
     """Apply checked definitions to the running broker (rule 2).
 
     Raises:

@@ -99,11 +99,8 @@ async def virtual_hosts(request: web.Request) -> web.Response:
 def listeners(request: web.Request) -> list[tuple[str, int]]:
     """``(protocol, port)`` of every listener, in RabbitMQ's order (AMQP, then HTTP)."""
     broker = broker_of(request)
-    found = [(protocol, port) for protocol, _ip, port in broker.amqp_listeners()]  # amqp, amqp/ssl
-    found += [(scheme, port) for scheme, _ip, port in broker.web_listeners()]  # http, https
-    if broker.prometheus is not None:
-        found += [(f"{scheme}/prometheus", port) for scheme, _ip, port in broker.prometheus.listeners()]
-    return found
+    # amqp, amqp/ssl, then http, https, then http/prometheus, https/prometheus
+    return [(protocol, port) for protocol, _ip, port in broker.listeners()]
 
 
 def _unique(values: list[Any]) -> list[Any]:
@@ -180,10 +177,7 @@ def tls_listeners(broker: Any) -> list[tuple[str, str, int, Any]]:
         for p, ip, port in broker.amqp_listeners()
         if p == "amqp/ssl"
     ]
-    web = [(s, ip, port) for s, ip, port in broker.web_listeners() if s == "https"]
-    if broker.prometheus is not None:
-        metrics = broker.prometheus.listeners()
-        web += [(f"{s}/prometheus", ip, port) for s, ip, port in metrics if s == "https"]
+    web = [(s, ip, port) for s, ip, port in broker.listeners() if s in ("https", "https/prometheus")]
     return found + [(p, ip, port, web_files(broker.settings)) for p, ip, port in web]
 
 

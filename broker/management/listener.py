@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from ..runtime import Broker
+    from ..node.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -181,11 +181,11 @@ class HTTPListener:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: Node,
         port: int,
         path: str,
         what: str,
-        make_app: Callable[[Broker], web.Application],
+        make_app: Callable[[Node], web.Application],
         tls_port: int | None = None,
         tls_context: ssl.SSLContext | None = None,
     ) -> None:

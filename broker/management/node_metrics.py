@@ -30,14 +30,13 @@ from typing import TYPE_CHECKING
 import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..node.node import process_rss
 from .common import node_name
-from .connections import connection_name
 from .overview import RABBITMQ_API_VERSION
 
 if TYPE_CHECKING:
-    from ..runtime import Broker
-    from ..server.channel import Channel
-    from ..server.connection import AMQPConnection
+    from ..node.info import ConnectionInfo
+    from ..node.node import Node
 
 
 def _family(
@@ -56,20 +55,16 @@ def _family(
     return kind(name, text, value=sum(value for _label, value in rows))
 
 
-def _channel_name(channel: Channel) -> str:
-    return f"{connection_name(channel.conn)} ({channel.number})"
-
-
-def channel_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterator[Metric]:
+def channel_metrics(conns: list[ConnectionInfo], per_object: bool) -> Iterator[Metric]:
     """``rabbitmq_channel_*`` gauges and the global publisher/consumer counts."""
-    channels = [ch for conn in conns for ch in conn.channels.values()]
-    names = [_channel_name(ch) for ch in channels]
+    channels = [ch for conn in conns for ch in conn.channels]
+    names = [ch.name for ch in channels]
     gauges = (
         ("rabbitmq_channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers)),
         (
             "rabbitmq_channel_messages_unacked",
             "Delivered but not yet acknowledged messages",
-            lambda ch: ch.unacked_count,
+            lambda ch: ch.unacked,
         ),
         (
             "rabbitmq_channel_messages_unconfirmed",
@@ -94,7 +89,7 @@ def channel_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterator[M
         (
             "rabbitmq_consumer_prefetch",
             "Limit of unacknowledged messages for each consumer",
-            lambda ch: sum(c.prefetch for c in ch.consumers.values()),
+            lambda ch: sum(c.prefetch for c in ch.consumers),
         ),
     )
     for name, text, value in gauges:
@@ -109,10 +104,10 @@ def channel_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterator[M
     yield GaugeMetricFamily("rabbitmq_global_consumers", "Current number of consumers", value=consumers)
 
 
-def connection_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterator[Metric]:
+def connection_metrics(conns: list[ConnectionInfo], per_object: bool) -> Iterator[Metric]:
     """``rabbitmq_connection_*`` of the open connections."""
-    names = [connection_name(conn) for conn in conns]
-    counters = (  # (name without _total, help, AMQPConnection attribute)
+    names = [conn.name for conn in conns]
+    counters = (  # (name without _total, help, ConnectionInfo attribute)
         ("rabbitmq_connection_incoming_bytes", "Total number of bytes received on a connection", "recv_oct"),
         ("rabbitmq_connection_outgoing_bytes", "Total number of bytes sent on a connection", "send_oct"),
         (
@@ -130,7 +125,7 @@ def connection_metrics(conns: list[AMQPConnection], per_object: bool) -> Iterato
     yield _family(GaugeMetricFamily, "rabbitmq_connection_channels", text, rows, per_object)
 
 
-def churn_metrics(broker: Broker) -> Iterator[Metric]:
+def churn_metrics(broker: Node) -> Iterator[Metric]:
     """Connections, channels and queues opened/declared/created and closed/deleted since start-up."""
     churn = broker.churn
     vhosts = list(broker.vhosts.values())
@@ -183,7 +178,7 @@ def max_tcp_sockets(fd_limit: int) -> int:
     return max(0, int(limit * 0.9 - 2))
 
 
-def disk_free(broker: Broker) -> int | None:
+def disk_free(broker: Node) -> int | None:
     """Free bytes on the file system of the data directory (or the working one before it exists)."""
     data_dir = broker.settings.data_dir
     try:
@@ -192,10 +187,8 @@ def disk_free(broker: Broker) -> int | None:
         return None
 
 
-def node_metrics(broker: Broker) -> Iterator[Metric]:
+def node_metrics(broker: Node) -> Iterator[Metric]:
     """Identity and build labels, memory, file descriptors, disk space and alarms."""
-    from ..runtime import process_rss
-
     node = node_name()
     identity = GaugeMetricFamily(
         "rabbitmq_identity_info",
@@ -268,7 +261,7 @@ def node_metrics(broker: Broker) -> Iterator[Metric]:
     yield from auth_metrics(broker)
 
 
-def auth_metrics(broker: Broker) -> Iterator[Metric]:
+def auth_metrics(broker: Node) -> Iterator[Metric]:
     """``rabbitmq_auth_attempts_{,succeeded_,failed_}total`` by protocol (``amqp091``, ``http``)."""
     families: tuple[tuple[str, str, Callable[[int, int], int]], ...] = (
         ("rabbitmq_auth_attempts", "Total number of authorization attempts", lambda ok, bad: ok + bad),

@@ -20,7 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..server.sasl import MECHANISMS
+from ..node.node import process_rss
+from ..node.sasl import MECHANISMS
 from .common import NotFound, broker_of, node_name, require_monitor, sampler_of
 from .node_metrics import disk_free, max_fds, open_fds
 from .overview import EXCHANGE_TYPES
@@ -30,8 +31,6 @@ SASL_TEXTS = {"PLAIN": "SASL PLAIN authentication mechanism", "AMQPLAIN": "QPid 
 
 
 def node_json(request: web.Request) -> dict[str, Any]:
-    from ..runtime import process_rss
-
     broker = broker_of(request)
     settings = broker.settings
     fds = max_fds()
@@ -44,11 +43,10 @@ def node_json(request: web.Request) -> dict[str, Any]:
         {"description": "RabbitMQ Management", "path": "/", "port": str(port)}
         for _ip, port in broker.web_addresses()
     ]
-    if broker.prometheus is not None:
-        contexts += [
-            {"description": "RabbitMQ Prometheus", "path": "/", "port": str(port)}
-            for _ip, port in broker.prometheus.addresses()
-        ]
+    contexts += [
+        {"description": "RabbitMQ Prometheus", "path": "/", "port": str(port)}
+        for _protocol, _ip, port in broker.prometheus_listeners()
+    ]
     churn = with_rates(CHURN, churn_counts(broker), sampler_of(request).rates(churn_key(), len(CHURN)))
     return {
         "name": node_name(),

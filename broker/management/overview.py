@@ -44,7 +44,7 @@ async def overview(request: web.Request) -> web.Response:
     vhosts = visible_vhosts(request)
     names = {vhost.name for vhost in vhosts}
     user = user_of(request)
-    conns = [c for c in broker.connections if c.vhost is not None and c.vhost.name in names]
+    conns = [c for c in broker.connections if c.vhost_name is not None and c.vhost_name in names]
     if not {"administrator", "monitoring"} & set(user.tags):
         conns = [c for c in conns if c.username == user.name]
     queues = [q for vhost in vhosts for q in vhost.queues.values()]
@@ -75,7 +75,7 @@ async def overview(request: web.Request) -> web.Response:
         "churn_rates": with_rates(CHURN, churn_counts(broker), sampler.rates(churn_key(), len(CHURN))),
         "object_totals": {
             "connections": len(conns),
-            "channels": sum(len(c.channels) for c in conns),
+            "channels": sum(c.channel_count() for c in conns),
             "exchanges": sum(len(vhost.exchanges) + 1 for vhost in vhosts),  # + the default exchange
             "queues": len(queues),
             "consumers": sum(len(q.consumers) for q in queues),

@@ -108,7 +108,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
     if name not in broker.auth.vhosts:
         raise NotFound()
     for conn in list(broker.connections):
-        if conn.vhost is not None and conn.vhost.name == name:
+        if conn.vhost_name == name:
             conn.force_close("vhost deleted", f"vhost '{name}' is deleted")
     vhost = broker.vhosts.pop(name, None)
     if vhost is not None:

@@ -18,12 +18,10 @@ Rules:
 from __future__ import annotations
 
 import html
-import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from ottermq.persistence.store import PolicyRecord
-from ottermq.vhost.policy import Policy, PolicyError, make_policy
+from ottermq.vhost.policy import Policy, PolicyError
 
 from .common import (
     NotFound,
@@ -42,23 +40,6 @@ if TYPE_CHECKING:
     from ottermq.vhost.vhost import VHost
 
 POLICY_TAGS = frozenset({"policymaker", "administrator"})
-
-
-def policy_of(record: PolicyRecord) -> Policy:
-    """A stored policy, validated again.
-
-    Raises:
-        PolicyError: the record is not a valid policy (any more).
-    """
-    return make_policy(
-        record.vhost,
-        record.name,
-        record.pattern,
-        json.loads(record.definition),
-        record.apply_to,
-        record.priority,
-        operator=record.operator,
-    )
 
 
 def _operator(request: web.Request) -> bool:

@@ -17,6 +17,7 @@ Rules:
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ from .node_metrics import channel_metrics, churn_metrics, connection_metrics, no
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
 
-    from ..runtime import Broker
+    from ..node.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ class BrokerCollector(Collector):
         per_object: label queue metrics per queue (``/metrics/per-object``) instead of summing them.
     """
 
-    def __init__(self, broker: Broker, per_object: bool = False) -> None:
+    def __init__(self, broker: Node, per_object: bool = False) -> None:
         self.broker = broker
         self.per_object = per_object
 
@@ -213,7 +214,7 @@ class BrokerCollector(Collector):
         broker = self.broker
         queues = [q for vhost in broker.vhosts.values() for q in vhost.queues.values()]
         yield from self._queue_metrics(queues)
-        conns = list(broker.connections)
+        conns = [c.info() for c in broker.connections]
         yield GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(queues))
         yield GaugeMetricFamily("rabbitmq_connections", "Connections currently open", value=len(conns))
         yield GaugeMetricFamily(
@@ -238,8 +239,7 @@ class BrokerCollector(Collector):
     def _queue_metrics(self, queues: list[Queue]) -> Iterator[Metric]:
         unacked_bytes: dict[Queue, int] = {}
         for conn in self.broker.connections:
-            for channel in conn.channels.values():
-                channel.count_unacked_bytes(unacked_bytes)
+            conn.count_unacked_bytes(unacked_bytes)
         values = [_queue_values(q, unacked_bytes.get(q, 0)) for q in queues]
         families: list[tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str]]
         families = [(GaugeMetricFamily, name, text) for name, text in QUEUE_GAUGES]
@@ -346,14 +346,14 @@ class BrokerCollector(Collector):
         yield duplicates
 
 
-def exposition(broker: Broker, per_object: bool = False) -> bytes:
+def exposition(broker: Node, per_object: bool = False) -> bytes:
     """The text exposition of ``broker``'s metrics, read now."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker, per_object))
     return generate_latest(registry)
 
 
-def make_app(broker: Broker, path: str | None = None) -> web.Application:
+def make_app(broker: Node, path: str | None = None) -> web.Application:
     """The metrics app: ``path`` (default ``OTTERMQ_PROMETHEUS_PATH``) and ``path/per-object``."""
     base = (path if path is not None else broker.settings.prometheus_path).rstrip("/") or ""
 
@@ -372,9 +372,9 @@ def make_app(broker: Broker, path: str | None = None) -> web.Application:
 class PrometheusServer(HTTPListener):
     """The metrics listener on ``OTTERMQ_PROMETHEUS_PORT``."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None) -> None:
         settings = broker.settings
         port, path = settings.prometheus_port, settings.prometheus_path
-        tls = broker.web_tls_context if settings.prometheus_ssl else None
+        tls = tls_context if settings.prometheus_ssl else None
         tls_port = settings.prometheus_ssl_port
         super().__init__(broker, port, path, "Prometheus metrics", make_app, tls_port, tls)

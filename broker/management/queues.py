@@ -16,8 +16,8 @@ from ottermq.amqp.props import decode_properties
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
+from ..node.info import DescribedConsumer
 from ..node.operations import arguments_of
-from ..server.channel import ChannelConsumer
 from .common import (
     NotFound,
     amqp_errors,
@@ -54,15 +54,14 @@ def unacked_bytes(request: web.Request) -> dict[Queue, int]:
     """Body bytes delivered and not yet acknowledged, per queue (one pass over the channels)."""
     counts: dict[Queue, int] = {}
     for conn in broker_of(request).connections:
-        for channel in conn.channels.values():
-            channel.count_unacked_bytes(counts)
+        conn.count_unacked_bytes(counts)
     return counts
 
 
 def consumer_details(queue: Queue, node: str) -> list[dict[str, Any]]:
     """The queue's consumers as ``/api/consumers`` shows them (RabbitMQ's ``consumer_details`` of one
     queue; its lists of queues leave them out)."""
-    return [consumer_json(c.channel, c.tag, node) for c in queue.consumers if isinstance(c, ChannelConsumer)]
+    return [consumer_json(c.info(), node) for c in queue.consumers if isinstance(c, DescribedConsumer)]
 
 
 def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) -> dict[str, Any]:

@@ -31,9 +31,8 @@ from ottermq.vhost.queue import Queue
 from ..node.stats import MESSAGE_STATS, MessageStats
 
 if TYPE_CHECKING:
-    from ..runtime import Broker
-    from ..server.channel import Channel
-    from ..server.connection import AMQPConnection
+    from ..node.info import ChannelInfo, ConnectionInfo
+    from ..node.node import Node
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +94,7 @@ def totals(queues: Iterable[Queue]) -> tuple[int, int, int]:
     return ready + unacked, ready, unacked
 
 
-def churn_counts(broker: Broker) -> tuple[int, ...]:
+def churn_counts(broker: Node) -> tuple[int, ...]:
     """The node's churn in :data:`CHURN` order."""
     churn = broker.churn
     vhosts = broker.vhosts.values()
@@ -126,12 +125,12 @@ def queue_key(queue: Queue) -> tuple[str, int]:
     return ("queue", id(queue))
 
 
-def channel_key(channel: Channel) -> tuple[str, int]:
-    return ("channel", id(channel))
+def channel_key(channel: ChannelInfo) -> tuple[str, int]:
+    return ("channel", channel.key)
 
 
-def connection_key(conn: AMQPConnection) -> tuple[str, int]:
-    return ("connection", id(conn))
+def connection_key(conn: ConnectionInfo) -> tuple[str, int]:
+    return ("connection", conn.key)
 
 
 def with_rates(fields: Iterable[str], values: Iterable[int], rates: Iterable[float]) -> dict[str, Any]:
@@ -151,7 +150,7 @@ class RateSampler:
         interval: seconds between samples.
     """
 
-    def __init__(self, broker: Broker, interval: float) -> None:
+    def __init__(self, broker: Node, interval: float) -> None:
         self.broker = broker
         self.interval = interval
         self._last: dict[Hashable, tuple[int, ...]] = {}
@@ -172,9 +171,12 @@ class RateSampler:
             observed[vhost_key(name)] = message_counts(broker.message_stats(name)) + totals(queues)
         observed[node_key()] = message_counts(broker.message_stats()) + totals(all_queues)
         observed[churn_key()] = churn_counts(broker)
-        for conn in broker.connections:
+        for handle in broker.connections:
+            if handle.vhost_name is None:  # not open yet: no snapshot
+                continue
+            conn = handle.info()
             observed[connection_key(conn)] = (conn.recv_oct, conn.send_oct)
-            for channel in conn.channels.values():
+            for channel in conn.channels:
                 observed[channel_key(channel)] = message_counts(channel.stats)
         return observed
 

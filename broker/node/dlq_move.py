@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
-    from ..runtime import Broker
+    from .node import Node
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def selection_from_json(body: Mapping[str, Any]) -> Selection:
 class MoveJobs:
     """The broker's move jobs (rule 5): create, run, pause/resume, cancel, and their state file."""
 
-    def __init__(self, broker: Broker, state_file: Path | None = None) -> None:
+    def __init__(self, broker: Node, state_file: Path | None = None) -> None:
         self.broker = broker
         self.state_file = state_file
         self.jobs: dict[str, MoveJob] = {}

@@ -449,3 +449,20 @@ def policy_record(policy: Policy) -> PolicyRecord:
         json.dumps(policy.definition),
         policy.operator,
     )
+
+
+def policy_of(record: PolicyRecord) -> Policy:
+    """A stored policy, validated again (``policy_record``'s inverse).
+
+    Raises:
+        PolicyError: the record is not a valid policy (any more).
+    """
+    return make_policy(
+        record.vhost,
+        record.name,
+        record.pattern,
+        json.loads(record.definition),
+        record.apply_to,
+        record.priority,
+        operator=record.operator,
+    )

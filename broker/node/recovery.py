@@ -17,7 +17,7 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ottermq.amqp.errors import AMQPError
 from ottermq.amqp.props import quick_props
@@ -28,13 +28,22 @@ from ottermq.vhost.message import Entry, Message, SelectedMessage, with_delivery
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
-if TYPE_CHECKING:
-    from ..runtime import Broker
+from .delayed import DedupPersistence, DelayService
 
 log = logging.getLogger(__name__)
 
 
-async def recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, int]:
+class Recoverable(Protocol):
+    """What recovery fills: the node's vhosts, its deduplication caches and delayed messages."""
+
+    vhosts: dict[str, VHost]
+    dedup: DedupPersistence
+    delays: DelayService
+
+    def ensure_vhost(self, name: str) -> VHost: ...
+
+
+async def recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict[str, int]:
     """Load everything durable into ``broker.vhosts``; returns counts for the log.
 
     The cyclic GC is paused meanwhile (millions of new, acyclic objects would trigger useless
@@ -51,7 +60,7 @@ async def recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, 
             gc.enable()
 
 
-async def _recover(broker: Broker, store: Store, hook: DurableHook) -> dict[str, int]:
+async def _recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict[str, int]:
     started = time.monotonic()
     defs = await store.load_definitions()
     await broker.dedup.load()  # before the exchanges and queues whose caches persist

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Set
 from typing import TYPE_CHECKING
 
 from ottermq.amqp.errors import PreconditionFailed
 
 if TYPE_CHECKING:
-    from ..runtime import Broker
+    from ..config import Settings
+    from .connection import AMQPConnection
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +43,21 @@ def timeout_text(number: int, timeout_ms: int) -> str:
 class AckTimeouts:
     """The broker's consumer-timeout checker (see the module rules)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self, settings: Settings, loop: asyncio.AbstractEventLoop, connections: Set[AMQPConnection]
+    ) -> None:
+        self.settings = settings
+        self.loop = loop
+        self.connections = connections
         self._timer: asyncio.TimerHandle | None = None
 
     @property
     def default_ms(self) -> int | None:
-        seconds = self.broker.settings.consumer_timeout
+        seconds = self.settings.consumer_timeout
         return int(seconds * 1000) if seconds > 0 else None
 
     def start(self) -> None:
-        self._timer = self.broker.loop.call_later(INTERVAL, self.check)
+        self._timer = self.loop.call_later(INTERVAL, self.check)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -61,9 +67,9 @@ class AckTimeouts:
     def check(self) -> None:
         """Close every channel whose oldest unacked delivery is overdue, then re-arm."""
         try:
-            now = self.broker.loop.time()
+            now = self.loop.time()
             default = self.default_ms
-            for conn in list(self.broker.connections):
+            for conn in list(self.connections):
                 for channel in list(conn.channels.values()):
                     if channel.closing:
                         continue

@@ -42,6 +42,7 @@ from ottermq.vhost.vhost import generated_name
 from pamqp import commands as spec
 from pamqp.base import Frame
 
+from ..node.info import ChannelInfo, ChannelRef, ConsumerInfo
 from ..node.operations import withdraw
 from ..node.stats import MessageStats
 from .confirms import Confirms
@@ -87,6 +88,19 @@ class ChannelConsumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments: dict[str, Any] = {}  # basic.consume's arguments (x-priority, ...)
+
+    def info(self, ref: ChannelRef | None = None) -> ConsumerInfo:
+        """A snapshot (``ottermq.broker.node.info``); ``ref`` is the channel's, computed if not given."""
+        return ConsumerInfo(
+            tag=self.tag,
+            queue=self.queue.name,
+            vhost=self.channel.vhost.name,
+            channel=ref if ref is not None else self.channel.ref(),
+            ack_required=not self.no_ack,
+            exclusive=self.exclusive,
+            prefetch=self.prefetch,
+            arguments=self.arguments,
+        )
 
     def can_deliver(self) -> bool:
         channel = self.channel
@@ -355,6 +369,29 @@ class Channel(PublisherMethods, TopologyMethods):
         """``(publishes, acks)`` held by an open transaction."""
         return len(self._tx_publishes), len(self._tx_acks)
 
+    def ref(self) -> ChannelRef:
+        conn = self.conn
+        peer_host, peer_port = conn._address("peername")
+        return ChannelRef(self.number, conn.name, peer_host, peer_port, conn.username)
+
+    def info(self, ref: ChannelRef | None = None) -> ChannelInfo:
+        """A snapshot of this channel (``ottermq.broker.node.info``); ``ref`` as ``ref()`` returns."""
+        ref = ref if ref is not None else self.ref()
+        return ChannelInfo(
+            key=id(self),
+            ref=ref,
+            vhost=self.vhost.name,
+            consumers=tuple(self.consumers[tag].info(ref) for tag in sorted(self.consumers)),
+            unacked=self.unacked_count,
+            unconfirmed=self.unconfirmed,
+            uncommitted=self.uncommitted,
+            prefetch=self.prefetch,
+            global_prefetch=self.global_prefetch,
+            confirm=self.confirm,
+            transactional=self.tx,
+            stats=MessageStats.total([self.stats]),
+        )
+
     def count_unacked_bytes(self, into: dict[Queue, int]) -> None:
         """Add the body sizes of this channel's unacked messages to ``into``, per queue (for the
         management API's ``message_bytes_unacknowledged``; never on the hot path)."""
@@ -497,13 +534,13 @@ class Channel(PublisherMethods, TopologyMethods):
     def shutdown(self) -> None:
         """Release everything the channel holds: consumers go, unacked messages are requeued."""
         if not self.closing:
-            self.conn.broker.churn.channels_closed += 1
+            self.conn.node.churn.channels_closed += 1
         self.closing = True
         self._publish = None
         self._body = []
-        self.conn.broker.retire_stats(self.vhost.name, self.stats)
+        self.conn.node.retire_stats(self.vhost.name, self.stats)
         self.stats = MessageStats()
-        self.conn.broker.replies.channel_closed(self)
+        self.conn.server.replies.channel_closed(self)
         self.reply = None
         consumers = list(self.consumers.values())
         self.consumers.clear()
@@ -525,7 +562,7 @@ class Channel(PublisherMethods, TopologyMethods):
     def on_basic_consume(self, m: spec.Basic.Consume) -> None:
         if (m.queue or self.last_queue) == REPLY_QUEUE:
             tag = m.consumer_tag or generated_name("amq.ctag-")
-            self.reply = self.conn.broker.replies.consume(self, tag, m.no_ack, self.consumers)
+            self.reply = self.conn.server.replies.consume(self, tag, m.no_ack, self.consumers)
             self.reply_id = self.reply.channel_id
             if not m.nowait:
                 self.conn.send_method(self.number, spec.Basic.ConsumeOk(tag))
@@ -646,7 +683,7 @@ class Channel(PublisherMethods, TopologyMethods):
                 self._reject(taken, requeue, kind == "reject")
         if refused:  # RabbitMQ: a queue refused part of the transaction (what fit stays)
             raise PreconditionFailed("partial tx completion")
-        store = self.conn.broker.store
+        store = self.conn.node.store
         if store.pending:  # a commit is durable once its writes are (RabbitMQ: after fsync)
             store.after_commit(lambda ok: self._on_tx_stored(ok, stored))
         else:

@@ -52,4 +52,4 @@ class ChannelBase:
         Raises:
             AccessRefused: the user lacks ``permission`` on the resource.
         """
-        self.conn.broker.auth.check(self.conn.user, self.vhost.name, permission, kind, name or "amq.default")
+        self.conn.node.auth.check(self.conn.user, self.vhost.name, permission, kind, name or "amq.default")

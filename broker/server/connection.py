@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from ottermq.amqp import fastpath
@@ -42,9 +42,11 @@ from ottermq.amqp.reader import FrameReader, payload_snippet
 from pamqp import commands as spec
 from pamqp.base import Frame
 
+from ..node.info import ChannelRef, ConnectionInfo, TLSInfo
+from ..node.sasl import MECHANISMS, credentials
+from ..node.stats import MessageStats
 from ..node.tls import peer_identity
 from .channel import ACCESS_REQUEST, KNOWN_METHODS, Channel, UnknownMethod
-from .sasl import MECHANISMS, credentials
 from .states import Routed, State, Step, check_transition, route
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
-    from ..runtime import Broker
+    from .listener import AMQPServer
     from .publishing import PublisherMethods
 
 log = logging.getLogger(__name__)
@@ -79,10 +81,11 @@ class _NoMethodFrameError(FrameError):
 class AMQPConnection(asyncio.Protocol):
     """asyncio protocol for one AMQP 0-9-1 client."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.settings = broker.settings
-        self.loop = broker.loop
+    def __init__(self, server: AMQPServer) -> None:
+        self.server = server
+        self.node = server.node
+        self.settings = server.settings
+        self.loop = server.loop
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
         self._steps = self._step_table()
@@ -136,8 +139,7 @@ class AMQPConnection(asyncio.Protocol):
         # the client certificate, when one was sent and verified (OTTERMQ_SSL_VERIFY=verify_peer)
         self.peer_cert = (ssl_object.getpeercert() or None) if ssl_object is not None else None
         self.mechanisms = (*MECHANISMS, "EXTERNAL") if self.peer_cert else MECHANISMS
-        self.broker.connections.add(self)
-        self.broker.churn.connections_opened += 1
+        self.server.register(self)
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
         log.info("accepting AMQP connection %s", self.peer)
 
@@ -200,9 +202,7 @@ class AMQPConnection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self._release()
-        if self in self.broker.connections:
-            self.broker.connections.discard(self)
-            self.broker.churn.connections_closed += 1
+        self.server.unregister(self)
         if self.vhost is not None:  # RabbitMQ logs the close of opened connections at info
             log.info(
                 "closing AMQP connection %s (vhost '%s', user '%s')",
@@ -303,7 +303,7 @@ class AMQPConnection(asyncio.Protocol):
             spec.Connection.Start(
                 version_major=0,
                 version_minor=9,
-                server_properties=self.broker.server_properties,
+                server_properties=self.server.server_properties,
                 mechanisms=" ".join(self.mechanisms),
                 locales="en_US",
             ),
@@ -390,13 +390,13 @@ class AMQPConnection(asyncio.Protocol):
             settings = self.settings
             login_from, san_type = settings.ssl_cert_login_from, settings.ssl_cert_login_san_type
             username = peer_identity(self.peer_cert, login_from, san_type)
-            user = self.broker.authenticate_external(username, self._peer_host)
+            user = self.node.authenticate_external(username, self._peer_host)
         else:
             username, password = credentials(mechanism, method.response)
             if username is None or password is None:  # RabbitMQ: a protocol error, not a refused login
                 self._silent_close(f"{mechanism} response invalid")
                 return
-            user = self.broker.authenticate(username, password, self._peer_host)
+            user = self.node.authenticate(username, password, self._peer_host)
         if user is None:
             log.warning("connection %s: login refused for user %r (%s)", self.peer, username, mechanism)
             if self._auth_failure_close:
@@ -447,11 +447,11 @@ class AMQPConnection(asyncio.Protocol):
         self._to(OPENING)
 
     def _on_open(self, method: spec.Connection.Open) -> None:
-        vhost = self.broker.vhosts.get(method.virtual_host)
+        vhost = self.node.vhosts.get(method.virtual_host)
         if vhost is None:
             raise NotAllowed(f"vhost {method.virtual_host} not found")
-        self.broker.check_connection_limits(self, vhost.name)
-        self.broker.auth.check_vhost(self.user, vhost.name)
+        self.node.check_connection_limits(self, vhost.name)
+        self.node.auth.check_vhost(self.user, vhost.name)
         self.vhost = vhost
         log.info(
             "connection %s: user '%s' authenticated and granted access to vhost '%s'",
@@ -461,7 +461,7 @@ class AMQPConnection(asyncio.Protocol):
         )
         self._to(RUNNING)
         self.send_method(0, spec.Connection.OpenOk())
-        reason = self.broker.alarm_reason
+        reason = self.node.alarm_reason
         if reason is not None:
             self.set_blocked(True, reason)
         if self._timer is not None:
@@ -512,7 +512,7 @@ class AMQPConnection(asyncio.Protocol):
                 secret = secret.decode("utf-8", "replace")
             if not isinstance(secret, str):
                 secret = ""
-            if self.broker.authenticate(self.username, secret, self._peer_host) is None:
+            if self.node.authenticate(self.username, secret, self._peer_host) is None:
                 log.error("Secret update was refused for user '%s'", self.username)
                 raise NotAllowed("New secret was refused by one of the backends")
         self.send_method(0, spec.Connection.UpdateSecretOk())
@@ -570,14 +570,14 @@ class AMQPConnection(asyncio.Protocol):
                 f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})"
             )
-        limit = self.broker.limits.limit("user", self.username, "max-channels")
-        if limit is not None and self.broker.user_channels(self.username) >= limit:
+        limit = self.node.limits.limit("user", self.username, "max-channels")
+        if limit is not None and self.node.user_channels(self.username) >= limit:
             raise NotAllowed(
                 f"number of channels opened for user '{self.username}' has reached the maximum"
                 f" allowed user limit of ({limit})"
             )
         self.channels[number] = Channel(self, number)
-        self.broker.churn.channels_opened += 1
+        self.node.churn.channels_opened += 1
         self.send_method(number, spec.Channel.OpenOk())
 
     def channel_closed(self, number: int) -> None:
@@ -627,6 +627,74 @@ class AMQPConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self.loop.call_later(CLOSE_TIMEOUT, self._abort)
+
+    # -- the read API (ottermq.broker.node.info): snapshots, never read per message ---------
+    @property
+    def vhost_name(self) -> str | None:
+        return self.vhost.name if self.vhost is not None else None
+
+    def channel_count(self) -> int:
+        return len(self.channels)
+
+    def channel_stats(self) -> Iterator[MessageStats]:
+        for channel in self.channels.values():
+            yield channel.stats
+
+    def count_unacked_bytes(self, into: dict[Any, int]) -> None:
+        for channel in self.channels.values():
+            channel.count_unacked_bytes(into)
+
+    def _address(self, which: str) -> tuple[str, int]:
+        info = self.transport.get_extra_info(which) if self.transport is not None else None
+        if isinstance(info, tuple) and len(info) >= 2:
+            return str(info[0]), int(info[1])
+        return "?", 0
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: ``"<peer host>:<peer port> -> <host>:<port>"``."""
+        peer_host, peer_port = self._address("peername")
+        host, port = self._address("sockname")
+        return f"{peer_host}:{peer_port} -> {host}:{port}"
+
+    def _tls_info(self) -> TLSInfo | None:
+        transport = self.transport
+        ssl_object = transport.get_extra_info("ssl_object") if self.tls and transport is not None else None
+        if ssl_object is None:
+            return None
+        cipher = ssl_object.cipher() or ("", "", 0)
+        return TLSInfo(ssl_object.version() or "", cipher[0], self.peer_cert)
+
+    def info(self) -> ConnectionInfo:
+        """A snapshot of this open connection and its channels (``ottermq.broker.node.info``)."""
+        peer_host, peer_port = self._address("peername")
+        host, port = self._address("sockname")
+        name = f"{peer_host}:{peer_port} -> {host}:{port}"
+        channels = tuple(
+            channel.info(ChannelRef(number, name, peer_host, peer_port, self.username))
+            for number, channel in sorted(self.channels.items())
+        )
+        return ConnectionInfo(
+            key=id(self),
+            name=name,
+            host=host,
+            port=port,
+            peer_host=peer_host,
+            peer_port=peer_port,
+            user=self.username,
+            vhost=self.vhost.name if self.vhost is not None else "",
+            tls=self._tls_info(),
+            blocked=self.alarm_blocked and self.has_published,
+            channel_max=self.channel_max,
+            frame_max=self.frame_max,
+            heartbeat=self.heartbeat,
+            client_properties=self.client_properties,
+            recv_oct=self.recv_oct,
+            send_oct=self.send_oct,
+            recv_cnt=self.recv_cnt,
+            send_cnt=self.send_cnt,
+            channels=channels,
+        )
 
     def force_close(self, reason: str, text: str | None = None) -> None:
         """Server-initiated close: 320 CONNECTION_FORCED with ``text`` (default: the shutdown

@@ -95,7 +95,7 @@ class PublisherMethods(ChannelBase):
         if immediate:
             raise AMQPNotImplemented("immediate=true")
         raw_props = self._props
-        ops = conn.broker.ops
+        ops = conn.node.ops
         permitted = exchange_name == self._write_ok  # write permission is cached per channel
         exchange = ops.publish_exchange(conn.user, self.vhost, exchange_name, permitted)
         self._write_ok = exchange_name
@@ -116,7 +116,7 @@ class PublisherMethods(ChannelBase):
             stats.received_confirm += 1
             self._publish_seq += 1
         if exchange is None and (cc or routing_key.startswith(REPLY_PREFIX)):
-            self.conn.broker.replies.route(message, keys)  # at publish time, even in tx (as RabbitMQ)
+            self.conn.server.replies.route(message, keys)  # at publish time, even in tx (as RabbitMQ)
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
             return
@@ -147,7 +147,7 @@ class PublisherMethods(ChannelBase):
             if seq:
                 self._confirms.wait(seq)
             refused = result.refused
-            self.conn.broker.store.after_commit(lambda ok: self._on_stored(ok, seq, refused, stored))
+            self.conn.node.store.after_commit(lambda ok: self._on_stored(ok, seq, refused, stored))
         elif seq:
             self._confirm(seq, not result.refused)
 

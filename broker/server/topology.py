@@ -48,7 +48,7 @@ class TopologyMethods(ChannelBase):
 
     # -- exchange class -------------------------------------------------------------------
     def on_exchange_declare(self, m: spec.Exchange.Declare) -> None:
-        self.conn.broker.ops.declare_exchange(
+        self.conn.node.ops.declare_exchange(
             self.conn.user,
             self.vhost,
             m.exchange,
@@ -63,19 +63,19 @@ class TopologyMethods(ChannelBase):
             self.conn.send_method(self.number, spec.Exchange.DeclareOk())
 
     def on_exchange_delete(self, m: spec.Exchange.Delete) -> None:
-        self.conn.broker.ops.delete_exchange(self.conn.user, self.vhost, m.exchange, m.if_unused)
+        self.conn.node.ops.delete_exchange(self.conn.user, self.vhost, m.exchange, m.if_unused)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.DeleteOk())
 
     def on_exchange_bind(self, m: spec.Exchange.Bind) -> None:
         dest = ("exchange", m.destination)
-        self.conn.broker.ops.bind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
+        self.conn.node.ops.bind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.BindOk())
 
     def on_exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
         dest = ("exchange", m.destination)
-        self.conn.broker.ops.unbind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
+        self.conn.node.ops.unbind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.UnbindOk())
 
@@ -84,7 +84,7 @@ class TopologyMethods(ChannelBase):
         name = m.queue
         if name.startswith(REPLY_QUEUE):  # all declares of these are passive (RabbitMQ)
             target = cast("ReplyTarget", self)  # a Channel
-            self.last_queue = name = self.conn.broker.replies.declare(name, self.vhost.name, target)
+            self.last_queue = name = self.conn.server.replies.declare(name, self.vhost.name, target)
             if not m.nowait:
                 self.conn.send(_declare_ok(self.number, name, 0, 1))
             return
@@ -93,7 +93,7 @@ class TopologyMethods(ChannelBase):
             if m.passive:
                 raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
             name = generated_name("amq.gen-")
-        queue = self.conn.broker.ops.declare_queue(
+        queue = self.conn.node.ops.declare_queue(
             self.conn.user,
             self.vhost,
             name,
@@ -114,13 +114,13 @@ class TopologyMethods(ChannelBase):
 
     def _queue(self, name: str, permission: Permission | None = None) -> Queue:
         name = self._queue_name(name)
-        return self.conn.broker.ops.queue(self.conn.user, self.vhost, name, permission, self.conn)
+        return self.conn.node.ops.queue(self.conn.user, self.vhost, name, permission, self.conn)
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
         name = self._queue_name(m.queue)
         # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
         key = name if not m.queue and not m.routing_key else m.routing_key
-        ops = self.conn.broker.ops
+        ops = self.conn.node.ops
         ops.bind(self.conn.user, self.vhost, m.exchange, ("queue", name), key, m.arguments, self.conn)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.BindOk())
@@ -128,20 +128,20 @@ class TopologyMethods(ChannelBase):
     def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
         name = self._queue_name(m.queue)
         key = name if not m.queue and not m.routing_key else m.routing_key
-        ops = self.conn.broker.ops
+        ops = self.conn.node.ops
         ops.unbind(self.conn.user, self.vhost, m.exchange, ("queue", name), key, m.arguments, self.conn)
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:
         name = self._queue_name(m.queue)
-        count = self.conn.broker.ops.purge_queue(self.conn.user, self.vhost, name, self.conn)
+        count = self.conn.node.ops.purge_queue(self.conn.user, self.vhost, name, self.conn)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.PurgeOk(count))
 
     def on_queue_delete(self, m: spec.Queue.Delete) -> None:
         name = m.queue or self.last_queue
         queue = self.vhost.queues.get(name)
-        count = self.conn.broker.ops.delete_queue(
+        count = self.conn.node.ops.delete_queue(
             self.conn.user, self.vhost, name, if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn
         )
         if queue is not None:

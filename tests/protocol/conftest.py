@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 from ottermq.broker.config import Settings
-from ottermq.broker.runtime import Broker
+from ottermq.broker.node import wiring
+from ottermq.broker.node.node import Node
 from ottermq.broker.server.connection import AMQPConnection
+from ottermq.broker.server.listener import AMQPServer
 from pamqp import body as pbody
 from pamqp import commands as spec
 from pamqp import frame as pframe
@@ -109,9 +111,9 @@ class MockTransport(asyncio.Transport):
 class Client:
     """Drives one AMQPConnection with pamqp-built frames and decodes its output."""
 
-    def __init__(self, broker: Broker, loop: FakeLoop, peer: str = "127.0.0.1") -> None:
+    def __init__(self, server: AMQPServer, loop: FakeLoop, peer: str = "127.0.0.1") -> None:
         self.loop = loop
-        self.conn = AMQPConnection(broker)
+        self.conn = AMQPConnection(server)
         self.transport = MockTransport(self.conn, peer)
         self.conn.connection_made(self.transport)
         self._pending = bytearray()
@@ -250,10 +252,15 @@ def loop() -> FakeLoop:
     return FakeLoop()
 
 
+EPOCH_MS = 1_700_000_000_000  # the wall-clock time (ms) the fake loop's time 0 stands for
+
+
 @pytest.fixture
-def broker(loop: FakeLoop) -> Broker:
+def broker(loop: FakeLoop, monkeypatch: pytest.MonkeyPatch) -> Node:
+    # TTL deadlines, x-expires and x-death stamps follow the fake loop: ``loop.advance`` expires messages
+    monkeypatch.setattr(wiring, "wall_clock_ms", lambda: EPOCH_MS + round(loop.now * 1000))
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    b = Broker(settings, loop, InstantStore(loop))  # type: ignore[arg-type]
+    b = Node(settings, loop, InstantStore(loop))  # type: ignore[arg-type]
     b.auth.seed_defaults(settings)  # what start() does on a first boot
     for name in b.auth.vhosts:
         b.ensure_vhost(name)
@@ -261,9 +268,15 @@ def broker(loop: FakeLoop) -> Broker:
 
 
 @pytest.fixture
-def make_client(broker: Broker, loop: FakeLoop) -> Callable[..., Client]:
+def server(broker: Node) -> AMQPServer:
+    """The AMQP server over ``broker`` (the node): its connections, reply-to registry, timeouts."""
+    return AMQPServer(broker)
+
+
+@pytest.fixture
+def make_client(server: AMQPServer, loop: FakeLoop) -> Callable[..., Client]:
     def make(peer: str = "127.0.0.1") -> Client:
-        return Client(broker, loop, peer)
+        return Client(server, loop, peer)
 
     return make
 

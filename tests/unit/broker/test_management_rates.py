@@ -5,7 +5,7 @@ identity, a closed channel's counts stay in its vhost's and the node's totals.""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+from collections.abc import Iterator
 from typing import Any
 
 from ottermq.broker.config import Settings
@@ -19,35 +19,63 @@ from ottermq.broker.management.rates import (
     vhost_key,
     with_rates,
 )
+from ottermq.broker.node.info import ChannelInfo, ChannelRef, ConnectionInfo
+from ottermq.broker.node.node import Node
 from ottermq.broker.node.stats import MessageStats
-from ottermq.broker.runtime import Broker
 from ottermq.vhost.message import Message
 
 PUBLISH = QUEUE_STATS.index("publish")
 READY = len(QUEUE_STATS) + TOTALS.index("messages_ready")
 
 
-def make_broker() -> Broker:
-    return Broker(Settings(_env_file=None), asyncio.new_event_loop())  # type: ignore[call-arg]
+def make_broker() -> Node:
+    return Node(Settings(_env_file=None), asyncio.new_event_loop())  # type: ignore[call-arg]
 
 
-def publish(broker: Broker, queue: str, n: int) -> None:
+def publish(broker: Node, queue: str, n: int) -> None:
     vhost = broker.vhosts["/"]
     for _ in range(n):
         vhost.publish(None, Message("", queue, b"\x00\x00", b"x", False, 0, None))
 
 
-def fake_channel(stats: MessageStats) -> Any:
-    return SimpleNamespace(stats=stats)
-
-
 class FakeConnection:
-    """What the counters read of a connection: its vhost, channels and socket bytes."""
+    """A ``ConnectionHandle`` with one vhost and channels whose counters the test moves."""
 
-    def __init__(self, vhost: Any, channels: dict[int, Any]) -> None:
-        self.vhost = vhost
+    def __init__(self, vhost: Any, channels: dict[int, MessageStats]) -> None:
+        self.vhost_name = vhost.name
+        self.username = "guest"
         self.channels = channels
-        self.recv_oct = self.send_oct = 0
+
+    def channel_stats(self) -> Iterator[MessageStats]:
+        yield from self.channels.values()
+
+    def info(self) -> ConnectionInfo:
+        ref = ChannelRef(1, "c", "127.0.0.1", 1, "guest")
+        channels = tuple(
+            ChannelInfo(id(stats), ref, self.vhost_name, (), 0, 0, (0, 0), 0, 0, False, False, stats)
+            for _number, stats in sorted(self.channels.items())
+        )
+        return ConnectionInfo(
+            id(self),
+            "c",
+            "127.0.0.1",
+            5672,
+            "127.0.0.1",
+            1,
+            "guest",
+            self.vhost_name,
+            None,
+            False,
+            2047,
+            131072,
+            60,
+            {},
+            0,
+            0,
+            0,
+            0,
+            channels,
+        )
 
 
 def test_rates_are_the_change_between_two_samples_per_second():
@@ -89,7 +117,7 @@ def test_closed_channels_stay_in_vhost_and_node_totals():
     broker.ensure_vhost("other")
     live = MessageStats()
     live.received = 2
-    conn = FakeConnection(broker.vhosts["/"], {1: fake_channel(live)})
+    conn = FakeConnection(broker.vhosts["/"], {1: live})
     broker.connections.add(conn)  # type: ignore[arg-type]
     closed = MessageStats()
     closed.received = 5

@@ -13,7 +13,7 @@ import pytest
 from ottermq.broker.config import Settings
 from ottermq.broker.management import app as management_app
 from ottermq.broker.management.openapi import BODIES, HEADERS, PAGINATED, QUERIES, describe
-from ottermq.broker.runtime import Broker
+from ottermq.broker.node.node import Node
 
 PREFIX = "/api"
 
@@ -22,7 +22,7 @@ PREFIX = "/api"
 def doc() -> Iterator[dict[str, Any]]:
     loop = asyncio.new_event_loop()
     try:
-        broker = Broker(Settings(_env_file=None, enable_swagger=True), loop)  # type: ignore[call-arg]
+        broker = Node(Settings(_env_file=None, enable_swagger=True), loop)  # type: ignore[call-arg]
         yield describe(management_app.make_app(broker), "/docs")
     finally:
         loop.close()

@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ottermq.broker.config import Settings
+from ottermq.broker.node.node import Node
 from ottermq.broker.node.recovery import recover
-from ottermq.broker.runtime import Broker
 from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import BindingRecord
@@ -68,10 +68,10 @@ def crash(clock: Clock) -> None:
     clock.timers.clear()
 
 
-def boot(store: MemoryStore, clock: Clock) -> Broker:
+def boot(store: MemoryStore, clock: Clock) -> Node:
     """A broker on ``store`` whose TTL timers and hook run on ``clock`` (as ``Broker.start`` wires
     it, minus sockets and auth)."""
-    broker = Broker(Settings(_env_file=None), clock, store)  # type: ignore[call-arg, arg-type]
+    broker = Node(Settings(_env_file=None), clock, store)  # type: ignore[call-arg, arg-type]
     broker.ttl = DefaultTTLManager(clock, clock)  # type: ignore[arg-type]
     broker.hook = DurableHook(store, clock)
     broker.ensure_vhost("/")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ottermq.amqp.table import encode_table
-from ottermq.broker.server.sasl import MECHANISMS, credentials, server_properties
+from ottermq.broker.node.sasl import MECHANISMS, credentials, server_properties
 
 
 @pytest.mark.parametrize(

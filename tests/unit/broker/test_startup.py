@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ottermq.broker.config import Settings
 from ottermq.broker.node.auth import AuthDB
-from ottermq.broker.runtime import (
+from ottermq.broker.node.startup import (
     StartupError,
     check_archive_dir,
     lock_data_dir,
