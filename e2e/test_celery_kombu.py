@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -40,6 +40,8 @@ from typing import Any
 import kombu
 import pika
 import pytest
+
+from .polling import poll_until
 
 APP_DIR = Path(__file__).resolve().parent / "celery_app"
 WORKER_READY_TIMEOUT = 30
@@ -52,20 +54,6 @@ def load_app_module() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def wait_for(
-    fn: Callable[[], Any], timeout: float = 10, what: str = "condition", on_fail: Callable[[], str] = str
-) -> Any:
-    """``fn()``'s first truthy value, polled every 20 ms; fails with ``on_fail()`` appended."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not met within {timeout} s\n{on_fail()}")
-        time.sleep(0.02)
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -95,7 +83,13 @@ class Worker:
         ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, cwd=APP_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(self._ready, WORKER_READY_TIMEOUT, f"celery worker {name} ready", self.log_tail)
+        poll_until(
+            self._ready,
+            WORKER_READY_TIMEOUT,
+            0.02,
+            what=f"celery worker {name} ready",
+            explain=self.log_tail,
+        )
 
     @property
     def pid(self) -> int:
@@ -181,7 +175,7 @@ class CeleryRig:
             worker_log = self.worker.log_tail() if self.worker else ""
             return f"{path}: {read_lines(path)}\n{worker_log}\n{broker_log(self.broker)}"
 
-        return wait_for(enough, timeout, f"{n} lines in {path.name}", explain)  # type: ignore[no-any-return]
+        return poll_until(enough, timeout, 0.02, what=f"{n} lines in {path.name}", explain=explain)
 
     def cleanup(self) -> None:
         if self.worker is not None:
@@ -205,7 +199,8 @@ class CeleryRig:
 
 
 def broker_log(broker: Any) -> str:
-    return f"broker log tail:\n{broker.log_tail()}" if broker.is_ottermq else ""
+    """The tail of our broker's log (``<no broker log>`` for one started elsewhere)."""
+    return f"broker log tail:\n{broker.log_tail()}"
 
 
 @pytest.fixture(scope="module")
@@ -403,9 +398,12 @@ def test_kombu_priority_queue_delivers_highest_priority_first(kombu_conn, unique
         got.append((body, message.properties.get("priority")))
         message.ack()
 
-    with kombu.Consumer(kombu_conn, [queue], callbacks=[on_message], accept=["json"], prefetch_count=1):
-        deadline = time.monotonic() + 5
-        while len(got) < len(sent) and time.monotonic() < deadline:
+    def all_delivered() -> bool:
+        if len(got) < len(sent):
             kombu_conn.drain_events(timeout=5)
+        return len(got) >= len(sent)
+
+    with kombu.Consumer(kombu_conn, [queue], callbacks=[on_message], accept=["json"], prefetch_count=1):
+        poll_until(all_delivered, 5, what=f"{len(sent)} deliveries from {name}", explain=lambda: f"got {got}")
     # no priority counts as 0; equal priorities keep publish order
     assert got == [("d", 9), ("b", 5), ("f", 5), ("c", 3), ("a", 1), ("e", 0), ("g", None)]
