@@ -28,6 +28,8 @@ import pika
 import pytest
 from pamqp.commands import Basic
 
+from .polling import poll_until_async
+
 T = TypeVar("T")
 TIMEOUT = 20  # per test, seconds: a hang fails instead of blocking the suite
 
@@ -250,7 +252,9 @@ def test_dead_letter_exchange_from_queue_arguments_and_x_death(broker, unique):
             )
             message = await work.get(timeout=5)
             await message.reject(requeue=False)
-            dead = await poll_get(dlq)
+            dead = await poll_until_async(
+                lambda: dlq.get(fail=False), 5, 0.02, what=f"a dead letter in {dlq_name}"
+            )
             await dead.ack()
             assert (dead.body, dead.message_id, dead.headers["tenant"]) == (b"bad", "r-1", "acme")
             assert (dead.exchange, dead.routing_key) == (dlx_name, work_name)
@@ -271,7 +275,9 @@ def test_dead_letter_exchange_from_queue_arguments_and_x_death(broker, unique):
             await channel.default_exchange.publish(
                 aio_pika.Message(b"late", expiration=0.1), routing_key=work_name
             )
-            dead = await poll_get(dlq)
+            dead = await poll_until_async(
+                lambda: dlq.get(fail=False), 5, 0.02, what=f"a dead letter in {dlq_name}"
+            )
             await dead.ack()
             assert dead.body == b"late"
             assert dead.expiration is None  # removed from the dead letter
@@ -287,54 +293,45 @@ def test_dead_letter_exchange_from_queue_arguments_and_x_death(broker, unique):
     run(scenario())
 
 
-async def poll_get(
-    queue: aio_pika.abc.AbstractQueue, timeout: float = 5
-) -> aio_pika.abc.AbstractIncomingMessage:
-    """``basic.get`` until a message is there (the dead letter arrives asynchronously)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        message = await queue.get(fail=False)
-        if message is not None:
-            return message
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"nothing in {queue.name} within {timeout} s")
-        await asyncio.sleep(0.02)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # connect_robust across a broker restart: our own process (SIGTERM, and SIGKILL as an extension), or
 # under AMQP_URL a local RabbitMQ restarted with `rabbitmqctl stop_app` / `start_app`
 # ---------------------------------------------------------------------------------------------------------
-def _restartable(broker: Any, broker_process: Any, how: str) -> tuple[Any, Callable[[], None]]:
-    """``(broker, restart)``: a private ottermq process, or the local RabbitMQ at ``AMQP_URL``."""
-    if broker.is_ottermq:
-        process = broker_process()
-        b = process.start()
+@pytest.fixture
+def restartable(broker: Any, broker_process: Any) -> Callable[[str], tuple[Any, Callable[[], None]]]:
+    """``restartable(how) -> (broker, restart)``: a private ottermq process that ``restart`` stops with
+    SIGTERM or SIGKILL (``how``) and starts again, or under ``AMQP_URL`` the local RabbitMQ, restarted with
+    ``rabbitmqctl`` (SIGTERM semantics). How to restart the broker is all that depends on which it is."""
 
-        def restart_ottermq() -> None:
-            if how == "sigterm":
-                assert process.stop() == 0
-            else:
-                process.kill()
-            process.start()
+    def make(how: str) -> tuple[Any, Callable[[], None]]:
+        if broker.is_ottermq:
+            process = broker_process()
+            b = process.start()
 
-        return b, restart_ottermq
-    ctl = shutil.which("rabbitmqctl")
-    if ctl is None or broker.host not in ("127.0.0.1", "localhost", "::1"):
-        pytest.skip("restarting the broker at AMQP_URL needs a local rabbitmqctl")
+            def restart_ottermq() -> None:
+                if how == "sigterm":
+                    assert process.stop() == 0
+                else:
+                    process.kill()
+                process.start()
 
-    def restart_rabbitmq() -> None:  # closes every connection (320), then recovers durable state
-        for action in ("stop_app", "start_app"):
-            subprocess.run([ctl, "-q", action], check=True, capture_output=True, timeout=120)
+            return b, restart_ottermq
+        ctl = shutil.which("rabbitmqctl")
+        if ctl is None or broker.host not in ("127.0.0.1", "localhost", "::1"):
+            pytest.skip("restarting the broker at AMQP_URL needs a local rabbitmqctl")
 
-    return broker, restart_rabbitmq
+        def restart_rabbitmq() -> None:  # closes every connection (320), then recovers durable state
+            for action in ("stop_app", "start_app"):
+                subprocess.run([ctl, "-q", action], check=True, capture_output=True, timeout=120)
+
+        return broker, restart_rabbitmq
+
+    return make
 
 
 @pytest.mark.parametrize("how", ["sigterm", pytest.param("sigkill", marks=pytest.mark.extension)])
-def test_robust_connection_recovers_topology_consumers_and_persistent_messages(
-    broker, broker_process, unique, how
-):
-    b, restart = _restartable(broker, broker_process, how)
+def test_robust_connection_recovers_topology_consumers_and_persistent_messages(restartable, unique, how):
+    b, restart = restartable(how)
     url = b.url
     x, backlog_q, live_q = unique("orders"), unique("orders.backlog"), unique("orders.live")
 
