@@ -1,4 +1,4 @@
-"""The SQLite store's on-disk layout: DDL, ``PRAGMA user_version`` migrations, statements, row codecs.
+"""The stores' database layout: DDL, ``PRAGMA user_version`` migrations, statements, row codecs.
 
 Rules:
 - ``PRAGMA user_version`` is the schema version. A database newer than ``SCHEMA_VERSION`` is refused
@@ -13,9 +13,9 @@ Rules:
   key "orders", 3 property bytes): 137.3 bytes/message on disk, against 155.4 for an ``id`` rowid
   plus a ``(queue_id, seq)`` index and 152.2 for a ``WITHOUT ROWID`` table keyed by
   ``(queue_id, seq)`` (which would also spill 1-4 KB bodies to overflow pages).
-- Every write statement below is one op kind: the store queues ``(statement, params)`` tuples and
-  ``MemoryStore`` applies the very same tuples to dicts, so both stores share one op stream and the
-  same row codecs (``*_record`` functions).
+- Every write statement below is one op kind: a store queues ``(statement, params)`` tuples and
+  ``engine.write_batch`` runs them. Both stores run this schema through ``engine``: ``SQLiteStore``
+  on its file, ``MemoryStore`` on an in-memory database; no other copy of it exists.
 """
 
 from __future__ import annotations
@@ -451,6 +451,8 @@ SELECT_DELAYED = (
 )
 SELECT_DEDUP = "SELECT vhost, kind, owner, key, expires_at FROM dedup ORDER BY rowid"
 SELECT_MAX_DELAYED = "SELECT max(id) FROM delayed"
+COUNT_MESSAGES = "SELECT count(*) FROM messages"
+COUNT_QUEUES = "SELECT count(*) FROM queues"
 SELECT_MESSAGES = (
     "SELECT id, exchange, routing_key, props, body, enqueued_at, deadline, extra_keys, deliveries "
     "FROM messages WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"

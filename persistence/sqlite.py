@@ -6,10 +6,9 @@ Rules:
   must see the store's own writes runs there, one ``Worker.call`` each (``SQLiteStore._call``),
   in submission order.
 - Group commit (see ``memory.BatchingStore``): each batch is ONE transaction run by ONE worker
-  call: ``_write_batch`` on the worker thread does ``BEGIN IMMEDIATE``, one ``executemany`` per
-  run of consecutive ops with the same statement (so queue order is kept: a queue deleted and
-  redeclared, or a dead-letter move, lands exactly as queued), ``COMMIT``. Never one call per
-  message: each call is a thread round trip.
+  call (``engine.write_batch``: ``BEGIN IMMEDIATE``, one ``executemany`` per run of consecutive ops
+  with the same statement, ``COMMIT``). Never one call per message: each call is a thread round
+  trip. The SQL (writes, reads, schema) is ``engine``'s, the very code ``MemoryStore`` runs.
 - ``after_commit`` callbacks fire on the event loop once their batch's worker call has
   returned (the transaction is committed or rolled back), in registration order; a failed batch
   (``sqlite3.Error`` such as "database or disk is full") is rolled back, logged and reported to
@@ -24,9 +23,10 @@ Rules:
   newer schema, a non-SQLite or corrupt file raises ``StoreError`` and the file is left untouched.
 - ``<file>.lock`` (``flock``) keeps a second broker out of the same data file; external readers
   (``sqlite3`` CLI, backups) still work while the broker runs.
-- Reads (``load_definitions``, ``iter_messages``) run on the store's connection, between batches,
-  after waiting for the writes queued before them. ``stats`` only reports committed state, so it
-  needs no ordering with the writes: it reads through a short-lived read-only connection and its
+- Reads (``load_definitions``, ``iter_messages``, ...: ``memory.BatchingStore``'s) run on the
+  store's connection, between batches, after waiting for the writes queued before them. ``stats``
+  only reports committed state, so it needs no ordering with the writes: it reads through a
+  short-lived read-only connection (``schema``'s count statements, as ``MemoryStore``'s) and its
   ``count(*)`` scan never holds up a commit.
 - ``close`` commits what is queued, closes the connection on its thread (the last connection
   checkpoints and removes the WAL), then stops the worker and joins its thread. A store never
@@ -48,17 +48,16 @@ import asyncio
 import logging
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable
-from itertools import chain, groupby
-from operator import itemgetter
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
-from . import schema
-from .memory import DATA_ERRORS, BatchingStore, Op
-from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord, StoreError
+from . import engine, schema
+from .engine import Op
+from .memory import BatchingStore
+from .store import StoreError
 from .worker import Worker
 
 if sys.platform != "win32":
@@ -80,6 +79,7 @@ MAINTAIN_EVERY = 128  # batches between free-space checks
 VACUUM_MIN_FREE_PAGES = 2048  # give back free pages once there are this many and they are >1/4 of the file
 VACUUM_STEP_PAGES = 2048
 THREAD_NAME = "ottermq-sqlite"
+FREELIST_COUNT = "PRAGMA freelist_count"
 
 
 class SQLiteStore(BatchingStore):
@@ -128,7 +128,7 @@ class SQLiteStore(BatchingStore):
         conn: sqlite3.Connection | None = None
         try:
             conn = await worker.call(_connect, path)
-            queues, last_seq, last_delayed = await worker.call(_open_database, conn, path, self.synchronous)
+            counters = await worker.call(_open_database, conn, path, self.synchronous)
         except BaseException as exc:
             if conn is not None:
                 worker.call(conn.close)  # runs before stop() returns
@@ -140,8 +140,8 @@ class SQLiteStore(BatchingStore):
         self._worker, self._conn = worker, conn
         self._loop = asyncio.get_running_loop()
         self._closed = False
-        self._load_ids(queues, last_seq, last_delayed)
-        log.info("opened %s (%d durable queues, synchronous=%s)", path, len(queues), self.synchronous)
+        self._load_ids(*counters)
+        log.info("opened %s (%d durable queues, synchronous=%s)", path, len(counters[0]), self.synchronous)
 
     async def close(self) -> None:
         """Commit what is queued (failures are logged), then close the file and release the lock."""
@@ -184,55 +184,17 @@ class SQLiteStore(BatchingStore):
             raise StoreError("the store is not open")
         return await self._worker.call(fn, *args)
 
-    # -- commit -----------------------------------------------------------------------------------
-    async def _commit(self, ops: list[Op | None]) -> None:
-        conn = self._connection()
-        await self._call(_write_batch, conn, ops, self.batches % MAINTAIN_EVERY == MAINTAIN_EVERY - 1)
+    async def _sql(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(connection, *args)`` on the worker thread: one round trip, in submission order.
 
-    async def _commit_each(self, ops: list[Op | None]) -> set[int]:
-        return await self._call(_write_each, self._connection(), ops)
-
-    # -- reads ----------------------------------------------------------------------------------
-    async def load_definitions(self) -> Definitions:
-        """Every committed vhost, user, permission, exchange, queue and binding (after the writes
-        queued so far)."""
-        await self._settle()
-        return await self._call(_read_definitions, self._connection())
-
-    async def iter_messages(self, queue_id: int, chunk: int = 10000) -> AsyncIterator[list[MessageRecord]]:
-        """The queue's committed messages in seq order, ``chunk`` rows at a time.
-
-        Each chunk is one keyset query (``id > last id``) on the queue's rowid range, so no
-        statement stays open between chunks and writes may run in between.
+        Raises:
+            StoreError: the store is not open; whatever ``fn`` raises.
         """
-        await self._settle()
-        low, high = schema.queue_range(queue_id)
-        after = low
-        while True:
-            records = await self._call(_read_messages, self._connection(), queue_id, after, high, chunk)
-            if records:
-                yield records
-            if len(records) < chunk:
-                return
-            after = records[-1].id
+        return await self._call(fn, self._connection(), *args)
 
-    async def iter_delayed(self, chunk: int = 10000) -> AsyncIterator[list[DelayedRecord]]:
-        """Every committed delayed message in id order, ``chunk`` rows at a time (keyset queries)."""
-        await self._settle()
-        after = 0
-        while True:
-            records = await self._call(_read_delayed, self._connection(), after, chunk)
-            if records:
-                yield records
-            if len(records) < chunk:
-                return
-            after = records[-1].id
-
-    async def load_dedup(self) -> list[DedupRecord]:
-        """Every committed deduplication key, in the order they were remembered."""
-        await self._settle()
-        rows = await self._call(_read_all, self._connection(), schema.SELECT_DEDUP)
-        return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
+    async def _commit(self, ops: list[Op | None]) -> None:
+        maintain = self.batches % MAINTAIN_EVERY == MAINTAIN_EVERY - 1
+        await self._call(_write_batch, self._connection(), ops, maintain)
 
     async def stats(self) -> dict[str, int]:
         """``messages``, ``queues``, ``bytes_on_disk`` (db + WAL), ``db_bytes``, ``wal_bytes``,
@@ -265,7 +227,7 @@ class SQLiteStore(BatchingStore):
             StoreError: the flush failed.
         """
         await self.flush()
-        await self._call(_checkpoint, self._connection())
+        await self._sql(_checkpoint)
 
 
 if TYPE_CHECKING:
@@ -276,7 +238,7 @@ if TYPE_CHECKING:
 
 # -- worker-thread functions (run by SQLiteStore._call, one call each) ---------------------------------
 def _connect(path: Path) -> sqlite3.Connection:
-    # autocommit (isolation_level=None): _write_batch issues BEGIN IMMEDIATE/COMMIT itself;
+    # autocommit (isolation_level=None): engine issues BEGIN IMMEDIATE/COMMIT itself;
     # check_same_thread (the default) guards the one-thread rule
     return sqlite3.connect(path, isolation_level=None, timeout=LOCK_TIMEOUT)
 
@@ -294,108 +256,26 @@ def _open_database(
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
     schema.migrate(conn, path, version)
-    queues, last_seq = schema.load_ids(conn)
-    last_delayed = conn.execute(schema.SELECT_MAX_DELAYED).fetchone()[0] or 0
-    return queues, last_seq, int(last_delayed)
-
-
-def _executemany(conn: sqlite3.Connection, statement: str, params: list[tuple[Any, ...]]) -> None:
-    conn.executemany(statement, params)
+    return engine.load_counters(conn)
 
 
 def _write_batch(conn: sqlite3.Connection, ops: list[Op | None], maintain: bool) -> None:
-    """One batch, one transaction: consecutive ops with the same statement share an executemany
-    (message inserts and deletes ``MULTI_ROWS`` rows per statement)."""
-    schema.rollback(conn)  # a transaction left open by a failed rollback must not wedge the store
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
-            params = [p for _, p in group]
-            multi = schema.MULTI_ROW.get(statement)
-            if multi is not None and len(params) >= schema.MULTI_ROWS:
-                k = schema.MULTI_ROWS
-                full = len(params) - len(params) % k
-                rows = [tuple(chain.from_iterable(params[i : i + k])) for i in range(0, full, k)]
-                _executemany(conn, multi, rows)
-                params = params[full:]
-            if params:
-                _executemany(conn, statement, params)
-        conn.execute("COMMIT")
-    except BaseException:
-        schema.rollback(conn)
-        raise
+    """``engine.write_batch``, then (every ``MAINTAIN_EVERY`` batches) give free pages back."""
+    engine.write_batch(conn, ops)
     if maintain:
         _give_back_free_pages(conn)
-
-
-def _write_each(conn: sqlite3.Connection, ops: list[Op | None]) -> set[int]:
-    """A batch that failed on a value, again, one op per savepoint in one transaction: an op failing
-    with one of ``DATA_ERRORS`` is rolled back to its savepoint and left out; the rest commits.
-    Returns the indexes of the ops left out. Slow (one statement per op), used only after a failure."""
-    refused: set[int] = set()
-    schema.rollback(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for i, op in enumerate(ops):
-            if op is None:
-                continue
-            conn.execute("SAVEPOINT op")
-            try:
-                conn.execute(op[0], op[1])
-            except DATA_ERRORS:
-                conn.execute("ROLLBACK TO op")
-                refused.add(i)
-            conn.execute("RELEASE op")
-        conn.execute("COMMIT")
-    except BaseException:
-        schema.rollback(conn)
-        raise
-    return refused
 
 
 def _give_back_free_pages(conn: sqlite3.Connection) -> None:
     """After a queue drained, shrink the file a step at a time (``auto_vacuum = INCREMENTAL``)."""
     try:
-        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        free = conn.execute(FREELIST_COUNT).fetchone()[0]
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         if free >= VACUUM_MIN_FREE_PAGES and free * 4 > pages:
             # one page per sqlite3_step: execute() stops after the first, executescript() runs to the end
             conn.executescript(f"PRAGMA incremental_vacuum({VACUUM_STEP_PAGES});")
     except sqlite3.Error as exc:
         log.warning("incremental vacuum failed: %s", exc)
-
-
-def _read_definitions(conn: sqlite3.Connection) -> Definitions:
-    return schema.definitions(
-        *(
-            conn.execute(query).fetchall()
-            for query in (
-                schema.SELECT_VHOSTS,
-                schema.SELECT_USERS,
-                schema.SELECT_PERMISSIONS,
-                schema.SELECT_EXCHANGES,
-                schema.SELECT_QUEUES,
-                schema.SELECT_BINDINGS,
-                schema.SELECT_POLICIES,
-                schema.SELECT_LIMITS,
-            )
-        )
-    )
-
-
-def _read_messages(
-    conn: sqlite3.Connection, queue_id: int, after: int, high: int, chunk: int
-) -> list[MessageRecord]:
-    rows = conn.execute(schema.SELECT_MESSAGES, (after, high, chunk)).fetchall()
-    return schema.message_records(queue_id, rows)
-
-
-def _read_delayed(conn: sqlite3.Connection, after: int, chunk: int) -> list[DelayedRecord]:
-    return schema.delayed_records(conn.execute(schema.SELECT_DELAYED, (after, chunk)).fetchall())
-
-
-def _read_all(conn: sqlite3.Connection, query: str) -> list[tuple[Any, ...]]:
-    return conn.execute(query).fetchall()
 
 
 async def _read_stats(path: Path) -> tuple[int, int, int, int]:
@@ -408,9 +288,9 @@ async def _read_stats(path: Path) -> tuple[int, int, int, int]:
             return int(list(await db.execute_fetchall(sql))[0][0])
 
         return (
-            await one("SELECT count(*) FROM messages"),
-            await one("SELECT count(*) FROM queues"),
-            await one("PRAGMA freelist_count"),
+            await one(schema.COUNT_MESSAGES),
+            await one(schema.COUNT_QUEUES),
+            await one(FREELIST_COUNT),
             await one("PRAGMA page_size"),
         )
 

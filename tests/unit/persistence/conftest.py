@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import ottermq.persistence.sqlite as sqlite_module
+import ottermq.persistence.engine as engine
 import pytest
 from ottermq.persistence import MemoryStore, SQLiteStore
 from ottermq.persistence.memory import BatchingStore
@@ -34,18 +34,15 @@ def new_store(kind: str, tmp_path: Path) -> Callable[[], AnyStore]:
 
 @pytest.fixture
 def fail_next_batch(monkeypatch: pytest.MonkeyPatch) -> Callable[[BatchingStore], None]:
-    """Make the next batch fail as a full disk would (MemoryStore: its ``fail_batches`` hook)."""
+    """Make the next batch fail as a full disk would (both stores run ``engine``'s SQL)."""
 
     def arm(store: BatchingStore) -> None:
-        if isinstance(store, MemoryStore):
-            store.fail_batches = 1
-            return
-        real = sqlite_module._executemany
+        real = engine._executemany
 
         def full(conn: sqlite3.Connection, statement: str, params: list[tuple[Any, ...]]) -> None:
-            monkeypatch.setattr(sqlite_module, "_executemany", real)
+            monkeypatch.setattr(engine, "_executemany", real)
             raise sqlite3.OperationalError("database or disk is full")
 
-        monkeypatch.setattr(sqlite_module, "_executemany", full)
+        monkeypatch.setattr(engine, "_executemany", full)
 
     return arm

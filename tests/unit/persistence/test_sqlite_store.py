@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ottermq.persistence.engine as engine
 import ottermq.persistence.schema as schema
 import ottermq.persistence.sqlite as sqlite_module
 import pytest
@@ -269,14 +270,14 @@ def test_dead_letter_move_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.
         await store.open()
         mid = store.insert_message(message(source, 1))
         await store.flush()
-        real = sqlite_module._executemany
+        real = engine._executemany
 
         def crash_after_delete(conn: sqlite3.Connection, statement: str, params: list[Any]) -> None:
             real(conn, statement, params)  # the delete runs inside the transaction...
             if statement.startswith("DELETE FROM messages"):
                 raise sqlite3.OperationalError("disk I/O error")  # ...then the writer dies
 
-        monkeypatch.setattr(sqlite_module, "_executemany", crash_after_delete)
+        monkeypatch.setattr(engine, "_executemany", crash_after_delete)
         oks: list[bool] = []
         store.delete_message(mid)
         store.insert_message(message(target, 1))
@@ -285,7 +286,7 @@ def test_dead_letter_move_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.
             await store.flush()
         assert oks == [False]
         await store.close()  # still failing: closing gives the batch up instead of retrying it
-        monkeypatch.setattr(sqlite_module, "_executemany", real)
+        monkeypatch.setattr(engine, "_executemany", real)
         store = SQLiteStore(path)
         await store.open()
         assert [m.id for m in await messages(store, source)] == [mid]  # nothing of the move applied
@@ -306,13 +307,13 @@ def test_a_failed_dead_letter_move_lands_whole_with_the_retry(
         await store.open()
         mid = store.insert_message(message(source, 1))
         await store.flush()
-        real = sqlite_module._executemany
+        real = engine._executemany
 
         def fail_once(conn: sqlite3.Connection, statement: str, params: list[Any]) -> None:
-            monkeypatch.setattr(sqlite_module, "_executemany", real)
+            monkeypatch.setattr(engine, "_executemany", real)
             raise sqlite3.OperationalError("disk I/O error")
 
-        monkeypatch.setattr(sqlite_module, "_executemany", fail_once)
+        monkeypatch.setattr(engine, "_executemany", fail_once)
         store.delete_message(mid)
         moved = store.insert_message(message(target, 1))
         with pytest.raises(StoreError):
@@ -331,7 +332,7 @@ def test_kill_9_in_the_middle_of_a_dead_letter_move(tmp_path: Path) -> None:
     child = textwrap.dedent(f"""
         import asyncio, os, signal
         from pathlib import Path
-        import ottermq.persistence.sqlite as sq
+        import ottermq.persistence.engine as sq
         from ottermq.persistence import MessageRecord, SQLiteStore
 
         async def main():
