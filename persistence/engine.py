@@ -63,9 +63,7 @@ def write_batch(conn: sqlite3.Connection, ops: list[Op | None]) -> None:
     Raises:
         sqlite3.Error: an I/O failure, or one of ``DATA_ERRORS``: nothing is applied.
     """
-    schema.rollback(conn)  # a transaction left open by a failed rollback must not wedge the store
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with schema.transaction(conn):
         for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
             params = [p for _, p in group]
             multi = schema.MULTI_ROW.get(statement)
@@ -77,10 +75,6 @@ def write_batch(conn: sqlite3.Connection, ops: list[Op | None]) -> None:
                 params = params[full:]
             if params:
                 _executemany(conn, statement, params)
-        conn.execute("COMMIT")
-    except BaseException:
-        schema.rollback(conn)
-        raise
 
 
 def write_each(conn: sqlite3.Connection, ops: list[Op | None]) -> set[int]:
@@ -94,9 +88,7 @@ def write_each(conn: sqlite3.Connection, ops: list[Op | None]) -> set[int]:
         sqlite3.Error: an I/O failure (nothing is applied).
     """
     refused: set[int] = set()
-    schema.rollback(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with schema.transaction(conn):
         for i, op in enumerate(ops):
             if op is None:
                 continue
@@ -107,10 +99,6 @@ def write_each(conn: sqlite3.Connection, ops: list[Op | None]) -> set[int]:
                 conn.execute("ROLLBACK TO op")
                 refused.add(i)
             conn.execute("RELEASE op")
-        conn.execute("COMMIT")
-    except BaseException:
-        schema.rollback(conn)
-        raise
     return refused
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +269,21 @@ def rollback(conn: sqlite3.Connection) -> None:
             log.exception("rollback failed")
 
 
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: anything raised inside (or by the commit) rolls it back and
+    propagates. A transaction left open by a failed rollback is rolled back first, so it cannot
+    wedge the connection."""
+    rollback(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+
+
 def migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
     """Bring a verified database from ``version`` to ``SCHEMA_VERSION`` in one transaction.
 
@@ -276,14 +292,12 @@ def migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
     """
     if version == SCHEMA_VERSION:
         return
-    conn.execute("BEGIN IMMEDIATE")
     try:
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            MIGRATIONS[target](conn)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
+        with transaction(conn):
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                MIGRATIONS[target](conn)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except Exception as exc:
-        rollback(conn)
         raise StoreError(f"migrating {path} from schema {version} to {SCHEMA_VERSION} failed: {exc}") from exc
     if version:
         log.info("migrated %s from schema %d to %d", path, version, SCHEMA_VERSION)
@@ -303,8 +317,7 @@ def load_ids(conn: sqlite3.Connection) -> tuple[QueueIds, dict[int, int]]:
     """
     rows = conn.execute("SELECT id, vhost, name FROM queues ORDER BY id")
     queues = [(int(i), str(v), str(n)) for i, v, n in rows]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn):
         orphans = 0
         start = 0
         for queue_id in [q[0] for q in queues] + [MAX_QUEUE_ID + 1]:
@@ -316,10 +329,6 @@ def load_ids(conn: sqlite3.Connection) -> tuple[QueueIds, dict[int, int]]:
             log.warning("deleted %d messages of queues that no longer exist", orphans)
         if queues and queues[-1][0] > COMPACT_QUEUE_IDS_ABOVE:
             queues = _compact_queue_ids(conn, queues)
-        conn.execute("COMMIT")
-    except BaseException:
-        rollback(conn)
-        raise
     last_seq: dict[int, int] = {}
     for queue_id, _, _ in queues:
         low, high = queue_range(queue_id)
