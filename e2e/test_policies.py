@@ -8,7 +8,7 @@ tests never touch each other's queues; every policy made is deleted afterwards.
 
 from __future__ import annotations
 
-import time
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,20 +16,13 @@ from typing import Any
 import pika
 import pytest
 
+from .polling import poll_until
 from .test_management_write import call, q
 
 TIMEOUT = 20
 
-
-def eventually(fn: Callable[[], Any], timeout: float = TIMEOUT, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not met within {timeout} s (last: {value!r})")
-        time.sleep(0.2)
+# the one poll helper, at this file's pace: RabbitMQ shows policy effects after its 5 s statistics interval
+eventually = functools.partial(poll_until, timeout=TIMEOUT, interval=0.2)
 
 
 @pytest.fixture
@@ -326,14 +319,15 @@ def test_queue_type_apply_to_values(broker, channel, policies, prefix):
 
 
 @pytest.mark.extension  # ottermq's exact TTL; RabbitMQ refuses the key as not recognised
-def test_exact_ttl_policy_expires_a_message_behind_a_long_lived_head(broker, channel, policies, prefix):
+def test_exact_ttl_policy_expires_a_message_behind_a_long_lived_head(
+    broker, channel, policies, prefix, nothing_for
+):
     queue, dlq = f"{prefix}.exact", f"{prefix}.exact.dlq"
     channel.queue_declare(dlq)
     channel.queue_declare(queue, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
     channel.basic_publish("", queue, b"head", pika.BasicProperties(expiration="600000"))
     channel.basic_publish("", queue, b"behind", pika.BasicProperties(expiration="100"))
-    time.sleep(0.3)
-    assert depth(channel, dlq) == 0  # head-only expiry: "behind" waits for the head
+    nothing_for(channel, dlq, 0.3)  # head-only expiry: "behind" waits for the head
     assert (
         policies(
             f"{prefix}.exact", {"pattern": f"^{prefix}\\.exact$", "definition": {"ottermq-exact-ttl": True}}
