@@ -84,5 +84,15 @@ lint: install
 typecheck: install
 	$(BIN)/mypy $(foreach p,$(PKGS),-p ottermq.$(p))
 
+# The documentation site (mkdocs.yml, docs/) into site/: the docs extra's packages into the venv (read
+# from pyproject, so the package install is left alone), then MkDocs Material with --strict (a warning
+# fails the build) and nothing fetched (no social or privacy plugin, no web fonts).
+.PHONY: docs
+docs: install
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
+	  | $(BIN)/python -m pip install -q -r /dev/stdin
+	rm -rf site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
