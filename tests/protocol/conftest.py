@@ -46,7 +46,7 @@ class FakeLoop:
         self.soon.append((cb, args))
 
     def call_later(self, delay: float, cb: Callable[..., Any], *args: Any) -> FakeTimer:
-        timer = FakeTimer(self, self.now + delay, cb, args)
+        timer = FakeTimer(self, round(self.now + delay, 6), cb, args)  # exact decimal times
         self.timers.append(timer)
         return timer
 
@@ -57,7 +57,7 @@ class FakeLoop:
                 cb(*args)
 
     def advance(self, seconds: float) -> None:
-        end = self.now + seconds
+        end = round(self.now + seconds, 6)
         while True:
             self.run_soon()
             due = sorted((t for t in self.timers if not t.cancelled and t.when <= end), key=lambda t: t.when)
@@ -199,6 +199,33 @@ class Client:
     def open_channel(self, number: int = 1) -> None:
         self.send(number, spec.Channel.Open())
         self.expect(spec.Channel.OpenOk, number)
+
+    def rpc(self, channel: int, method: Any, reply: type) -> Any:
+        """Send ``method`` and return the broker's ``reply`` on that channel."""
+        self.send(channel, method)
+        return self.expect(reply, channel)
+
+    def refused(self, channel: int, method: Any) -> tuple[int, str, tuple[int, int]]:
+        """Send ``method``; the broker must close the channel: ``(code, text, (class, method))``."""
+        self.send(channel, method)
+        close = self.expect(spec.Channel.Close, channel)
+        return close.reply_code, close.reply_text, (close.class_id, close.method_id)
+
+    def get(self, queue: str, channel: int = 1, no_ack: bool = True) -> tuple[Any, Any, bytes] | None:
+        """basic.get: ``(get-ok, properties, body)``, or None when the queue is empty."""
+        self.send(channel, spec.Basic.Get(queue=queue, no_ack=no_ack))
+        frames = [f for ch, f in self.methods() if ch == channel]
+        if isinstance(frames[0], spec.Basic.GetEmpty):
+            return None
+        assert isinstance(frames[0], spec.Basic.GetOk), frames
+        return frames[0], frames[1].properties, b"".join(f.value for f in frames[2:])
+
+    def drain(self, queue: str, channel: int = 1) -> list[bytes]:
+        """The bodies of every message now in ``queue`` (no-ack gets)."""
+        bodies = []
+        while (got := self.get(queue, channel)) is not None:
+            bodies.append(got[2])
+        return bodies
 
 
 class InstantStore:
