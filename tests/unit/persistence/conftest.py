@@ -10,7 +10,7 @@ from typing import Any
 import ottermq.persistence.engine as engine
 import pytest
 from ottermq.persistence import MemoryStore, SQLiteStore
-from ottermq.persistence.memory import BatchingStore
+from ottermq.persistence.batching import BatchingStore
 
 AnyStore = MemoryStore | SQLiteStore
 

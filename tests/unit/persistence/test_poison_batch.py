@@ -64,3 +64,37 @@ def test_a_poison_definition_does_not_stop_other_writes(new_store: Factory) -> N
         await store.close()
 
     asyncio.run(main())
+
+
+def test_a_value_sqlite_cannot_bind_is_refused_alone(new_store: Factory) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        seen: list[bool] = []
+        bad: Any = ["not", "a", "string"]  # no SQLite storage class: refused at bind time
+        store.put_policy(PolicyRecord("/", "bad", ".*", "all", 1, bad, False))
+        store.after_commit(seen.append)
+        store.put_policy(PolicyRecord("/", "good", ".*", "all", 1, "{}", False))
+        store.after_commit(seen.append)
+        await store.flush()
+        assert seen == [False, True] and store.refused_ops == 1
+        assert [p.name for p in (await store.load_definitions()).policies] == ["good"]
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_memory_store_keeping_no_messages_still_refuses_what_sqlite_cannot_hold() -> None:
+    async def main() -> None:
+        store = MemoryStore(keep_messages=False)
+        qid = store.put_queue(QueueRecord("/", "q"))
+        seen: list[bool] = []
+        store.insert_message(message(qid, 1, deadline=2**64))
+        store.after_commit(seen.append)
+        store.insert_message(message(qid, 2))
+        store.after_commit(seen.append)
+        await store.flush()
+        assert seen == [False, True] and store.refused_ops == 1
+        assert [m async for chunk in store.iter_messages(qid) for m in chunk] == []
+
+    asyncio.run(main())

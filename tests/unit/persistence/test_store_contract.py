@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from ottermq.persistence import (
     UserRecord,
     VHostRecord,
 )
-from ottermq.persistence.memory import BatchingStore
+from ottermq.persistence.batching import BatchingStore
 from ottermq.persistence.store import DedupRecord, DelayedRecord
 
 Factory = Callable[[], MemoryStore | SQLiteStore]
@@ -519,6 +520,24 @@ def test_memory_store_without_messages_and_without_open() -> None:
         assert oks == [True] and mid
         assert await messages(store, q) == []
         assert [x.name for x in (await store.load_definitions()).queues] == ["q"]
+
+    run(main)
+
+
+def test_the_memory_store_runs_the_sqlite_stores_schema(tmp_path: Path) -> None:
+    """One implementation of the SQL: the in-memory database has the file's tables, indexes and version."""
+    query = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+
+    async def main() -> None:
+        disk = SQLiteStore(tmp_path / "ottermq.db")
+        await disk.open()
+        conn = disk._connection()
+        on_disk = await disk._call(lambda: conn.execute(query).fetchall())
+        version = await disk._call(lambda: conn.execute("PRAGMA user_version").fetchone())
+        await disk.close()
+        memory = MemoryStore()
+        assert await memory._sql(lambda c: c.execute(query).fetchall()) == on_disk
+        assert await memory._sql(lambda c: c.execute("PRAGMA user_version").fetchone()) == version
 
     run(main)
 
