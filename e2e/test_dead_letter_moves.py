@@ -6,28 +6,24 @@ arrives exactly once, the rest stay in the dead-letter queue.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pika
 import pytest
 
+from .polling import poll_until
 from .test_management_write import call, q
 
 pytestmark = pytest.mark.extension
 
 
-def eventually(fn: Callable[[], Any], timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
+# the one poll helper at this file's pace (moves run in rate-limited batches)
+eventually = functools.partial(poll_until, timeout=20, interval=0.05)
 
 
 def drain(channel: Any, queue: str) -> list[tuple[Any, bytes]]:
@@ -85,9 +81,7 @@ def finished(broker, job_id: str) -> dict[str, Any]:
         job = call(broker, f"/api/dead-letter-moves/{job_id}")[2]
         return job if job["state"] not in ("running", "paused") else None
 
-    job = eventually(done)
-    assert job, "the move did not finish"
-    return dict(job)
+    return dict(eventually(done, what=f"dead-letter move {job_id} finished"))
 
 
 def test_browse_decodes_x_death_without_consuming(broker, channel, setup):
@@ -183,16 +177,20 @@ def test_pause_resume_and_cancel(broker, channel, setup):
     job = move(broker, dlq, {"all": True, "target": {"exchange": "", "routing_key": work}, "rate": 10})
     assert call(broker, path + job["id"], "PUT", {"state": "paused"})[2]["state"] == "paused"
     paused_at = call(broker, path + job["id"])[2]["moved"]
-    time.sleep(0.5)
+    time.sleep(0.5)  # a window in which nothing may happen: a paused job moves nothing
     assert call(broker, path + job["id"])[2]["moved"] == paused_at
     assert call(broker, path + job["id"], "PUT", {"state": "running"})[2]["state"] == "running"
     assert eventually(lambda: call(broker, path + job["id"])[2]["moved"] > paused_at)
     assert call(broker, path + job["id"], "DELETE")[0] == 204
     job = call(broker, path + job["id"])[2]
     assert job["state"] == "cancelled"
-    time.sleep(0.3)
-    moved = depth(channel, work)
-    assert moved == call(broker, path + job["id"])[2]["moved"] and depth(channel, dlq) == 45 - moved
+
+    def landed() -> bool:
+        """Every message the cancelled job counts as moved is in ``work``, the rest still in ``dlq``."""
+        moved = call(broker, path + job["id"])[2]["moved"]
+        return depth(channel, work) == moved and depth(channel, dlq) == 45 - moved
+
+    eventually(landed)
     assert call(broker, path + job["id"], "PUT", {"state": "running"})[0] == 400
     assert any(j["id"] == job["id"] for j in call(broker, "/api/dead-letter-moves")[2])
 
