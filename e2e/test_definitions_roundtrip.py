@@ -9,12 +9,12 @@ from RabbitMQ afterwards; ottermq runs as a private process on free ports.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Any
 import pika
 import pytest
 
+from .polling import poll_until
 from .test_management_write import call, q
 from .test_permissions import rabbit_hash
 
@@ -222,13 +223,8 @@ def rabbitmq() -> Iterator[tuple[str, str]]:
         subprocess.run(["rabbitmqctl", "delete_user", user], capture_output=True, timeout=120, check=False)
 
 
-def eventually(fn: Any, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
+# the one poll helper at this file's pace (RabbitMQ applies imported policies asynchronously)
+eventually = functools.partial(poll_until, timeout=30, interval=0.2)
 
 
 def test_rabbitmq_ottermq_rabbitmq_round_trip_keeps_policies(rabbitmq, broker_process, tmp_path):
@@ -273,9 +269,10 @@ def test_rabbitmq_ottermq_rabbitmq_round_trip_keeps_policies(rabbitmq, broker_pr
         channel = connection.channel()
         channel.basic_publish("rt.in", "work.eu", b"expires")  # rt.work: TTL and DLX from rt-ttl
         channel.basic_publish("rt.in", "nowhere", b"lost")  # rt-ae's alternate exchange
-        got = eventually(lambda: channel.basic_get("rt.dead", auto_ack=True)[2])
+        got = eventually(lambda: channel.basic_get("rt.dead", auto_ack=True)[2], what="a message in rt.dead")
         assert got == b"expires"
-        assert eventually(lambda: channel.basic_get("rt.lost", auto_ack=True)[2]) == b"lost"
+        got = eventually(lambda: channel.basic_get("rt.lost", auto_ack=True)[2], what="a message in rt.lost")
+        assert got == b"lost"
 
     # out of ottermq (live, over its API) and back into RabbitMQ, in place of the original vhost
     exported_path = tmp_path / "ottermq.json"
@@ -295,7 +292,11 @@ def test_rabbitmq_ottermq_rabbitmq_round_trip_keeps_policies(rabbitmq, broker_pr
         "rt.dead": "rt-catch-all",
         "rt.lost": "rt-catch-all",
     }
-    assert eventually(lambda: rabbitmq_policies(vhost) == in_force), rabbitmq_policies(vhost)
+    eventually(
+        lambda: rabbitmq_policies(vhost) == in_force,
+        what=f"RabbitMQ applies {in_force}",
+        explain=lambda: f"it applies {rabbitmq_policies(vhost)}",
+    )
 
 
 def rabbitmq_policies(vhost: str) -> dict[str, str]:
