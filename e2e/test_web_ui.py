@@ -8,11 +8,11 @@ RabbitMQ's UI is another program, so every test here is an ottermq extension.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +23,7 @@ import pytest
 from playwright import sync_api as playwright_api
 
 from .conftest import Broker, BrokerProcess
+from .polling import poll_until
 from .test_management_write import call, q
 
 pytestmark = pytest.mark.extension
@@ -124,13 +125,8 @@ def name(prefix: str) -> str:
     return f"ui.{prefix}.{uuid.uuid4().hex[:6]}"
 
 
-def eventually(fn: Callable[[], Any], timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
+# the one poll helper at this file's pace
+eventually = functools.partial(poll_until, timeout=20, interval=0.2)
 
 
 # -- login ---------------------------------------------------------------------------------------------
