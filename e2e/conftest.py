@@ -12,9 +12,9 @@ deciding what it asserts. Where ottermq does more (an extra header, an argument 
 unmarked test asserts what both do and an ``extension`` test asserts the extra.
 
 Helpers: pytest runs with ``--import-mode=importlib`` and ``e2e/`` has no ``__init__.py``, so it is imported
-as the namespace package ``e2e``: plain helpers are sibling modules imported relatively
-(``from .polling import poll_until``, ``from .tls_certs import CA``); conftest.py itself cannot be imported,
-so what needs pytest's fixture machinery is a fixture defined here:
+as the namespace package ``e2e`` and nothing is added to ``sys.path``: plain helpers are sibling modules
+imported relatively (``from .polling import poll_until``, ``from .tls_certs import CA``); what needs
+pytest's machinery (set-up, clean-up, per-test state) is a fixture defined here:
 
     broker            session: ``.host .port .vhost .url .is_ottermq`` and ``.params(**overrides)`` for pika;
                       ``.management_url``: the management API's base URL (``MANAGEMENT_URL`` under AMQP_URL);
