@@ -289,7 +289,7 @@ def test_changed_password_is_ignored_with_a_warning(broker_process):
     log = second.log_tail(200)
     assert "second-secret" not in log and "first-secret" not in log
     assert (
-        "WARNING ottermq.broker.runtime: OTTERMQ_PASSWORD is not the stored password of user 'guest' and is"
+        "WARNING ottermq.broker.node.node: OTTERMQ_PASSWORD is not the stored password of user 'guest' and is"
         " ignored: the default user is created at the first start only (see README 'Changing a password')"
     ) in log
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
@@ -384,3 +384,10 @@ def test_password_changed_with_definitions_import(broker_process, tmp_path):
     conn = pika.BlockingConnection(b.params(credentials=pika.PlainCredentials("guest", "new-secret")))
     conn.channel().queue_declare("still-allowed")  # permissions kept
     conn.close()
+
+
+def test_start_up_log_says_where_the_web_ui_is(broker_process, poll_until):
+    process = broker_process({})
+    process.start()
+    line = f"INFO ottermq.broker.management.app: web UI on http://127.0.0.1:{process.web_port}/"
+    poll_until(lambda: line in process.log_tail(200))

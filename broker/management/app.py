@@ -251,3 +251,9 @@ class ManagementServer(HTTPListener):
             settings.web_ssl_port,
             tls,
         )
+
+    async def start(self) -> None:
+        """Serve, and say where the web UI is (``OTTERMQ_ENABLE_UI``)."""
+        await super().start()
+        if self.broker.settings.enable_ui:
+            log.info("web UI on %s", self.urls("/"))

@@ -265,11 +265,14 @@ class HTTPListener:
         for sock in self.sockets:
             context = self.tls_context if sock.fileno() in self._tls else None
             self._spawn(self._accept(sock, context))
-        urls = ", ".join(
-            f"{scheme}://{f'[{ip}]' if ':' in ip else ip}:{port}{self.path}"
+        log.info("%s on %s", self.what, self.urls(self.path))
+
+    def urls(self, path: str) -> str:
+        """``http://127.0.0.1:15672/api, https://...``: ``path`` on each bound socket."""
+        return ", ".join(
+            f"{scheme}://{f'[{ip}]' if ':' in ip else ip}:{port}{path}"
             for scheme, ip, port in self.listeners()
         )
-        log.info("%s on %s", self.what, urls)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
