@@ -18,6 +18,8 @@ import pika
 import pika.exceptions
 import pytest
 
+from .polling import poll_until
+
 VHOST = "vhost '/'"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY = 1, 2, 3
 
@@ -25,9 +27,8 @@ FRAME_METHOD, FRAME_HEADER, FRAME_BODY = 1, 2, 3
 class Collector:
     """A pika consumer callback that records ``(method, properties, body)`` and can wait for a count."""
 
-    def __init__(self, ch, poll_until):
+    def __init__(self, ch):
         self.ch = ch
-        self.poll_until = poll_until
         self.got: list[tuple] = []
 
     def __call__(self, ch, method, props, body) -> None:
@@ -42,7 +43,7 @@ class Collector:
             self.ch.connection.process_data_events(time_limit=0.01)
             return len(self.got) >= n
 
-        self.poll_until(enough, timeout=timeout)
+        poll_until(enough, timeout=timeout, what=f"{n} deliveries", explain=lambda: f"got {self.bodies}")
         return self.got
 
     def settle(self, seconds: float = 0.2) -> list[tuple]:
@@ -52,8 +53,8 @@ class Collector:
 
 
 @pytest.fixture
-def collector(poll_until):
-    return lambda ch: Collector(ch, poll_until)
+def collector():
+    return Collector
 
 
 def message_count(conn, queue: str) -> int:
@@ -273,7 +274,7 @@ def test_unacked_messages_requeued_when_channel_closes(connect, declare):
     assert [(b, m.redelivered) for m, _, b in got] == [(b"m0", True), (b"m1", True)]
 
 
-def test_unacked_messages_requeued_when_connection_closes(connect, unique, poll_until):
+def test_unacked_messages_requeued_when_connection_closes(connect, unique):
     owner = connect()
     q = unique("q")
     owner.channel().queue_declare(q)
@@ -344,7 +345,7 @@ def test_prefetch_applies_per_consumer(channel, collector, declare):
     assert (len(ca.got), len(cb.got)) == (1, 1)
 
 
-def test_global_qos_is_shared_by_the_channel(channel, collector, poll_until, declare):
+def test_global_qos_is_shared_by_the_channel(channel, collector, declare):
     qa, qb = declare(channel, "a", exclusive=True), declare(channel, "b", exclusive=True)
     for q in (qa, qb):
         for i in range(3):
@@ -453,7 +454,7 @@ def test_cancel_unknown_consumer_tag_is_ok(raw_connect):
     assert ok.consumer_tag == "never-existed"
 
 
-def test_consumer_cancel_notification_when_queue_deleted(connect, unique, poll_until):
+def test_consumer_cancel_notification_when_queue_deleted(connect, unique):
     conn = connect()
     ch = conn.channel()
     q = unique("q")
@@ -586,7 +587,7 @@ def test_raw_confirm_of_returned_message_comes_after_return(raw_connect):
 # ---------------------------------------------------------------------------------------------------------
 # transactions
 # ---------------------------------------------------------------------------------------------------------
-def test_tx_publishes_invisible_until_commit(connect, poll_until, declare):
+def test_tx_publishes_invisible_until_commit(connect, declare):
     conn = connect()
     tx = conn.channel()
     q = declare(tx, exclusive=True)
@@ -601,7 +602,7 @@ def test_tx_publishes_invisible_until_commit(connect, poll_until, declare):
     assert poll_until(lambda: observer.basic_get(q, auto_ack=True)[2]) == b"m1"
 
 
-def test_tx_rollback_discards_publishes(connect, poll_until, declare):
+def test_tx_rollback_discards_publishes(connect, declare):
     conn = connect()
     tx = conn.channel()
     q = declare(tx, exclusive=True)
@@ -636,9 +637,7 @@ def test_tx_acks_take_effect_on_commit_only(connect, declare):
     assert ch.basic_get(q) == (None, None, None)
 
 
-def test_tx_commit_with_a_refused_publish_is_406_partial_tx_completion(
-    connect, unique, channel_error, poll_until
-):
+def test_tx_commit_with_a_refused_publish_is_406_partial_tx_completion(connect, unique, channel_error):
     conn = connect()
     tx = conn.channel()
     q = unique("q")
