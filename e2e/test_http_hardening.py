@@ -35,6 +35,7 @@ import pika
 import pytest
 
 from .conftest import Broker, BrokerProcess, _free_port
+from .polling import poll_until
 from .test_management_write import call, q
 from .tls_certs import CA
 
@@ -150,7 +151,7 @@ def quick(pki: tuple[CA, Any]) -> Iterator[tuple[Broker, int]]:
 
 
 # -- header and idle timeouts ---------------------------------------------------------------------------
-def test_silent_and_half_sent_heads_are_closed_after_the_header_timeout(quick, poll_until):
+def test_silent_and_half_sent_heads_are_closed_after_the_header_timeout(quick):
     broker, _tls_port = quick
     port = _port(broker.management_url)
     silent = [Peer.open(port) for _ in range(150)]
@@ -168,7 +169,7 @@ def test_silent_and_half_sent_heads_are_closed_after_the_header_timeout(quick, p
             peer.close()
 
 
-def test_the_metrics_port_closes_silent_sockets_too(quick, poll_until):
+def test_the_metrics_port_closes_silent_sockets_too(quick):
     broker, _tls_port = quick
     peers = [Peer.open(_port(broker.prometheus_url)) for _ in range(20)]
     try:
@@ -179,7 +180,7 @@ def test_the_metrics_port_closes_silent_sockets_too(quick, poll_until):
             peer.close()
 
 
-def test_a_kept_alive_connection_is_closed_when_idle(quick, poll_until):
+def test_a_kept_alive_connection_is_closed_when_idle(quick):
     broker, _tls_port = quick
     peer = Peer.open(_port(broker.management_url))
     try:
@@ -191,7 +192,7 @@ def test_a_kept_alive_connection_is_closed_when_idle(quick, poll_until):
         peer.close()
 
 
-def test_a_tls_port_bounds_the_handshake_and_the_head(quick, pki, poll_until):
+def test_a_tls_port_bounds_the_handshake_and_the_head(quick, pki):
     broker, tls_port = quick
     ca, _server = pki
     no_handshake = Peer.open(tls_port)  # TCP only: never says hello
@@ -224,7 +225,7 @@ def capped() -> Iterator[Broker]:
 
 
 @pytest.mark.parametrize("which", ["management", "prometheus"])
-def test_a_connection_over_the_cap_gets_503_while_the_others_are_served(capped, poll_until, which):
+def test_a_connection_over_the_cap_gets_503_while_the_others_are_served(capped, which):
     url = capped.management_url if which == "management" else capped.prometheus_url
     path = "/api/overview" if which == "management" else "/metrics"
     parts = urllib.parse.urlsplit(url)
