@@ -20,14 +20,13 @@ Rules:
 from __future__ import annotations
 
 import datetime
-import ssl
 import time
 from typing import Any
 
 from aiohttp import web
 from ottermq.vhost.message import Message
 
-from ..node.tls import amqps_files, web_files
+from ..node.tls import amqps_files, read_validity, web_files
 from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, vhost_or_404
 
 ALIVENESS_QUEUE = "aliveness-test"
@@ -147,10 +146,9 @@ async def certificate_expiration(request: web.Request) -> web.Response:
     expiring = []
     for protocol, ip, port, files in tls_listeners(broker):
         try:
-            decoded = ssl._ssl._test_decode_cert(str(files.cert_file))  # type: ignore[attr-defined]
-        except (ssl.SSLError, OSError, ValueError):
+            not_after = read_validity(files.cert_file).not_after.timestamp()
+        except (OSError, ValueError):
             continue
-        not_after = ssl.cert_time_to_seconds(decoded["notAfter"])
         if not_after <= deadline:
             expiring.append(
                 {

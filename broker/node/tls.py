@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cryptography import x509
+
 if TYPE_CHECKING:
     from ..config import Settings
 
@@ -80,6 +82,30 @@ def _readable(field: str, path: Path | None) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Validity:
+    """A certificate's validity period (UTC)."""
+
+    not_before: datetime.datetime
+    not_after: datetime.datetime
+
+
+def openssl_time(moment: datetime.datetime) -> str:
+    """``Jan  1 00:00:00 2030 GMT``: how OpenSSL (and ``getpeercert``) print a certificate time."""
+    return f"{moment:%b} {moment.day:2d} {moment:%H:%M:%S %Y} GMT"
+
+
+def read_validity(path: Path) -> Validity:
+    """The validity period of the first certificate in the PEM file ``path`` (``cryptography``).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it holds no PEM certificate.
+    """
+    certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    return Validity(certificate.not_valid_before_utc, certificate.not_valid_after_utc)
+
+
 def check_validity(field: str, path: Path, now: datetime.datetime | None = None) -> None:
     """The certificate in ``path`` must be valid now.
 
@@ -87,16 +113,16 @@ def check_validity(field: str, path: Path, now: datetime.datetime | None = None)
         TLSConfigError: not a PEM certificate, expired, or not valid yet.
     """
     try:
-        decoded: dict[str, Any] = ssl._ssl._test_decode_cert(str(path))  # type: ignore[attr-defined]
-    except (ssl.SSLError, ValueError) as exc:
+        validity = read_validity(path)
+    except (OSError, ValueError) as exc:
         raise TLSConfigError(field, path, f"not a PEM certificate ({exc})") from None
     now = now or datetime.datetime.now(datetime.UTC)
-    not_after = datetime.datetime.fromtimestamp(ssl.cert_time_to_seconds(decoded["notAfter"]), datetime.UTC)
-    not_before = datetime.datetime.fromtimestamp(ssl.cert_time_to_seconds(decoded["notBefore"]), datetime.UTC)
-    if now > not_after:
-        raise TLSConfigError(field, path, f"the certificate expired on {decoded['notAfter']}")
-    if now < not_before:
-        raise TLSConfigError(field, path, f"the certificate is not valid before {decoded['notBefore']}")
+    if now > validity.not_after:
+        raise TLSConfigError(field, path, f"the certificate expired on {openssl_time(validity.not_after)}")
+    if now < validity.not_before:
+        raise TLSConfigError(
+            field, path, f"the certificate is not valid before {openssl_time(validity.not_before)}"
+        )
 
 
 def _load(context: ssl.SSLContext, files: TLSFiles) -> None:
