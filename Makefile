@@ -8,20 +8,48 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install clients run test unit e2e screenshots conformance fuzz bench lint typecheck clean
+.PHONY: install run-install analytics clients run test unit e2e screenshots conformance fuzz bench lint typecheck clean
 
-# Re-install when pyproject changes or a module is added/removed (strict editable installs
-# link files one by one, so new modules need a re-run; subpackages such as broker/management count).
-PKG_DIRS := $(shell find $(PKGS) -type d -not -name __pycache__)
-$(STAMP): pyproject.toml $(PKG_DIRS)
+# One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
+# is added/removed: strict editable installs link files one by one, so new modules need a re-run;
+# subpackages such as broker/management count):
+#   run-install  the broker alone (`make run`): `pip install -e .`, no extras (under 100 MB)
+#   analytics    + the spark and tools extras (`ottermq dlq report|compact|select|replay|watch|export`)
+#   install      + dev (`make test`, lint, typecheck): dev,spark,tools (over 1 GB: pyspark, playwright, ...)
+# A wider layer touches the narrower stamps, so `make test` then `make run` re-installs nothing, and
+# `make run` then `make test` only adds the extras. Strict editable installs (a link tree that mypy follows,
+# see STYLE.md) for all; PIP_INSTALL hides setuptools' "Editable installation" notice, which says that
+# build/__editable__.* must not be deleted (`make clean` removes it with the venv).
+PKG_DIRS     := $(shell find $(PKGS) -type d -not -name __pycache__)
+RUN_STAMP    := $(VENV)/.installed-run
+SPARK_STAMP  := $(VENV)/.installed-analytics
+PIP_INSTALL  := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q
+EDITABLE     := --config-settings editable_mode=strict
+
+$(VENV)/.created:
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,spark,tools]' --config-settings editable_mode=strict
-	@touch $(STAMP)
+	@touch $@
+
+$(RUN_STAMP): pyproject.toml $(PKG_DIRS) | $(VENV)/.created
+	$(PIP_INSTALL) -e . $(EDITABLE)
+	@touch $@
+
+$(SPARK_STAMP): pyproject.toml $(PKG_DIRS) | $(VENV)/.created
+	$(PIP_INSTALL) -e '.[spark,tools]' $(EDITABLE)
+	@touch $@ $(RUN_STAMP)
+
+$(STAMP): pyproject.toml $(PKG_DIRS) | $(VENV)/.created
+	$(PIP_INSTALL) -e '.[dev,spark,tools]' $(EDITABLE)
+	@touch $@ $(SPARK_STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
 
-run: install
+run-install: $(RUN_STAMP)
+
+analytics: $(SPARK_STAMP)
+
+run: run-install
 	$(BIN)/ottermq
 
 # The client programs the e2e suite drives besides pika: amqplib (npm ci from the lockfile) and
