@@ -314,3 +314,20 @@ def client(make_client: Callable[..., Client]) -> Client:
     c.handshake()
     c.open_channel(1)
     return c
+
+
+@pytest.fixture
+def add_user(broker: Node) -> Callable[..., None]:
+    """``add_user(name, password, permissions=(configure, write, read), vhost="/")``: a user, and its
+    permissions on ``vhost`` (the vhost is created when missing); ``permissions=None`` grants none."""
+
+    def add(
+        name: str, password: str, permissions: tuple[str, str, str] | None = None, vhost: str = "/"
+    ) -> None:
+        broker.auth.add_vhost(vhost)
+        broker.ensure_vhost(vhost)
+        broker.auth.add_user(name, password)
+        if permissions is not None:
+            broker.auth.set_permissions(name, vhost, *permissions)
+
+    return add
