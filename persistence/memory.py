@@ -16,8 +16,8 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import functools
 import sqlite3
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -55,9 +55,7 @@ class MemoryStore(BatchingStore):
         super().__init__()
         self.keep_messages = keep_messages
         self.fail_batches = 0
-        # Used by one thread at a time, the event loop's, which need not be the constructing one.
-        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        _empty_database().backup(conn)
+        conn = _new_database()
         if not keep_messages:
             conn.execute(KEEP_NO_MESSAGES)
         self._conn = conn
@@ -113,10 +111,22 @@ KEEP_NO_MESSAGES = (
 )
 
 
-@functools.cache
-def _empty_database() -> sqlite3.Connection:
-    """The schema at ``SCHEMA_VERSION`` without rows, made by ``schema.migrate`` once per process: each
-    store copies its pages (``backup``, 5x faster than running the migrations again)."""
+_empty: sqlite3.Connection | None = None  # the schema without rows, made once per process
+_empty_lock = threading.Lock()
+
+
+def _new_database() -> sqlite3.Connection:
+    """A new in-memory database holding the schema at ``SCHEMA_VERSION``, without rows.
+
+    The first call runs ``schema.migrate``; every store copies the result's pages (``backup``: 5x
+    faster than running the migrations again). The connection is used by one thread at a time, the
+    event loop's, which need not be the one constructing the store.
+    """
+    global _empty
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    s.migrate(conn, MEMORY, 0)
+    with _empty_lock:
+        if _empty is None:
+            _empty = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            s.migrate(_empty, MEMORY, 0)
+        _empty.backup(conn)
     return conn
