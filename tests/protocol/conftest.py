@@ -283,10 +283,15 @@ EPOCH_MS = 1_700_000_000_000  # the wall-clock time (ms) the fake loop's time 0 
 
 
 @pytest.fixture
-def broker(loop: FakeLoop, monkeypatch: pytest.MonkeyPatch) -> Node:
+def settings() -> Settings:
+    """The broker's settings; a test module overrides this fixture to change them."""
+    return Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def broker(loop: FakeLoop, monkeypatch: pytest.MonkeyPatch, settings: Settings) -> Node:
     # TTL deadlines, x-expires and x-death stamps follow the fake loop: ``loop.advance`` expires messages
     monkeypatch.setattr(wiring, "wall_clock_ms", lambda: EPOCH_MS + round(loop.now * 1000))
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
     b = Node(settings, loop, InstantStore(loop))  # type: ignore[arg-type]
     b.auth.seed_defaults(settings)  # what start() does on a first boot
     for name in b.auth.vhosts:
@@ -318,16 +323,41 @@ def client(make_client: Callable[..., Client]) -> Client:
 
 @pytest.fixture
 def add_user(broker: Node) -> Callable[..., None]:
-    """``add_user(name, password, permissions=(configure, write, read), vhost="/")``: a user, and its
-    permissions on ``vhost`` (the vhost is created when missing); ``permissions=None`` grants none."""
+    """``add_user(name, password, permissions=(configure, write, read), vhost="/")``: a user (kept when
+    it exists), and its permissions on ``vhost`` (created when missing); ``permissions=None``: none."""
 
     def add(
         name: str, password: str, permissions: tuple[str, str, str] | None = None, vhost: str = "/"
     ) -> None:
         broker.auth.add_vhost(vhost)
         broker.ensure_vhost(vhost)
-        broker.auth.add_user(name, password)
+        if name not in broker.auth.users:
+            broker.auth.add_user(name, password)
         if permissions is not None:
             broker.auth.set_permissions(name, vhost, *permissions)
 
     return add
+
+
+@pytest.fixture
+def set_limit(broker: Node) -> Callable[[str, str, str, Any], None]:
+    """``set_limit(kind, owner, name, value)``: a vhost or user limit, as the management API sets it."""
+    return broker.ops.set_limit
+
+
+@pytest.fixture
+def set_policy(broker: Node) -> Callable[..., None]:
+    """``set_policy(name, pattern, definition, apply_to="all", vhost="/")``, as the management API sets it."""
+
+    def put(
+        name: str, pattern: str, definition: dict[str, Any], apply_to: str = "all", vhost: str = "/"
+    ) -> None:
+        broker.ops.set_policy(broker.vhosts[vhost], name, pattern, definition, apply_to)
+
+    return put
+
+
+@pytest.fixture
+def consumer_timeouts(server: AMQPServer) -> None:
+    """Run the consumer-timeout checker on the fake loop (``start()`` does it in a real broker)."""
+    server.ack_timeouts.start()
