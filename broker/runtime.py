@@ -31,6 +31,7 @@ from .config import Settings
 from .management import ManagementServer
 from .management.prometheus import PrometheusServer
 from .node import tls
+from .node.definitions import DefinitionsError
 from .node.node import Node
 from .node.startup import (
     StartupError,
@@ -138,7 +139,12 @@ class Broker:
         await self.listen()
         if definitions is None and settings.definitions_file is not None:
             definitions = read_definitions(settings)
-        await self.node.open(definitions)
+        try:
+            await self.node.open(definitions)
+        except DefinitionsError as exc:
+            raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
+        if definitions is not None:
+            log.info("imported definitions from %s", settings.definitions_file)
         await self.amqp.start_serving()
         addresses = ", ".join(
             f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")

@@ -44,14 +44,9 @@ def _definitions(action: str, path: str) -> int:
 
     from ottermq.persistence.store import StoreError
 
-    from ..node.definitions import (
-        DefinitionsError,
-        definitions_to_json,
-        export_definitions,
-        import_definitions,
-        load_definitions_file,
-    )
-    from ..node.startup import lock_data_dir
+    from ..node.definitions import DefinitionsError, definitions_to_json, load_definitions_file
+    from ..node.node import Node
+    from ..node.startup import StartupError, lock_data_dir
     from ..node.wiring import open_store
 
     settings = load_settings()
@@ -59,26 +54,33 @@ def _definitions(action: str, path: str) -> int:
 
     async def run() -> None:
         store = open_store(settings)
-        await store.open()
-        try:
-            if action == "export":
-                data = definitions_to_json(await export_definitions(store), VERSION)
-                text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-                if path == "-":
-                    sys.stdout.write(text)
-                else:
-                    with open(path, "w", encoding="utf-8") as f:
-                        f.write(text)
+        if action == "export":
+            await store.open()
+            try:
+                data = definitions_to_json(await store.load_definitions(), VERSION)
+            finally:
+                await store.close()
+            text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+            if path == "-":
+                sys.stdout.write(text)
             else:
-                await import_definitions(store, load_definitions_file(path))
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+            return
+        # the store's node, opened as a start-up opens it, and the file applied by the one applier
+        definitions = load_definitions_file(path)
+        node = Node(settings, asyncio.get_running_loop(), store)
+        try:
+            await node.open(definitions)
         finally:
-            await store.close()
+            node.stop()
+            await node.close()
 
     try:
         if settings.store == "sqlite":
             lock_data_dir(settings.data_dir)
         asyncio.run(run())
-    except StoreError as exc:
+    except (StoreError, StartupError) as exc:
         print(
             f"ottermq definitions {action}: {exc} (for a running broker use --url, e.g. --url "
             "http://localhost:15672; or stop the broker first, or load a file at start-up with "
@@ -146,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("file", nargs="?", default="-", help="output file; - is stdout")
     from . import admin as admin_cli  # stdlib only: cheap to import
 
-    admin_cli.add_connection_options(export, admin_defaults())
+    defaults = admin_defaults()  # reads the settings (environment, ./.env): once
+    admin_cli.add_connection_options(export, defaults)
     imp = defs_sub.add_parser(
         "import",
         help="load a RabbitMQ definitions JSON file into the store",
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=fmt,
     )
     imp.add_argument("file", help="RabbitMQ definitions JSON (rabbitmqctl export_definitions)")
-    admin_cli.add_connection_options(imp, admin_defaults())
+    admin_cli.add_connection_options(imp, defaults)
     dlq = sub.add_parser(
         "dlq",
         help="dead letters: send them back, export a queue to the archive format, analyse or replay an"
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     dlq.add_argument("action", choices=["move", "export", "report", "compact", "select", "replay", "watch"])
     dlq.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the action (see ACTION --help)")
-    admin_cli.add_parsers(sub, admin_defaults())
+    admin_cli.add_parsers(sub, defaults)
     args = parser.parse_args(argv)
     if args.command in admin_cli.COMMANDS:
         return admin_cli.run(args)

@@ -10,35 +10,31 @@ Rules:
    ``/{vhost}`` gives that vhost's queues, exchanges and bindings without ``vhost`` fields, its
    policies and parameters with them (as RabbitMQ's), and no users, vhosts or permissions.
    ``?download=<file>`` adds ``Content-Disposition: attachment`` as RabbitMQ's.
-2. Import takes a JSON body, or a ``multipart/form-data`` upload in the field ``file`` (RabbitMQ's
-   web UI), checks it whole with the parser ``ottermq definitions import`` uses
-   (``broker/definitions``), then applies it through the same operations the other write endpoints
-   use: users are created or replaced, vhosts created, permissions set, policies set (and
-   applied), missing exchanges and queues declared with their ``durable`` flag (durable ones reach
-   the store as a client's declare would), bindings made when both ends exist. Existing exchanges
-   and queues are left unchanged, as RabbitMQ's import does. The answer is 204; an unreadable body
-   is 400 ``failed_to_parse_json``, invalid definitions 400 with the parser's reason. ``/{vhost}``
-   imports queues, exchanges, bindings and policies into that vhost (their ``vhost`` fields are
-   ignored).
+2. Import takes a JSON body, or a ``multipart/form-data`` upload in the field ``file`` (RabbitMQ's web UI),
+   checks it whole with the parser ``ottermq definitions import`` uses (``broker/node/definitions``), then
+   applies it with the one applier (``broker/node/definitions/apply.py``), through the operations the other
+   write endpoints use: users are created or replaced, vhosts created, permissions set, policies set (and
+   applied), missing exchanges and queues declared with their ``durable`` flag (durable ones reach the
+   store as a client's declare would), bindings made when both ends exist. Existing exchanges and queues
+   are left unchanged, as RabbitMQ's import does. The answer is 204; an unreadable body is 400
+   ``failed_to_parse_json``, invalid definitions 400 with the parser's reason. ``/{vhost}`` imports queues,
+   exchanges, bindings and policies into that vhost (their ``vhost`` fields are ignored).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import aiohttp.http_exceptions
 from aiohttp import web
-from ottermq.amqp.table import decode_table
-from ottermq.persistence.store import Definitions
 from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import PREDECLARED
 
 from .. import VERSION
 from ..node.auth import AuthError
-from ..node.definitions import DefinitionsError, definitions_from_json
+from ..node.definitions import DefinitionsError, apply_definitions, definitions_from_json
 from ..node.definitions.json_format import policies_to_json, vhost_limit_parameters
 from ..node.limits import LimitError
 from ..node.operations import policy_record as record_of
@@ -206,122 +202,22 @@ def _durable(data: dict[str, Any], key: str) -> dict[tuple[str, str], bool]:
     return flags
 
 
-def _check_references(broker: Node, defs: Definitions) -> None:
-    """Raises DefinitionsError: a permission or entity names a user or vhost that exists neither in
-    the broker nor in ``defs`` (nothing has been applied yet)."""
-    users = set(broker.auth.users) | {u.name for u in defs.users}
-    vhosts = set(broker.auth.vhosts) | {v.name for v in defs.vhosts}
-    for p in defs.permissions:
-        if p.user not in users:
-            raise DefinitionsError(f"permission of user '{p.user}' in vhost '{p.vhost}': no such user")
-        if p.vhost not in vhosts:
-            raise DefinitionsError(f"permission of user '{p.user}' in vhost '{p.vhost}': no such vhost")
-    entities = [("exchange", x.vhost, x.name) for x in defs.exchanges]
-    entities += [("queue", q.vhost, q.name) for q in defs.queues]
-    entities += [("binding to exchange", b.vhost, b.source) for b in defs.bindings]
-    entities += [("policy", p.vhost, p.name) for p in defs.policies]
-    for kind, vhost, name in entities:
-        if vhost not in vhosts:
-            raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
-    for r in defs.limits:
-        if r.kind == "vhost" and r.owner not in vhosts:
-            raise DefinitionsError(f"limits of vhost '{r.owner}': no such vhost")
-        if r.kind == "user" and r.owner not in users:
-            raise DefinitionsError(f"limits of user '{r.owner}': no such user")
-
-
-def apply(broker: Node, defs: Definitions, data: dict[str, Any]) -> None:
-    """Apply checked definitions to the running broker (rule 2).
-
-    Raises:
-        AuthError: a permission pattern that does not compile.
-        AMQPError: a declare or bind the broker refuses.
-    """
-    auth = broker.auth
-    for v in defs.vhosts:
-        auth.add_vhost(v.name, v.description, v.tags)
-        broker.ensure_vhost(v.name)
-    for u in defs.users:
-        auth.put_user(u)
-    for p in defs.permissions:
-        auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
-    ops = broker.ops  # the administrator imports: the broker itself declares (no permission checks)
-    durable_exchanges = _durable(data, "exchanges")
-    for x in defs.exchanges:
-        vhost = broker.vhosts[x.vhost]
-        if x.name in vhost.exchanges:
-            continue
-        args = decode_table(x.arguments)[0]
-        durable = durable_exchanges.get((x.vhost, x.name), True)
-        ops.declare_exchange(
-            None,
-            vhost,
-            x.name,
-            x.type,
-            durable=durable,
-            auto_delete=x.auto_delete,
-            internal=x.internal,
-            arguments=args,
-        )
-    durable_queues = _durable(data, "queues")
-    for q in defs.queues:
-        vhost = broker.vhosts[q.vhost]
-        if q.name in vhost.queues:
-            continue
-        durable = durable_queues.get((q.vhost, q.name), True)
-        ops.declare_queue(
-            None,
-            vhost,
-            q.name,
-            durable=durable,
-            auto_delete=q.auto_delete,
-            arguments=decode_table(q.arguments)[0],
-        )
-    for b in defs.bindings:
-        vhost = broker.vhosts[b.vhost]
-        targets = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
-        if b.source not in vhost.exchanges or b.destination not in targets:
-            log.warning(
-                "definitions: skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
-                b.destination_kind,
-                b.destination,
-                b.source,
-                b.vhost,
-                "exchange" if b.source not in vhost.exchanges else b.destination_kind,
-            )
-            continue
-        kind = "queue" if b.destination_kind == "queue" else "exchange"
-        ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
-    for pol in defs.policies:  # validated by the parser already; the same validation again here
-        definition = json.loads(pol.definition)
-        ops.set_policy(
-            broker.vhosts[pol.vhost],
-            pol.name,
-            pol.pattern,
-            definition,
-            pol.apply_to,
-            pol.priority,
-            pol.operator,
-        )
-    for limit in defs.limits:
-        ops.set_limit(limit.kind, limit.owner, limit.name, limit.value)
-
-
 async def post_definitions(request: web.Request) -> web.Response:
     require_administrator(request)
     broker = broker_of(request)
     data = await _body(request)
     if "vhost" in request.match_info:
         data = _for_vhost(data, vhost_or_404(request).name)
+    exchanges, queues = _durable(data, "exchanges"), _durable(data, "queues")
+
+    def durable(kind: str, vhost: str, name: str) -> bool:
+        return (exchanges if kind == "exchange" else queues).get((vhost, name), True)
+
     try:
         defs = definitions_from_json(data, transient=True)
-        _check_references(broker, defs)
-    except DefinitionsError as exc:
-        raise bad_request(str(exc)) from None
-    try:
         with amqp_errors():
-            apply(broker, defs, data)
-    except (AuthError, PolicyError, LimitError) as exc:
+            apply_definitions(broker, defs, durable)
+    except (DefinitionsError, AuthError, PolicyError, LimitError) as exc:
         raise bad_request(str(exc)) from None
     return web.Response(status=204)
 

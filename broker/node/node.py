@@ -16,17 +16,18 @@ import shutil
 import time
 from collections.abc import Callable
 
-from ottermq.amqp.errors import NotAllowed
+from ottermq.amqp.errors import AMQPError, NotAllowed
 from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
+from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import VHost
 
 from ..config import Settings
-from .auth import AuthDB
-from .definitions import DefinitionsError, import_definitions
+from .auth import AuthDB, AuthError
+from .definitions import DefinitionsError, apply_definitions
 from .delayed import DedupPersistence, DelayService
 from .info import ConnectionHandle
-from .limits import Limits
+from .limits import LimitError, Limits
 from .operations import Operations, policy_of
 from .recovery import recover
 from .startup import StartupError
@@ -110,42 +111,55 @@ class Node:
         return [(ip, port) for _protocol, ip, port in self.web_listeners()]
 
     # -- start-up and shut-down ----------------------------------------------------------------
-    async def open(self, definitions: Definitions | None = None) -> None:
-        """Open the store, import ``definitions``, seed the default user and vhosts on a first start,
-        recover durable state, policies and limits.
+    async def open(self, definitions: Definitions | None = None) -> Definitions:
+        """Open the store and recover durable state (vhosts, users, permissions, exchanges, queues,
+        bindings, messages, policies, limits), apply ``definitions`` (the one applier,
+        ``definitions/apply.py``), then seed the default user and vhosts on a first start.
+
+        Returns:
+            What applying ``definitions`` changed (empty without).
 
         Raises:
-            StartupError: the store or the definitions cannot be used.
+            StartupError: the store cannot be used.
+            DefinitionsError: ``definitions`` refer to what does not exist, or an item is refused.
         """
         settings = self.settings
         try:
             await self.store.open()
-            if definitions is not None:
-                await import_definitions(self.store, definitions)
-                log.info("imported definitions from %s", settings.definitions_file)
             defs = await self.store.load_definitions()
-            self.auth.load(defs)
-            if self.auth.seed_defaults(settings):
-                log.info("first start: created user '%s' and vhosts %s", settings.username, settings.vhosts)
-            elif "password" in settings.model_fields_set and self.auth.password_differs(
-                settings.username, settings.password
-            ):
-                log.warning(
-                    "OTTERMQ_PASSWORD is not the stored password of user '%s' and is ignored: the default"
-                    " user is created at the first start only (see README 'Changing a password')",
-                    settings.username,
-                )
-            await self.store.flush()
         except StoreError as exc:
             raise StartupError("data_dir", settings.data_dir, str(exc)) from None
-        except DefinitionsError as exc:
-            raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
+        self.auth.load(defs)
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
         self._load_policies(defs)
         self.limits.load(defs.limits)
         self.apply_limits()
+        applied = Definitions()
+        if definitions is not None:
+            try:
+                applied = apply_definitions(self, definitions)
+            except (AuthError, PolicyError, LimitError, AMQPError) as exc:
+                raise DefinitionsError(str(exc)) from None
+        if self.auth.seed_defaults(settings):
+            log.info("first start: created user '%s' and vhosts %s", settings.username, settings.vhosts)
+        elif "password" in settings.model_fields_set and self.auth.password_differs(
+            settings.username, settings.password
+        ):
+            log.warning(
+                "OTTERMQ_PASSWORD is not the stored password of user '%s' and is ignored: the default"
+                " user is created at the first start only (see README 'Changing a password')",
+                settings.username,
+            )
+        for name in self.auth.vhosts:
+            self.ensure_vhost(name)
+        self.apply_limits()
+        try:
+            await self.store.flush()
+        except StoreError as exc:
+            raise StartupError("data_dir", settings.data_dir, str(exc)) from None
+        return applied
 
     def start_alarms(self) -> None:
         """Start the memory and disk checks (every second)."""

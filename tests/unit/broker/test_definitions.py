@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from ottermq.amqp.table import LongLong, LongStr, Short, Timestamp, decode_table, encode_table
+from ottermq.broker.config import Settings
 from ottermq.broker.node.auth import check_password
 from ottermq.broker.node.definitions import (
     DefinitionsError,
@@ -29,10 +30,10 @@ from ottermq.broker.node.definitions import (
     arguments_to_json,
     definitions_from_json,
     definitions_to_json,
-    export_definitions,
-    import_definitions,
     load_definitions_file,
 )
+from ottermq.broker.node.node import Node
+from ottermq.persistence.archive import NullArchive
 from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import (
     BindingRecord,
@@ -322,6 +323,17 @@ async def _open(store: Any) -> Any:
 STORES: list[Callable[[], Any]] = [FakeStore, _memory_store]
 
 
+async def import_into(store: MemoryStore, defs: Definitions) -> Definitions:
+    """What a start-up with ``OTTERMQ_DEFINITIONS_FILE`` does: a node opened on ``store`` (recovery)
+    with ``defs`` applied by the one applier; returns what the applier changed."""
+    settings = Settings(_env_file=None, vhosts=[])  # type: ignore[call-arg]  # no default vhost seeded
+    node = Node(settings, asyncio.get_running_loop(), store, NullArchive())
+    try:
+        return await node.open(defs)
+    finally:
+        node.stop()
+
+
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -393,18 +405,17 @@ def test_rabbitmq_export_records() -> None:
     assert {q.name for q in defs.queues} == {"q.args", "q.plain", "q.autodel"}
 
 
-@pytest.mark.parametrize("make_store", STORES)
-def test_rabbitmq_export_through_a_store(make_store: Callable[[], Any]) -> None:
-    """RabbitMQ file -> store -> export: the same as the direct round trip."""
+def test_rabbitmq_export_through_a_store() -> None:
+    """RabbitMQ file -> applied to a node on a store -> the store's export: the same as the direct
+    round trip."""
     guest = UserRecord("guest", "CitKeqmWSbLfPYCSGYWpJdImuJKli9p2c1QinsNvFTY2gQE7", tags=["administrator"])
 
     async def scenario() -> dict[str, Any]:
-        store = await _open(make_store())
+        store = MemoryStore()
         store.put_user(guest)  # the file grants "guest" permissions without defining it
-        await import_definitions(store, definitions_from_json(RABBITMQ_EXPORT))
-        exported = definitions_to_json(await export_definitions(store), "3.10.8")
-        if hasattr(store, "close"):
-            await store.close()
+        await import_into(store, definitions_from_json(RABBITMQ_EXPORT))
+        exported = definitions_to_json(await store.load_definitions(), "3.10.8")
+        await store.close()
         return exported
 
     exported = canonical(run(scenario()))
@@ -818,16 +829,14 @@ def test_definitions_to_json_shape() -> None:
 # ---------------------------------------------------------------------------------------------
 # import / export through a store
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("make_store", STORES)
-def test_import_leaves_existing_entities_alone(make_store: Callable[[], Any]) -> None:
+def test_import_leaves_existing_entities_alone() -> None:
     async def scenario() -> tuple[Definitions, Definitions]:
-        store = await _open(make_store())
+        store = MemoryStore()
         store.put_vhost(VHostRecord("/"))
         store.put_exchange(ExchangeRecord("/", "x", "fanout"))
         store.put_queue(QueueRecord("/", "q", arguments=arguments_from_json({"x-max-length": 1})))
         store.put_binding(BindingRecord("/", "x", "queue", "q", "k", EMPTY))
-        await store.flush()
-        written = await import_definitions(
+        written = await import_into(
             store,
             definitions_from_json(
                 {
@@ -838,7 +847,7 @@ def test_import_leaves_existing_entities_alone(make_store: Callable[[], Any]) ->
                     "exchanges": [exchange("x", type="topic"), exchange("y")],
                     "queues": [queue("q"), queue("r")],
                     "bindings": [
-                        binding("x", "q"),  # already there
+                        binding("x", "q", routing_key="k"),  # already there: binding again is a no-op
                         binding("y", "r"),
                         binding("amq.topic", "r", routing_key="#"),
                         binding("missing", "r"),
@@ -848,15 +857,15 @@ def test_import_leaves_existing_entities_alone(make_store: Callable[[], Any]) ->
                 }
             ),
         )
-        stored = await export_definitions(store)
-        if hasattr(store, "close"):
-            await store.close()
+        stored = await store.load_definitions()
+        await store.close()
         return written, stored
 
     written, stored = run(scenario())
     assert [x.name for x in written.exchanges] == ["y"]
     assert [q.name for q in written.queues] == ["r"]
     assert [(b.source, b.destination) for b in written.bindings] == [
+        ("x", "q"),
         ("y", "r"),
         ("amq.topic", "r"),
         ("y", "x"),
@@ -867,14 +876,17 @@ def test_import_leaves_existing_entities_alone(make_store: Callable[[], Any]) ->
     assert decode_table(queues["q"].arguments)[0] == {"x-max-length": 1}
     assert queues["r"].id != 0 and queues["r"].id != queues["q"].id
     assert len(stored.bindings) == 4
-    assert [u.name for u in stored.users] == ["u"]
+    assert [u.name for u in stored.users] == ["u"]  # a file with users: no default user
     assert stored.permissions == [PermissionRecord("u", "/", "", ".*", ".*")]
 
 
-def test_import_flushes() -> None:
-    store = FakeStore()
-    run(import_definitions(store, Definitions(vhosts=[VHostRecord("/")])))  # type: ignore[arg-type]
-    assert store.flushes == 1 and list(store.vhosts) == ["/"]
+def test_import_is_committed_when_open_returns() -> None:
+    async def scenario() -> int:
+        store = MemoryStore()
+        await import_into(store, Definitions(vhosts=[VHostRecord("v")]))
+        return store.pending
+
+    assert run(scenario()) == 0
 
 
 @pytest.mark.parametrize(
@@ -897,22 +909,34 @@ def test_import_flushes() -> None:
             Definitions(bindings=[BindingRecord("nowhere", "x", "queue", "q", "")]),
             "binding to exchange 'x' in vhost 'nowhere'",
         ),
+        (
+            Definitions(policies=[PolicyRecord("nowhere", "p", ".*", "all", 0, "{}", True)]),
+            "operator policy 'p' in vhost 'nowhere'",
+        ),
     ],
 )
 def test_import_refuses_dangling_references(defs: Definitions, problem: str) -> None:
-    store = FakeStore()
-    store.put_vhost(VHostRecord("/"))
-    with pytest.raises(DefinitionsError, match=problem.replace("(", r"\(").replace(")", r"\)")):
-        run(import_definitions(store, defs))  # type: ignore[arg-type]
-    assert store.flushes == 0 and not store.users and not store.queues  # nothing written
+    async def scenario() -> Definitions:
+        store = MemoryStore()
+        store.put_vhost(VHostRecord("/"))
+        with pytest.raises(DefinitionsError, match=problem.replace("(", r"\(").replace(")", r"\)")):
+            await import_into(store, defs)
+        return await store.load_definitions()
+
+    stored = run(scenario())
+    assert not stored.users and not stored.queues and not stored.exchanges  # nothing written
 
 
-def test_import_returns_copies_with_fresh_queue_ids() -> None:
-    store = FakeStore()
+def test_import_does_not_change_the_records_it_is_given() -> None:
+    async def scenario() -> Definitions:
+        store = MemoryStore()
+        await import_into(store, Definitions(vhosts=[VHostRecord("/")], queues=[record]))
+        return await store.load_definitions()
+
     record = QueueRecord("/", "q", id=42)
-    written = run(import_definitions(store, Definitions(vhosts=[VHostRecord("/")], queues=[record])))  # type: ignore[arg-type]
+    stored = run(scenario())
     assert record.id == 42
-    assert written.queues[0].id == store.queues[("/", "q")].id == 1
+    assert [q.id for q in stored.queues if q.name == "q"] != [42]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -939,6 +963,6 @@ def test_load_definitions_file_errors(tmp_path: Path) -> None:
 
 
 def test_records_are_plain_dataclasses() -> None:
-    # import_definitions copies records before handing them to the store
+    # the applier reads records and never changes them
     defs = definitions_from_json({"vhosts": [{"name": "/"}], "queues": [queue()]})
     assert dataclasses.is_dataclass(defs.queues[0])
