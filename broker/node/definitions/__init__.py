@@ -6,10 +6,8 @@ line)."""
 from __future__ import annotations
 
 from .apply import apply_definitions, check_references
+from .arguments import DefinitionsError, arguments_from_json, arguments_to_json
 from .json_format import (
-    DefinitionsError,
-    arguments_from_json,
-    arguments_to_json,
     definitions_from_json,
     definitions_to_json,
     load_definitions_file,

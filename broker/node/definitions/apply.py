@@ -31,7 +31,7 @@ from ottermq.vhost.vhost import VHost
 
 from ..auth import AuthDB
 from ..operations import Operations
-from .json_format import DefinitionsError
+from .arguments import DefinitionsError
 
 log = logging.getLogger(__name__)
 
