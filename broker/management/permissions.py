@@ -77,8 +77,7 @@ async def delete_user(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     if name not in auth.users:
         raise NotFound()
-    auth.delete_user(name)  # its open connections stay open, as in RabbitMQ 3.10
-    broker_of(request).limits.clear("user", name)  # the store drops them with the user
+    broker_of(request).delete_user(name)
     return web.Response(status=204)
 
 
@@ -90,12 +89,10 @@ async def put_vhost(request: web.Request) -> web.Response:
     description = body.get("description", "")
     if not isinstance(description, str):
         raise bad_request("description must be a string")
-    existed = name in broker.auth.vhosts
     try:
-        broker.auth.add_vhost(name, description, _tags(body.get("tags")))
+        existed = broker.add_vhost(name, description, _tags(body.get("tags")))
     except AuthError as exc:
         raise bad_request(str(exc)) from None
-    broker.ensure_vhost(name)
     if not existed:  # RabbitMQ grants the creating user full permissions on a new vhost
         broker.auth.set_permissions(user_of(request).name, name, ".*", ".*", ".*")
     return web.Response(status=204 if existed else 201)
@@ -107,18 +104,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
     name = request.match_info["vhost"]
     if name not in broker.auth.vhosts:
         raise NotFound()
-    for conn in list(broker.connections):
-        if conn.vhost_name == name:
-            conn.force_close("vhost deleted", f"vhost '{name}' is deleted")
-    vhost = broker.vhosts.pop(name, None)
-    if vhost is not None:
-        for queue in list(vhost.queues.values()):
-            vhost.delete_queue(queue)
-        for exchange in list(vhost.exchanges):
-            if not exchange.startswith("amq."):
-                vhost.delete_exchange(exchange, False)
-    broker.auth.delete_vhost(name)
-    broker.limits.clear("vhost", name)  # the store drops them with the vhost
+    broker.delete_vhost(name)
     return web.Response(status=204)
 
 

@@ -200,6 +200,39 @@ class Node:
             except ValueError as exc:  # PolicyError, or a definition that is no JSON object
                 log.warning("ignoring stored policy '%s' in vhost '%s': %s", record.name, record.vhost, exc)
 
+    # -- vhosts and users ----------------------------------------------------------------------
+    def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool:
+        """Create (or describe again) the vhost ``name``; returns whether it existed.
+
+        Raises:
+            AuthError: an unusable name.
+        """
+        existed = name in self.auth.vhosts
+        self.auth.add_vhost(name, description, tags or [])
+        self.ensure_vhost(name)
+        return existed
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete the vhost: its connections are closed with 320 (RabbitMQ's text), its queues and
+        exchanges deleted, its permissions and limits dropped."""
+        for conn in list(self.connections):
+            if conn.vhost_name == name:
+                conn.force_close("vhost deleted", f"vhost '{name}' is deleted")
+        vhost = self.vhosts.pop(name, None)
+        if vhost is not None:
+            for queue in list(vhost.queues.values()):
+                vhost.delete_queue(queue)
+            for exchange in list(vhost.exchanges):
+                if not exchange.startswith("amq."):
+                    vhost.delete_exchange(exchange, False)
+        self.auth.delete_vhost(name)
+        self.limits.clear("vhost", name)  # the store drops them with the vhost
+
+    def delete_user(self, name: str) -> None:
+        """Delete the user and its limits; its open connections stay open, as in RabbitMQ 3.10."""
+        self.auth.delete_user(name)
+        self.limits.clear("user", name)  # the store drops them with the user
+
     # -- memory alarm ---------------------------------------------------------------------
     def retire_stats(self, vhost: str, stats: MessageStats) -> None:
         """Keep a closing channel's counts in the node's and its vhost's totals."""

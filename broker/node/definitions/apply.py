@@ -45,7 +45,7 @@ class Target(Protocol):
     ops: Operations
     vhosts: dict[str, VHost]
 
-    def ensure_vhost(self, name: str) -> VHost: ...
+    def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool: ...
 
 
 def check_references(defs: Definitions, users: Iterable[str], vhosts: Iterable[str]) -> None:
@@ -97,8 +97,7 @@ def apply_definitions(node: Target, defs: Definitions, durable: Durability | Non
     auth, ops = node.auth, node.ops  # the broker itself acts: no permission checks
     done = Definitions()
     for v in defs.vhosts:
-        auth.add_vhost(v.name, v.description, v.tags)
-        node.ensure_vhost(v.name)
+        node.add_vhost(v.name, v.description, v.tags)
         done.vhosts.append(v)
     for u in defs.users:
         auth.put_user(u)
