@@ -293,19 +293,67 @@ def env_name(field: str) -> str:
 
 
 # The admin subcommands' connection to a management API (``ottermq list queues`` ...), not broker settings.
+# Unset, each falls back to the broker's own settings (see :func:`admin_defaults`); with the broker's
+# defaults that gives these values.
 ADMIN_DEFAULTS = {
     "OTTERMQ_ADMIN_URL": "http://localhost:15672",
     "OTTERMQ_ADMIN_USER": "guest",
     "OTTERMQ_ADMIN_PASSWORD": "guest",
 }
+_ANY_INTERFACE = ("", "0.0.0.0", "::", "[::]")
 
 
 def admin_defaults() -> dict[str, str]:
-    """``url``, ``user`` and ``password`` of the admin subcommands: ``OTTERMQ_ADMIN_*`` or the defaults."""
+    """Where the admin subcommands connect, as the broker on this machine is configured.
+
+    Each ``OTTERMQ_ADMIN_*`` variable wins. Without ``OTTERMQ_ADMIN_URL`` the URL is the broker's
+    management listener, read from the environment and ``./.env`` as the broker reads them:
+    ``https://HOST:OTTERMQ_WEB_SSL_PORT`` with ``OTTERMQ_WEB_SSL``, else ``http://HOST:OTTERMQ_WEB_PORT``,
+    HOST being ``OTTERMQ_WEB_HOST`` or ``OTTERMQ_BROKER_HOST`` (all interfaces: ``localhost``), and the
+    API under ``OTTERMQ_WEB_API_PATH``. The user and password default to the broker's default user
+    (``OTTERMQ_USERNAME``/``OTTERMQ_PASSWORD``). A setting with a bad value counts as unset here.
+
+    Returns:
+        ``url`` (without the API path), ``api_path``, ``cafile`` (the CA bundle to verify that https
+        URL: ``OTTERMQ_WEB_SSL_CA_FILE`` or ``OTTERMQ_SSL_CA_FILE``; empty = the system's), ``user``,
+        ``password``.
+    """
+    settings = _lenient_settings()
+    url, api_path, cafile = os.environ.get("OTTERMQ_ADMIN_URL", ""), "/api", ""
+    if not url:
+        host = settings.web_host or settings.broker_host
+        host = "localhost" if host in _ANY_INTERFACE else host
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        if settings.web_ssl:
+            url = f"https://{host}:{settings.web_ssl_port}"
+            ca = settings.web_ssl_ca_file or settings.ssl_ca_file
+            cafile = str(ca) if ca else ""
+        else:
+            url = f"http://{host}:{settings.web_port}"
+        api_path = settings.web_api_path.rstrip("/") or "/api"
     return {
-        name.removeprefix("OTTERMQ_ADMIN_").lower(): os.environ.get(name, default)
-        for name, default in ADMIN_DEFAULTS.items()
+        "url": url,
+        "api_path": api_path,
+        "cafile": cafile,
+        "user": os.environ.get("OTTERMQ_ADMIN_USER") or settings.username,
+        "password": os.environ.get("OTTERMQ_ADMIN_PASSWORD") or settings.password,
     }
+
+
+def _lenient_settings() -> Settings:
+    """The settings as the broker reads them, each variable with a bad value counting as unset
+    (the admin commands must still reach a broker whose start-up would stop on it)."""
+    fields = Settings.model_fields
+    unset: dict[str, Any] = {}  # a bad variable's field -> its default (arguments win over the environment)
+    for _attempt in range(2):
+        try:
+            return Settings(**unset)
+        except ValidationError as exc:
+            bad = {str(err["loc"][0]).lower() for err in exc.errors() if err["loc"]}
+            unset = {
+                name: fields[name].get_default(call_default_factory=True) for name in bad if name in fields
+            }
+    return Settings.model_construct()
 
 
 KNOWN_VARIABLES = frozenset(

@@ -12,21 +12,29 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pika
 import pika.exceptions
 import pytest
+
+from .polling import poll_until
 
 STATS_TIMEOUT = 20
 
 
 @pytest.fixture
 def ottermq(broker: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """``ottermq("list", "queues", check=True, env=None)``: ``python -m ottermq.broker`` pointed at the
-    broker under test with ``--url/--user/--password`` (or only through ``env`` when given)."""
+    """``ottermq("list", "queues", check=True, env=None, cwd=None)``: ``python -m ottermq.broker`` pointed
+    at the broker under test with ``--url/--user/--password`` (or only through ``env`` when given; a
+    None value there removes the variable)."""
 
-    def _run(*args: str, check: bool = True, env: dict[str, str] | None = None) -> Any:
+    def _run(
+        *args: str, check: bool = True, env: dict[str, str | None] | None = None, cwd: Path | None = None
+    ) -> Any:
         flags = (
             []
             if env is not None
@@ -39,13 +47,14 @@ def ottermq(broker: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
                 broker.password,
             ]
         )
-        full_env = {**os.environ, "PYTHONSAFEPATH": "1", **(env or {})}
+        merged = {**os.environ, "PYTHONSAFEPATH": "1", **(env or {})}
         done = subprocess.run(
             [sys.executable, "-m", "ottermq.broker", *args, *flags],
             capture_output=True,
             text=True,
             timeout=60,
-            env=full_env,
+            env={name: value for name, value in merged.items() if value is not None},
+            cwd=cwd,
         )
         if check:
             assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
@@ -118,12 +127,62 @@ def test_publish_get_purge(ottermq, channel, declare):
         "exchange",
         "redelivered",
         "message_count",
+        "message_id",
+        "x-death",
+        "headers",
         "payload_encoding",
         "payload",
     ]
     assert [line.split()[-1] for line in table[2:]] == ["two", "three"]
     ottermq("purge", queue)
     assert as_json(ottermq, "get", queue) == []
+
+
+def table_rows(text: str) -> list[dict[str, str]]:
+    """The rows of an ``ottermq`` table, cut at the header's column starts (values may hold spaces)."""
+    header, _rule, *lines = text.splitlines()
+    columns = header.split()
+    starts: list[int | None] = []
+    for column in columns:  # in order: "payload" comes after "payload_encoding"
+        starts.append(header.index(column, (starts[-1] or 0) + 1 if starts else 0))
+    starts.append(None)
+    return [{c: line[starts[i] : starts[i + 1]].strip() for i, c in enumerate(columns)} for line in lines]
+
+
+def test_get_shows_x_death_message_id_and_headers(ottermq, channel, with_dlq, expect_message):
+    work, dlq = with_dlq(channel)
+    props = pika.BasicProperties(message_id="order-17", headers={"tenant": "acme"})
+    channel.basic_publish("", work, b"bad", props)
+    method, _, _ = expect_message(channel, work, auto_ack=False)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    poll_until(lambda: channel.queue_declare(dlq, passive=True).method.message_count == 1)
+    [row] = table_rows(ottermq("get", dlq).stdout)
+    assert row["message_id"] == "order-17"
+    assert row["x-death"] == f"rejected in {work} (count 1)"
+    assert row["headers"] == '{"tenant": "acme"}'  # without x-death and x-first-death-* (x-last-death-*)
+    assert row["payload"] == "bad"
+    [message] = as_json(ottermq, "get", dlq)  # the API's JSON, x-death and all
+    assert message["properties"]["headers"]["x-death"][0]["reason"] == "rejected"
+
+
+def test_the_brokers_own_settings_are_the_default_and_the_product_is_named(ottermq, broker, tmp_path):
+    """Without --url or OTTERMQ_ADMIN_URL the commands go where the broker's own OTTERMQ_WEB_* settings
+    (here from ./.env) say, and stderr names the product /api/overview reports; stdout stays the table."""
+    web = urllib.parse.urlsplit(broker.management_url)
+    (tmp_path / ".env").write_text(f"OTTERMQ_WEB_HOST={web.hostname}\nOTTERMQ_WEB_PORT={web.port}\n")
+    env: dict[str, str | None] = {name: None for name in os.environ if name.startswith("OTTERMQ_")}
+    env.update(OTTERMQ_USERNAME=broker.user, OTTERMQ_PASSWORD=broker.password)
+    status, overview = broker.api("/api/overview")
+    assert status == 200
+    at = f"{overview['product_name']} {overview['product_version']} at http://{web.hostname}:{web.port}/"
+    done = ottermq("list", "vhosts", env=env, cwd=tmp_path)
+    assert done.stderr == f"Listing vhosts of {at}\n"
+    assert broker.vhost in [row["name"] for row in table_rows(done.stdout)]
+    done = ottermq("list", "queues", "--vhost", broker.vhost, "--format", "json", env=env, cwd=tmp_path)
+    assert done.stderr == f"Listing queues of {at} (vhost {broker.vhost})\n"
+    assert isinstance(json.loads(done.stdout), list)
+    quiet = ottermq("list", "vhosts", "--quiet", env=env, cwd=tmp_path)
+    assert quiet.stderr == "" and quiet.stdout.split()[:2] == ["name", "messages"]
 
 
 def test_publish_to_an_exchange_reports_unrouted(ottermq, channel, unique):

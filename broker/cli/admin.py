@@ -2,23 +2,24 @@
 export|import --url``: a small client of the management HTTP API.
 
 It speaks only RabbitMQ's management API (stdlib ``urllib``), so it works against ottermq and against
-RabbitMQ with ``rabbitmq_management`` alike. Where to connect comes from ``--url/--user/--password``
-or ``OTTERMQ_ADMIN_URL/_USER/_PASSWORD`` (``config.admin_defaults``). Output is a plain table, or the
-API's JSON with ``--format json``. An HTTP error prints ``ottermq COMMAND: STATUS REASON`` on stderr
-and exits 1.
+RabbitMQ with ``rabbitmq_management`` alike. Where to connect comes from ``--url/--user/--password``,
+else ``OTTERMQ_ADMIN_URL/_USER/_PASSWORD``, else the broker's own settings (``OTTERMQ_WEB_*``, its
+default user; ``config.admin_defaults``). Before the command, one line on stderr says which broker
+answered, from ``/api/overview``'s ``product_name``/``product_version`` (``Listing queues of
+RabbitMQ 3.10.8 at http://localhost:15672/ (all vhosts)``; ``--quiet`` drops it). Output on stdout is
+a plain table, or the API's JSON with ``--format json``. An HTTP error prints ``ottermq COMMAND:
+STATUS REASON`` on stderr and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .api import AdminClient, AdminError, add_auth_options, add_target_options, announce, client_of, quote
 
 # The columns each ``list`` shows (dotted paths into the API's objects), and whether it takes --vhost.
 LISTS: dict[str, tuple[list[str], bool]] = {
@@ -34,68 +35,24 @@ LISTS: dict[str, tuple[list[str], bool]] = {
     "vhosts": (["name", "messages"], False),
     "users": (["name", "tags"], False),
 }
-GET_COLUMNS = ["routing_key", "exchange", "redelivered", "message_count", "payload_encoding", "payload"]
+# ``ottermq get``'s table; x-death, message_id and headers are computed from ``properties`` (get_row)
+GET_COLUMNS = [
+    "routing_key",
+    "exchange",
+    "redelivered",
+    "message_count",
+    "message_id",
+    "x-death",
+    "headers",
+    "payload_encoding",
+    "payload",
+]
+# headers the broker writes when dead-lettering (RabbitMQ 3.13+ adds x-last-death-*, as ottermq does)
+DEATH_HEADER_PREFIXES = ("x-first-death-", "x-last-death-")
 ACKMODES = ["ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"]
 # the commands with their own actions (add, ...)
 ACCESS = ("users", "permissions", "vhosts", "policies", "limits")
 COMMANDS = ("list", "purge", "get", "publish", "close-connection", *ACCESS)
-
-
-class AdminError(Exception):
-    """The API answered with an error status, or could not be reached."""
-
-
-class AdminClient:
-    """Requests to one management API with HTTP Basic auth.
-
-    Args:
-        url: the API's base URL without ``/api`` (``http://localhost:15672``).
-        user, password: a user with a management tag.
-    """
-
-    def __init__(self, url: str, user: str, password: str) -> None:
-        self.url = url.rstrip("/")
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        self.auth = f"Basic {token}"
-
-    def request(
-        self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None
-    ) -> Any:
-        """The decoded JSON answer of ``method /api{path}`` (None when the answer is empty).
-
-        Raises:
-            AdminError: an error status (with RabbitMQ's ``error``/``reason``), or no connection.
-        """
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.url}/api{path}", data=data, method=method)
-        req.add_header("Authorization", self.auth)
-        for key, value in (headers or {}).items():
-            req.add_header(key, value)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as err:
-            raise AdminError(f"{err.code} {_reason(err.read()) or err.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise AdminError(f"cannot reach {self.url}: {getattr(exc, 'reason', exc)}") from None
-        return json.loads(raw) if raw.strip() else None
-
-
-def _reason(raw: bytes) -> str:
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw.decode("utf-8", "replace").strip()
-    if isinstance(body, dict):
-        return ": ".join(str(body[k]) for k in ("error", "reason") if body.get(k))
-    return str(body)
-
-
-def quote(name: str) -> str:
-    """One path segment (``/`` -> ``%2F``, as the API wants vhost names)."""
-    return urllib.parse.quote(name, safe="")
 
 
 def cell(item: Any, column: str) -> str:
@@ -130,9 +87,7 @@ def format_table(items: Sequence[Any], columns: Sequence[str]) -> str:
 def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
     """Add the admin subcommands to the ``ottermq`` parser's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=defaults["url"], help="management API base URL (OTTERMQ_ADMIN_URL)")
-    common.add_argument("--user", default=defaults["user"], help="API user (OTTERMQ_ADMIN_USER)")
-    common.add_argument("--password", default=defaults["password"], help="(OTTERMQ_ADMIN_PASSWORD)")
+    add_target_options(common, defaults)
     common.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     fmt = argparse.ArgumentDefaultsHelpFormatter
     api = " over the management HTTP API (ottermq's or RabbitMQ's)"
@@ -142,7 +97,15 @@ def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
     purge = sub.add_parser("purge", parents=[common], formatter_class=fmt, help="purge a queue" + api)
     purge.add_argument("queue")
     purge.add_argument("--vhost", default="/")
-    get = sub.add_parser("get", parents=[common], formatter_class=fmt, help="get messages" + api)
+    get = sub.add_parser(
+        "get",
+        parents=[common],
+        formatter_class=fmt,
+        help="get messages" + api,
+        description="Get messages from a queue. The table shows each message's message_id, x-death (each"
+        " death as 'REASON in QUEUE (count N)', most recent first) and its other headers; --format json"
+        " shows everything the API returns.",
+    )
     get.add_argument("queue")
     get.add_argument("--vhost", default="/")
     get.add_argument("--count", type=int, default=1)
@@ -161,15 +124,68 @@ def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
 
 
 def add_connection_options(parser: argparse.ArgumentParser, defaults: Mapping[str, str]) -> None:
-    """``--url`` (which also switches ``ottermq definitions`` to the API), ``--user``, ``--password``."""
+    """``--url`` (which also switches ``ottermq definitions`` to the API), ``--user``, ``--password``,
+    ``--cacert``, ``--quiet``, ``--vhost``."""
     parser.add_argument(
         "--url",
         help="a running broker's management API, e.g. http://localhost:15672"
         " (without it: the store in OTTERMQ_DATA_DIR)",
     )
-    parser.add_argument("--user", default=defaults["user"], help="API user (OTTERMQ_ADMIN_USER)")
-    parser.add_argument("--password", default=defaults["password"], help="(OTTERMQ_ADMIN_PASSWORD)")
+    add_auth_options(parser, defaults)
     parser.add_argument("--vhost", help="only this vhost's queues, exchanges and bindings (with --url)")
+
+
+# What each command says it does (announce), formatted with its arguments (and ``x``: its exchange,
+# ``policy``/``limits``: which kind); ``of`` where it reads, ``on`` where it changes something.
+DOING = {
+    "list": "Listing {kind} of",
+    "get": "Getting {count} message(s) from queue '{queue}' of",
+    "purge": "Purging queue '{queue}' on",
+    "publish": "Publishing to exchange '{x}' on",
+    "close-connection": "Closing connection '{name}' on",
+    "users list": "Listing users of",
+    "users add": "Adding user '{name}' on",
+    "users delete": "Deleting user '{name}' on",
+    "users passwd": "Changing the password of user '{name}' on",
+    "permissions list": "Listing permissions of",
+    "permissions add": "Setting permissions of user '{user_name}' on",
+    "permissions delete": "Clearing permissions of user '{user_name}' on",
+    "vhosts list": "Listing vhosts of",
+    "vhosts add": "Adding vhost '{name}' on",
+    "vhosts delete": "Deleting vhost '{name}' on",
+    "policies list": "Listing {policy} of",
+    "policies set": "Setting {policy} '{name}' on",
+    "policies clear": "Clearing {policy} '{name}' on",
+    "limits list": "Listing {limits} of",
+    "limits set": "Setting {limits} of '{owner}' on",
+    "limits clear": "Clearing {limits} of '{owner}' on",
+    "definitions export": "Exporting definitions of",
+    "definitions import": "Importing definitions from {file} into",
+}
+
+
+def describe(args: argparse.Namespace) -> tuple[str, str]:
+    """What :func:`announce` says for ``args``: ``("Listing queues of", "(all vhosts)")``."""
+    action = getattr(args, "action", None)
+    key = f"{args.command} {action}" if action else args.command
+    names = {
+        **vars(args),
+        "x": getattr(args, "exchange", "") or "amq.default",
+        "policy": "operator policies" if getattr(args, "operator", False) else "policies",
+        "limits": "user limits" if getattr(args, "user_limits", False) else "vhost limits",
+    }
+    if key in ("policies set", "policies clear"):
+        names["policy"] = names["policy"].removesuffix("ies") + "y"
+    vhost = getattr(args, "vhost", None)
+    if vhost:
+        scope = f"(vhost {vhost})"
+    elif key in ("permissions list", "policies list", "definitions export") or (
+        args.command == "list" and LISTS[args.kind][1]
+    ):
+        scope = "(all vhosts)"
+    else:
+        scope = ""
+    return DOING[key].format(**names), scope
 
 
 def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api: str) -> None:
@@ -269,19 +285,45 @@ def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api
 def run(args: argparse.Namespace, out: Any = None) -> int:
     """Run one admin subcommand; returns the exit code."""
     out = out or sys.stdout
-    client = AdminClient(args.url, args.user, args.password)
     try:
+        client = client_of(args)
+        if not args.quiet:
+            announce(client, *describe(args))
         result, columns = _call(client, args)
     except AdminError as exc:
         print(f"ottermq {args.command}: {exc}", file=sys.stderr)
         return 1
     if args.format == "json":
         out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    elif isinstance(result, list):
+        return 0
+    if args.command == "get" and isinstance(result, list):
+        result = [get_row(message) for message in result]
+    if isinstance(result, list):
         out.write(format_table(result, columns))
     elif isinstance(result, dict):
         out.write(format_table([result], columns))
     return 0
+
+
+def get_row(message: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of ``ottermq get``'s table: the message, plus from its properties ``message_id``,
+    ``x-death`` (each death as ``REASON in QUEUE (count N)``, most recent first, ``; `` between) and
+    ``headers`` (the application's: without ``x-death`` and ``x-first-death-*``/``x-last-death-*``)."""
+    props = message.get("properties")
+    props = props if isinstance(props, Mapping) else {}  # RabbitMQ sends [] when there are none
+    headers = props.get("headers")
+    headers = headers if isinstance(headers, Mapping) else {}
+    deaths = headers.get("x-death")
+    deaths = [d for d in deaths if isinstance(d, Mapping)] if isinstance(deaths, list) else []
+    own = {k: v for k, v in headers.items() if k != "x-death" and not k.startswith(DEATH_HEADER_PREFIXES)}
+    return {
+        **message,
+        "message_id": props.get("message_id"),
+        "x-death": "; ".join(
+            f"{d.get('reason')} in {d.get('queue')} (count {d.get('count')})" for d in deaths
+        ),
+        "headers": own or None,
+    }
 
 
 def _call(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]]:
@@ -413,9 +455,11 @@ def _limits(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[st
 def definitions(action: str, path: str, args: argparse.Namespace, out: Any = None) -> int:
     """``ottermq definitions export|import --url``: through a running broker's API."""
     out = out or sys.stdout
-    client = AdminClient(args.url, args.user, args.password)
     api_path = "/definitions" + (f"/{quote(args.vhost)}" if args.vhost else "")
     try:
+        client = client_of(args)
+        if not args.quiet:
+            announce(client, *describe(args))
         if action == "export":
             text = json.dumps(client.request("GET", api_path), indent=2) + "\n"
             if path == "-":

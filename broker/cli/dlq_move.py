@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import admin_defaults
-from .admin import AdminClient, AdminError, quote
+from .api import AdminError, add_target_options, announce, client_of, quote
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,9 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--routing-key", default="", help="with --to-exchange")
     parser.add_argument("--keep-death-headers", action="store_true", help="keep x-death, x-*-death-* headers")
     parser.add_argument("--rate", type=float, default=0, help="messages per second (0 = no limit)")
-    parser.add_argument("--url", default=defaults["url"], help="management API (OTTERMQ_ADMIN_URL)")
-    parser.add_argument("--user", default=defaults["user"], help="API user (OTTERMQ_ADMIN_USER)")
-    parser.add_argument("--password", default=defaults["password"], help="(OTTERMQ_ADMIN_PASSWORD)")
+    add_target_options(parser, defaults)
     return parser
 
 
@@ -72,21 +70,36 @@ def summary(job: dict[str, Any]) -> str:
     return f"{job['state']}: moved {job['moved']}, unroutable {job['unroutable']}, skipped {job['skipped']}"
 
 
+def progress(job: dict[str, Any]) -> str:
+    """The progress line of a running or paused move. Until the broker has counted the selection
+    (``selected`` is 0 and nothing is done yet) it says so instead of ``0 of 0``."""
+    done = job["moved"] + job["unroutable"] + job["skipped"]
+    if not job["selected"] and not done:
+        return f"{job['state']}: selecting messages..."
+    return f"{job['state']}: {done} of {job['selected']}"
+
+
 def main(argv: Sequence[str] | None = None, poll: float = 0.5) -> int:
     args = build_parser().parse_args(argv)
-    client = AdminClient(args.url, args.user, args.password)
+    shown = 0  # length of the progress line on stderr
     try:
         body = request_body(args)
+        client = client_of(args)
+        if not args.quiet:
+            doing = f"Moving dead letters from queue '{args.queue}' on"
+            announce(client, doing, f"(vhost {args.vhost})")
         job = client.request("POST", f"/dead-letters/{quote(args.vhost)}/{quote(args.queue)}/moves", body)
         while job["state"] in ("running", "paused"):
-            done = job["moved"] + job["unroutable"] + job["skipped"]
-            print(f"\r{job['state']}: {done} of {job['selected']}", end="", file=sys.stderr, flush=True)
+            line = progress(job)
+            print(f"\r{line.ljust(shown)}", end="", file=sys.stderr, flush=True)
+            shown = max(shown, len(line))
             time.sleep(poll)
             job = client.request("GET", f"/dead-letter-moves/{quote(job['id'])}")
     except (AdminError, ValueError) as exc:
-        print(f"ottermq dlq move: {exc}", file=sys.stderr)
+        print(("\n" if shown else "") + f"ottermq dlq move: {exc}", file=sys.stderr)
         return 1
-    print(file=sys.stderr)
+    if shown:
+        print(file=sys.stderr)
     if job.get("error"):
         print(f"ottermq dlq move: {job['error']}", file=sys.stderr)
     print(summary(job))

@@ -1,10 +1,18 @@
-"""Pure parts of the admin subcommands: table formatting and argument parsing."""
+"""Pure parts of the admin subcommands: table formatting, argument parsing, where they connect and
+what they say on stderr."""
 
 from __future__ import annotations
 
+import argparse
+import os
+from pathlib import Path
+
 import pytest
-from ottermq.broker.cli.admin import cell, format_table
+from ottermq.broker.cli.admin import GET_COLUMNS, add_parsers, cell, describe, format_table, get_row
+from ottermq.broker.cli.api import AdminError, announce, client_of
+from ottermq.broker.cli.dlq_move import progress
 from ottermq.broker.cli.main import main
+from ottermq.broker.config import admin_defaults
 
 
 def test_table_aligns_columns_under_a_dashed_rule() -> None:
@@ -55,3 +63,199 @@ def test_unreachable_api_exits_1_with_one_line(capsys: pytest.CaptureFixture[str
     assert main(["list", "queues", "--url", "http://127.0.0.1:9"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ottermq list: cannot reach http://127.0.0.1:9") and err.count("\n") == 1
+
+
+# -- ottermq get: x-death, message_id, application headers ----------------------------------------------
+DEAD = {
+    "routing_key": "dlq",
+    "payload": "hello",
+    "properties": {
+        "message_id": "m-1",
+        "headers": {
+            "tenant": "acme",
+            "x-death": [
+                {
+                    "reason": "expired",
+                    "queue": "retry",
+                    "count": 2,
+                    "exchange": "",
+                    "routing-keys": ["retry"],
+                },
+                {"reason": "rejected", "queue": "work", "count": 1, "exchange": "", "routing-keys": ["work"]},
+            ],
+            "x-first-death-queue": "work",
+            "x-first-death-reason": "rejected",
+            "x-last-death-queue": "retry",
+        },
+    },
+}
+
+
+def test_get_row_shows_deaths_message_id_and_the_applications_headers() -> None:
+    row = get_row(DEAD)
+    assert row["message_id"] == "m-1"
+    assert row["x-death"] == "expired in retry (count 2); rejected in work (count 1)"
+    assert row["headers"] == {"tenant": "acme"}
+    table = format_table([row], GET_COLUMNS).splitlines()
+    assert table[0].split() == GET_COLUMNS
+    assert table[2].split()[-1] == "hello" and '{"tenant": "acme"}' in table[2]
+
+
+def test_get_row_without_properties_as_rabbitmq_sends_them() -> None:
+    row = get_row({"payload": "p", "properties": []})  # RabbitMQ: [] for no properties
+    assert (row["message_id"], row["x-death"], row["headers"]) == (None, "", None)
+
+
+# -- where the admin commands connect ---------------------------------------------------------------------
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No OTTERMQ_* variable and an empty working directory (no .env)."""
+    for name in list(os.environ):
+        if name.upper().startswith("OTTERMQ_") or name.upper() == "LOG_LEVEL":
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_defaults_are_rabbitmqs_with_the_brokers_defaults(clean_env: Path) -> None:
+    assert admin_defaults() == {
+        "url": "http://localhost:15672",
+        "api_path": "/api",
+        "cafile": "",
+        "user": "guest",
+        "password": "guest",
+    }
+
+
+def test_defaults_follow_the_brokers_dotenv_and_environment(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (clean_env / ".env").write_text("OTTERMQ_WEB_PORT=25673\nOTTERMQ_PASSWORD=s3cret\nOTTERMQ_SYNC=bogus\n")
+    monkeypatch.setenv("OTTERMQ_WEB_HOST", "127.0.0.2")
+    defaults = admin_defaults()  # a bad unrelated value (OTTERMQ_SYNC) does not matter here
+    assert (defaults["url"], defaults["user"], defaults["password"]) == (
+        "http://127.0.0.2:25673",
+        "guest",
+        "s3cret",
+    )
+
+
+def test_defaults_with_https_ipv6_and_another_api_path(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {
+        "OTTERMQ_BROKER_HOST": "::1",
+        "OTTERMQ_WEB_SSL": "true",
+        "OTTERMQ_WEB_SSL_PORT": "25671",
+        "OTTERMQ_SSL_CA_FILE": "/etc/ottermq/ca.pem",
+        "OTTERMQ_WEB_API_PATH": "/mgmt/api/",
+    }.items():
+        monkeypatch.setenv(name, value)
+    defaults = admin_defaults()
+    assert (defaults["url"], defaults["api_path"], defaults["cafile"]) == (
+        "https://[::1]:25671",
+        "/mgmt/api",
+        "/etc/ottermq/ca.pem",
+    )
+
+
+def test_admin_variables_win(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTTERMQ_WEB_PORT", "25673")
+    monkeypatch.setenv("OTTERMQ_WEB_API_PATH", "/mgmt/api")
+    monkeypatch.setenv("OTTERMQ_ADMIN_URL", "http://rabbit:15672")
+    monkeypatch.setenv("OTTERMQ_ADMIN_USER", "ops")
+    defaults = admin_defaults()
+    assert (defaults["url"], defaults["api_path"], defaults["user"]) == ("http://rabbit:15672", "/api", "ops")
+
+
+def parse(argv: list[str], defaults: dict[str, str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    add_parsers(sub, defaults)
+    return parser.parse_args(argv)
+
+
+OWN = {"url": "https://localhost:25671", "api_path": "/mgmt/api", "cafile": "", "user": "u", "password": "p"}
+
+
+def test_the_brokers_own_url_keeps_its_api_path_an_explicit_url_is_rabbitmqs() -> None:
+    own = client_of(parse(["list", "queues"], OWN))
+    assert (own.url, own.api_path) == ("https://localhost:25671", "/mgmt/api")
+    other = client_of(parse(["list", "queues", "--url", "http://rabbit:15672/"], OWN))
+    assert (other.url, other.api_path) == ("http://rabbit:15672", "/api")
+
+
+def test_an_unreadable_ca_bundle_is_an_admin_error(tmp_path: Path) -> None:
+    with pytest.raises(AdminError, match="cannot read the CA bundle"):
+        client_of(parse(["list", "queues", "--cacert", str(tmp_path / "missing.pem")], OWN))
+
+
+def test_the_password_is_not_shown_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(["list", "--help"], {**OWN, "password": "s3cret-pw"})
+    out = capsys.readouterr().out
+    assert "s3cret-pw" not in out and "https://localhost:25671 (API at /mgmt/api)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "doing", "scope"),
+    [
+        (["list", "queues"], "Listing queues of", "(all vhosts)"),
+        (["list", "queues", "--vhost", "/"], "Listing queues of", "(vhost /)"),
+        (["list", "users"], "Listing users of", ""),
+        (["get", "q", "--count", "3"], "Getting 3 message(s) from queue 'q' of", "(vhost /)"),
+        (["publish", "--payload", "p"], "Publishing to exchange 'amq.default' on", "(vhost /)"),
+        (["users", "passwd", "bob", "pw"], "Changing the password of user 'bob' on", ""),
+        (["policies", "set", "p", "^q$", "{}", "--operator"], "Setting operator policy 'p' on", "(vhost /)"),
+        (["policies", "list"], "Listing policies of", "(all vhosts)"),
+        (["limits", "clear", "bob", "--user-limits"], "Clearing user limits of 'bob' on", ""),
+    ],
+)
+def test_what_each_command_says_it_does(argv: list[str], doing: str, scope: str) -> None:
+    assert describe(parse(argv, OWN)) == (doing, scope)
+
+
+class FakeClient:
+    url = "http://localhost:15672"
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    def request(self, method: str, path: str) -> object:
+        assert (method, path) == ("GET", "/overview")
+        if isinstance(self.answer, AdminError):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("overview", "line"),
+    [
+        ({"product_name": "RabbitMQ", "product_version": "3.10.8"}, "of RabbitMQ 3.10.8 at"),
+        (
+            {"product_name": "OtterMQ", "product_version": "0.1.0", "rabbitmq_version": "3.10.8"},
+            "of OtterMQ 0.1.0 at",
+        ),
+        ({"rabbitmq_version": "3.7.28"}, "of RabbitMQ 3.7.28 at"),  # before product_name existed
+    ],
+)
+def test_announce_names_the_product_that_answers(
+    overview: dict[str, str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    announce(FakeClient(overview), "Listing queues of", "(all vhosts)")  # type: ignore[arg-type]
+    assert capsys.readouterr().err == f"Listing queues {line} http://localhost:15672/ (all vhosts)\n"
+
+
+def test_announce_leaves_an_error_status_to_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    announce(FakeClient(AdminError("401 Unauthorized", 401)), "Listing queues of")  # type: ignore[arg-type]
+    assert capsys.readouterr().err == ""
+    with pytest.raises(AdminError):
+        announce(FakeClient(AdminError("cannot reach")), "Listing queues of")  # type: ignore[arg-type]
+
+
+# -- ottermq dlq move's progress ----------------------------------------------------------------------------
+def test_move_progress_never_says_0_of_0() -> None:
+    job = {"state": "running", "selected": 0, "moved": 0, "unroutable": 0, "skipped": 0}
+    assert progress(job) == "running: selecting messages..."
+    assert progress({**job, "selected": 10, "moved": 3, "skipped": 1}) == "running: 4 of 10"
+    assert progress({**job, "state": "paused", "selected": 5}) == "paused: 0 of 5"
