@@ -27,7 +27,7 @@ from . import engine
 from . import schema as s
 from .batching import BatchingStore
 from .engine import Op
-from .store import DelayedRecord, StoreError
+from .store import StoreError
 
 T = TypeVar("T")
 
@@ -96,12 +96,6 @@ class MemoryStore(BatchingStore):
             "failed_batches": self.failed_batches,
             "bytes_on_disk": 0,
         }
-
-    @property
-    def _delayed(self) -> dict[int, DelayedRecord]:
-        """The committed delayed messages by id. Only for tests/unit/broker/test_delay_service.py,
-        which predates the SQL store (``iter_delayed`` is the contract's read)."""
-        return {r.id: r for r in engine.read_delayed(self._conn, 0, -1)}
 
 
 MEMORY = Path(":memory:")  # how the in-memory database is named in messages

@@ -63,6 +63,11 @@ def setup(store: MemoryStore) -> tuple[DelayService, VHost, FakeLoop, Clock]:
     return service, vhost, loop, clock
 
 
+async def stored_delayed(store: MemoryStore) -> list[Any]:
+    """The delayed messages the store holds (the contract's read, after the pending writes)."""
+    return [record async for chunk in store.iter_delayed() for record in chunk]
+
+
 def test_due_order_timer_and_store_rows() -> None:
     async def main() -> None:
         store = MemoryStore()
@@ -74,7 +79,7 @@ def test_due_order_timer_and_store_rows() -> None:
         result = vhost.publish(x, msg(50, b"transient", persistent=False))
         assert result is ROUTED
         await store.flush()
-        assert len(store._delayed) == 3
+        assert len(await stored_delayed(store)) == 3
         assert service.pending("/", "dx") == 4
         assert [t.delay for t in loop.timers if not t.cancelled] == [0.05]
         clock.t += 150
@@ -86,7 +91,7 @@ def test_due_order_timer_and_store_rows() -> None:
         loop.fire()
         assert [e.message.body for e in queue.ready_entries()] == [b"transient", b"a", b"b", b"c"]
         await store.flush()
-        assert store._delayed == {} and service.pending("/", "dx") == 0
+        assert await stored_delayed(store) == [] and service.pending("/", "dx") == 0
         assert (service.published, service.delivered) == (4, 4)
 
     asyncio.run(main())
@@ -123,7 +128,7 @@ def test_a_failed_write_takes_the_message_back() -> None:
         loop.fire()
         assert vhost.queues["q"].message_count == 0
         await store.flush()
-        assert store._delayed == {}  # the retried insert and the delete both landed
+        assert await stored_delayed(store) == []  # the retried insert and the delete both landed
 
     asyncio.run(main())
 
@@ -158,7 +163,7 @@ def test_recovery_and_exchange_deletion() -> None:
         vhost2.delete_exchange("dx", False)
         assert again.dropped == 1 and again.pending("/", "dx") == 0
         await store.flush()
-        assert store._delayed == {}
+        assert await stored_delayed(store) == []
 
     asyncio.run(main())
 
