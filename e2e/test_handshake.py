@@ -6,7 +6,10 @@ announcing ``authentication_failure_close`` is the one exception (403, see test_
 awaiting ``connection.open`` every error gets a ``Connection.Close``, with class/method 0/0 for frames
 RabbitMQ's reader rejects before decoding a method.
 
-The silent cases all take RabbitMQ's 3 s delay, so each table runs its cases concurrently.
+The silent cases all take RabbitMQ's 3 s delay, so each table runs its cases concurrently. The errors
+while tuning and every bad frame of a running connection are protocol tests
+(tests/protocol/test_handshake.py, tests/protocol/test_connection_errors.py); this file keeps one table
+per stage against both brokers.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Any
 
 import pamqp.commands as C
 import pamqp.frame
-import pytest
 
 HEADER = b"AMQP\x00\x00\x09\x01"
 AFC = {"capabilities": {"authentication_failure_close": True}}
@@ -41,9 +43,7 @@ def tune_ok(channel_max: int = 2047, frame_max: int = 131072) -> bytes:
     return method(0, C.Connection.TuneOk(channel_max=channel_max, frame_max=frame_max, heartbeat=0))
 
 
-SHORT = "FRAME_ERROR - type 1, all octets ="
 CLOSE = method(0, C.Connection.Close(200, "bye", 0, 0))
-OPEN = method(0, C.Connection.Open(virtual_host="/"))
 
 # after Connection.Start
 STARTING = {
@@ -59,21 +59,8 @@ STARTING = {
     "amqplain-garbage": start_ok("\x7f\x7f\x7f", mechanism="AMQPLAIN", props=AFC),
     "unknown-mechanism": start_ok(mechanism="FOO", props=AFC),
 }
-# after Connection.Tune
-TUNING = {
-    "start-ok-twice": start_ok(),
-    "open-before-tune-ok": OPEN,
-    "frame-max-4095": tune_ok(frame_max=4095),
-    "frame-max-0": tune_ok(frame_max=0),
-    "frame-max-too-big": tune_ok(frame_max=1 << 30),
-    "channel-max-0": tune_ok(channel_max=0),
-    "channel-max-65535": tune_ok(channel_max=65535),
-    "close": CLOSE,
-    "channel-open": method(1, C.Channel.Open()),
-}
 # after Tune-Ok, before Open: (bytes, reply code, reply text, class id, method id)
 UNEXPECTED_OPENING = "CHANNEL_ERROR - unexpected method in connection state opening"
-UNEXPECTED_RUNNING = "CHANNEL_ERROR - unexpected method in connection state running"
 OPENING = {
     "close": (CLOSE, 504, UNEXPECTED_OPENING, 10, 50),
     "tune-ok-twice": (tune_ok(), 504, UNEXPECTED_OPENING, 10, 31),
@@ -141,24 +128,9 @@ def _starting(raw_connect: Callable[..., Any], data: bytes) -> str:
     return _silently_dropped(raw)
 
 
-def _tuning(raw_connect: Callable[..., Any], data: bytes) -> str:
-    raw = raw_connect(handshake=False)
-    raw.send(HEADER)
-    raw.expect(C.Connection.Start)
-    raw.send(start_ok())
-    raw.expect(C.Connection.Tune)
-    raw.send(data)
-    return _silently_dropped(raw)
-
-
 def test_errors_while_starting_drop_the_socket_without_a_close(raw_connect):
     results = _run_all(STARTING, lambda data: _starting(raw_connect, data))
     assert results == {name: "dropped" for name in STARTING}
-
-
-def test_errors_while_tuning_drop_the_socket_without_a_close(raw_connect):
-    results = _run_all(TUNING, lambda data: _tuning(raw_connect, data))
-    assert results == {name: "dropped" for name in TUNING}
 
 
 def _opening(raw_connect: Callable[..., Any], data: bytes) -> tuple[int, str, int, int]:
@@ -172,45 +144,3 @@ def _opening(raw_connect: Callable[..., Any], data: bytes) -> tuple[int, str, in
 def test_errors_while_opening_get_a_connection_close(raw_connect):
     results = _run_all(OPENING, lambda case: _opening(raw_connect, case[0]))
     assert results == {name: case[1:] for name, case in OPENING.items()}
-
-
-@pytest.mark.parametrize(
-    "frame,code,text,ids",
-    [
-        (start_ok(), 504, UNEXPECTED_RUNNING, (10, 11)),
-        (method(0, C.Connection.Blocked(reason="x")), 504, UNEXPECTED_RUNNING, (10, 60)),
-        (raw_frame(1, 0, b"\x00\x0a"), 501, f"{SHORT} <<0,10>>: unknown_frame", (0, 0)),
-        (raw_frame(1, 1, b"\x00\x3c"), 501, f"{SHORT} <<0,60>>: unknown_frame", (0, 0)),
-        (
-            raw_frame(3, 0, b"abcdefghijklmnopqrstuvwxyz"),
-            505,
-            'UNEXPECTED_FRAME - type 3, first 16 octets = <<"abcdefghijklmnop">>',
-            (0, 0),
-        ),
-        # ~p prints the octets c3 a9 as two Latin-1 characters and sends them back as octets
-        (raw_frame(3, 0, "é".encode()), 505, 'UNEXPECTED_FRAME - type 3, all octets = <<"é">>', (0, 0)),
-    ],
-    ids=["start-ok", "client-blocked", "short-method-0", "short-method-1", "body-on-0", "utf8-body-on-0"],
-)
-def test_bad_frames_on_a_running_connection(raw_connect, frame, code, text, ids):
-    raw = raw_connect()
-    raw.open_channel(1)
-    raw.send(frame)
-    close = raw.expect_close()
-    assert (close.reply_code, close.reply_text, (close.class_id, close.method_id)) == (code, text, ids)
-
-
-def test_content_frame_after_a_method_reports_no_method(raw_connect):
-    # RabbitMQ's command assembler expected a method: the close names no class/method (0/0), not the
-    # channel's last method
-    raw = raw_connect()
-    raw.open_channel(1)
-    raw.rpc(
-        1,
-        C.Exchange.Declare(exchange="amq.direct", exchange_type="direct", passive=True),
-        C.Exchange.DeclareOk,
-    )
-    raw.send(raw_frame(3, 1, b"abc"))
-    close = raw.expect_close()
-    assert close.reply_code == 505
-    assert (close.class_id, close.method_id) == (0, 0)
