@@ -1,4 +1,8 @@
-"""Queues: naming, declare equivalence, exclusivity, auto-delete, purge/delete, bindings and priorities."""
+"""Queues: naming, declare equivalence, exclusivity, auto-delete, purge/delete, bindings and priorities.
+
+One case per rule runs here against both brokers; the variants are protocol tests
+(tests/protocol/test_queues.py, test_declare_arguments.py).
+"""
 
 from __future__ import annotations
 
@@ -73,11 +77,8 @@ def test_passive_declare_missing_is_404(connect, unique, channel_error):
 
 @pytest.mark.parametrize(
     "first,second,arg,received,current",
-    [
-        ({"durable": False}, {"durable": True}, "durable", "true", "false"),
-        ({"durable": True}, {"durable": False}, "durable", "false", "true"),
-        ({"auto_delete": False}, {"auto_delete": True}, "auto_delete", "true", "false"),
-    ],
+    # every flag and argument: tests/protocol/test_queues.py
+    [({"durable": False}, {"durable": True}, "durable", "true", "false")],
 )
 def test_redeclare_with_different_flags_is_406(
     connect, unique, first, second, arg, received, current, channel_error
@@ -93,17 +94,6 @@ def test_redeclare_with_different_flags_is_406(
     )
 
 
-def test_redeclare_with_different_argument_is_406(channel, unique, channel_error):
-    q = unique("q")
-    channel.queue_declare(q, exclusive=True, arguments={"x-max-priority": 5})
-    channel_error(
-        lambda: channel.queue_declare(q, exclusive=True, arguments={"x-max-priority": 9}),
-        406,
-        f"PRECONDITION_FAILED - inequivalent arg 'x-max-priority' for queue '{q}' in {VHOST}: "
-        "received '9' but current is '5'",
-    )
-
-
 def test_long_reply_text_is_truncated_to_255_bytes(channel, channel_error):
     q = "e2e.long." + "x" * 240
     err = channel_error(
@@ -111,12 +101,6 @@ def test_long_reply_text_is_truncated_to_255_bytes(channel, channel_error):
     )
     # RabbitMQ keeps the first 252 bytes and appends "..."
     assert len(err.reply_text) == 255 and err.reply_text.endswith("x...")
-
-
-def test_passive_declare_ignores_flags(channel, unique):
-    q = unique("q")
-    channel.queue_declare(q, exclusive=True)
-    channel.queue_declare(q, passive=True, durable=True, auto_delete=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -166,26 +150,6 @@ def test_auto_delete_queue_deleted_after_last_consumer_cancels(connect, unique, 
     poll_until(lambda: not queue_exists(conn, q))
 
 
-def test_auto_delete_queue_without_consumers_stays(connect, unique):
-    conn = connect()
-    ch = conn.channel()
-    q = unique("ad")
-    ch.queue_declare(q, auto_delete=True)
-    ch.basic_publish("", q, b"m")
-    ch.basic_get(q, auto_ack=True)
-    assert queue_exists(conn, q)
-
-
-def test_auto_delete_queue_deleted_when_consumer_channel_closes(connect, unique, poll_until):
-    conn = connect()
-    q = unique("ad")
-    conn.channel().queue_declare(q, auto_delete=True)
-    consumer = conn.channel()
-    consumer.basic_consume(q, lambda *a: None)
-    consumer.close()
-    poll_until(lambda: not queue_exists(conn, q))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # purge / delete
 # ---------------------------------------------------------------------------------------------------------
@@ -198,22 +162,6 @@ def test_purge_returns_count(channel, unique, drain):
     assert channel.queue_purge(q).method.message_count == 5
     assert channel.queue_purge(q).method.message_count == 0
     assert drain(channel, q) == []
-
-
-def test_purge_keeps_unacked_messages(channel, unique, drain):
-    q = unique("q")
-    channel.queue_declare(q, exclusive=True)
-    for i in range(3):
-        channel.basic_publish("", q, b"m%d" % i)
-    method, _, _ = channel.basic_get(q, auto_ack=False)
-    assert channel.queue_purge(q).method.message_count == 2
-    channel.basic_reject(method.delivery_tag, requeue=True)
-    assert drain(channel, q) == [b"m0"]
-
-
-def test_purge_missing_is_404(channel, unique, channel_error):
-    q = unique("missing")
-    channel_error(lambda: channel.queue_purge(q), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}")
 
 
 def test_delete_returns_message_count(connect, unique):
@@ -249,23 +197,6 @@ def test_delete_if_empty(connect, unique, channel_error):
     assert ch.queue_delete(q, if_empty=True).method.message_count == 0
 
 
-def test_delete_if_unused(connect, unique, channel_error):
-    conn = connect()
-    ch = conn.channel()
-    q = unique("q")
-    ch.queue_declare(q)
-    tag = ch.basic_consume(q, lambda *a: None)
-    other = conn.channel()
-    channel_error(
-        lambda: other.queue_delete(q, if_unused=True),
-        406,
-        f"PRECONDITION_FAILED - queue '{q}' in {VHOST} in use",
-    )
-    ch.basic_cancel(tag)
-    ch.queue_delete(q, if_unused=True)
-    assert not queue_exists(conn, q)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # bindings
 # ---------------------------------------------------------------------------------------------------------
@@ -282,25 +213,6 @@ def test_bind_and_unbind(channel, unique, drain):
     assert drain(channel, q) == []
 
 
-def test_bind_with_arguments_is_a_distinct_binding(channel, unique, drain):
-    x, q = unique("x"), unique("q")
-    channel.exchange_declare(x, "direct")
-    channel.queue_declare(q, exclusive=True)
-    channel.queue_bind(q, x, "k", arguments={"a": 1})
-    channel.queue_bind(q, x, "k")
-    channel.queue_unbind(q, x, "k")  # removes only the argument-less binding
-    channel.basic_publish(x, "k", b"still-bound")
-    assert drain(channel, q) == [b"still-bound"]
-
-
-def test_unbind_nonexistent_binding_is_ok(channel, unique):
-    x, q = unique("x"), unique("q")
-    channel.exchange_declare(x, "direct")
-    channel.queue_declare(q, exclusive=True)
-    channel.queue_unbind(q, x, "never-bound")  # RabbitMQ 3.10: ok
-    channel.queue_unbind(q, unique("no-exchange"), "k")  # RabbitMQ 3.10: also ok for a missing exchange
-
-
 def test_unbind_missing_queue_is_ok(connect, unique):
     """RabbitMQ 3.10 answers unbind-ok for a missing queue (aio-pika's RPC cleanup relies on it)."""
     conn = connect()
@@ -311,70 +223,6 @@ def test_unbind_missing_queue_is_ok(connect, unique):
     ch.queue_unbind(unique("no-queue"), unique("no-exchange"), "k")
     ch.queue_unbind(unique("no-queue"), "amq.default", "k")  # only the name "" is the default exchange
     assert ch.is_open and conn.is_open
-
-
-@pytest.mark.parametrize("queue", ["existing", "missing"])
-def test_unbind_from_the_default_exchange_is_403(channel, unique, channel_error, queue):
-    q = unique("q")
-    if queue == "existing":
-        channel.queue_declare(q, exclusive=True)
-    channel_error(
-        lambda: channel.queue_unbind(q, "", routing_key=q),
-        403,
-        "ACCESS_REFUSED - operation not permitted on the default exchange",
-    )
-
-
-def test_unbind_with_empty_queue_name_and_none_declared_is_404(channel, unique, channel_error):
-    x = unique("x")
-    channel.exchange_declare(x, "direct")
-    channel_error(lambda: channel.queue_unbind("", x, "k"), 404, "NOT_FOUND - no previously declared queue")
-
-
-def test_unbind_empty_queue_and_key_mean_the_last_declared_queue(channel, unique, drain):
-    x, q = unique("x"), unique("q")
-    channel.exchange_declare(x, "direct")
-    channel.queue_declare(q, exclusive=True)
-    channel.queue_bind(q, x, q)
-    channel.queue_unbind("", x, "")  # queue and routing key both the last declared queue
-    channel.basic_publish(x, q, b"unbound")
-    assert drain(channel, q) == []
-
-
-def test_unbind_of_another_connections_exclusive_queue_is_405_only_if_the_binding_exists(
-    connect, unique, channel_error, drain
-):
-    owner = connect().channel()
-    x, q = unique("x"), unique("q")
-    owner.exchange_declare(x, "direct")
-    owner.queue_declare(q, exclusive=True)
-    owner.queue_bind(q, x, "k")
-    other = connect()
-    ch = other.channel()
-    ch.queue_unbind(q, x, "not-bound")  # no binding: ok, exclusivity is not checked
-    ch.queue_unbind(q, unique("no-exchange"), "k")
-    channel_error(
-        lambda: ch.queue_unbind(q, x, "k"),
-        405,
-        f"RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{q}' in {VHOST}. It could be "
-        "originally declared on another connection or the exclusive property value does not match that "
-        "of the original declaration.",
-    )
-    owner.basic_publish(x, "k", b"still-bound")
-    assert drain(owner, q) == [b"still-bound"]
-
-
-def test_bind_to_missing_exchange_is_404(channel, unique, channel_error):
-    q, x = unique("q"), unique("missing")
-    channel.queue_declare(q, exclusive=True)
-    channel_error(lambda: channel.queue_bind(q, x, "k"), 404, f"NOT_FOUND - no exchange '{x}' in {VHOST}")
-
-
-def test_bind_missing_queue_is_404(channel, unique, channel_error):
-    q = unique("missing")
-    channel_error(
-        lambda: channel.queue_bind(q, "amq.direct", "k"), 404, f"NOT_FOUND - no queue '{q}' in {VHOST}"
-    )
 
 
 def test_queue_delete_removes_bindings(channel, unique, drain):
@@ -425,11 +273,3 @@ def test_max_priority_orders_by_priority_then_fifo(channel, unique, drain):
         channel.basic_publish("", q, body.encode(), pika.BasicProperties(priority=prio))
     # priorities above x-max-priority count as the maximum; missing priority counts as 0
     assert drain(channel, q) == [b"p5a", b"p9-capped", b"p5b", b"p3", b"p1a", b"p1b", b"n1", b"p0", b"n2"]
-
-
-def test_queue_without_max_priority_ignores_priority(channel, unique, drain):
-    q = unique("fifo")
-    channel.queue_declare(q, exclusive=True)
-    for prio, body in [(1, b"a"), (9, b"b"), (5, b"c")]:
-        channel.basic_publish("", q, body, pika.BasicProperties(priority=prio))
-    assert drain(channel, q) == [b"a", b"b", b"c"]
