@@ -9,6 +9,9 @@ RabbitMQ 3.10 rules pinned here:
       loses it silently; never dead-lettered, even with a DLX. When a fanout also reaches a queue with
       room, that queue gets the message and the publisher still gets a nack.
     * ``reject-publish-dlx`` nacks the new message *and* dead-letters it as ``maxlen``.
+
+One case per rule runs here against both brokers; the variants are protocol tests
+(tests/protocol/test_length_limits.py).
 """
 
 from __future__ import annotations
@@ -65,20 +68,9 @@ def publish_all(ch, q: str, bodies: list[bytes], **props) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "arguments, term",
-    [
-        ({"x-max-length": -1}, "{value_negative,-1}"),
-        ({"x-max-length": "1"}, '"expected integer, got longstr"'),
-        ({"x-max-length-bytes": -1}, "{value_negative,-1}"),
-        ({"x-overflow": "bogus"}, "invalid_overflow"),
-        ({"x-overflow": 1}, "{unacceptable_type,signedint}"),
-    ],
-    ids=[
-        "max-length-negative",
-        "max-length-string",
-        "max-length-bytes-negative",
-        "overflow-bogus",
-        "overflow-int",
-    ],
+    # every argument and type: tests/protocol/test_length_limits.py
+    [({"x-max-length": -1}, "{value_negative,-1}"), ({"x-overflow": "bogus"}, "invalid_overflow")],
+    ids=["max-length-negative", "overflow-bogus"],
 )
 def test_invalid_length_arguments_are_406(channel, unique, channel_error, arguments, term):
     q = unique("q")
@@ -122,20 +114,6 @@ def test_max_length_bytes_counts_body_bytes_only(confirmed, poll_until, with_dlq
     assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"aaaa", [(q, "maxlen", 1)])]
 
 
-def test_message_larger_than_max_length_bytes_pushes_everything_out(confirmed, poll_until, with_dlq, drain):
-    q, dlq = with_dlq(confirmed, **{"x-max-length-bytes": 5})
-    publish_all(confirmed, q, [b"abc", b"0123456789"])
-    assert drain(confirmed, q) == []
-    assert [body for body, _ in dead_letters(confirmed, dlq, poll_until, 2)] == [b"abc", b"0123456789"]
-
-
-def test_max_length_zero_dead_letters_every_message(confirmed, poll_until, with_dlq, drain):
-    q, dlq = with_dlq(confirmed, **{"x-max-length": 0})
-    assert publish_all(confirmed, q, [b"z"]) == ["ack"]
-    assert drain(confirmed, q) == []
-    assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"z", [(q, "maxlen", 1)])]
-
-
 def test_unacked_messages_do_not_count(confirmed, poll_until, with_dlq, drain):
     q, dlq = with_dlq(confirmed, **{"x-max-length": 1})
     publish_all(confirmed, q, [b"A"])
@@ -159,58 +137,8 @@ def test_reject_publish_nacks_the_confirming_publisher(confirmed, poll_until, wi
     assert dead_letters(confirmed, dlq, poll_until, 0) == []  # never dead-lettered
 
 
-def test_reject_publish_raises_nack_error_in_pika(confirmed, declare):
-    q = declare(confirmed, **{"x-max-length": 0, "x-overflow": "reject-publish"})
-    with pytest.raises(pika.exceptions.NackError):
-        confirmed.basic_publish("", q, b"m")
-    assert confirmed.is_open
-
-
-def test_reject_publish_by_bytes(confirmed, declare, drain):
-    q = declare(confirmed, **{"x-max-length-bytes": 5, "x-overflow": "reject-publish"})
-    assert publish_all(confirmed, q, [b"abc", b"de", b"f"]) == ["ack", "ack", "nack"]
-    assert drain(confirmed, q) == [b"abc", b"de"]
-
-
-def test_reject_publish_without_confirms_drops_silently(channel, declare, drain):
-    q = declare(channel, **{"x-max-length": 1, "x-overflow": "reject-publish"})
-    channel.basic_publish("", q, b"1")
-    channel.basic_publish("", q, b"2")  # refused, and nobody is told
-    channel.confirm_delivery()  # from here on: a marker that the queue has seen "1" and "2"
-    with pytest.raises(pika.exceptions.NackError):
-        channel.basic_publish("", q, b"3")
-    assert channel.is_open
-    assert drain(channel, q) == [b"1"]
-
-
-def test_reject_publish_makes_room_again_after_consuming(confirmed, declare, drain):
-    q = declare(confirmed, **{"x-max-length": 1, "x-overflow": "reject-publish"})
-    assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
-    assert drain(confirmed, q) == [b"1"]
-    assert publish_all(confirmed, q, [b"3"]) == ["ack"]
-
-
-def test_one_full_queue_nacks_even_if_another_queue_took_the_message(confirmed, unique, declare, drain):
-    fanout = unique("fanout")
-    confirmed.exchange_declare(fanout, "fanout")
-    full = declare(confirmed, "full", **{"x-max-length": 0, "x-overflow": "reject-publish"})
-    room = declare(confirmed, "room")
-    confirmed.queue_bind(full, fanout)
-    confirmed.queue_bind(room, fanout)
-    with pytest.raises(pika.exceptions.NackError):
-        confirmed.basic_publish(fanout, "", b"m")
-    assert drain(confirmed, room) == [b"m"]
-    assert drain(confirmed, full) == []
-
-
 def test_reject_publish_dlx_nacks_and_dead_letters_the_new_message(confirmed, poll_until, with_dlq, drain):
     q, dlq = with_dlq(confirmed, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
     assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
     assert drain(confirmed, q) == [b"1"]
     assert dead_letters(confirmed, dlq, poll_until, 1) == [(b"2", [(q, "maxlen", 1)])]
-
-
-def test_reject_publish_dlx_without_dlx_just_nacks(confirmed, declare, drain):
-    q = declare(confirmed, **{"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
-    assert publish_all(confirmed, q, [b"1", b"2"]) == ["ack", "nack"]
-    assert drain(confirmed, q) == [b"1"]

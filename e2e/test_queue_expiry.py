@@ -10,6 +10,9 @@ RabbitMQ 3.10 rules pinned here:
 Whether the queue still exists is probed with a mandatory publish on a confirming channel (an unroutable
 message comes back as ``basic.return``): a publish is the one operation that does not restart the timer,
 whereas a passive declare would.
+
+One case per rule runs here against both brokers; the variants are protocol tests with fake time where
+time matters (tests/protocol/test_queue_expiry.py).
 """
 
 from __future__ import annotations
@@ -59,13 +62,9 @@ def keep_touching(seconds: float, interval: float, touch, alive) -> None:
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "value, term",
-    [
-        (0, "{value_zero,0}"),
-        (-1, "{value_negative,-1}"),
-        ("100", '"expected integer, got longstr"'),
-        (315360000001, "{value_too_large,315360000001}"),
-    ],
-    ids=["zero", "negative", "string", "too-large"],
+    # negative, too large: tests/protocol/test_queue_expiry.py
+    [(0, "{value_zero,0}"), ("100", '"expected integer, got longstr"')],
+    ids=["zero", "string"],
 )
 def test_invalid_x_expires_is_406(channel, unique, channel_error, value, term):
     q = unique("q")
@@ -86,15 +85,7 @@ def test_unused_queue_is_deleted_after_the_period(channel, unique, poll_until, e
     assert 0.18 <= expire_time(exists, q, poll_until, t0) <= 1.2
 
 
-def test_publishing_does_not_keep_a_queue_alive(channel, unique, poll_until, exists):
-    q = unique("q")
-    t0 = time.monotonic()
-    channel.queue_declare(q, arguments={"x-expires": 300})
-    # exists() publishes every 20 ms until the queue is gone
-    assert 0.28 <= expire_time(exists, q, poll_until, t0) <= 1.3
-
-
-@pytest.mark.parametrize("touch", ["basic.get", "passive declare", "declare"])
+@pytest.mark.parametrize("touch", ["basic.get"])  # declares too: tests/protocol/test_queue_expiry.py
 def test_get_and_redeclare_restart_the_timer(channel, unique, poll_until, exists, touch):
     q = unique("q")
     args = {"x-expires": 500}  # touched every 50 ms: 450 ms of slack for a loaded machine
@@ -124,16 +115,6 @@ def test_consumers_keep_the_queue_alive(connect, unique, poll_until, exists):
     assert 0.08 <= expire_time(exists, q, poll_until, t0) <= 1.1
 
 
-def test_unacked_messages_do_not_keep_the_queue_alive(channel, unique, poll_until, exists):
-    q = unique("q")
-    channel.queue_declare(q, arguments={"x-expires": 150})
-    channel.basic_publish("", q, b"m")
-    method, _, _ = channel.basic_get(q)
-    assert method is not None
-    t0 = time.monotonic()
-    assert expire_time(exists, q, poll_until, t0) <= 1.1
-
-
 # ---------------------------------------------------------------------------------------------------------
 # what happens to the messages
 # ---------------------------------------------------------------------------------------------------------
@@ -150,13 +131,3 @@ def test_messages_of_an_expired_queue_are_not_dead_lettered(channel, unique, pol
     expire_time(exists, q, poll_until, time.monotonic())
     nothing_for(channel, dlq, 0.2)
     assert channel.queue_declare(dlq, passive=True).method.message_count == 0
-
-
-def test_expired_queue_can_be_declared_again_empty(channel, unique, poll_until, exists):
-    q = unique("q")
-    channel.queue_declare(q, arguments={"x-expires": 100})
-    channel.confirm_delivery()
-    channel.basic_publish("", q, b"old")
-    expire_time(exists, q, poll_until, time.monotonic())
-    ok = channel.queue_declare(q, arguments={"x-expires": 5000})
-    assert ok.method.message_count == 0

@@ -16,6 +16,9 @@ Waiting for a deadline without sleeping: after the messages under test, a probe 
 a queue of its own and ``poll_until`` watches that queue empty (its head timer fired), so every earlier
 deadline has passed too. Publishes are confirmed: on RabbitMQ ``queue.declare`` is prioritised over
 unconfirmed publishes and could overtake them.
+
+One case per rule runs here against both brokers; the variants are protocol tests with fake time where
+time matters (tests/protocol/test_ttl.py).
 """
 
 from __future__ import annotations
@@ -54,17 +57,6 @@ def test_get_ok_count_excludes_expired_messages_behind_the_head(channel, poll_un
     assert channel.basic_get(q, auto_ack=True)[0] is None
 
 
-def test_get_drops_the_expired_run_after_the_head_and_purge_counts_the_rest(channel, poll_until, declare):
-    channel.confirm_delivery()
-    q = declare(channel)
-    for body, expiration in ((b"m1", None), (b"m2", "50"), (b"m3", "50"), (b"m4", None), (b"m5", "50")):
-        publish(channel, q, body, expiration)
-    past_deadline(channel, declare, poll_until)
-    method, _, body = channel.basic_get(q, auto_ack=True)
-    assert (body, method.message_count) == (b"m1", 2)  # m2, m3 dropped; live m4 hides expired m5
-    assert channel.queue_purge(q).method.message_count == 2
-
-
 def test_expired_message_is_dead_lettered_when_get_exposes_it(
     channel, poll_until, declare, with_dlq, expect_message
 ):
@@ -81,49 +73,6 @@ def test_expired_message_is_dead_lettered_when_get_exposes_it(
     assert props.headers["x-death"][0]["original-expiration"] == "50"
 
 
-def test_drop_head_overflow_then_dead_letters_the_expired_new_head(
-    channel, poll_until, declare, with_dlq, expect_message
-):
-    channel.confirm_delivery()
-    q, dlq = with_dlq(channel, **{"x-max-length": 2})
-    publish(channel, q, b"m1")
-    publish(channel, q, b"m2", "50")
-    past_deadline(channel, declare, poll_until)
-    publish(channel, q, b"m3")  # m1 leaves as maxlen, exposing the expired m2
-    assert count(channel, q) == 1
-    arrived = [expect_message(channel, dlq) for _ in range(2)]
-    assert [(body, death_reason(props)) for _, props, body in arrived] == [
-        (b"m1", "maxlen"),
-        (b"m2", "expired"),
-    ]
-    method, _, body = channel.basic_get(q, auto_ack=True)
-    assert (body, method.message_count) == (b"m3", 0)
-
-
-def test_delivery_to_a_consumer_dead_letters_the_expired_new_head(
-    connect, poll_until, declare, with_dlq, expect_message
-):
-    conn = connect()
-    ch = conn.channel()
-    ch.confirm_delivery()
-    q, dlq = with_dlq(ch)
-    for body, expiration in ((b"m1", None), (b"m2", "50"), (b"m3", None)):
-        publish(ch, q, body, expiration)
-    past_deadline(ch, declare, poll_until)
-    ch.basic_qos(prefetch_count=1)
-    got: list[bytes] = []
-    ch.basic_consume(q, lambda c, m, p, b: got.append(b))
-
-    def delivered():
-        conn.process_data_events(time_limit=0.02)
-        return got
-
-    assert poll_until(delivered) == [b"m1"]
-    assert count(ch, q) == 1  # m3; m2 left when m1 was delivered
-    _, props, body = expect_message(ch, dlq)
-    assert (body, death_reason(props)) == (b"m2", "expired")
-
-
 def test_purge_and_delete_count_expired_messages_behind_a_live_head(channel, poll_until, declare, with_dlq):
     channel.confirm_delivery()
     q, dlq = with_dlq(channel)
@@ -136,33 +85,6 @@ def test_purge_and_delete_count_expired_messages_behind_a_live_head(channel, pol
         else:
             assert channel.queue_delete(q).method.message_count == 2
     assert count(channel, dlq) == 0  # neither dead-letters
-
-
-def test_expired_message_requeued_behind_a_live_head_stays_counted(
-    connect, poll_until, declare, with_dlq, expect_message
-):
-    conn = connect()
-    ch = conn.channel()
-    ch.confirm_delivery()
-    q, dlq = with_dlq(ch)
-    publish(ch, q, b"m0")
-    publish(ch, q, b"m1", "100")
-    past = declare(ch, "probe")
-    publish(ch, past, b"probe", "100")  # expires after m1 does
-    publish(ch, q, b"m2")
-    m0, _, _ = ch.basic_get(q)
-    m1, _, _ = ch.basic_get(q)
-    ch.basic_reject(m0.delivery_tag, requeue=True)  # m0 is the head again
-    poll_until(lambda: count(ch, past) == 0, timeout=3)
-    ch.basic_reject(m1.delivery_tag, requeue=True)  # expired, back behind m0
-    poll_until(lambda: count(ch, q) == 3)
-    assert count(ch, dlq) == 0
-    method, _, body = ch.basic_get(q, auto_ack=True)
-    assert (body, method.message_count, method.redelivered) == (b"m0", 1, True)
-    _, props, body = expect_message(ch, dlq)
-    assert (body, death_reason(props)) == (b"m1", "expired")
-    method, _, body = ch.basic_get(q, auto_ack=True)
-    assert (body, method.message_count) == (b"m2", 0)
 
 
 def test_priority_queue_expires_in_delivery_order(channel, poll_until, declare, with_dlq, expect_message):
