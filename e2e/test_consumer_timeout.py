@@ -5,6 +5,10 @@ RabbitMQ 3.10 (what ``make conformance`` runs) has only the node-wide ``consumer
 minute; the per-queue ``x-consumer-timeout`` argument and ``consumer-timeout`` policy key follow RabbitMQ
 3.12's documentation. So these tests start their own ottermq with a short timeout and are extensions; the
 close text is RabbitMQ's, byte for byte.
+
+The node-wide timeout runs here end to end; acking in time, the queue argument, the policy, the lowest
+timeout winning and the timeout off are protocol tests with fake time
+(tests/protocol/test_consumer_timeout.py).
 """
 
 from __future__ import annotations
@@ -14,8 +18,6 @@ from typing import Any
 
 import pika
 import pytest
-
-from .test_management_write import call
 
 pytestmark = pytest.mark.extension
 
@@ -65,45 +67,4 @@ def test_node_timeout_closes_the_channel_and_requeues(broker_process):
     other = pika.BlockingConnection(b.params()).channel()
     method, _props, body = other.basic_get("ct.node", auto_ack=True)
     assert body == b"slow" and method.redelivered
-    conn.close()
-
-
-def test_acking_in_time_keeps_the_channel(broker_process):
-    b = broker_process({"OTTERMQ_CONSUMER_TIMEOUT": "2s"}).start()
-    conn = pika.BlockingConnection(b.params())
-    channel = conn.channel()
-    channel.queue_declare("ct.fast")
-    for _ in range(4):
-        channel.basic_publish("", "ct.fast", b"m")
-        method, _props, _body = channel.basic_get("ct.fast")
-        conn.sleep(1.0)
-        channel.basic_ack(method.delivery_tag)
-    conn.process_data_events(1.5)
-    assert channel.is_open
-    conn.close()
-
-
-def test_queue_argument_sets_a_lower_timeout(broker_process):
-    b = broker_process({"OTTERMQ_CONSUMER_TIMEOUT": "0"}).start()  # node-wide off
-    conn, channel, _ = held_delivery(b, "ct.arg", {"x-consumer-timeout": 1000})
-    closed = wait_closed(conn, channel, 6)
-    assert (closed.reply_code, closed.reply_text) == (406, TEXT.format(1000))
-    conn.close()
-
-
-def test_policy_sets_a_timeout_and_the_lower_wins(broker_process):
-    b = broker_process({"OTTERMQ_CONSUMER_TIMEOUT": "1h"}).start()
-    body = {"pattern": "^ct\\.pol$", "definition": {"consumer-timeout": 1500}, "apply-to": "queues"}
-    assert call(b, "/api/policies/%2F/ct", "PUT", body)[0] == 201
-    conn, channel, _ = held_delivery(b, "ct.pol")
-    closed = wait_closed(conn, channel, 6)
-    assert closed.reply_text == TEXT.format(1500)
-    conn.close()
-
-
-def test_no_timeout_when_off(broker_process):
-    b = broker_process({"OTTERMQ_CONSUMER_TIMEOUT": "0"}).start()
-    conn, channel, _ = held_delivery(b, "ct.off")
-    conn.process_data_events(2.5)
-    assert channel.is_open
     conn.close()

@@ -4,6 +4,9 @@ Every expectation here was first observed on RabbitMQ 3.10.8, including its odd 
 reply is returned (312 NO_ROUTE) *and* delivered, a reply carries the consumer channel's next delivery
 tag without using it up, a reply published in a transaction is delivered before the commit, and a
 two-part address that names no channel of the node closes the connection with 541 INTERNAL_ERROR.
+
+One case per rule runs here against both brokers; the variants are protocol tests
+(tests/protocol/test_direct_reply_to.py).
 """
 
 from __future__ import annotations
@@ -171,91 +174,12 @@ def test_reply_to_rewrite_keeps_every_other_property_octet(raw_connect):
     assert received[0] == sent[0].replace(b"\x07REPLYTO", bytes([len(address)]) + address.encode())
 
 
-def test_consumer_tag_given_or_generated_and_nowait(raw_connect):
-    raw = raw_connect()
-    raw.open_channel(1)
-    raw.open_channel(2)
-    raw.open_channel(3)
-    assert (
-        raw.rpc(
-            1, C.Basic.Consume(queue=RT, consumer_tag="mine", no_ack=True), C.Basic.ConsumeOk
-        ).consumer_tag
-        == "mine"
-    )
-    generated = raw.rpc(2, C.Basic.Consume(queue=RT, no_ack=True), C.Basic.ConsumeOk).consumer_tag
-    assert generated.startswith("amq.ctag-") and len(generated) > len("amq.ctag-")
-    raw.send_frame(3, C.Basic.Consume(queue=RT, consumer_tag="quiet", no_ack=True, nowait=True))
-    # nothing answers the nowait consume; the consumer exists: a second one is refused
-    raw.send_frame(3, C.Basic.Consume(queue=RT, no_ack=True))
-    close = raw.expect_close()
-    assert (close.channel, close.reply_code, close.reply_text) == (
-        3,
-        406,
-        "PRECONDITION_FAILED - reply consumer already set",
-    )
-
-
 def test_reply_consumer_must_be_no_ack(channel, channel_error):
     channel_error(
         lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=False),
         406,
         "PRECONDITION_FAILED - reply consumer cannot acknowledge",
     )
-
-
-def test_second_reply_consumer_on_a_channel_is_406(channel, channel_error):
-    channel.basic_consume(RT, lambda *a: None, auto_ack=True)
-    channel_error(
-        lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=True),
-        406,
-        "PRECONDITION_FAILED - reply consumer already set",
-    )
-
-
-def test_no_ack_is_checked_before_an_existing_reply_consumer(channel, channel_error):
-    channel.basic_consume(RT, lambda *a: None, auto_ack=True)
-    channel_error(
-        lambda: channel.basic_consume(RT, lambda *a: None, auto_ack=False),
-        406,
-        "PRECONDITION_FAILED - reply consumer cannot acknowledge",
-    )
-
-
-def test_reply_consumers_on_two_channels_are_fine(connect):
-    conn = connect()
-    for _ in range(2):
-        conn.channel().basic_consume(RT, lambda *a: None, auto_ack=True)
-
-
-def test_reusing_an_ordinary_consumer_tag_is_530(raw_connect):
-    raw = raw_connect()
-    raw.open_channel(1)
-    raw.rpc(1, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk)
-    raw.rpc(1, C.Basic.Consume(queue="", consumer_tag="t1", no_ack=True), C.Basic.ConsumeOk)
-    raw.send_frame(1, C.Basic.Consume(queue=RT, consumer_tag="t1", no_ack=True))
-    close = raw.expect_close()
-    assert (close.channel, close.reply_code, close.reply_text) == (
-        0,
-        530,
-        "NOT_ALLOWED - attempt to reuse consumer tag 't1'",
-    )
-    assert (close.class_id, close.method_id) == (60, 20)
-
-
-def test_ordinary_consumer_may_take_the_reply_consumer_tag_and_cancel_hits_the_reply_one_first(raw_connect):
-    raw, address = consumer_with_address(raw_connect, tag="t1")
-    queue = raw.rpc(1, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk).queue
-    raw.rpc(1, C.Basic.Consume(queue=queue, consumer_tag="t1", no_ack=True), C.Basic.ConsumeOk)
-    assert raw.rpc(1, C.Basic.Cancel(consumer_tag="t1"), C.Basic.CancelOk).consumer_tag == "t1"
-    publish(raw, queue, b"still consumed")
-    _, deliver = raw.expect(C.Basic.Deliver)
-    assert (deliver.consumer_tag, deliver.routing_key) == ("t1", queue)
-    raw.expect(pamqp.header.ContentHeader)
-    raw.expect(pamqp.body.ContentBody)
-    raw.open_channel(2)
-    raw.send_frame(2, declare(address, passive=True))  # the reply consumer is gone
-    close = raw.expect_close()
-    assert (close.reply_code, close.reply_text) == (404, f"NOT_FOUND - no queue '{address}' in {VHOST}")
 
 
 def test_publishing_reply_to_without_a_reply_consumer_is_406(channel, channel_error, unique):
@@ -269,37 +193,10 @@ def test_publishing_reply_to_without_a_reply_consumer_is_406(channel, channel_er
     channel_error(request, 406, "PRECONDITION_FAILED - fast reply consumer does not exist")
 
 
-def test_cancel_ends_the_reply_consumer(raw_connect):
-    raw, address = consumer_with_address(raw_connect, tag="rc")
-    assert raw.rpc(1, C.Basic.Cancel(consumer_tag="rc"), C.Basic.CancelOk).consumer_tag == "rc"
-    publish(raw, "anywhere", props=C.Basic.Properties(reply_to=RT))
-    close = raw.expect_close()
-    assert (close.reply_code, close.reply_text) == (
-        406,
-        "PRECONDITION_FAILED - fast reply consumer does not exist",
-    )
-    assert (close.class_id, close.method_id) == (60, 40)
-    sender = confirming_publisher(raw_connect)
-    publish(sender, address, b"late", mandatory=True)
-    assert_returned_and_acked(frames_until_quiet(sender), address, b"late")
-
-
-def test_a_reply_to_other_than_the_exact_pseudo_queue_is_left_alone(raw_connect):
-    raw = raw_connect()
-    raw.open_channel(1)
-    queue = raw.rpc(1, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk).queue
-    for reply_to in (RT + ".", RT + "x", "x" + RT):
-        publish(raw, queue, props=C.Basic.Properties(reply_to=reply_to))
-        raw.send_frame(1, C.Basic.Get(queue=queue, no_ack=True))
-        raw.expect(C.Basic.GetOk)
-        assert raw.expect(pamqp.header.ContentHeader)[1].properties.reply_to == reply_to
-        raw.expect(pamqp.body.ContentBody)
-
-
 # ------------------------------------------------------------------------------------------------------
 # queue.declare of the pseudo-queue and of addresses
 # ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("passive", [True, False], ids=["passive", "active"])
+@pytest.mark.parametrize("passive", [True], ids=["passive"])  # active too: tests/protocol
 def test_declare_pseudo_queue_has_one_consumer(raw_connect, passive):
     raw = raw_connect()
     raw.open_channel(1)
@@ -322,8 +219,8 @@ def test_declare_live_address_has_one_consumer(raw_connect):
 
 @pytest.mark.parametrize(
     "suffix",
-    ["", "X", ".", ".garbage", ".a.b.c", ".wrong-key"],
-    ids=["no-dot", "X", "dot", "one-part", "three-parts", "wrong-key"],
+    [".garbage", ".wrong-key"],  # every form: tests/protocol/test_direct_reply_to.py
+    ids=["one-part", "wrong-key"],
 )
 def test_declare_unknown_address_is_404(raw_connect, suffix):
     _consumer, address = consumer_with_address(raw_connect)
@@ -342,14 +239,7 @@ def test_declare_unknown_address_is_404(raw_connect, suffix):
     assert (close.class_id, close.method_id) == (50, 10)
 
 
-def test_declare_own_address_on_another_channel_of_the_connection(raw_connect):
-    raw, address = consumer_with_address(raw_connect)
-    raw.open_channel(2)
-    ok = raw.rpc(2, declare(address, passive=True), C.Queue.DeclareOk)
-    assert (ok.queue, ok.message_count, ok.consumer_count) == (address, 0, 1)
-
-
-@pytest.mark.parametrize("which", ["live", "wrong-key", "after-cancel"])
+@pytest.mark.parametrize("which", ["live"])  # wrong key, after cancel: tests/protocol
 def test_declaring_an_address_of_the_declaring_channel_itself_is_541(raw_connect, which):
     """RabbitMQ's channel asks the channel the address names; asking itself crashes it."""
     raw, address = consumer_with_address(raw_connect)
@@ -364,30 +254,7 @@ def test_declaring_an_address_of_the_declaring_channel_itself_is_541(raw_connect
     assert (close.class_id, close.method_id) == (0, 0)
 
 
-def test_a_channel_keeps_its_id_across_reply_consumers(raw_connect):
-    raw, first = consumer_with_address(raw_connect)
-    raw.rpc(1, C.Basic.Cancel(consumer_tag="rc"), C.Basic.CancelOk)
-    raw.rpc(1, C.Basic.Consume(queue=RT, consumer_tag="rc2", no_ack=True), C.Basic.ConsumeOk)
-    second = address_of(raw)
-    assert first != second and first.split(".")[-2] == second.split(".")[-2]
-    other = raw_connect()
-    other.open_channel(1)
-    assert other.rpc(1, declare(second, passive=True), C.Queue.DeclareOk).queue == second
-    other.send_frame(1, declare(first, passive=True))
-    close = other.expect_close()
-    assert (close.reply_code, close.reply_text) == (404, f"NOT_FOUND - no queue '{first}' in {VHOST}")
-
-
-def test_consume_on_the_last_declared_pseudo_queue_makes_a_reply_consumer(raw_connect):
-    raw = raw_connect()
-    raw.open_channel(1)
-    raw.rpc(1, C.Queue.Declare(queue=RT, passive=True), C.Queue.DeclareOk)
-    raw.rpc(1, C.Basic.Consume(queue="", consumer_tag="via-last", no_ack=True), C.Basic.ConsumeOk)
-    address = address_of(raw)
-    assert address.startswith(RT + ".")
-
-
-@pytest.mark.parametrize("method", ["get", "purge", "bind", "consume-address"])
+@pytest.mark.parametrize("method", ["get", "consume-address"])  # purge, bind: tests/protocol
 def test_pseudo_queue_is_not_a_real_queue(raw_connect, method):
     raw = raw_connect()
     raw.open_channel(1)
@@ -422,22 +289,6 @@ def test_mandatory_reply_is_returned_and_delivered_and_acked(raw_connect):
     assert consumer.expect(pamqp.body.ContentBody)[1].value == b"reply"
 
 
-def test_reply_is_confirmed_with_an_ack(raw_connect):
-    consumer, address = consumer_with_address(raw_connect)
-    sender = confirming_publisher(raw_connect)
-    publish(sender, address, b"r1")
-    publish(sender, address, b"r2")
-    acks = frames_until_quiet(sender)
-    assert {type(f) for f in acks} == {C.Basic.Ack}
-    # one ack each, or one multiple=true ack when both were settled together (either broker may batch)
-    confirmed = set()
-    for ack in acks:
-        confirmed |= set(range(1, ack.delivery_tag + 1)) if ack.multiple else {ack.delivery_tag}
-    assert confirmed == {1, 2}
-    bodies = [f.value for f in frames_until_quiet(consumer) if isinstance(f, pamqp.body.ContentBody)]
-    assert bodies == [b"r1", b"r2"]
-
-
 def test_reply_uses_the_next_delivery_tag_without_taking_it(raw_connect):
     consumer, address = consumer_with_address(raw_connect)  # its basic.get took delivery tag 1
     queue = consumer.rpc(1, C.Queue.Declare(queue="", exclusive=True), C.Queue.DeclareOk).queue
@@ -454,17 +305,7 @@ def test_reply_uses_the_next_delivery_tag_without_taking_it(raw_connect):
     assert (deliver.consumer_tag, deliver.delivery_tag) == ("n", 2)
 
 
-def test_replies_to_unknown_addresses_are_dropped(raw_connect):
-    consumer, address = consumer_with_address(raw_connect)
-    sender = confirming_publisher(raw_connect)
-    wrong_key = address[:-4] + "AAA="
-    for seq, key in enumerate((RT, RT + ".", RT + ".garbage", RT + ".a.b.c", wrong_key), start=1):
-        publish(sender, key, b"lost", mandatory=True)
-        assert_returned_and_acked(frames_until_quiet(sender), key, b"lost", seq)
-    assert frames_until_quiet(consumer) == []
-
-
-@pytest.mark.parametrize("suffix", ["a.b", "YWJj.x", "a..b"])
+@pytest.mark.parametrize("suffix", ["YWJj.x"])  # every form: tests/protocol/test_direct_reply_to.py
 @pytest.mark.parametrize("how", ["publish", "declare"])
 def test_malformed_two_part_address_closes_the_connection_541(raw_connect, suffix, how):
     raw = raw_connect()
@@ -476,29 +317,6 @@ def test_malformed_two_part_address_closes_the_connection_541(raw_connect, suffi
     close = raw.expect_close()
     assert (close.channel, close.reply_code, close.reply_text) == (0, 541, "INTERNAL_ERROR")
     assert (close.class_id, close.method_id) == (0, 0)
-
-
-def test_reply_to_other_exchanges_is_not_delivered(raw_connect):
-    consumer, address = consumer_with_address(raw_connect)
-    sender = raw_connect()
-    sender.open_channel(1)
-    publish(sender, address, b"via amq.direct", exchange="amq.direct", mandatory=True)
-    assert isinstance(sender.expect(C.Basic.Return)[1], C.Basic.Return)
-    assert frames_until_quiet(consumer) == []
-
-
-def test_cc_header_reaches_the_reply_consumer_once(raw_connect):
-    consumer, address = consumer_with_address(raw_connect)
-    sender = raw_connect()
-    sender.open_channel(1)
-    publish(sender, "nowhere", b"cc", props=C.Basic.Properties(headers={"CC": [address]}))
-    both = C.Basic.Properties(headers={"CC": [address], "BCC": [address]})
-    publish(sender, address, b"twice named", props=both)
-    frames = frames_until_quiet(consumer)
-    delivers = [(f.routing_key, f.exchange) for f in frames if isinstance(f, C.Basic.Deliver)]
-    assert delivers == [("nowhere", ""), (address, "")]
-    headers = [f.properties.headers for f in frames if isinstance(f, pamqp.header.ContentHeader)]
-    assert headers == [{"CC": [address]}, {"CC": [address]}]  # BCC is removed, as for queues
 
 
 def test_reply_in_a_transaction_is_delivered_at_publish_and_returned_at_commit(raw_connect):
@@ -524,7 +342,7 @@ def test_reply_in_a_transaction_is_delivered_at_publish_and_returned_at_commit(r
     ]
 
 
-@pytest.mark.parametrize("closing", ["channel", "connection"])
+@pytest.mark.parametrize("closing", ["connection"])  # channel too: tests/protocol
 def test_replies_after_the_consumer_closes_are_dropped(raw_connect, closing):
     consumer, address = consumer_with_address(raw_connect)
     if closing == "channel":

@@ -11,6 +11,9 @@ Where the users come from:
     * ottermq: each test starts a private broker (``broker_process``) with
       ``OTTERMQ_DEFINITIONS_FILE`` pointing at a RabbitMQ definitions file holding the same users
       plus ``guest``; skipped until ottermq's settings have ``definitions_file``.
+
+One case per rule runs here against both brokers; the variants are protocol tests
+(tests/protocol/test_permissions.py).
 """
 
 from __future__ import annotations
@@ -300,28 +303,6 @@ def test_vhost_access(target: Target) -> None:
     )
 
 
-def test_empty_permissions_allow_nothing(
-    target: Target, admin: Any, channel_error: Callable[..., Any]
-) -> None:
-    existing = target.name()
-    admin.queue_declare(existing)
-    conn = pika.BlockingConnection(target.params(EMPTY, EMPTY_PW))
-    try:
-        name = target.name(CONFIGURE, WRITE, READ)
-        channel_error(lambda: conn.channel().queue_declare(name), 403, target.refused("queue", name, EMPTY))
-        conn.channel().queue_declare(existing, passive=True)  # passive declares need nothing
-        channel_error(
-            lambda: publish(conn.channel(), "", existing),
-            403,
-            target.refused("exchange", "amq.default", EMPTY),
-        )
-        channel_error(
-            lambda: conn.channel().basic_get(existing), 403, target.refused("queue", existing, EMPTY)
-        )
-    finally:
-        conn.close()
-
-
 def test_configure_permission(
     target: Target, admin: Any, restricted: Callable[[], Any], channel_error: Callable[..., Any]
 ) -> None:
@@ -404,24 +385,6 @@ def test_binding_permissions(
     channel_error(
         lambda: restricted().queue_bind(q_w, x_missing, "k"), 403, target.refused("exchange", x_missing)
     )
-
-
-def test_unbind_checks_permissions_then_answers_ok_for_what_is_missing(
-    target: Target, admin: Any, restricted: Callable[[], Any], channel_error: Callable[..., Any]
-) -> None:
-    """RabbitMQ's binding_action order: write on the queue, the default exchange, read on the exchange;
-    then queue.unbind succeeds although neither the queue nor the exchange exists."""
-    q_none, q_w, x_none, x_r = target.name(), target.name(WRITE), target.name(), target.name(READ)
-    default = "ACCESS_REFUSED - operation not permitted on the default exchange"
-    channel_error(lambda: restricted().queue_unbind(q_none, "", "k"), 403, target.refused("queue", q_none))
-    for verb in ("queue_bind", "queue_unbind"):  # before read on amq.default
-        channel_error(lambda verb=verb: getattr(restricted(), verb)(q_w, "", "k"), 403, default)
-    channel_error(
-        lambda: restricted().queue_unbind(q_w, x_none, "k"), 403, target.refused("exchange", x_none)
-    )
-    restricted().queue_unbind(q_w, x_r, "k")  # neither exists: unbind-ok
-    admin.exchange_declare(x_r, "direct")
-    restricted().queue_unbind(q_w, x_r, "k")
 
 
 def test_publish_consume_get_purge(
