@@ -43,9 +43,9 @@ def node_json(request: web.Request) -> dict[str, Any]:
         {"description": "RabbitMQ Management", "path": "/", "port": str(port)}
         for _ip, port in broker.web_addresses()
     ]
-    contexts += [
-        {"description": "RabbitMQ Prometheus", "path": "/", "port": str(port)}
-        for _protocol, _ip, port in broker.prometheus_listeners()
+    contexts += [  # RabbitMQ writes the protocol as the Erlang term it is ('http/prometheus')
+        {"description": "RabbitMQ Prometheus", "path": "/", "port": str(port), "protocol": f"'{protocol}'"}
+        for protocol, _ip, port in broker.prometheus_listeners()
     ]
     churn = with_rates(CHURN, churn_counts(broker), sampler_of(request).rates(churn_key(), len(CHURN)))
     return {

@@ -98,12 +98,17 @@ def dead_letter_stats(vhosts: list[Any]) -> dict[str, int]:
 
 
 def listeners(request: web.Request, node: str) -> list[dict[str, Any]]:
-    """The AMQP and HTTP listeners, as RabbitMQ lists them."""
-    broker = broker_of(request)
+    """The AMQP, management and Prometheus listeners, as RabbitMQ lists them (protocols ``amqp``,
+    ``amqp/ssl``, ``http``, ``https``, ``http/prometheus``, ``https/prometheus``; the HTTP ones' socket
+    options name their port, the Prometheus ones their protocol too, without cowboy's options)."""
     result = []
-    listening = [*broker.amqp_listeners(), *broker.web_listeners()]
-    for protocol, ip, port in listening:
-        result.append({"node": node, "protocol": protocol, "ip_address": ip, "port": port, "socket_opts": {}})
+    for protocol, ip, port in broker_of(request).listeners():
+        opts: dict[str, Any] = {}
+        if protocol.startswith("http"):
+            opts = {"port": port, **({"protocol": protocol} if protocol.endswith("/prometheus") else {})}
+        result.append(
+            {"node": node, "protocol": protocol, "ip_address": ip, "port": port, "socket_opts": opts}
+        )
     return result
 
 

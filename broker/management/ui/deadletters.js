@@ -107,8 +107,16 @@ ROUTES.push([/^#\/dead-letters\/([^/]+)\/([^/]+)$/, "Dead letters", async (main,
       ["Died at", (m) => fmtTime((m.deaths[0] || {}).time)],
       ["Original expiration", (m) => (m.deaths[0] || {}).original_expiration || ""],
       ["Earlier deaths", (m) => m.deaths.slice(1).map((d) => `${d.reason} in ${d.queue} ×${d.count}`).join("; ")],
+      ["Message ID", (m) => (m.properties || {}).message_id || ""],
+      ["Headers", (m) => appHeaders(m).map(([k, v]) => h("div", {class: "header"}, h("code", {}, k), " = ", show(v)))],
       ["Payload", (m) => h("pre", {class: "payload"}, m.payload)],
     ], data.messages, {empty: "No messages match."}));
+  }
+
+  // the message's own headers: not x-death nor the x-first-death-* / x-last-death-* the broker adds
+  function appHeaders(m) {
+    return Object.entries((m.properties || {}).headers || {})
+      .filter(([k]) => k !== "x-death" && !k.startsWith("x-first-death-") && !k.startsWith("x-last-death-"));
   }
 
   function summaryTable(rows) {
@@ -143,9 +151,12 @@ ROUTES.push([/^#\/dead-letters\/([^/]+)\/([^/]+)$/, "Dead letters", async (main,
     const poll = async () => {
       let job;
       try { job = await get(`/dead-letter-moves/${enc(id)}`); } catch (e) { text.textContent = " " + e.message; return; }
+      const done = job.moved + job.unroutable + job.skipped;
       bar.max = Math.max(1, job.selected || 0);
-      bar.value = job.moved + job.unroutable + job.skipped;
-      text.textContent = ` ${job.state}: moved ${fmtNum(job.moved)} of ${fmtNum(job.selected)}` +
+      bar.value = done;
+      const counting = !job.selected && !done && ["running", "paused"].includes(job.state);  // not "0 of 0"
+      text.textContent = counting ? ` ${job.state}: selecting messages…` :
+        ` ${job.state}: moved ${fmtNum(job.moved)} of ${fmtNum(job.selected)}` +
         (job.unroutable ? `, ${fmtNum(job.unroutable)} unroutable (left in place)` : "") + (job.skipped ? `, ${fmtNum(job.skipped)} skipped` : "") +
         (job.error ? ` — ${job.error}` : "");
       if (!["running", "paused"].includes(job.state)) {
