@@ -54,8 +54,7 @@ if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
-    from .listener import AMQPServer
-    from .publishing import PublisherMethods
+    from .interfaces import ChannelPort, ConfirmSender, ServerPort
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +80,12 @@ class _NoMethodFrameError(FrameError):
 class AMQPConnection(asyncio.Protocol):
     """asyncio protocol for one AMQP 0-9-1 client."""
 
-    def __init__(self, server: AMQPServer) -> None:
+    def __init__(self, server: ServerPort[AMQPConnection]) -> None:
         self.server = server
         self.node = server.node
         self.settings = server.settings
         self.loop = server.loop
+        self.replies = server.replies  # direct reply-to, node-wide (broker/server/reply_to.py)
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
         self._steps = self._step_table()
@@ -113,7 +113,7 @@ class AMQPConnection(asyncio.Protocol):
         self._blocked_capable = False
         self._reading = True
         self._out: list[bytes] = []
-        self._confirming: list[PublisherMethods] = []  # channels with settled publisher confirms
+        self._confirming: list[ConfirmSender] = []  # channels with settled publisher confirms
         self._out_size = 0
         self._flush_scheduled = False
         self._in_receive = False
@@ -221,7 +221,7 @@ class AMQPConnection(asyncio.Protocol):
         self.paused = False
         self.update_reading()
         for channel in list(self.channels.values()):
-            channel._kick_consumers()
+            channel.kick_consumers()
 
     def update_reading(self) -> None:
         """Read from the socket unless its output is backed up or the memory alarm blocks us."""
@@ -258,9 +258,9 @@ class AMQPConnection(asyncio.Protocol):
     def send_method(self, channel: int, method: Frame) -> None:
         self.send(fastpath.encode_method(channel, method))
 
-    def confirms_ready(self, channel: PublisherMethods) -> None:
-        """``channel`` has publisher confirms to send: they go out with this loop turn's output."""
-        self._confirming.append(channel)
+    def confirms_ready(self, sender: ConfirmSender) -> None:
+        """``sender`` has publisher confirms to send: they go out with this loop turn's output."""
+        self._confirming.append(sender)
         if not self._flush_scheduled and not self._in_receive:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -269,8 +269,8 @@ class AMQPConnection(asyncio.Protocol):
         self._flush_scheduled = False
         if self._confirming:
             confirming, self._confirming = self._confirming, []
-            for channel in confirming:
-                channel.send_confirms()
+            for sender in confirming:
+                sender.send_confirms()
         out = self._out
         if not out:
             return
@@ -584,12 +584,12 @@ class AMQPConnection(asyncio.Protocol):
         """Forget a channel after the close handshake completed."""
         self.channels.pop(number, None)
 
-    def close_channel(self, channel: Channel, exc: ChannelException) -> None:
+    def close_channel(self, channel: ChannelPort, exc: ChannelException) -> None:
         """Close ``channel`` with ``exc`` outside frame handling (e.g. a failed store commit)."""
         self._close_channel(channel, exc)
         self._flush()
 
-    def _close_channel(self, channel: Channel, exc: ChannelException) -> None:
+    def _close_channel(self, channel: ChannelPort, exc: ChannelException) -> None:
         key = channel.method_key
         log.info("channel %s on %s closed: %s", channel.number, self.peer, exc.reply_text)
         channel.shutdown()
@@ -643,6 +643,11 @@ class AMQPConnection(asyncio.Protocol):
     def count_unacked_bytes(self, into: dict[Any, int]) -> None:
         for channel in self.channels.values():
             channel.count_unacked_bytes(into)
+
+    def channel_ref(self, number: int) -> ChannelRef:
+        """Where channel ``number`` is (for snapshots)."""
+        peer_host, peer_port = self._address("peername")
+        return ChannelRef(number, self.name, peer_host, peer_port, self.username)
 
     def _address(self, which: str) -> tuple[str, int]:
         info = self.transport.get_extra_info(which) if self.transport is not None else None

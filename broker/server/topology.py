@@ -1,30 +1,33 @@
 """The exchange and queue classes of a channel: declare, delete, bind, unbind, purge.
 
 Rules (RabbitMQ's, checked by e2e/test_exchanges.py, test_queues.py, test_permissions.py):
-- Permissions are checked before existence: configure for declare/delete, write on the
-  destination and read on the source for (un)bind.
-- An empty queue name means the channel's most recently declared queue (404 if there is none).
+- Frames in, ``broker.node.operations`` does the rest (permissions before existence: configure for
+  declare/delete, write on the destination and read on the source for (un)bind; names, existence,
+  equivalence), replies out.
+- ``Topology`` owns the channel's most recently declared queue: an empty queue name means it (404
+  if there is none), here and in basic.consume/basic.get (``queue``).
 - ``amq.rabbitmq.reply-to`` and its addresses are declared passively (``broker.reply_to``).
 - ``queue.unbind`` is idempotent: a missing queue, exchange or binding answers unbind-ok.
+- It knows its channel only by what ``Channel`` passes in: the connection (``ConnectionPort``), the
+  number and the channel's reply consumer (``ReplyTarget``).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from ottermq.amqp.errors import NotFound
 from ottermq.vhost.vhost import generated_name
 from pamqp import commands as spec
 
-from .channel_base import ChannelBase
-from .reply_to import REPLY_QUEUE
+from .interfaces import ConnectionPort
+from .reply_to import REPLY_QUEUE, ReplyTarget
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
 
     from ..node.auth import Permission
-    from .reply_to import ReplyTarget
 
 
 def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
@@ -35,9 +38,23 @@ def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: in
     return struct.pack(">BHI", 1, channel, len(payload)) + payload + b"\xce"
 
 
-class TopologyMethods(ChannelBase):
-    """``exchange.*`` and ``queue.*`` handlers of ``Channel``: frames in, ``broker.operations`` does
-    the rest (permissions, names, existence, equivalence), replies out."""
+class Topology:
+    """``exchange.*`` and ``queue.*`` handlers of one channel (see the module rules).
+
+    Args:
+        conn: the channel's connection.
+        number: the channel number.
+        replies: the channel's reply consumer (``queue.declare`` of a reply address names it).
+    """
+
+    __slots__ = ("conn", "last_queue", "number", "replies", "vhost")
+
+    def __init__(self, conn: ConnectionPort, number: int, replies: ReplyTarget) -> None:
+        self.conn = conn
+        self.number = number
+        self.vhost = conn.vhost
+        self.replies = replies
+        self.last_queue = ""  # most recently declared queue, for empty queue names
 
     def _queue_name(self, name: str) -> str:
         if not name:
@@ -83,8 +100,7 @@ class TopologyMethods(ChannelBase):
     def on_queue_declare(self, m: spec.Queue.Declare) -> None:
         name = m.queue
         if name.startswith(REPLY_QUEUE):  # all declares of these are passive (RabbitMQ)
-            target = cast("ReplyTarget", self)  # a Channel
-            self.last_queue = name = self.conn.server.replies.declare(name, self.vhost.name, target)
+            self.last_queue = name = self.conn.replies.declare(name, self.vhost.name, self.replies)
             if not m.nowait:
                 self.conn.send(_declare_ok(self.number, name, 0, 1))
             return
@@ -112,7 +128,15 @@ class TopologyMethods(ChannelBase):
         if not m.nowait:
             self.conn.send(_declare_ok(self.number, name, queue.message_count, len(queue.consumers)))
 
-    def _queue(self, name: str, permission: Permission | None = None) -> Queue:
+    def queue(self, name: str, permission: Permission | None = None) -> Queue:
+        """The queue ``name`` (empty: the most recently declared) names, checked by the operations
+        layer (``permission``, exclusive owner).
+
+        Raises:
+            AccessRefused: no ``permission``.
+            NotFound: no such queue, or no name and none declared on this channel.
+            ResourceLocked: another connection's exclusive queue.
+        """
         name = self._queue_name(name)
         return self.conn.node.ops.queue(self.conn.user, self.vhost, name, permission, self.conn)
 
