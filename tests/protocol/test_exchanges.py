@@ -517,3 +517,48 @@ def test_unroutable_without_mandatory_is_dropped_silently(client):
     x_declare(client, "x", "direct")
     publish(client, "x", "nobody", b"dropped")
     assert client.methods() == []
+
+
+@pytest.mark.parametrize(
+    "destination,source",
+    [("dst", "missing"), ("missing", "amq.fanout"), ("dst", "amq.fanout")],
+    ids=["missing-source", "missing-destination", "not-bound"],
+)
+def test_exchange_unbind_of_what_does_not_exist_is_ok(client, destination, source):
+    x_declare(client, "dst", "fanout")
+    method = spec.Exchange.Unbind(destination=destination, source=source, routing_key="k")
+    ok(client, method, spec.Exchange.UnbindOk)
+
+
+def test_auto_delete_exchange_goes_with_its_last_exchange_binding_as_source(client):
+    x_declare(client, "ad", "fanout", auto_delete=True)
+    x_declare(client, "dst", "fanout")
+    x_bind(client, "dst", "ad")
+    ok(client, spec.Exchange.Unbind(destination="dst", source="ad"), spec.Exchange.UnbindOk)
+    assert refused(client, spec.Exchange.Declare(exchange="ad", passive=True))[0] == 404
+
+
+def test_auto_delete_exchange_bound_only_as_a_destination_stays(client):
+    x_declare(client, "ad", "fanout", auto_delete=True)
+    x_bind(client, "ad", "amq.fanout")
+    ok(client, spec.Exchange.Unbind(destination="ad", source="amq.fanout"), spec.Exchange.UnbindOk)
+    x_declare(client, "ad", passive=True)
+
+
+def test_delete_if_unused_of_an_exchange_that_is_only_a_destination_is_ok(client):
+    x_declare(client, "src", "fanout")
+    x_declare(client, "dst", "fanout")
+    x_bind(client, "dst", "src")
+    ok(client, spec.Exchange.Delete(exchange="dst", if_unused=True), spec.Exchange.DeleteOk)
+    assert refused(client, spec.Exchange.Declare(exchange="dst", passive=True))[0] == 404
+
+
+def test_a_message_routed_via_the_alternate_exchange_keeps_its_exchange_and_key(client):
+    x_declare(client, "ae", "fanout")
+    x_declare(client, "main", "direct", arguments={"alternate-exchange": "ae"})
+    q_declare(client, "q")
+    bind(client, "q", "ae")
+    publish(client, "main", "k", b"m")
+    client.send(1, spec.Basic.Get(queue="q", no_ack=True))
+    got_ok = client.expect(spec.Basic.GetOk)
+    assert (got_ok.exchange, got_ok.routing_key) == ("main", "k")

@@ -124,3 +124,13 @@ def test_an_expired_queue_can_be_declared_again_empty_and_unbound(client, loop):
     assert declare(client, "q", **{"x-expires": 5000}).message_count == 0
     client.publish(1, "x", "", b"via the old binding")
     assert client.drain("q") == []
+
+
+def test_redeclaring_with_another_x_expires_is_406(client):
+    declare(client, "q", **{"x-expires": 1000})
+    assert client.refused(1, spec.Queue.Declare(queue="q", arguments={"x-expires": 2000})) == (
+        406,
+        f"PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue 'q' in {VHOST}: "
+        "received '2000' but current is '1000'",
+        (50, 10),
+    )

@@ -582,3 +582,30 @@ def test_a_requeued_message_goes_back_to_the_head_of_its_priority(client):
     assert body == b"high-1"
     client.send(1, spec.Basic.Reject(delivery_tag=got_ok.delivery_tag, requeue=True))
     assert drain(client, "prio") == [b"high-1", b"high-2", b"low"]
+
+
+@pytest.mark.parametrize("first_exclusive", [False, True], ids=["existing-consumer", "exclusive-consumer"])
+def test_an_exclusive_consumer_excludes_every_other_403(client, first_exclusive):
+    declare(client, "q")
+    ok(
+        client,
+        spec.Basic.Consume(queue="q", consumer_tag="a", exclusive=first_exclusive),
+        spec.Basic.ConsumeOk,
+    )
+    assert refused(
+        client, spec.Basic.Consume(queue="q", consumer_tag="b", exclusive=not first_exclusive)
+    ) == (
+        403,
+        f"ACCESS_REFUSED - queue 'q' in {VHOST} in exclusive use",
+        (60, 20),
+    )
+
+
+def test_closing_the_connection_requeues_its_unacked_messages(make_client):
+    owner, other = connected(make_client), connected(make_client)
+    declare(owner, "q")
+    publish(owner, "q", b"m")
+    assert get(owner, "q", no_ack=False) is not None
+    ok(owner, spec.Connection.Close(200, "bye", 0, 0), spec.Connection.CloseOk, 0)
+    got_ok, body = get(other, "q")
+    assert (body, got_ok.redelivered) == (b"m", True)

@@ -413,3 +413,36 @@ def test_a_priority_queue_expires_in_delivery_order(client, loop):
     got_ok, _, body = client.get(q)
     assert (body, got_ok.message_count) == (b"p5", 0)
     assert [(body, death[1]) for body, death in dead(client)] == [(b"p0", "expired")]
+
+
+def test_a_message_waiting_for_a_consumer_at_its_prefetch_limit_expires(client, loop):
+    q, dlq = with_dlq(client, **{"x-message-ttl": 200})
+    client.rpc(1, spec.Basic.Qos(prefetch_count=1), spec.Basic.QosOk)
+    client.rpc(1, spec.Basic.Consume(queue=q, consumer_tag="c"), spec.Basic.ConsumeOk)
+    publish(client, q, b"held")
+    publish(client, q, b"waiting")
+    loop.advance(0.2)
+    delivered = [f for _, f in client.frames() if isinstance(f, spec.Basic.Deliver)]
+    assert len(delivered) == 1
+    assert dead(client) == [(b"waiting", (q, "expired", 1))]
+
+
+def test_a_retry_loop_through_a_ttl_queue_counts_its_rounds_in_x_death(client, loop):
+    """The retry-with-delay idiom: reject to a retry exchange, wait out a TTL, come back."""
+    for name in ("work-x", "retry-x"):
+        client.rpc(1, spec.Exchange.Declare(exchange=name, exchange_type="direct"), spec.Exchange.DeclareOk)
+    declare(client, "work", **{"x-dead-letter-exchange": "retry-x"})
+    declare(client, "wait", **{"x-message-ttl": 100, "x-dead-letter-exchange": "work-x"})
+    client.rpc(1, spec.Queue.Bind(queue="work", exchange="work-x", routing_key="job"), spec.Queue.BindOk)
+    client.rpc(1, spec.Queue.Bind(queue="wait", exchange="retry-x", routing_key="job"), spec.Queue.BindOk)
+    client.publish(1, "work-x", "job", b"flaky job")
+    rounds = []
+    while len(rounds) < 4:
+        got_ok, props, _ = client.get("work", no_ack=False)
+        deaths = (props.headers or {}).get("x-death", [])
+        rejected = [d["count"] for d in deaths if (d["queue"], d["reason"]) == ("work", "rejected")]
+        rounds.append(rejected[0] if rejected else 0)
+        client.send(1, spec.Basic.Reject(delivery_tag=got_ok.delivery_tag, requeue=False))
+        assert client.get("work") is None  # waiting out the TTL
+        loop.advance(0.1)
+    assert rounds == [0, 1, 2, 3]
