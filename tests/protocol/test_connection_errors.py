@@ -352,3 +352,18 @@ def test_other_connections_are_served_while_a_bad_one_closes(make_client, loop):
     assert good.drain("q") == [str(i).encode() for i in range(20)]
     loop.advance(5)
     assert bad.transport.closed and not good.transport.closed
+
+
+def test_closing_a_channel_in_the_middle_of_a_publish_is_505_naming_the_publish(client):
+    client.send(1, spec.Basic.Publish(exchange="", routing_key="x"), pheader.ContentHeader(0, 5))
+    client.send(1, spec.Channel.Close(200, "", 0, 0))
+    assert closed(client) == (
+        505,
+        "UNEXPECTED_FRAME - expected content body, got non content body frame instead",
+        (60, 40),
+    )
+
+
+def test_channel_open_on_channel_0_is_504(client):
+    client.send(0, spec.Channel.Open())
+    assert closed(client) == (504, UNEXPECTED_RUNNING, (20, 10))

@@ -119,3 +119,24 @@ def test_a_policy_sets_a_timeout_and_the_lower_wins(c, loop, set_policy):
     hold(c, "ct.pol")
     assert closed_after(c, loop, 1.49) is None
     assert closed_after(c, loop, 0.01 + LATE)[1] == TEXT.format(1, 1500)
+
+
+def test_only_the_oldest_unacked_delivery_counts(c, loop):
+    c.rpc(1, spec.Queue.Declare(queue="q"), spec.Queue.DeclareOk)
+    c.publish(1, "", "q", b"m1")
+    first, _, _ = c.get("q", no_ack=False)
+    loop.advance(1.5)
+    c.publish(1, "", "q", b"m2")
+    c.get("q", no_ack=False)
+    c.send(1, spec.Basic.Ack(delivery_tag=first.delivery_tag))  # m2, 0 s old, is the oldest now
+    assert closed_after(c, loop, 1.99) is None
+    assert closed_after(c, loop, LATE)[0] == 406
+
+
+def test_a_requeue_settles_the_delivery(c, loop):
+    c.rpc(1, spec.Queue.Declare(queue="q"), spec.Queue.DeclareOk)
+    c.publish(1, "", "q", b"m")
+    got_ok, _, _ = c.get("q", no_ack=False)
+    loop.advance(1.5)
+    c.send(1, spec.Basic.Nack(delivery_tag=got_ok.delivery_tag, requeue=True))
+    assert closed_after(c, loop, 5) is None

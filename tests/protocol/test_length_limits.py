@@ -206,3 +206,12 @@ def test_reject_publish_dlx_without_a_dlx_just_nacks(client):
     confirming(client)
     assert publish_all(client, "q", [b"1", b"2"]) == ["ack", "nack"]
     assert client.drain("q") == [b"1"]
+
+
+@pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
+def test_a_full_rejecting_queue_nacks_even_with_a_consumer_waiting(client, overflow):
+    declare(client, "q", **{"x-max-length": 0, "x-overflow": overflow})
+    client.rpc(1, spec.Basic.Consume(queue="q", consumer_tag="c", no_ack=True), spec.Basic.ConsumeOk)
+    confirming(client)
+    assert publish_all(client, "q", [b"m"]) == ["nack"]
+    assert not [f for _, f in client.frames() if isinstance(f, spec.Basic.Deliver)]

@@ -377,3 +377,9 @@ def test_dead_lettering_checks_no_permission(admin, restricted):
     assert body == b"dead"
     restricted.send(1, spec.Basic.Reject(delivery_tag=got_ok.delivery_tag, requeue=False))
     assert admin.drain("dlq") == [b"dead"]
+
+
+def test_a_reply_consumer_needs_no_permission(login):
+    c = login("empty")
+    consume = spec.Basic.Consume(queue="amq.rabbitmq.reply-to", consumer_tag="rc", no_ack=True)
+    assert c.rpc(1, consume, spec.Basic.ConsumeOk).consumer_tag == "rc"
