@@ -137,7 +137,8 @@ class Settings(BaseSettings):
     frame_max: int = Field(131072, ge=4096, le=2**31 - 1, description="Largest frame (bytes)")
     username: str = Field("guest", description="Default user, created at the first start only")
     password: str = Field(
-        "guest", description="Its password (first start only; see README 'Changing a password')"
+        "guest",
+        description="Its password (first start only; see 'Changing a password' in docs/configuration.md)",
     )
     vhosts: CommaList = Field(
         default_factory=lambda: ["/"], description="Comma-separated vhosts created if missing"
@@ -199,7 +200,7 @@ class Settings(BaseSettings):
         description="Seconds without a write after which an archive file is closed (renamed"
         " to .jsonl, so analyses see it); 0 = only at the end of its hour, on rotation and at shutdown",
     )
-    enable_web_api: bool = Field(True, description="Management HTTP API (RabbitMQ-compatible, issue 14)")
+    enable_web_api: bool = Field(True, description="Management HTTP API (RabbitMQ-compatible)")
     web_port: int = Field(15672, ge=0, le=65535, description="Management HTTP API port (RabbitMQ: 15672)")
     web_host: str = Field("", description="Interface of the management HTTP API; empty = OTTERMQ_BROKER_HOST")
     web_api_path: str = Field(
@@ -241,7 +242,7 @@ class Settings(BaseSettings):
         " and is closed at once (on an HTTPS port: closed before the handshake)",
     )
     enable_prometheus: bool = Field(
-        True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible, issue 14)"
+        True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible)"
     )
     prometheus_port: int = Field(
         15692, ge=0, le=65535, description="Prometheus metrics port (RabbitMQ: 15692)"

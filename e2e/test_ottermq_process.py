@@ -290,7 +290,8 @@ def test_changed_password_is_ignored_with_a_warning(broker_process):
     assert "second-secret" not in log and "first-secret" not in log
     assert (
         "WARNING ottermq.broker.node.node: OTTERMQ_PASSWORD is not the stored password of user 'guest' and is"
-        " ignored: the default user is created at the first start only (see README 'Changing a password')"
+        " ignored: the default user is created at the first start only"
+        " (see 'Changing a password' in docs/configuration.md)"
     ) in log
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         pika.BlockingConnection(b.params(credentials=pika.PlainCredentials("guest", "second-secret")))

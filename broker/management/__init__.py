@@ -1,4 +1,4 @@
-"""RabbitMQ-compatible management HTTP API (issue 14), served by aiohttp on the broker's event loop.
+"""RabbitMQ-compatible management HTTP API, served by aiohttp on the broker's event loop.
 
 Layout: ``app.py`` (app factory, Basic auth and JSON errors, the listener), ``common.py`` (shared
 helpers), one module per resource family (``overview``, ``vhosts``, ``queues``, ``exchanges``,

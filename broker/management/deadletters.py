@@ -1,4 +1,4 @@
-"""Dead letters over the API (issue 16; ottermq extensions, RabbitMQ has no such endpoints). The work
+"""Dead letters over the API (ottermq extensions, RabbitMQ has no such endpoints). The work
 is in ``broker/dlq_move.py``; see its rules.
 
 - ``GET /api/dead-letters``: queues holding dead-lettered messages (any with an ``x-death`` among

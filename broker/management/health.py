@@ -8,13 +8,13 @@ Rules:
 2. ``aliveness-test`` declares the non-durable queue ``aliveness-test`` in the vhost, publishes
    ``test_message`` to it through the default exchange and fetches it back, through the same vhost
    operations a channel uses.
-3. ``alarms`` and ``local-alarms`` fail while the memory alarm is on (ottermq's only resource alarm);
-   a single node's cluster is itself, so both look at the same alarm.
+3. ``alarms`` and ``local-alarms`` fail while the memory or the disk alarm is on; a single node's
+   cluster is itself, so both look at the same alarms.
 4. ``port-listener`` and ``protocol-listener`` know the AMQP, management and Prometheus listeners
    (protocols ``amqp``, ``http``, ``http/prometheus``).
-5. ottermq is one node without mirrored or quorum queues and without TLS listeners (yet): the
-   quorum/mirror-sync criticality checks answer ``single node cluster`` as RabbitMQ's do on one node,
-   and ``certificate-expiration`` has no certificate to fail on.
+5. ottermq is one node without mirrored or quorum queues: the quorum/mirror-sync criticality checks
+   answer ``single node cluster`` as RabbitMQ's do on one node. ``certificate-expiration`` reads the
+   certificates of the TLS listeners (AMQPS, HTTPS, Prometheus over HTTPS).
 """
 
 from __future__ import annotations

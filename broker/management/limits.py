@@ -1,4 +1,4 @@
-"""``/api/vhost-limits[/{vhost}[/{name}]]`` and ``/api/user-limits[/{user}[/{name}]]`` (issue 17).
+"""``/api/vhost-limits[/{vhost}[/{name}]]`` and ``/api/user-limits[/{user}[/{name}]]``.
 
 RabbitMQ 3.10.8's shapes and texts: lists of ``{"vhost"|"user", "value": {name: N}}``; ``PUT`` with
 ``{"value": N}`` and ``DELETE`` answer 204 (whether or not the limit was set); a bad name or value is

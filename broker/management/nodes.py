@@ -7,8 +7,8 @@ Rules:
 2. Values are read from the process when asked: resident memory (``mem_used``, RabbitMQ's ``rss``
    strategy), the memory alarm's limit and state, open and allowed file descriptors, sockets (AMQP
    connections), free disk space of the data directory, uptime in milliseconds.
-3. ottermq has no disk alarm, so ``disk_free_limit`` is 0 and ``disk_free_alarm`` false; Erlang-only
-   fields (process counts, reductions, Mnesia, garbage collection) are left out.
+3. ``disk_free_limit`` and ``disk_free_alarm`` are the disk alarm's (``OTTERMQ_DISK_FREE_LIMIT``);
+   Erlang-only fields (process counts, reductions, Mnesia, garbage collection) are left out.
 4. ``connection_created`` and the other churn counts carry the sampler's rates, as on RabbitMQ.
 """
 

@@ -1,5 +1,5 @@
 """``/api/policies[/{vhost}[/{name}]]`` and ``/api/operator-policies[/{vhost}[/{name}]]`` (GET; PUT and
-DELETE of one), as RabbitMQ 3.10's management plugin serves them (issue 15).
+DELETE of one), as RabbitMQ 3.10's management plugin serves them.
 
 Rules:
 

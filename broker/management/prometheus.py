@@ -1,4 +1,4 @@
-"""Prometheus metrics (issue 14) in RabbitMQ's ``rabbitmq_prometheus`` names, served by aiohttp.
+"""Prometheus metrics in RabbitMQ's ``rabbitmq_prometheus`` names, served by aiohttp.
 
 Rules:
 
@@ -300,7 +300,7 @@ class BrokerCollector(Collector):
         yield from self._delayed_and_dedup()
 
     def _delayed_and_dedup(self) -> Iterator[Metric]:
-        """Delayed messages (x-delayed-message exchanges) and deduplication (issue 19)."""
+        """Delayed messages (x-delayed-message exchanges) and deduplication."""
         delays = self.broker.delays
         pending = GaugeMetricFamily(
             "ottermq_delayed_messages", "Messages waiting in delayed exchanges", labels=["vhost", "exchange"]

@@ -1,4 +1,4 @@
-"""The web UI (issue 16): static files served by the management listener, no build step.
+"""The web UI: static files served by the management listener, no build step.
 
 Rules:
 - ``GET /`` is the single page (``ui/index.html``) with the API path filled in; ``GET /ui/<file>``

@@ -1,4 +1,4 @@
-"""Delayed delivery and persistent deduplication caches (issue 19): the broker's side.
+"""Delayed delivery and persistent deduplication caches: the broker's side.
 
 ``DelayService`` is the vhosts' ``Delayer``: it keeps every vhost's delayed messages in one
 ``vhost.delayed.DelayHeap`` with one event-loop timer for the earliest due time, writes the

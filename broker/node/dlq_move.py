@@ -1,4 +1,4 @@
-"""Dead letters: browse them in place and send them back (issue 16, an ottermq extension).
+"""Dead letters: browse them in place and send them back (an ottermq extension).
 
 Rules:
 

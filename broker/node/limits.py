@@ -1,4 +1,4 @@
-"""Vhost and user limits (issue 17), as RabbitMQ's ``set_vhost_limits`` / ``set_user_limits``.
+"""Vhost and user limits, as RabbitMQ's ``set_vhost_limits`` / ``set_user_limits``.
 
 Rules (checked against RabbitMQ 3.10.8):
 - Vhost limits ``max-connections`` and ``max-queues``; user limits ``max-connections`` and

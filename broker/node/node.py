@@ -149,7 +149,8 @@ class Node:
         ):
             log.warning(
                 "OTTERMQ_PASSWORD is not the stored password of user '%s' and is ignored: the default"
-                " user is created at the first start only (see README 'Changing a password')",
+                " user is created at the first start only"
+                " (see 'Changing a password' in docs/configuration.md)",
                 settings.username,
             )
         for name in self.auth.vhosts:

@@ -1,4 +1,4 @@
-"""Message counters (issue 14): plain integers the hot path increments.
+"""Message counters: plain integers the hot path increments.
 
 Rules:
 

@@ -1,4 +1,4 @@
-"""Consumer timeouts (issue 15): a delivery left unacknowledged too long closes its channel.
+"""Consumer timeouts: a delivery left unacknowledged too long closes its channel.
 
 Rules (RabbitMQ 3.12's ``consumer_timeout``, its ``x-consumer-timeout`` argument and policy key):
 

@@ -21,8 +21,10 @@ PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 # Descriptions are written for `ottermq serve --help`; on the page, references to the old README
 # become links and project-internal references are dropped.
 _REWRITES = (
-    (re.compile(r",? issue \d+"), ""),
-    (re.compile(r"see README 'Changing a password'"), "see [Changing a password](#changing-a-password)"),
+    (
+        re.compile(r"see 'Changing a password' in docs/configuration.md"),
+        "see [Changing a password](#changing-a-password)",
+    ),
 )
 
 
