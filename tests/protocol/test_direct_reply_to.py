@@ -458,3 +458,16 @@ def test_any_vhost_may_reply(make_client, add_user):
     sender.open_channel(1)
     publish(sender, address, b"cross-vhost")
     assert bodies(consumer) == [b"cross-vhost"]
+
+
+def test_an_exclusive_reply_consume_is_accepted(client):
+    consume = spec.Basic.Consume(queue=RT, consumer_tag="e", no_ack=True, exclusive=True)
+    assert client.rpc(1, consume, spec.Basic.ConsumeOk).consumer_tag == "e"
+
+
+def test_a_nowait_cancel_ends_the_reply_consumer_silently(client):
+    client.rpc(1, spec.Basic.Consume(queue=RT, consumer_tag="e", no_ack=True), spec.Basic.ConsumeOk)
+    client.send(1, spec.Basic.Cancel(consumer_tag="e", nowait=True))
+    assert client.methods() == []
+    publish(client, "anywhere", props=spec.Basic.Properties(reply_to=RT))
+    assert closed(client, 1)[:2] == (406, "PRECONDITION_FAILED - fast reply consumer does not exist")

@@ -156,3 +156,13 @@ def test_a_server_named_queue_over_the_limit_is_refused_by_its_generated_name(ma
         r"queue limit in vhost 'lim' \(0\) is reached",
         text,
     ), text
+
+
+def test_a_limit_set_below_the_current_count_closes_nothing(make_client, tenant, set_limit):
+    first, _ = connect(make_client)
+    second, _ = connect(make_client)
+    set_limit("vhost", "lim", "max-connections", 1)
+    for c in (first, second):
+        c.open_channel(1)
+        c.rpc(1, spec.Queue.Declare(queue="", exclusive=True), spec.Queue.DeclareOk)
+    assert connect(make_client)[1][0] == 530

@@ -609,3 +609,18 @@ def test_closing_the_connection_requeues_its_unacked_messages(make_client):
     ok(owner, spec.Connection.Close(200, "bye", 0, 0), spec.Connection.CloseOk, 0)
     got_ok, body = get(other, "q")
     assert (body, got_ok.redelivered) == (b"m", True)
+
+
+def test_a_passive_declare_of_the_empty_name_is_404_even_after_a_declare(client):
+    # the empty-name shortcut does not apply: RabbitMQ looks up a queue called ''
+    assert refused(client, spec.Queue.Declare(queue="", passive=True)) == (
+        404,
+        f"NOT_FOUND - no queue '' in {VHOST}",
+        (50, 10),
+    )
+    reopen(client)
+    declare(client, "q")
+    assert refused(client, spec.Queue.Declare(queue="", passive=True))[:2] == (
+        404,
+        f"NOT_FOUND - no queue '' in {VHOST}",
+    )
