@@ -16,6 +16,8 @@ from typing import Any
 import pika
 import pytest
 
+from .polling import poll_until
+
 pytestmark = pytest.mark.extension
 
 H = "x-deduplication-header"
@@ -275,7 +277,7 @@ def test_exchange_dedup_with_confirms_and_mandatory(channel: Any, unique: Any, d
     assert bodies == [b"1", b"4", b"5", b"6", b"7", b"8"]
 
 
-def test_cache_ttl_and_per_message_override(channel: Any, unique: Any, declare: Any, poll_until: Any) -> None:
+def test_cache_ttl_and_per_message_override(channel: Any, unique: Any, declare: Any) -> None:
     queue = declare(
         channel,
         "q",
@@ -379,13 +381,15 @@ def test_durable_dedup_cache_survives_a_restart(broker_process: Any) -> None:
 
 # -- delayed retry (RabbitMQ 4.3's, on classic queues) ---------------------------------------------
 def _get(ch: Any, queue: str, timeout: float = 5) -> tuple[float, Any, Any, bytes]:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The first message got from ``queue`` within ``timeout``, with the time basic.get returned it."""
+
+    def got() -> tuple[float, Any, Any, bytes] | None:
         method, properties, body = ch.basic_get(queue)
-        if method is not None:
-            return time.monotonic(), method, properties, body
-        assert time.monotonic() < deadline, f"nothing in {queue} within {timeout} s"
-        time.sleep(0.005)
+        if method is None:
+            return None
+        return time.monotonic(), method, properties, body  # taken right as basic.get returns the message
+
+    return poll_until(got, timeout=timeout, interval=0.005, what=f"a message in {queue}")
 
 
 def test_delayed_retry_backs_off_linearly_then_dead_letters(channel: Any, with_dlq: Any) -> None:

@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -33,6 +32,7 @@ import pika
 import pytest
 from flower.utils import broker as flower_broker  # Celery Flower, in the dev extra
 
+from .polling import poll_until
 from .test_management_write import call, q
 
 APP_DIR = Path(__file__).resolve().parent / "flower_app"
@@ -106,13 +106,20 @@ def counts(queues: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
 def test_flowers_broker_class_reads_queue_depths(rig: Rig) -> None:
     broker = flower_broker.Broker(rig.amqp_url, http_api=rig.broker_api)
     names = [rig.queue_a, rig.queue_b, "e2e.flower.not-there"]
-    deadline = time.monotonic() + TIMEOUT
-    while True:
+    got: dict[str, tuple[int, int, int]] = {}
+
+    def depths_shown() -> bool:
+        nonlocal got
         got = counts(asyncio.run(broker.queues(names)))
-        if got == rig.expected() or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert got == rig.expected()
+        return got == rig.expected()
+
+    poll_until(
+        depths_shown,
+        timeout=TIMEOUT,
+        interval=0.5,
+        what="the queue depths from Flower's Broker class",
+        explain=lambda: f"last: {got}, expected: {rig.expected()}",
+    )
 
 
 class Flower:
@@ -168,16 +175,22 @@ class Flower:
 def test_flower_process_shows_queue_depths(rig: Rig, tmp_path: Path) -> None:
     flower = Flower(rig, tmp_path)
     try:
-        deadline = time.monotonic() + TIMEOUT
         got: dict[str, tuple[int, int, int]] = {}
-        while time.monotonic() < deadline:
+
+        def depths_shown() -> bool:
+            nonlocal got
             status, text = flower.get("/api/queues/length")
             if status == 200:
                 got = counts(json.loads(text)["active_queues"])
-                if got == rig.expected():
-                    break
-            time.sleep(0.5)
-        assert got == rig.expected(), flower.log_tail()
+            return got == rig.expected()
+
+        poll_until(
+            depths_shown,
+            timeout=TIMEOUT,
+            interval=0.5,
+            what="the queue depths on Flower's /api/queues/length",
+            explain=lambda: f"last: {got}, expected: {rig.expected()}\n{flower.log_tail()}",
+        )
         status, page = flower.get("/broker")
         assert status == 200
         assert rig.queue_a in page and rig.queue_b in page

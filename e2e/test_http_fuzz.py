@@ -62,6 +62,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
+from .polling import poll_until
+
 pytestmark = pytest.mark.extension  # RabbitMQ serves no OpenAPI description
 
 EXAMPLES = int(os.environ.get("OTTERMQ_FUZZ_EXAMPLES", "10"))
@@ -495,10 +497,16 @@ class Fuzz:
         """Record a 5xx, no answer or a dead broker (started again to go on)."""
         died = self.process.proc is not None and self.process.proc.poll() is not None
         log = self.log_since(offset)
-        deadline = time.monotonic() + 2
-        while "Traceback" not in log and time.monotonic() < deadline and not died:
-            time.sleep(0.05)  # the log line may land just after the answer
-            log = self.log_since(offset)
+        if "Traceback" not in log and not died:
+
+            def traceback_logged() -> bool:
+                nonlocal log
+                log = self.log_since(offset)
+                return "Traceback" in log
+
+            # the log line may land just after the answer; a 5xx without a traceback is recorded all the same
+            with contextlib.suppress(pytest.fail.Exception):
+                poll_until(traceback_logged, timeout=2, interval=0.05, what="a traceback in the broker log")
         trace = last_traceback(log)
         frames = FRAME.findall(trace)
         where = (

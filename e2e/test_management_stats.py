@@ -9,12 +9,12 @@ updates its statistics every 5 s (``collect_statistics_interval``, ottermq's
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pika
 import pytest
 
+from .polling import poll_until
 from .test_management_write import call, connection_named, q
 
 STATS_TIMEOUT = 25  # two 5 s samples and then some, on a busy machine
@@ -36,15 +36,22 @@ MESSAGE_FIELDS = {
 
 def settled(broker, path: str, check) -> Any:
     """The answer at ``path`` once ``check(answer)`` holds (else the test fails with the last one)."""
-    deadline = time.monotonic() + STATS_TIMEOUT
-    while True:
+    last: list[Any] = []
+
+    def matched() -> tuple[Any] | None:
         status, _, body = call(broker, path)
         assert status == 200, (path, status, body)
-        if check(body):
-            return body
-        if time.monotonic() > deadline:
-            pytest.fail(f"{path} never matched: {body}")
-        time.sleep(0.5)
+        last[:] = [body]
+        return (body,) if check(body) else None  # a 1-tuple: truthy even if the answer itself is not
+
+    (body,) = poll_until(
+        matched,
+        timeout=STATS_TIMEOUT,
+        interval=0.5,
+        what=f"{path} to match",
+        explain=lambda: f"last answer: {last[0] if last else None}",
+    )
+    return body
 
 
 def counts(stats: dict[str, Any], *fields: str) -> dict[str, Any]:
@@ -85,7 +92,7 @@ def test_queue_message_stats_count_each_kind_of_delivery(broker, channel, unique
 
 
 @pytest.mark.extension  # RabbitMQ 3.10's management API always shows get_empty 0
-def test_get_empty_is_counted_on_the_queue_and_the_channel(broker, connect, unique, poll_until):
+def test_get_empty_is_counted_on_the_queue_and_the_channel(broker, connect, unique):
     client_name = unique("get-empty")
     channel = connect(client_properties={"connection_name": client_name}).channel()
     name = unique("q")
@@ -123,9 +130,12 @@ def test_consumed_messages_count_as_deliver_and_their_bytes_as_unacknowledged(br
         channel.basic_publish("", name, body, pika.BasicProperties(timestamp=1700000000))
     got: list[int] = []
     channel.basic_consume(name, lambda ch, m, p, b: got.append(m.delivery_tag))
-    deadline = time.monotonic() + 5
-    while len(got) < 2 and time.monotonic() < deadline:
+
+    def two_delivered() -> bool:
         conn.process_data_events(0.05)
+        return len(got) >= 2
+
+    poll_until(two_delivered, timeout=5, interval=0, what="two deliveries", explain=lambda: f"got {got}")
     assert len(got) == 2
     path = f"/api/queues/{q(broker.vhost)}/{q(name)}"
     shown = settled(broker, path, lambda b: b.get("message_stats", {}).get("deliver") == 2)
@@ -143,23 +153,30 @@ def test_publish_rate_is_sampled(broker, connect, unique):
     name = unique("q")
     channel.queue_declare(name)
     path = f"/api/queues/{q(broker.vhost)}/{q(name)}"
-    deadline = time.monotonic() + STATS_TIMEOUT
     shown: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    def sampled() -> bool:
+        """Publish some more, then: does the queue show a publish rate and a messages_ready rate yet?"""
+        nonlocal shown
         for _ in range(20):
             channel.basic_publish("", name, b"r")
         conn.process_data_events(0.1)
         shown = call(broker, path)[2]
         rate = shown.get("message_stats", {}).get("publish_details", {}).get("rate", 0)
-        if rate > 0 and shown["messages_ready_details"]["rate"] > 0:
-            break
-    else:
-        pytest.fail(f"no publish rate within {STATS_TIMEOUT} s: {shown}")
+        return rate > 0 and shown["messages_ready_details"]["rate"] > 0
+
+    poll_until(
+        sampled,
+        timeout=STATS_TIMEOUT,
+        interval=0,
+        what="a publish rate and a messages_ready rate",
+        explain=lambda: f"last answer: {shown}",
+    )
     overview = call(broker, "/api/overview")[2]
     assert overview["message_stats"]["publish_details"]["rate"] > 0
 
 
-def test_channel_message_stats_count_publishes_and_confirms(broker, connect, unique, poll_until):
+def test_channel_message_stats_count_publishes_and_confirms(broker, connect, unique):
     client_name = unique("stats-conn")
     conn = connect(client_properties={"connection_name": client_name})
     channel = conn.channel()
@@ -199,7 +216,7 @@ def test_overview_and_vhost_show_message_stats_and_totals_with_rates(broker, cha
     )
 
 
-def test_connection_shows_socket_bytes(broker, connect, unique, poll_until):
+def test_connection_shows_socket_bytes(broker, connect, unique):
     client_name = unique("octets")
     conn = connect(client_properties={"connection_name": client_name})
     channel = conn.channel()

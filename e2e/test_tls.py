@@ -13,7 +13,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -22,6 +21,7 @@ import pika
 import pytest
 
 from .conftest import _free_port
+from .polling import poll_until
 from .test_management_write import call
 
 pytest.importorskip("cryptography", reason="pip install cryptography (the dev extra)")
@@ -82,13 +82,12 @@ def round_trip(connection: pika.BlockingConnection, queue: str = "tls.q") -> byt
     channel = connection.channel()
     channel.queue_declare(queue, auto_delete=True)
     channel.basic_publish("", queue, b"over tls")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+
+    def got() -> bytes | None:
         method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            return bytes(body)
-        time.sleep(0.02)
-    raise AssertionError("no message came back")
+        return None if method is None else bytes(body)  # the body sent above is never empty
+
+    return poll_until(got, timeout=5, interval=0.02, what=f"the message to come back from {queue}")
 
 
 def test_amqps_and_plain_side_by_side(broker_process, pki):
@@ -239,18 +238,26 @@ def test_sighup_reloads_the_certificate_without_dropping_connections(broker_proc
     cert.write_bytes(second.cert.read_bytes())
     key.write_bytes(second.key.read_bytes())
     process.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 10
-    while served_serial() != second.serial:
-        assert time.monotonic() < deadline, "the new certificate was not served"
-        time.sleep(0.1)
+    poll_until(
+        lambda: served_serial() == second.serial,
+        timeout=10,
+        interval=0.1,
+        what="the new certificate to be served",
+        explain=process.log_tail,
+    )
     assert round_trip(kept, "kept.q") == b"over tls"  # the open connection was not dropped
     kept.close()
     # a broken file on reload: the old certificate stays, the broker says why
     cert.write_text("broken")
     process.proc.send_signal(signal.SIGHUP)
-    time.sleep(0.5)
+    poll_until(  # once this is logged the reload attempt is over
+        lambda: "TLS files not reloaded, the previous ones stay in use" in process.log_tail(),
+        timeout=10,
+        interval=0.05,
+        what="the broker to log the failed reload",
+        explain=process.log_tail,
+    )
     assert served_serial() == second.serial
-    assert "TLS files not reloaded, the previous ones stay in use" in process.log_tail()
 
 
 def test_https_for_the_management_api_and_metrics(broker_process, pki):
