@@ -316,3 +316,11 @@ def test_policies_travel_with_definitions(broker, names):
     assert operator in exported["parameters"]
     scoped = call(broker, f"/api/definitions/{vh}")[2]
     assert scoped["policies"] == [policy] and scoped["parameters"] == [operator]
+
+
+@pytest.mark.extension  # RabbitMQ 3.10.8 answers these with 500 (its parser crashes on them)
+@pytest.mark.parametrize("body", [{"queues": 9223372036854775808}, {"exchanges": "x"}, {"queues": [1]}])
+def test_a_section_of_the_wrong_shape_is_a_400_and_applies_nothing(broker, body):
+    status, _, answer = call(broker, "/api/definitions", "POST", body)
+    assert status == 400, answer
+    assert answer["error"] == "bad_request"

@@ -208,13 +208,13 @@ async def post_definitions(request: web.Request) -> web.Response:
     data = await _body(request)
     if "vhost" in request.match_info:
         data = _for_vhost(data, vhost_or_404(request).name)
-    exchanges, queues = _durable(data, "exchanges"), _durable(data, "queues")
-
-    def durable(kind: str, vhost: str, name: str) -> bool:
-        return (exchanges if kind == "exchange" else queues).get((vhost, name), True)
-
     try:
-        defs = definitions_from_json(data, transient=True)
+        defs = definitions_from_json(data, transient=True)  # first: checks every section's shape
+        exchanges, queues = _durable(data, "exchanges"), _durable(data, "queues")
+
+        def durable(kind: str, vhost: str, name: str) -> bool:
+            return (exchanges if kind == "exchange" else queues).get((vhost, name), True)
+
         with amqp_errors():
             apply_definitions(broker, defs, durable)
     except (DefinitionsError, AuthError, PolicyError, LimitError) as exc:
