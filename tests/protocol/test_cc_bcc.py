@@ -206,3 +206,10 @@ def test_lowercase_cc_and_bcc_are_ordinary_headers(client):
     publish_raw(client, lowercase, routing_key="main")
     _, props, body = client.get("main")
     assert body == b"x" and props.headers == {"cc": "a", "bcc": 1}
+
+
+def test_bcc_alone_routes_and_leaves_an_empty_headers_table(client):
+    declare(client, "bcc")
+    client.publish(1, "", "nowhere", b"m", spec.Basic.Properties(headers={"BCC": ["bcc"]}))
+    got_ok, props, body = client.get("bcc")
+    assert (body, got_ok.routing_key, props.headers) == (b"m", "nowhere", {})

@@ -367,3 +367,20 @@ def test_closing_a_channel_in_the_middle_of_a_publish_is_505_naming_the_publish(
 def test_channel_open_on_channel_0_is_504(client):
     client.send(0, spec.Channel.Open())
     assert closed(client) == (504, UNEXPECTED_RUNNING, (20, 10))
+
+
+def test_any_frame_from_the_client_counts_as_heartbeat_traffic(make_client, loop):
+    c = opened(make_client, heartbeat=2)
+    c.open_channel(1)
+    for _ in range(10):
+        loop.advance(0.9)
+        c.rpc(1, spec.Basic.Qos(prefetch_count=1), spec.Basic.QosOk)  # methods only, no heartbeat frames
+    assert not c.transport.closed
+
+
+def test_a_client_that_never_answers_the_brokers_close_is_dropped(client, loop):
+    client.send(1, spec.Channel.Open())  # 504
+    assert closed(client)[0] == 504
+    assert not client.transport.closed  # waiting for close-ok...
+    loop.advance(30)  # ...but not for longer than RabbitMQ's ?CLOSING_TIMEOUT
+    assert client.transport.closed

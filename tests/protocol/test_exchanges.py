@@ -562,3 +562,24 @@ def test_a_message_routed_via_the_alternate_exchange_keeps_its_exchange_and_key(
     client.send(1, spec.Basic.Get(queue="q", no_ack=True))
     got_ok = client.expect(spec.Basic.GetOk)
     assert (got_ok.exchange, got_ok.routing_key) == ("main", "k")
+
+
+def test_a_message_through_an_exchange_binding_keeps_its_exchange_and_key(client):
+    x_declare(client, "src", "topic")
+    x_declare(client, "dst", "fanout")
+    q_declare(client, "q")
+    x_bind(client, "dst", "src", "a.*")
+    bind(client, "q", "dst")
+    publish(client, "src", "a.b", b"m")
+    client.send(1, spec.Basic.Get(queue="q", no_ack=True))
+    got_ok = client.expect(spec.Basic.GetOk)
+    assert (got_ok.exchange, got_ok.routing_key) == ("src", "a.b")
+
+
+def test_direct_exchange_routes_the_empty_key(client):
+    x_declare(client, "x", "direct")
+    q_declare(client, "q")
+    bind(client, "q", "x", "")
+    publish(client, "x", "", b"empty key")
+    publish(client, "x", "k", b"other key")
+    assert drain(client, "q") == [b"empty key"]

@@ -624,3 +624,11 @@ def test_a_passive_declare_of_the_empty_name_is_404_even_after_a_declare(client)
         404,
         f"NOT_FOUND - no queue '' in {VHOST}",
     )
+
+
+def test_declare_ok_counts_ready_messages_only(client):
+    declare(client, "q")
+    publish(client, "q", b"m0", b"m1", b"m2")
+    got_ok, _ = get(client, "q", no_ack=False)
+    assert got_ok.message_count == 2
+    assert declare(client, "q", passive=True).message_count == 2

@@ -446,3 +446,14 @@ def test_a_retry_loop_through_a_ttl_queue_counts_its_rounds_in_x_death(client, l
         assert client.get("work") is None  # waiting out the TTL
         loop.advance(0.1)
     assert rounds == [0, 1, 2, 3]
+
+
+def test_each_queue_applies_its_own_ttl_to_its_copy(client, loop):
+    client.rpc(1, spec.Exchange.Declare(exchange="fan", exchange_type="fanout"), spec.Exchange.DeclareOk)
+    declare(client, "short", **{"x-message-ttl": 100})
+    declare(client, "long")
+    for q in ("short", "long"):
+        client.rpc(1, spec.Queue.Bind(queue=q, exchange="fan"), spec.Queue.BindOk)
+    client.publish(1, "fan", "", b"copy")
+    loop.advance(0.1)
+    assert (count(client, "short"), count(client, "long")) == (0, 1)
