@@ -583,3 +583,33 @@ def test_direct_exchange_routes_the_empty_key(client):
     publish(client, "x", "", b"empty key")
     publish(client, "x", "k", b"other key")
     assert drain(client, "q") == [b"empty key"]
+
+
+def test_a_passive_declare_of_a_missing_amq_exchange_is_404_not_403(client):
+    assert refused(client, spec.Exchange.Declare(exchange="amq.nonexistent", passive=True)) == (
+        404,
+        f"NOT_FOUND - no exchange 'amq.nonexistent' in {VHOST}",
+        (40, 10),
+    )
+
+
+def test_deleting_any_amq_name_is_403_even_when_missing(client):
+    assert refused(client, spec.Exchange.Delete(exchange="amq.nonexistent")) == (
+        403,
+        f"ACCESS_REFUSED - deletion of system exchange 'amq.nonexistent' in {VHOST} not allowed",
+        (40, 20),
+    )
+
+
+@pytest.mark.parametrize(
+    "method,ids",
+    [
+        (spec.Queue.Bind(queue="q", exchange="amq.default", routing_key="k"), (50, 20)),
+        (spec.Exchange.Bind(destination="x", source="amq.default"), (40, 30)),
+    ],
+    ids=["queue.bind", "exchange.bind"],
+)
+def test_amq_default_is_no_exchange_to_bind_to_404(client, method, ids):
+    q_declare(client, "q")
+    x_declare(client, "x", "fanout")
+    assert refused(client, method) == (404, f"NOT_FOUND - no exchange 'amq.default' in {VHOST}", ids)

@@ -632,3 +632,12 @@ def test_declare_ok_counts_ready_messages_only(client):
     got_ok, _ = get(client, "q", no_ack=False)
     assert got_ok.message_count == 2
     assert declare(client, "q", passive=True).message_count == 2
+
+
+def test_amq_queue_names_are_only_refused_on_creation(client):
+    assert refused(client, spec.Queue.Declare(queue="amq.nonexistent", passive=True))[:2] == (
+        404,
+        f"NOT_FOUND - no queue 'amq.nonexistent' in {VHOST}",
+    )
+    reopen(client)
+    assert ok(client, spec.Queue.Delete(queue="amq.nonexistent"), spec.Queue.DeleteOk).message_count == 0
