@@ -115,28 +115,6 @@ def test_channel_close_requeues_unacked(client):
     assert client.expect(spec.Queue.DeclareOk).message_count == 1
 
 
-def test_body_without_publish_is_505(client):
-    client.send(1, pbody.ContentBody(b"abc"))
-    close = client.expect(spec.Connection.Close)
-    assert close.reply_code == 505
-
-
-def test_exclusive_queue_locked_for_other_connection(make_client):
-    a, b = make_client(), make_client()
-    for c in (a, b):
-        c.handshake()
-        c.open_channel(1)
-    a.send(1, spec.Queue.Declare(queue="ex", exclusive=True))
-    a.expect(spec.Queue.DeclareOk)
-    b.send(1, spec.Basic.Get(queue="ex"))
-    assert b.expect(spec.Channel.Close, 1).reply_code == 405
-    a.send(0, spec.Connection.Close(200, "", 0, 0))
-    b.send(1, spec.Channel.CloseOk())
-    b.open_channel(1)
-    b.send(1, spec.Queue.Declare(queue="ex", passive=True))
-    assert b.expect(spec.Channel.Close, 1).reply_code == 404
-
-
 def test_channel_flow_active_true_is_answered(client):
     client.send(1, spec.Channel.Flow(active=True))
     assert client.expect(spec.Channel.FlowOk).active is True

@@ -34,25 +34,6 @@ def test_full_handshake(make_client):
     assert c.conn.state == OPEN and c.conn.username == "guest"
 
 
-def test_bad_password_is_refused_with_403(make_client):
-    c = make_client()
-    c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.frames()
-    c.send(
-        0,
-        spec.Connection.StartOk(
-            client_properties={"capabilities": {"authentication_failure_close": True}},
-            mechanism="PLAIN",
-            response="\0guest\0nope",
-        ),
-    )
-    close = c.expect(spec.Connection.Close)
-    assert close.reply_code == 403
-    assert close.reply_text.startswith(
-        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN"
-    )
-
-
 def test_guest_refused_from_remote_address(make_client):
     c = make_client(peer="10.1.2.3")
     c.send_raw(b"AMQP\x00\x00\x09\x01")
@@ -66,19 +47,6 @@ def test_guest_refused_from_remote_address(make_client):
         ),
     )
     assert c.expect(spec.Connection.Close).reply_code == 403
-
-
-def test_unknown_vhost_is_530(make_client):
-    c = make_client()
-    c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.send(0, spec.Connection.StartOk(mechanism="PLAIN", response="\0guest\0guest"))
-    c.send(
-        0,
-        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
-        spec.Connection.Open(virtual_host="nope"),
-    )
-    close = c.expect(spec.Connection.Close)
-    assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - vhost nope not found")
 
 
 def test_silent_client_is_dropped_after_two_heartbeat_intervals(make_client, loop):
@@ -99,21 +67,6 @@ def test_client_heartbeats_keep_connection(make_client, loop):
         loop.advance(0.9)
         c.send_raw(b"\x08\x00\x00\x00\x00\x00\x00\xce")
     assert not c.transport.closed
-
-
-def test_frame_larger_than_frame_max_is_501(make_client):
-    c = make_client()
-    c.handshake(frame_max=4096)
-    c.open_channel(1)
-    c.publish(1, "", "q", b"x" * 5000)
-    close = c.expect(spec.Connection.Close)
-    assert close.reply_code == 501
-
-
-def test_method_on_unopened_channel_is_504(client):
-    client.send(5, spec.Queue.Declare(queue="q"))
-    close = client.expect(spec.Connection.Close)
-    assert close.reply_code == 504
 
 
 def test_connection_close_handshake(client, loop):
