@@ -384,3 +384,15 @@ def test_a_client_that_never_answers_the_brokers_close_is_dropped(client, loop):
     assert not client.transport.closed  # waiting for close-ok...
     loop.advance(30)  # ...but not for longer than RabbitMQ's ?CLOSING_TIMEOUT
     assert client.transport.closed
+
+
+def test_deliveries_are_cut_into_body_frames_of_frame_max_minus_8(make_client):
+    c = opened(make_client, frame_max=4096)
+    c.open_channel(1)
+    c.rpc(1, spec.Queue.Declare(queue="q"), spec.Queue.DeclareOk)
+    body = b"x" * 10000
+    c.send(1, spec.Basic.Publish(exchange="", routing_key="q"), pheader.ContentHeader(0, len(body)))
+    c.send(1, *[pbody.ContentBody(body[i : i + 3000]) for i in range(0, len(body), 3000)])
+    c.send(1, spec.Basic.Get(queue="q", no_ack=True))
+    sizes = [len(f.value) for _, f in c.frames() if isinstance(f, pbody.ContentBody)]
+    assert sizes == [4088, 4088, 1824]

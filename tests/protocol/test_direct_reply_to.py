@@ -471,3 +471,18 @@ def test_a_nowait_cancel_ends_the_reply_consumer_silently(client):
     assert client.methods() == []
     publish(client, "anywhere", props=spec.Basic.Properties(reply_to=RT))
     assert closed(client, 1)[:2] == (406, "PRECONDITION_FAILED - fast reply consumer does not exist")
+
+
+def test_the_reply_to_rewrite_applies_through_any_exchange(client):
+    client.rpc(1, spec.Basic.Consume(queue=RT, consumer_tag="rc", no_ack=True), spec.Basic.ConsumeOk)
+    client.rpc(1, spec.Queue.Declare(queue="q"), spec.Queue.DeclareOk)
+    client.rpc(1, spec.Queue.Bind(queue="q", exchange="amq.direct", routing_key="k"), spec.Queue.BindOk)
+    publish(client, "k", exchange="amq.direct", props=spec.Basic.Properties(reply_to=RT))
+    assert client.get("q")[1].reply_to.startswith(RT + ".")
+
+
+def test_a_channel_may_reply_to_its_own_address(make_client):
+    c, address = consumer_with_address(make_client)
+    publish(c, address, b"to myself")
+    deliver = c.expect(spec.Basic.Deliver)
+    assert (deliver.consumer_tag, deliver.routing_key) == ("rc", address)

@@ -383,3 +383,15 @@ def test_a_reply_consumer_needs_no_permission(login):
     c = login("empty")
     consume = spec.Basic.Consume(queue="amq.rabbitmq.reply-to", consumer_tag="rc", no_ack=True)
     assert c.rpc(1, consume, spec.Basic.ConsumeOk).consumer_tag == "rc"
+
+
+def test_a_permitted_get_of_a_missing_queue_is_404(restricted):
+    assert restricted.refused(1, spec.Basic.Get(queue=f"q{R}-missing")) == (
+        404,
+        f"NOT_FOUND - no queue 'q{R}-missing' in vhost '/'",
+        (60, 70),
+    )
+
+
+def test_a_permitted_delete_of_a_missing_queue_is_ok(restricted):
+    assert restricted.rpc(1, spec.Queue.Delete(queue=f"q{C}-missing"), spec.Queue.DeleteOk).message_count == 0
