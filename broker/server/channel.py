@@ -41,6 +41,7 @@ from ottermq.amqp.fastpath import (
     BASIC_REJECT,
     FRAME_BODY,
     FRAME_HEADER,
+    FRAME_HEARTBEAT,
     FRAME_METHOD,
 )
 from pamqp import commands as spec
@@ -72,6 +73,27 @@ class UnknownMethod(Exception):
 
     def __init__(self, key: int) -> None:
         super().__init__(f"unknown method id: class {key >> 16}, method {key & 0xFFFF}")
+
+
+def expect_open(frame_type: int, payload: bytes) -> None:
+    """Check the first frame on a channel number that is not open: it must be ``channel.open``.
+
+    Raises:
+        UnexpectedFrame: not a method frame (505).
+        ChannelError: another method (504), AMQP 0-8's access.request included.
+        UnknownMethod: a class/method id outside AMQP 0-9-1.
+    """
+    if frame_type == FRAME_HEARTBEAT:
+        raise UnexpectedFrame("type 8, all octets = <<>>")
+    if frame_type != FRAME_METHOD:
+        raise UnexpectedFrame("expected method frame, got non method frame instead")
+    key = fastpath.method_key(payload)
+    if key == ACCESS_REQUEST:  # known to RabbitMQ (AMQP 0-8), not to pamqp
+        raise ChannelError("expected 'channel.open'")
+    if key not in KNOWN_METHODS:
+        raise UnknownMethod(key)
+    if not isinstance(fastpath.decode_method(payload), spec.Channel.Open):
+        raise ChannelError("expected 'channel.open'")
 
 
 def _restart(stats: MessageStats) -> None:

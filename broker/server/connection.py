@@ -12,9 +12,8 @@ Rules:
   a ``ConnectionException`` sends ``Connection.Close`` and moves to CLOSING, where only Close-Ok
   (or Close) is read, and the socket is closed on Close-Ok or after ``CLOSE_TIMEOUT``.
 - Anything else raised while handling a frame is logged and closes the connection with 541.
-- Output is appended to a buffer flushed once per event-loop turn (or when it grows large);
-  publisher confirms settled during the turn are coalesced into it just before the write. When
-  the transport's buffer is full the connection stops delivering and stops reading.
+- Bytes out go through ``Output`` (one write per event-loop turn, confirms coalesced into it);
+  when the transport's buffer is full, ``FlowControl`` stops deliveries and reading.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from ottermq.amqp import fastpath
 from ottermq.amqp.errors import (
     AMQPError,
     ChannelCrashed,
-    ChannelError,
     ChannelException,
     ConnectionException,
     ConnectionForced,
@@ -40,13 +38,15 @@ from ottermq.amqp.errors import (
 from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
 from ottermq.amqp.reader import FrameReader, payload_snippet
 from pamqp import commands as spec
-from pamqp.base import Frame
 
-from ..node.info import ChannelRef, ConnectionInfo, TLSInfo
-from ..node.sasl import MECHANISMS, credentials
+from ..node.info import ChannelRef, ConnectionInfo
 from ..node.stats import MessageStats
-from ..node.tls import peer_identity
-from .channel import ACCESS_REQUEST, KNOWN_METHODS, Channel, UnknownMethod
+from . import handshake
+from .channel import Channel, UnknownMethod, expect_open
+from .endpoints import Endpoints
+from .flow import FlowControl
+from .handshake import FRAME_MIN_SIZE, ClientCapabilities, HandshakeError
+from .output import Output
 from .states import Routed, State, Step, check_transition, route
 
 if TYPE_CHECKING:
@@ -54,14 +54,12 @@ if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
-    from .interfaces import ChannelPort, ConfirmSender, ServerPort
+    from .interfaces import ChannelPort, ServerPort
 
 log = logging.getLogger(__name__)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
-FRAME_MIN_SIZE = 4096
 CLOSE_TIMEOUT = 3.0
-FLUSH_THRESHOLD = 256 * 1024
 WRITE_HIGH_WATER = 1024 * 1024
 
 AWAIT_HEADER, STARTING, TUNING, OPENING = State.AWAIT_HEADER, State.STARTING, State.TUNING, State.OPENING
@@ -89,6 +87,7 @@ class AMQPConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
         self._steps = self._step_table()
+        self.endpoints = Endpoints()  # the socket's two ends (broker/server/endpoints.py)
         self.peer = "?"
         self._header = b""
         self._pending = b""  # an incomplete handshake frame
@@ -101,44 +100,35 @@ class AMQPConnection(asyncio.Protocol):
         self.user: UserRecord = None  # type: ignore[assignment]  # set at connection.start-ok
         self.vhost: VHost = None  # type: ignore[assignment]  # set at connection.open
         self.client_properties: dict[str, Any] = {}
-        # socket traffic for the management API (RabbitMQ's recv_oct/recv_cnt/send_oct/send_cnt)
-        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
-        self.consumer_cancel_notify = False
-        self.spec_qos = False
-        self._auth_failure_close = False
+        # socket traffic for the management API (RabbitMQ's recv_oct/recv_cnt; send_* in ``output``)
+        self.recv_oct = self.recv_cnt = 0
+        self.capabilities = ClientCapabilities()  # from connection.start-ok
         self.exclusive_queues: set[Queue] = set()
-        self.paused = False  # transport buffer full: no deliveries, no reading
-        self.alarm_blocked = False  # memory alarm on (RabbitMQ's connection.blocked)
-        self.has_published = False
-        self._blocked_capable = False
-        self._reading = True
-        self._out: list[bytes] = []
-        self._confirming: list[ConfirmSender] = []  # channels with settled publisher confirms
-        self._out_size = 0
-        self._flush_scheduled = False
-        self._in_receive = False
+        self.flow = FlowControl()  # when to read and deliver (broker/server/flow.py)
+        self.output = output = Output(self.loop)  # written once per loop turn (broker/server/output.py)
+        self.send = output.send
+        self.send_method = output.send_method
+        self.confirms_ready = output.confirms_ready
+        self._flush = output.flush
         self._recv_flag = True
-        self._sent_flag = False
         self._silent_ticks = 0
         self._timer: asyncio.TimerHandle | None = None
 
     def _to(self, state: State) -> None:
         """Move to ``state`` (``broker.states.TRANSITIONS`` says which moves exist)."""
         self.state = check_transition(self.state, state)
+        if state is CLOSED:
+            self.flow.stop()
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
-        self.transport = transport
+        self.transport = self.output.transport = transport
+        self.flow.start(transport)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._peer_host = peer[0] if peer else ""
-        ssl_object = transport.get_extra_info("ssl_object")
-        self.tls = ssl_object is not None
-        # the client certificate, when one was sent and verified (OTTERMQ_SSL_VERIFY=verify_peer)
-        self.peer_cert = (ssl_object.getpeercert() or None) if ssl_object is not None else None
-        self.mechanisms = (*MECHANISMS, "EXTERNAL") if self.peer_cert else MECHANISMS
+        self.endpoints = endpoints = Endpoints(transport)
+        self.peer = endpoints.label
+        self.mechanisms = handshake.mechanisms(endpoints.cert)
         self.server.register(self)
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
         log.info("accepting AMQP connection %s", self.peer)
@@ -149,7 +139,8 @@ class AMQPConnection(asyncio.Protocol):
         self.recv_cnt += 1
         if self.state is CLOSED:
             return
-        self._in_receive = True
+        output = self.output
+        output.in_receive = True
         try:
             if self.state < RUNNING:
                 if self.state is AWAIT_HEADER:
@@ -165,7 +156,7 @@ class AMQPConnection(asyncio.Protocol):
             else:
                 self._abort()
         finally:
-            self._in_receive = False
+            output.in_receive = False
             self._flush()
 
     def _feed(self, data: bytes) -> None:
@@ -214,74 +205,25 @@ class AMQPConnection(asyncio.Protocol):
             log.debug("connection %s closed", self.peer)
 
     def pause_writing(self) -> None:
-        self.paused = True
-        self.update_reading()
+        self.flow.paused = True
+        self.flow.update_reading()
 
     def resume_writing(self) -> None:
-        self.paused = False
-        self.update_reading()
+        self.flow.paused = False
+        self.flow.update_reading()
         for channel in list(self.channels.values()):
             channel.kick_consumers()
 
-    def update_reading(self) -> None:
-        """Read from the socket unless its output is backed up or the memory alarm blocks us."""
-        want = not self.paused and not (self.alarm_blocked and self.has_published)
-        if want == self._reading or self.transport is None or self.state is CLOSED:
-            return
-        self._reading = want
-        if want:
-            self.transport.resume_reading()
-        else:
-            self.transport.pause_reading()
-
     def set_blocked(self, blocked: bool, reason: str) -> None:
         """Memory alarm: publishers stop being read; capable clients are told (connection.blocked)."""
-        if blocked == self.alarm_blocked or self.state is not RUNNING:
-            self.alarm_blocked = blocked
+        flow = self.flow
+        if blocked == flow.alarm_blocked or self.state is not RUNNING:
+            flow.alarm_blocked = blocked
             return
-        self.alarm_blocked = blocked
-        if self._blocked_capable:
+        flow.alarm_blocked = blocked
+        if self.capabilities.connection_blocked:
             self.send_method(0, spec.Connection.Blocked(reason) if blocked else spec.Connection.Unblocked())
-        self.update_reading()
-
-    # -- output ---------------------------------------------------------------------------
-    def send(self, data: bytes) -> None:
-        """Queue bytes for the client; written once per loop turn."""
-        self._out.append(data)
-        self._out_size += len(data)
-        if self._out_size > FLUSH_THRESHOLD:
-            self._flush()
-        elif not self._flush_scheduled and not self._in_receive:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def send_method(self, channel: int, method: Frame) -> None:
-        self.send(fastpath.encode_method(channel, method))
-
-    def confirms_ready(self, sender: ConfirmSender) -> None:
-        """``sender`` has publisher confirms to send: they go out with this loop turn's output."""
-        self._confirming.append(sender)
-        if not self._flush_scheduled and not self._in_receive:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self._confirming:
-            confirming, self._confirming = self._confirming, []
-            for sender in confirming:
-                sender.send_confirms()
-        out = self._out
-        if not out:
-            return
-        transport = self.transport
-        if transport is not None and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
-            self._sent_flag = True
-            self.send_oct += self._out_size
-            self.send_cnt += 1
-        out.clear()
-        self._out_size = 0
+        flow.update_reading()
 
     # -- handshake ------------------------------------------------------------------------
     def _on_header(self, data: bytes) -> bytes:
@@ -298,16 +240,7 @@ class AMQPConnection(asyncio.Protocol):
             self._abort()
             return b""
         self._to(STARTING)
-        self.send_method(
-            0,
-            spec.Connection.Start(
-                version_major=0,
-                version_minor=9,
-                server_properties=self.server.server_properties,
-                mechanisms=" ".join(self.mechanisms),
-                locales="en_US",
-            ),
-        )
+        self.send_method(0, handshake.start(self.server.server_properties, self.mechanisms))
         return rest
 
     def _handshake_timeout(self) -> None:
@@ -372,45 +305,20 @@ class AMQPConnection(asyncio.Protocol):
 
     def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
         self.client_properties = method.client_properties or {}
-        capabilities = self.client_properties.get("capabilities") or {}
-        if isinstance(capabilities, dict):
-            self.consumer_cancel_notify = bool(capabilities.get("consumer_cancel_notify"))
-            self._auth_failure_close = bool(capabilities.get("authentication_failure_close"))
-            self._blocked_capable = bool(capabilities.get("connection.blocked"))
-        # kombu (Celery's transport, on py-amqp) picks the meaning of basic.qos "global" from the
-        # server's product: for anything but RabbitMQ it assumes the AMQP spec, where global=false
-        # limits the whole channel. Give py-amqp clients that meaning; everyone else gets
-        # RabbitMQ's (global=false: per new consumer).
-        self.spec_qos = self.client_properties.get("product") == "py-amqp"
+        self.capabilities = capabilities = ClientCapabilities.of(self.client_properties)
         mechanism = method.mechanism
-        if mechanism not in self.mechanisms:
-            self._silent_close(f"unknown authentication mechanism '{mechanism}'")
+        try:
+            username, user = handshake.authenticate(
+                self.node, self.settings, method, self.mechanisms, self.endpoints.cert, self.endpoints.host
+            )
+        except HandshakeError as exc:
+            self._silent_close(exc.reason)
             return
-        if mechanism == "EXTERNAL":  # the verified client certificate names the user; no password
-            settings = self.settings
-            login_from, san_type = settings.ssl_cert_login_from, settings.ssl_cert_login_san_type
-            username = peer_identity(self.peer_cert, login_from, san_type)
-            user = self.node.authenticate_external(username, self._peer_host)
-        else:
-            username, password = credentials(mechanism, method.response)
-            if username is None or password is None:  # RabbitMQ: a protocol error, not a refused login
-                self._silent_close(f"{mechanism} response invalid")
-                return
-            user = self.node.authenticate(username, password, self._peer_host)
         if user is None:
             log.warning("connection %s: login refused for user %r (%s)", self.peer, username, mechanism)
-            if self._auth_failure_close:
+            if capabilities.authentication_failure_close:
                 # RabbitMQ answers with a Connection.Close straight away (no tune) and closes
-                self.send_method(
-                    0,
-                    spec.Connection.Close(
-                        403,
-                        f"ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. "
-                        "For details see the broker logfile.",
-                        0,
-                        0,
-                    ),
-                )
+                self.send_method(0, handshake.refused_login(mechanism))
                 self._to(CLOSING)
                 self._flush()
                 self._set_close_timer()
@@ -420,30 +328,11 @@ class AMQPConnection(asyncio.Protocol):
         self.user = user
         self.username = user.name
         self._to(TUNING)
-        self.send_method(
-            0,
-            spec.Connection.Tune(
-                channel_max=self.settings.channel_max,
-                frame_max=self.settings.frame_max,
-                heartbeat=int(self.settings.heartbeat_interval),
-            ),
-        )
+        self.send_method(0, handshake.tune(self.settings))
 
     def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
-        server_frame_max = self.settings.frame_max
-        frame_max = method.frame_max
-        if frame_max != 0 and frame_max < FRAME_MIN_SIZE:
-            raise NotAllowed(f"frame_max={frame_max} < {FRAME_MIN_SIZE} min size")
-        if frame_max == 0 or frame_max > server_frame_max:
-            raise NotAllowed(f"frame_max={frame_max} > {server_frame_max} max size")
-        server_channel_max = self.settings.channel_max
-        channel_max = method.channel_max
-        if server_channel_max and (channel_max == 0 or channel_max > server_channel_max):
-            raise NotAllowed(f"channel_max={channel_max} > {server_channel_max} max size")
-        self.frame_max = frame_max
-        self.reader.frame_max = frame_max
-        self.channel_max = channel_max
-        self.heartbeat = method.heartbeat
+        self.frame_max, self.channel_max, self.heartbeat = handshake.negotiate(self.settings, method)
+        self.reader.frame_max = self.frame_max
         self._to(OPENING)
 
     def _on_open(self, method: spec.Connection.Open) -> None:
@@ -480,9 +369,10 @@ class AMQPConnection(asyncio.Protocol):
         self._timer = None
         if self.state is not RUNNING:
             return
-        if not self._sent_flag:
+        output = self.output
+        if not output.sent:
             self.send(HEARTBEAT)
-        self._sent_flag = False
+        output.sent = False
         if self._recv_flag:
             self._silent_ticks = 0
         else:
@@ -507,12 +397,8 @@ class AMQPConnection(asyncio.Protocol):
             NotAllowed: the new secret was refused (the user is gone or the password differs).
         """
         if self.settings.update_secret_verify:
-            secret: Any = method.new_secret
-            if isinstance(secret, bytes):
-                secret = secret.decode("utf-8", "replace")
-            if not isinstance(secret, str):
-                secret = ""
-            if self.node.authenticate(self.username, secret, self._peer_host) is None:
+            secret = handshake.new_secret(method)
+            if self.node.authenticate(self.username, secret, self.endpoints.host) is None:
                 log.error("Secret update was refused for user '%s'", self.username)
                 raise NotAllowed("New secret was refused by one of the backends")
         self.send_method(0, spec.Connection.UpdateSecretOk())
@@ -553,18 +439,7 @@ class AMQPConnection(asyncio.Protocol):
             self._fail(InternalError("internal error"), channel.method_key if channel else 0)
 
     def _open_channel(self, frame_type: int, number: int, payload: bytes) -> None:
-        if frame_type == FRAME_HEARTBEAT:
-            raise UnexpectedFrame("type 8, all octets = <<>>")
-        if frame_type != FRAME_METHOD:
-            raise UnexpectedFrame("expected method frame, got non method frame instead")
-        key = fastpath.method_key(payload)
-        if key == ACCESS_REQUEST:  # known to RabbitMQ (AMQP 0-8), not to pamqp
-            raise ChannelError("expected 'channel.open'")
-        if key not in KNOWN_METHODS:
-            raise UnknownMethod(key)
-        method = fastpath.decode_method(payload)
-        if not isinstance(method, spec.Channel.Open):
-            raise ChannelError("expected 'channel.open'")
+        expect_open(frame_type, payload)
         if self.channel_max and len(self.channels) >= self.channel_max:
             raise _NoMethod(
                 f"number of channels opened ({len(self.channels)}) has reached the "
@@ -646,35 +521,17 @@ class AMQPConnection(asyncio.Protocol):
 
     def channel_ref(self, number: int) -> ChannelRef:
         """Where channel ``number`` is (for snapshots)."""
-        peer_host, peer_port = self._address("peername")
-        return ChannelRef(number, self.name, peer_host, peer_port, self.username)
-
-    def _address(self, which: str) -> tuple[str, int]:
-        info = self.transport.get_extra_info(which) if self.transport is not None else None
-        if isinstance(info, tuple) and len(info) >= 2:
-            return str(info[0]), int(info[1])
-        return "?", 0
+        name, _host, _port, peer_host, peer_port = self.endpoints.names()
+        return ChannelRef(number, name, peer_host, peer_port, self.username)
 
     @property
     def name(self) -> str:
         """RabbitMQ's connection name: ``"<peer host>:<peer port> -> <host>:<port>"``."""
-        peer_host, peer_port = self._address("peername")
-        host, port = self._address("sockname")
-        return f"{peer_host}:{peer_port} -> {host}:{port}"
-
-    def _tls_info(self) -> TLSInfo | None:
-        transport = self.transport
-        ssl_object = transport.get_extra_info("ssl_object") if self.tls and transport is not None else None
-        if ssl_object is None:
-            return None
-        cipher = ssl_object.cipher() or ("", "", 0)
-        return TLSInfo(ssl_object.version() or "", cipher[0], self.peer_cert)
+        return self.endpoints.names()[0]
 
     def info(self) -> ConnectionInfo:
         """A snapshot of this open connection and its channels (``ottermq.broker.node.info``)."""
-        peer_host, peer_port = self._address("peername")
-        host, port = self._address("sockname")
-        name = f"{peer_host}:{peer_port} -> {host}:{port}"
+        name, host, port, peer_host, peer_port = self.endpoints.names()
         channels = tuple(
             channel.info(ChannelRef(number, name, peer_host, peer_port, self.username))
             for number, channel in sorted(self.channels.items())
@@ -688,16 +545,16 @@ class AMQPConnection(asyncio.Protocol):
             peer_port=peer_port,
             user=self.username,
             vhost=self.vhost.name if self.vhost is not None else "",
-            tls=self._tls_info(),
-            blocked=self.alarm_blocked and self.has_published,
+            tls=self.endpoints.tls_info(),
+            blocked=self.flow.blocked,
             channel_max=self.channel_max,
             frame_max=self.frame_max,
             heartbeat=self.heartbeat,
             client_properties=self.client_properties,
             recv_oct=self.recv_oct,
-            send_oct=self.send_oct,
+            send_oct=self.output.send_oct,
             recv_cnt=self.recv_cnt,
-            send_cnt=self.send_cnt,
+            send_cnt=self.output.send_cnt,
             channels=channels,
         )
 

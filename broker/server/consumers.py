@@ -72,7 +72,7 @@ class ChannelConsumer:
 
     def can_deliver(self) -> bool:
         owner = self.owner
-        if owner.conn.paused or owner.closing:
+        if owner.flow.paused or owner.closing:
             return False
         if self.no_ack:
             return True
@@ -112,6 +112,7 @@ class Consumers:
         "closing",
         "conn",
         "consumers",
+        "flow",
         "global_prefetch",
         "number",
         "prefetch",
@@ -127,6 +128,7 @@ class Consumers:
         self.number = number
         self.vhost = conn.vhost
         self.stats = stats
+        self.flow = conn.flow  # paused: the socket's output is backed up
         self.closing = False
         self.consumers: dict[str, ChannelConsumer] = {}
         self.reply: ReplyConsumer | None = None  # direct reply-to consumer (broker/reply_to.py)
@@ -213,7 +215,7 @@ class Consumers:
                 self.conn.peer,
                 consumer.queue.name,
             )
-            if self.conn.consumer_cancel_notify and not self.closing:
+            if self.conn.capabilities.consumer_cancel_notify and not self.closing:
                 self.conn.send_method(self.number, spec.Basic.Cancel(consumer.tag, nowait=True))
 
     def shutdown(self) -> None:
@@ -399,7 +401,7 @@ class Consumers:
     def on_basic_qos(self, m: spec.Basic.Qos) -> None:
         if m.prefetch_size:
             raise AMQPNotImplemented(f"prefetch_size!=0 ({m.prefetch_size})")
-        if m.global_ or self.conn.spec_qos:  # spec_qos: see AMQPConnection._on_start_ok
+        if m.global_ or self.conn.capabilities.spec_qos:  # spec_qos: see handshake.ClientCapabilities
             self.global_prefetch = m.prefetch_count
         else:
             self.prefetch = m.prefetch_count

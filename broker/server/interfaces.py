@@ -2,14 +2,14 @@
 
 Rules:
 - Every other module of ``broker.server`` may import this one; it imports none of them but the
-  leaves it names (``reply_to``). The connection, the channel and the channel's parts depend on
-  these Protocols, never on each other's classes, so no module of the server imports one that
-  imports it back (type-only imports included; ``tests/unit/architecture`` checks it).
+  leaves it names (``reply_to``, ``flow``, ``handshake``). The connection, the channel and the
+  channel's parts depend on these Protocols, never on each other's classes, so no module of the
+  server imports one that imports it back (type-only imports included; ``tests/unit/architecture``
+  checks it).
 - ``ServerPort``: what a connection uses of the ``AMQPServer`` (``listener``).
 - ``ConnectionPort``: what a channel and its parts use of their connection (``AMQPConnection``).
-  What changes while a channel is open (``paused``, ``has_published``, ``alarm_blocked``) is read
-  at use; what is fixed once the connection runs (``frame_max``, ``user``, ``vhost``) may be
-  copied when a channel opens.
+  What is fixed once the connection runs (``frame_max``, ``user``, ``vhost``, ``flow``) may be
+  copied when a channel opens; the rest is read at use.
 - ``ChannelPort``: what the connection needs to close a channel from outside frame handling.
 - ``ConfirmSender``, ``HeldAcks``: the narrow views the connection has of a channel's publisher
   and the publisher of the channel's consumers (a transaction holds acks).
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..node.info import ChannelRef
     from ..node.node import Node
+    from .flow import FlowControl
+    from .handshake import ClientCapabilities
     from .reply_to import ReplyRegistry
 
 Conn_contra = TypeVar("Conn_contra", contravariant=True)
@@ -88,8 +90,6 @@ class ConfirmSender(Protocol):
 class ConnectionPort(Protocol):
     """What a channel and its parts use of their connection (``AMQPConnection``)."""
 
-    has_published: bool  # set by the first basic.publish (the memory alarm blocks publishers only)
-
     @property
     def node(self) -> Node: ...
 
@@ -117,18 +117,12 @@ class ConnectionPort(Protocol):
     def frame_max(self) -> int: ...
 
     @property
-    def paused(self) -> bool:
-        """The socket's output is backed up: no deliveries."""
+    def flow(self) -> FlowControl:
+        """When the connection reads and delivers (``paused``: no deliveries)."""
 
     @property
-    def alarm_blocked(self) -> bool: ...
-
-    @property
-    def consumer_cancel_notify(self) -> bool: ...
-
-    @property
-    def spec_qos(self) -> bool:
-        """``basic.qos global=false`` limits the channel (AMQP's meaning, py-amqp clients)."""
+    def capabilities(self) -> ClientCapabilities:
+        """What the client said it understands (``consumer_cancel_notify``, ``spec_qos``, ...)."""
 
     @property
     def exclusive_queues(self) -> set[Queue]: ...
@@ -144,9 +138,6 @@ class ConnectionPort(Protocol):
 
     def confirms_ready(self, sender: ConfirmSender) -> None:
         """``sender`` has settled confirms: they go out with this loop turn's output."""
-
-    def update_reading(self) -> None:
-        """Read from the socket unless its output is backed up or the memory alarm blocks us."""
 
     def channel_ref(self, number: int) -> ChannelRef:
         """Where channel ``number`` is, for snapshots."""

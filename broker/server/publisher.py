@@ -60,6 +60,7 @@ class Publisher:
         "_acks",
         "_close",
         "_confirms",
+        "_flow",
         "_is_open",
         "_ops",
         "_publish_seq",
@@ -93,6 +94,7 @@ class Publisher:
         self._is_open = is_open
         self._close = close
         self._ops = conn.node.ops
+        self._flow = conn.flow
         self._write_ok: str | None = None  # exchange last allowed for basic.publish
         self.confirm = False
         self._publish_seq = 0
@@ -108,11 +110,10 @@ class Publisher:
             AMQPNotImplemented: ``immediate`` (540).
             NotFound, AccessRefused, PreconditionFailed: as the module rules list.
         """
+        flow = self._flow
+        if not flow.has_published:
+            flow.published()
         conn = self.conn
-        if not conn.has_published:
-            conn.has_published = True
-            if conn.alarm_blocked:
-                conn.update_reading()
         exchange_name, routing_key, mandatory, immediate = publish
         if immediate:
             raise AMQPNotImplemented("immediate=true")

@@ -1,0 +1,58 @@
+"""When a connection reads and delivers: the transport's backpressure and the memory alarm.
+
+Rules (uvicorn's ``flow_control.py``, plus RabbitMQ's ``connection.blocked``):
+- The transport's write buffer above its high-water mark (``asyncio.Protocol.pause_writing``)
+  pauses deliveries (``paused``: every consumer's ``can_deliver`` reads it) and reading, until it
+  drains (``resume_writing``; the connection then lets its consumers deliver again).
+- The memory alarm (``alarm_blocked``) stops reading only once the connection has published
+  (``has_published``): RabbitMQ blocks publishers, not consumers.
+- Reading is paused or resumed only when the wanted state changes, and never once the connection
+  is closed (``stop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class FlowControl:
+    """The read and delivery switches of one connection (see the module rules)."""
+
+    __slots__ = ("_reading", "_transport", "alarm_blocked", "has_published", "paused")
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None  # set once the connection is made
+        self._reading = True
+        self.paused = False  # transport buffer full: no deliveries, no reading
+        self.alarm_blocked = False  # memory alarm on (RabbitMQ's connection.blocked)
+        self.has_published = False
+
+    def start(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def stop(self) -> None:
+        """The connection is closed: reading is left as it is."""
+        self._transport = None
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the alarm keeps this connection from being read (RabbitMQ's ``blocked``)."""
+        return self.alarm_blocked and self.has_published
+
+    def published(self) -> None:
+        """The connection's first basic.publish: from now on the memory alarm applies to it."""
+        self.has_published = True
+        if self.alarm_blocked:
+            self.update_reading()
+
+    def update_reading(self) -> None:
+        """Read from the socket unless its output is backed up or the memory alarm blocks us."""
+        want = not self.paused and not (self.alarm_blocked and self.has_published)
+        transport = self._transport
+        if want == self._reading or transport is None:
+            return
+        self._reading = want
+        if want:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
