@@ -213,3 +213,14 @@ def test_bcc_alone_routes_and_leaves_an_empty_headers_table(client):
     client.publish(1, "", "nowhere", b"m", spec.Basic.Properties(headers={"BCC": ["bcc"]}))
     got_ok, props, body = client.get("bcc")
     assert (body, got_ok.routing_key, props.headers) == (b"m", "nowhere", {})
+
+
+def test_a_dead_letter_lists_the_cc_keys_in_x_death_and_drops_cc(client, loop):
+    declare(client, "dlq", "main")
+    args = {"x-message-ttl": 50, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    client.rpc(1, spec.Queue.Declare(queue="cc", arguments=args), spec.Queue.DeclareOk)
+    client.publish(1, "", "main", b"m", spec.Basic.Properties(headers={"CC": ["cc"], "BCC": ["other"]}))
+    loop.advance(0.05)
+    _, props, body = client.get("dlq")
+    assert body == b"m" and props.headers["x-death"][0]["routing-keys"] == ["main", "cc"]
+    assert "CC" not in props.headers and "BCC" not in props.headers

@@ -166,3 +166,16 @@ def test_a_limit_set_below_the_current_count_closes_nothing(make_client, tenant,
         c.open_channel(1)
         c.rpc(1, spec.Queue.Declare(queue="", exclusive=True), spec.Queue.DeclareOk)
     assert connect(make_client)[1][0] == 530
+
+
+def test_the_queue_limit_counts_the_queues_of_every_connection_in_the_vhost(make_client, tenant, set_limit):
+    set_limit("vhost", "lim", "max-queues", 1)
+    other, _ = connect(make_client, "other")
+    other.open_channel(1)
+    other.rpc(1, spec.Queue.Declare(queue="", exclusive=True), spec.Queue.DeclareOk)
+    c, _ = connect(make_client)
+    c.open_channel(1)
+    assert c.refused(1, spec.Queue.Declare(queue="mine"))[:2] == (
+        406,
+        "PRECONDITION_FAILED - cannot declare queue 'mine': queue limit in vhost 'lim' (1) is reached",
+    )
