@@ -19,6 +19,8 @@ from typing import Any
 import pika
 import pytest
 
+from .polling import poll_until
+
 pytestmark = pytest.mark.extension
 
 TEXT = (
@@ -28,18 +30,22 @@ TEXT = (
 
 
 def wait_closed(conn: Any, channel: Any, within: float) -> pika.exceptions.ChannelClosedByBroker:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    """The broker's close of ``channel``, awaited for up to ``within`` seconds while driving ``conn``."""
+
+    def closed() -> pika.exceptions.ChannelClosedByBroker | bool:
         try:
             conn.process_data_events(0.1)
         except pika.exceptions.ChannelClosedByBroker as exc:
             return exc
-        if not channel.is_open:
-            break
+        return not channel.is_open
+
+    got = poll_until(closed, timeout=within, interval=0, what="the broker to close the channel")
+    if isinstance(got, pika.exceptions.ChannelClosedByBroker):
+        return got
     reason = getattr(channel, "_closing_reason", None)
     if isinstance(reason, pika.exceptions.ChannelClosedByBroker):
         return reason
-    pytest.fail(f"channel not closed by the broker within {within} s")
+    pytest.fail(f"the channel was closed, but not by the broker: {reason!r}")
 
 
 def held_delivery(b: Any, queue: str, arguments: dict[str, Any] | None = None) -> tuple[Any, Any, list[Any]]:
@@ -50,10 +56,12 @@ def held_delivery(b: Any, queue: str, arguments: dict[str, Any] | None = None) -
     channel.basic_publish("", queue, b"slow")
     got: list[Any] = []
     channel.basic_consume(queue, lambda ch, m, p, body: got.append(m))
-    deadline = time.monotonic() + 5
-    while not got and time.monotonic() < deadline:
+
+    def delivered() -> list[Any]:
         conn.process_data_events(0.05)
-    assert got
+        return got
+
+    poll_until(delivered, timeout=5, interval=0, what=f"the delivery from {queue}")
     return conn, channel, got
 
 

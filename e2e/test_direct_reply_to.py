@@ -11,14 +11,14 @@ One case per rule runs here against both brokers; the variants are protocol test
 
 from __future__ import annotations
 
-import time
-
 import pamqp.body
 import pamqp.commands as C
 import pamqp.header
 import pika
 import pika.exceptions
 import pytest
+
+from .polling import poll_until
 
 RT = "amq.rabbitmq.reply-to"
 VHOST = "vhost '/'"
@@ -62,15 +62,17 @@ def address_of(raw) -> str:
 
 def get_one(raw, queue: str, timeout: float = 5) -> tuple[C.Basic.Properties, bytes, bytes]:
     """basic.get (no-ack) until a message comes: its properties, raw property octets and body."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def got_ok() -> bool:
+        """One basic.get: True on get-ok (its header and body frames follow), False on get-empty."""
         raw.send_frame(1, C.Basic.Get(queue=queue, no_ack=True))
         _, reply = raw.recv_frame()
         if isinstance(reply, C.Basic.GetOk):
-            break
+            return True
         assert isinstance(reply, C.Basic.GetEmpty), reply
-        assert time.monotonic() < deadline, "no message"
-        time.sleep(0.01)
+        return False
+
+    poll_until(got_ok, timeout=timeout, interval=0.01, what=f"a message in {queue}")
     frame_type, _, payload = raw.recv_raw_frame()
     assert frame_type == 2
     header = pamqp.header.ContentHeader()
@@ -115,7 +117,7 @@ def test_direct_reply_to_capability_is_advertised(raw_connect):
     assert raw_connect().start.server_properties["capabilities"]["direct_reply_to"] is True
 
 
-def test_rpc_round_trip_across_connections(connect, unique, poll_until):
+def test_rpc_round_trip_across_connections(connect, unique):
     client = connect().channel()
     replies: list = []
     tag = client.basic_consume(RT, lambda _c, m, p, b: replies.append((m, p, b)), auto_ack=True)

@@ -27,7 +27,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,8 @@ import pamqp.heartbeat
 import pika
 import pika.exceptions
 import pytest
+
+from .polling import poll_until
 
 RESTRICTED, RESTRICTED_PW = "e2e-perm-restricted", "restricted-pw"
 EMPTY, EMPTY_PW = "e2e-perm-empty", "empty-pw"
@@ -156,16 +157,18 @@ def rabbit_users(request: pytest.FixtureRequest) -> Iterator[Any]:
         )
     try:
         # the import is asynchronous: wait until the restricted user can log in
-        deadline = time.monotonic() + 20
         params = broker.params(credentials=pika.PlainCredentials(RESTRICTED, RESTRICTED_PW))
-        while True:
+
+        def logs_in() -> bool:
             try:
                 pika.BlockingConnection(params).close()
-                break
             except pika.exceptions.AMQPConnectionError:
-                if time.monotonic() > deadline:
-                    pytest.fail("the restricted user imported with rabbitmqctl never became usable")
-                time.sleep(0.1)
+                return False
+            return True
+
+        poll_until(
+            logs_in, timeout=20, interval=0.1, what="the restricted user imported with rabbitmqctl to log in"
+        )
         yield broker
     finally:
         for user in (RESTRICTED, EMPTY, NOPERM):
@@ -469,9 +472,7 @@ def test_alternate_exchange_and_dead_letter_exchange_checks(
     restricted().queue_declare(q_cr3, arguments={"x-dead-letter-exchange": ae_w})
 
 
-def test_dead_lettering_checks_nothing(
-    target: Target, admin: Any, restricted: Callable[[], Any], poll_until: Callable[..., Any]
-) -> None:
+def test_dead_lettering_checks_nothing(target: Target, admin: Any, restricted: Callable[[], Any]) -> None:
     dlx, dlq, source = target.name(), target.name(), target.name(READ)
     admin.exchange_declare(dlx, "fanout")
     admin.queue_declare(dlq)

@@ -10,6 +10,8 @@ import time
 import pika
 import pytest
 
+from .polling import poll_until
+
 
 def test_select_connection_confirms_consume_and_cancel_notification(broker, unique):
     q = unique("sel")
@@ -89,13 +91,17 @@ def test_pika_detects_a_silent_broker_by_heartbeat_timeout(broker):
     started = time.monotonic()
     # pika checks every heartbeat + 5 s whether anything arrived: the second check after silence fails
     with pytest.raises(pika.exceptions.AMQPHeartbeatTimeout):
-        while time.monotonic() - started < 30:
-            conn.process_data_events(time_limit=0.2)
+        poll_until(
+            lambda: conn.process_data_events(time_limit=0.2),  # returns None: only the raise ends the wait
+            timeout=30,
+            interval=0,
+            what="pika to raise AMQPHeartbeatTimeout",
+        )
     assert 5 < time.monotonic() - started < 20
     assert conn.is_closed
 
 
-def test_retry_with_delay_loop_counts_rounds_in_x_death(channel, unique, poll_until):
+def test_retry_with_delay_loop_counts_rounds_in_x_death(channel, unique):
     work_x, retry_x, work, wait = unique("work-x"), unique("retry-x"), unique("work"), unique("wait")
     channel.exchange_declare(work_x, "direct")
     channel.exchange_declare(retry_x, "direct")
@@ -106,19 +112,24 @@ def test_retry_with_delay_loop_counts_rounds_in_x_death(channel, unique, poll_un
     channel.queue_bind(wait, retry_x, "job")
     channel.basic_publish(work_x, "job", b"flaky job")
     rounds: list[int] = []
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def attempt() -> bool:
+        """One basic.get on ``work``: True once the job is acked (its 4th attempt), else False."""
         method, props, _body = channel.basic_get(work)
         if method is None:
-            time.sleep(0.02)
-            continue
+            return False
         deaths = (props.headers or {}).get("x-death", [])
         rejected = [d for d in deaths if d["queue"] == work and d["reason"] == "rejected"]
         count = rejected[0]["count"] if rejected else 0
         rounds.append(count)
         if count >= 3:
             channel.basic_ack(method.delivery_tag)  # succeeds on the 4th attempt
-            break
+            return True
         channel.basic_reject(method.delivery_tag, requeue=False)  # -> retry exchange -> wait (TTL)
+        return False
+
+    poll_until(
+        attempt, timeout=10, interval=0.02, what="the job's 4th attempt", explain=lambda: f"rounds: {rounds}"
+    )
     assert rounds == [0, 1, 2, 3]
     assert channel.queue_declare(wait, passive=True).method.message_count == 0

@@ -27,6 +27,8 @@ from datetime import datetime
 import pika
 import pytest
 
+from .polling import poll_until
+
 VHOST = "vhost '/'"
 
 
@@ -198,9 +200,12 @@ def test_ttl_zero_is_delivered_to_a_waiting_consumer(connect, where, with_dlq, d
     got: list[bytes] = []
     ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
     publish(ch, q, b"now", "0" if where == "message" else None)
-    deadline = time.monotonic() + 3
-    while not got and time.monotonic() < deadline:
+
+    def arrived() -> list[bytes]:
         conn.process_data_events(time_limit=0.02)
+        return got
+
+    poll_until(arrived, timeout=3, interval=0, what=f"the delivery from {q}")
     assert got == [b"now"]
     assert drain(ch, dlq) == []
 
@@ -219,7 +224,7 @@ def test_ttl_zero_without_consumer_expires_at_once(channel, where, with_dlq, dra
 # ---------------------------------------------------------------------------------------------------------
 # the classic example: a work queue with a TTL and a dead-letter queue
 # ---------------------------------------------------------------------------------------------------------
-def test_work_queue_ttl_dead_letters_into_dlq(connect, unique, poll_until):
+def test_work_queue_ttl_dead_letters_into_dlq(connect, unique):
     """Work queue with x-message-ttl and x-dead-letter-exchange; a consumer on the DLQ reads x-death."""
     conn = connect()
     ch = conn.channel()
