@@ -524,11 +524,6 @@ class AMQPConnection(asyncio.Protocol):
         name, _host, _port, peer_host, peer_port = self.endpoints.names()
         return ChannelRef(number, name, peer_host, peer_port, self.username)
 
-    @property
-    def name(self) -> str:
-        """RabbitMQ's connection name: ``"<peer host>:<peer port> -> <host>:<port>"``."""
-        return self.endpoints.names()[0]
-
     def info(self) -> ConnectionInfo:
         """A snapshot of this open connection and its channels (``ottermq.broker.node.info``)."""
         name, host, port, peer_host, peer_port = self.endpoints.names()
@@ -544,7 +539,7 @@ class AMQPConnection(asyncio.Protocol):
             peer_host=peer_host,
             peer_port=peer_port,
             user=self.username,
-            vhost=self.vhost.name if self.vhost is not None else "",
+            vhost=self.vhost_name or "",
             tls=self.endpoints.tls_info(),
             blocked=self.flow.blocked,
             channel_max=self.channel_max,

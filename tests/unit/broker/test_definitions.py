@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ from ottermq.persistence.store import (
     BindingRecord,
     Definitions,
     ExchangeRecord,
-    LimitRecord,
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
@@ -245,82 +243,6 @@ RABBITMQ_EXPORT: dict[str, Any] = {
         }
     ],
 }
-
-
-# ---------------------------------------------------------------------------------------------
-# a small in-memory store (only the definition half of ``Store``)
-# ---------------------------------------------------------------------------------------------
-class FakeStore:
-    """Definitions kept in dicts, with ``put_queue`` ids and a ``flush`` counter."""
-
-    def __init__(self) -> None:
-        self.vhosts: dict[str, VHostRecord] = {}
-        self.users: dict[str, UserRecord] = {}
-        self.permissions: dict[tuple[str, str], PermissionRecord] = {}
-        self.exchanges: dict[tuple[str, str], ExchangeRecord] = {}
-        self.queues: dict[tuple[str, str], QueueRecord] = {}
-        self.bindings: list[BindingRecord] = []
-        self.policies: dict[tuple[str, str, bool], PolicyRecord] = {}
-        self.limits: dict[tuple[str, str, str], LimitRecord] = {}
-        self.flushes = 0
-        self.next_id = 1
-
-    def put_vhost(self, record: VHostRecord) -> None:
-        self.vhosts[record.name] = record
-
-    def put_user(self, record: UserRecord) -> None:
-        self.users[record.name] = record
-
-    def put_permission(self, record: PermissionRecord) -> None:
-        self.permissions[(record.user, record.vhost)] = record
-
-    def put_exchange(self, record: ExchangeRecord) -> None:
-        self.exchanges[(record.vhost, record.name)] = record
-
-    def put_queue(self, record: QueueRecord) -> int:
-        record.id = self.next_id
-        self.next_id += 1
-        self.queues[(record.vhost, record.name)] = record
-        return record.id
-
-    def put_binding(self, record: BindingRecord) -> None:
-        self.bindings.append(record)
-
-    def put_policy(self, record: PolicyRecord) -> None:
-        self.policies[(record.vhost, record.name, record.operator)] = record
-
-    def put_limit(self, record: LimitRecord) -> None:
-        self.limits[(record.kind, record.owner, record.name)] = record
-
-    async def flush(self) -> None:
-        self.flushes += 1
-
-    async def load_definitions(self) -> Definitions:
-        return copy.deepcopy(
-            Definitions(
-                vhosts=list(self.vhosts.values()),
-                users=list(self.users.values()),
-                permissions=list(self.permissions.values()),
-                exchanges=list(self.exchanges.values()),
-                queues=list(self.queues.values()),
-                bindings=list(self.bindings),
-                policies=list(self.policies.values()),
-                limits=list(self.limits.values()),
-            )
-        )
-
-
-def _memory_store() -> Any:
-    return MemoryStore()
-
-
-async def _open(store: Any) -> Any:
-    if hasattr(store, "open"):
-        await store.open()
-    return store
-
-
-STORES: list[Callable[[], Any]] = [FakeStore, _memory_store]
 
 
 async def import_into(store: MemoryStore, defs: Definitions) -> Definitions:
