@@ -36,10 +36,9 @@ from .node.node import Node
 from .node.startup import (
     StartupError,
     check_archive_dir,
+    listener_startup_error,
     prepare_data_dir,
-    prometheus_startup_error,
     read_definitions,
-    web_startup_error,
 )
 from .node.tls import TLSConfigError, web_context, web_files
 from .node.wiring import Archive, open_store, shared_archive
@@ -98,7 +97,7 @@ class Broker:
                 self.web.bind()
             except OSError as exc:
                 self.amqp.close()
-                raise web_startup_error(settings, exc) from None
+                raise listener_startup_error(settings, exc, "web_port", "enable_web_api") from None
             self.node.add_listing(self.web.listeners)
         if settings.enable_prometheus:
             self.prometheus = PrometheusServer(self.node, self.web_tls_context)
@@ -108,7 +107,7 @@ class Broker:
                 self.amqp.close()
                 if self.web is not None:
                     self.web.close_sockets()
-                raise prometheus_startup_error(settings, exc) from None
+                raise listener_startup_error(settings, exc, "prometheus_port", "enable_prometheus") from None
             metrics = self.prometheus
             self.node.add_listing(
                 lambda: [(f"{p}/prometheus", ip, port) for p, ip, port in metrics.listeners()]

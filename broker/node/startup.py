@@ -44,26 +44,18 @@ def os_cause(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-def web_startup_error(settings: Settings, exc: OSError) -> StartupError:
-    """The one-line start-up error for a management API address that cannot be bound."""
+def listener_startup_error(settings: Settings, exc: OSError, port_field: str, switch: str) -> StartupError:
+    """The one-line start-up error for an HTTP listener (the management API's ``web_port``, the
+    metrics' ``prometheus_port``) whose address cannot be bound; ``switch`` is the field that turns
+    the listener off (``enable_web_api``, ``enable_prometheus``)."""
+    port = getattr(settings, port_field)
     if exc.errno == errno.EADDRINUSE:
-        fix = "set OTTERMQ_WEB_PORT to a free port, or OTTERMQ_ENABLE_WEB_API=false"
-        return StartupError("web_port", settings.web_port, os_cause(exc), fix)
+        fix = f"set {env_name(port_field)} to a free port, or {env_name(switch)}=false"
+        return StartupError(port_field, port, os_cause(exc), fix)
     if settings.web_host or settings.broker_host:  # unknown or foreign address
         field = "web_host" if settings.web_host else "broker_host"
         return StartupError(field, settings.web_host or settings.broker_host, os_cause(exc))
-    return StartupError("web_port", settings.web_port, os_cause(exc))
-
-
-def prometheus_startup_error(settings: Settings, exc: OSError) -> StartupError:
-    """The one-line start-up error for a metrics address that cannot be bound."""
-    if exc.errno == errno.EADDRINUSE:
-        fix = "set OTTERMQ_PROMETHEUS_PORT to a free port, or OTTERMQ_ENABLE_PROMETHEUS=false"
-        return StartupError("prometheus_port", settings.prometheus_port, os_cause(exc), fix)
-    if settings.web_host or settings.broker_host:
-        field = "web_host" if settings.web_host else "broker_host"
-        return StartupError(field, settings.web_host or settings.broker_host, os_cause(exc))
-    return StartupError("prometheus_port", settings.prometheus_port, os_cause(exc))
+    return StartupError(port_field, port, os_cause(exc))
 
 
 def lock_data_dir(data_dir: Path) -> int:
