@@ -24,11 +24,11 @@ from ottermq.vhost.vhost import VHost
 
 from ..config import Settings
 from .auth import AuthDB, AuthError
-from .definitions import DefinitionsError, apply_definitions
+from .definitions import DefinitionsError, Restore, apply_definitions
 from .delayed import DedupPersistence, DelayService
 from .info import ConnectionHandle
 from .limits import LimitError, Limits
-from .operations import Operations, policy_of
+from .operations import Operations
 from .recovery import recover
 from .startup import StartupError
 from .stats import Churn, MessageStats
@@ -133,7 +133,7 @@ class Node:
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
-        self._load_policies(defs)
+        apply_definitions(self, Definitions(policies=defs.policies), restore=Restore())  # after the messages
         self.limits.load(defs.limits)
         self.apply_limits()
         applied = Definitions()
@@ -189,19 +189,6 @@ class Node:
             vhost.call_at = make_call_at(self.loop, self.ttl.now)
         return vhost
 
-    def _load_policies(self, defs: Definitions) -> None:
-        """Apply the stored policies to the recovered vhosts (a stored one that no longer validates is
-        logged and skipped)."""
-        for record in defs.policies:
-            vhost = self.vhosts.get(record.vhost)
-            if vhost is None:
-                continue
-            try:
-                vhost.set_policy(policy_of(record))
-            except ValueError as exc:  # PolicyError, or a definition that is no JSON object
-                log.warning("ignoring stored policy '%s' in vhost '%s': %s", record.name, record.vhost, exc)
-
-    # -- vhosts and users ----------------------------------------------------------------------
     def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool:
         """Create (or describe again) the vhost ``name``; returns whether it existed.
 

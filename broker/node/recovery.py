@@ -3,6 +3,9 @@ each queue's messages back in order, in chunks, and run the expiry check on what
 broker was down (the design card's "recovery" check point: it is dead-lettered once, or dropped).
 
 Rules:
+- Exchanges, queues and bindings are restored by the one definitions applier
+  (``definitions/apply.py``, rule 4: what the broker refuses today is logged and skipped; a
+  refused queue is deleted from the store).
 - Nothing recovered is written back: the vhosts' store hooks are attached only afterwards.
 - Bindings whose source or destination is gone are ignored (and deleted from the store).
 - Messages come back with ``redelivered`` set if they had been delivered before; their TTL
@@ -16,27 +19,26 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Protocol
 
-from ottermq.amqp.errors import AMQPError
 from ottermq.amqp.props import quick_props
-from ottermq.amqp.table import decode_table
 from ottermq.persistence.hook import DurableHook
-from ottermq.persistence.store import BindingRecord, MessageRecord, Store
+from ottermq.persistence.store import BindingRecord, Definitions, MessageRecord, QueueRecord, Store
 from ottermq.vhost.message import Entry, Message, SelectedMessage, with_delivery_count
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
+from .definitions.apply import Restore, Target, apply_definitions
 from .delayed import DedupPersistence, DelayService
 
 log = logging.getLogger(__name__)
 
 
-class Recoverable(Protocol):
-    """What recovery fills: the node's vhosts, its deduplication caches and delayed messages."""
+class Recoverable(Target, Protocol):
+    """What recovery fills: the node's vhosts (through the definitions applier's restore), its
+    deduplication caches and delayed messages."""
 
-    vhosts: dict[str, VHost]
     dedup: DedupPersistence
     delays: DelayService
 
@@ -69,43 +71,28 @@ async def _recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict
     counts = {"exchanges": 0, "queues": 0, "bindings": 0, "messages": 0}
     for vhost in broker.vhosts.values():
         vhost.store = None  # no write-back while restoring
-    for ex in defs.exchanges:
-        ex_vhost = broker.vhosts.get(ex.vhost)
-        if ex_vhost is None or ex.name in ex_vhost.exchanges:
-            continue
-        args = decode_table(ex.arguments)[0]
-        try:
-            ex_vhost.declare_exchange(ex.name, ex.type, False, True, ex.auto_delete, ex.internal, args)
-        except AMQPError as exc:
-            log.warning("skipping stored exchange '%s' in vhost '%s': %s", ex.name, ex.vhost, exc.text)
-            continue
-        counts["exchanges"] += 1
     queues: list[tuple[Queue, int]] = []
-    for qr in defs.queues:
-        q_vhost = broker.vhosts.get(qr.vhost)
-        if q_vhost is None:
-            continue
-        args = decode_table(qr.arguments)[0]
-        try:
-            queue = q_vhost.declare_queue(qr.name, False, True, False, qr.auto_delete, args, None, True)
-        except AMQPError as exc:
-            log.warning("skipping stored queue '%s' in vhost '%s': %s", qr.name, qr.vhost, exc.text)
-            store.delete_queue(qr.id)
-            continue
-        queue.store_id = qr.id
+
+    def restored(record: QueueRecord, queue: Queue) -> None:
+        queue.store_id = record.id
         queue.store = hook
-        if qr.expires_at is not None and queue.args.expires is not None:
-            queue.ttl.schedule_queue_expiry(queue, qr.expires_at)  # the clock resumes
-        queues.append((queue, qr.id))
-        counts["queues"] += 1
-    for b in defs.bindings:
-        b_vhost = broker.vhosts.get(b.vhost)
-        if b_vhost is None or not _binding_ends_exist(b_vhost, b):
-            store.delete_binding(b)
-            continue
-        args = decode_table(b.arguments)[0]
-        b_vhost.bind(b.source, (b.destination_kind, b.destination), b.routing_key, args)
-        counts["bindings"] += 1
+        if record.expires_at is not None and queue.args.expires is not None:
+            queue.ttl.schedule_queue_expiry(queue, record.expires_at)  # the clock resumes
+        queues.append((queue, record.id))
+
+    def skipped(kind: str, record: object) -> None:
+        if isinstance(record, QueueRecord):
+            store.delete_queue(record.id)
+        elif isinstance(record, BindingRecord):
+            store.delete_binding(record)
+
+    topology = Definitions(exchanges=defs.exchanges, queues=defs.queues, bindings=defs.bindings)
+    done = apply_definitions(broker, topology, restore=Restore(skipped, restored))
+    counts["exchanges"], counts["queues"], counts["bindings"] = (
+        len(done.exchanges),
+        len(done.queues),
+        len(done.bindings),
+    )
     for vhost in broker.vhosts.values():
         vhost.store = hook
     for queue, queue_id in queues:
@@ -123,11 +110,6 @@ async def _recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict
         time.monotonic() - started,
     )
     return counts
-
-
-def _binding_ends_exist(vhost: VHost, b: BindingRecord) -> bool:
-    targets: Mapping[str, object] = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
-    return b.source in vhost.exchanges and b.destination in targets
 
 
 async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:

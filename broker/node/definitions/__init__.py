@@ -1,11 +1,11 @@
 """RabbitMQ definitions (``rabbitmqctl export_definitions`` JSON): ``json_format`` reads and
 validates a file into ``Definitions`` and writes ``Definitions`` back as RabbitMQ's JSON (pure, no
 I/O but reading a file); ``apply`` is the one applier every way in uses (start-up, HTTP, command
-line)."""
+line, and start-up recovery restoring the store's records)."""
 
 from __future__ import annotations
 
-from .apply import apply_definitions, check_references
+from .apply import Restore, apply_definitions, check_references
 from .arguments import DefinitionsError, arguments_from_json, arguments_to_json
 from .json_format import (
     definitions_from_json,
@@ -15,6 +15,7 @@ from .json_format import (
 
 __all__ = [
     "DefinitionsError",
+    "Restore",
     "apply_definitions",
     "arguments_from_json",
     "arguments_to_json",

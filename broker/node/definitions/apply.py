@@ -16,6 +16,13 @@ Rules (RabbitMQ's import):
    are; bindings made when both ends exist (else skipped with a warning); policies and limits set.
 3. It raises what those operations raise (``AuthError``, ``PolicyError``, ``LimitError``, an
    ``AMQPError`` for a declare or bind the broker refuses); each way in translates it.
+4. Restore (``restore=``, start-up recovery, ``recovery.py``): the records are the node's own store's,
+   validated when they were written. Rule 1 is not applied (an item of a vhost the node lacks is
+   skipped), nothing is written back (recovery detaches the store from the vhosts meanwhile, and
+   policies are applied without being stored again), server-named ``amq.gen-`` queues are
+   accepted, and an item the broker refuses today (an argument a newer version rejects, a policy
+   that no longer validates) is logged, skipped and reported to ``Restore.skipped`` instead of
+   raised, so one bad record cannot stop a start-up.
 """
 
 from __future__ import annotations
@@ -23,14 +30,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from ottermq.amqp.errors import AMQPError
 from ottermq.amqp.table import decode_table
-from ottermq.persistence.store import Definitions
+from ottermq.persistence.store import BindingRecord, Definitions, QueueRecord
+from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
 from ..auth import AuthDB
-from ..operations import Operations
+from ..operations import Operations, policy_of
 from .arguments import DefinitionsError
 
 log = logging.getLogger(__name__)
@@ -46,6 +56,16 @@ class Target(Protocol):
     vhosts: dict[str, VHost]
 
     def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """Rule 4's callbacks: ``skipped(kind, record)`` after a refused item was logged (recovery drops
+    refused queues and dangling bindings from the store), ``restored(record, queue)`` for each
+    queue declared (recovery then attaches its store id and loads its messages)."""
+
+    skipped: Callable[[str, Any], None] = lambda _kind, _record: None
+    restored: Callable[[QueueRecord, Queue], None] = lambda _record, _queue: None
 
 
 def check_references(defs: Definitions, users: Iterable[str], vhosts: Iterable[str]) -> None:
@@ -75,14 +95,17 @@ def check_references(defs: Definitions, users: Iterable[str], vhosts: Iterable[s
             raise DefinitionsError(f"limits of user '{r.owner}': no such user")
 
 
-def apply_definitions(node: Target, defs: Definitions, durable: Durability | None = None) -> Definitions:
-    """Check ``defs`` (rule 1), then apply them to ``node`` (rule 2).
+def apply_definitions(
+    node: Target, defs: Definitions, durable: Durability | None = None, restore: Restore | None = None
+) -> Definitions:
+    """Check ``defs`` (rule 1), then apply them to ``node`` (rule 2), or restore them (rule 4).
 
     Args:
         node: the node to change.
-        defs: parsed definitions.
+        defs: parsed definitions, or the store's records.
         durable: the ``durable`` flag of each exchange and queue (default: all durable, as a
             definitions file read for start-up keeps only durable ones).
+        restore: rule 4's mode and callbacks (start-up recovery).
 
     Returns:
         What changed: the vhosts, users, permissions, policies and limits set, and the exchanges,
@@ -90,9 +113,10 @@ def apply_definitions(node: Target, defs: Definitions, durable: Durability | Non
 
     Raises:
         DefinitionsError: rule 1.
-        AuthError, PolicyError, LimitError, AMQPError: rule 3.
+        AuthError, PolicyError, LimitError, AMQPError: rule 3 (not with ``restore``).
     """
-    check_references(defs, node.auth.users, node.auth.vhosts)
+    if restore is None:
+        check_references(defs, node.auth.users, node.auth.vhosts)
     is_durable = durable or (lambda _kind, _vhost, _name: True)
     auth, ops = node.auth, node.ops  # the broker itself acts: no permission checks
     done = Definitions()
@@ -106,57 +130,108 @@ def apply_definitions(node: Target, defs: Definitions, durable: Durability | Non
         auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
         done.permissions.append(p)
     for x in defs.exchanges:
-        vhost = node.vhosts[x.vhost]
+        vhost = node.vhosts.get(x.vhost)
+        if vhost is None:  # rule 4 only: rule 1 let no such item through
+            continue
         if x.name in vhost.exchanges:
             log.info("exchange '%s' in vhost '%s' already exists; left unchanged", x.name, x.vhost)
             continue
-        ops.declare_exchange(
-            None,
-            vhost,
-            x.name,
-            x.type,
-            durable=is_durable("exchange", x.vhost, x.name),
-            auto_delete=x.auto_delete,
-            internal=x.internal,
-            arguments=decode_table(x.arguments)[0],
-        )
+        try:
+            ops.declare_exchange(
+                None,
+                vhost,
+                x.name,
+                x.type,
+                durable=is_durable("exchange", x.vhost, x.name),
+                auto_delete=x.auto_delete,
+                internal=x.internal,
+                arguments=decode_table(x.arguments)[0],
+            )
+        except AMQPError as exc:
+            if restore is None:
+                raise
+            _skipped(restore, "exchange", x, x.name, x.vhost, exc.text)
+            continue
         done.exchanges.append(x)
     for q in defs.queues:
-        vhost = node.vhosts[q.vhost]
+        vhost = node.vhosts.get(q.vhost)
+        if vhost is None:
+            continue
         if q.name in vhost.queues:
             log.info("queue '%s' in vhost '%s' already exists; left unchanged", q.name, q.vhost)
             continue
-        ops.declare_queue(
-            None,
-            vhost,
-            q.name,
-            durable=is_durable("queue", q.vhost, q.name),
-            auto_delete=q.auto_delete,
-            arguments=decode_table(q.arguments)[0],
-        )
+        try:
+            declared = ops.declare_queue(
+                None,
+                vhost,
+                q.name,
+                durable=is_durable("queue", q.vhost, q.name),
+                auto_delete=q.auto_delete,
+                arguments=decode_table(q.arguments)[0],
+                generated=restore is not None,
+            )
+        except AMQPError as exc:
+            if restore is None:
+                raise
+            _skipped(restore, "queue", q, q.name, q.vhost, exc.text)
+            continue
+        if restore is not None and declared.queue is not None:
+            restore.restored(q, declared.queue)
         done.queues.append(q)
     for b in defs.bindings:
-        vhost = node.vhosts[b.vhost]
-        targets = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
-        if b.source not in vhost.exchanges or b.destination not in targets:
-            log.warning(
-                "definitions: skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
-                b.destination_kind,
-                b.destination,
-                b.source,
-                b.vhost,
-                "exchange" if b.source not in vhost.exchanges else b.destination_kind,
-            )
-            continue
-        kind = "queue" if b.destination_kind == "queue" else "exchange"
-        ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
-        done.bindings.append(b)
+        if _bind(node, ops, b, restore):
+            done.bindings.append(b)
     for pol in defs.policies:  # created or replaced; validated again by the operations layer
-        vhost = node.vhosts[pol.vhost]
-        definition = json.loads(pol.definition)
-        ops.set_policy(vhost, pol.name, pol.pattern, definition, pol.apply_to, pol.priority, pol.operator)
+        vhost = node.vhosts.get(pol.vhost)
+        if vhost is None:
+            continue
+        if restore is None:
+            definition = json.loads(pol.definition)
+            ops.set_policy(vhost, pol.name, pol.pattern, definition, pol.apply_to, pol.priority, pol.operator)
+        else:
+            try:
+                vhost.set_policy(policy_of(pol))
+            except ValueError as exc:  # PolicyError, or a definition that is no JSON object
+                _skipped(restore, "policy", pol, pol.name, pol.vhost, str(exc))
+                continue
         done.policies.append(pol)
     for limit in defs.limits:
         ops.set_limit(limit.kind, limit.owner, limit.name, limit.value)
         done.limits.append(limit)
     return done
+
+
+def _bind(node: Target, ops: Operations, b: BindingRecord, restore: Restore | None) -> bool:
+    """One binding, when both ends exist (else skipped: logged, or reported under rule 4)."""
+    vhost = node.vhosts.get(b.vhost)
+    if vhost is None:
+        return False
+    targets = vhost.queues if b.destination_kind == "queue" else vhost.exchanges
+    if b.source not in vhost.exchanges or b.destination not in targets:
+        if restore is not None:  # an end was deleted, or refused above: the binding goes too
+            restore.skipped("binding", b)
+            return False
+        log.warning(
+            "definitions: skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
+            b.destination_kind,
+            b.destination,
+            b.source,
+            b.vhost,
+            "exchange" if b.source not in vhost.exchanges else b.destination_kind,
+        )
+        return False
+    kind = "queue" if b.destination_kind == "queue" else "exchange"
+    try:
+        ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
+    except AMQPError as exc:
+        if restore is None:
+            raise
+        _skipped(restore, "binding", b, f"{b.source} -> {b.destination}", b.vhost, exc.text)
+        return False
+    return True
+
+
+def _skipped(restore: Restore, kind: str, record: Any, name: str, vhost: str, reason: str) -> None:
+    """Rule 4 for an item the broker refuses: logged, skipped and reported."""
+    log.warning("skipping stored %s '%s' in vhost '%s': %s", kind, name, vhost, reason)
+    restore.skipped(kind, record)

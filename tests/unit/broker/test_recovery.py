@@ -17,7 +17,8 @@ from ottermq.broker.node.node import Node
 from ottermq.broker.node.recovery import recover
 from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.memory import MemoryStore
-from ottermq.persistence.store import BindingRecord
+from ottermq.amqp.table import encode_table
+from ottermq.persistence.store import BindingRecord, ExchangeRecord, PolicyRecord, QueueRecord, VHostRecord
 from ottermq.ttl.default import DefaultTTLManager
 from ottermq.vhost.message import Entry, Message
 from ottermq.vhost.queue import Queue
@@ -214,6 +215,53 @@ def test_bindings_whose_ends_are_gone_are_dropped_from_the_store():
         assert counts["bindings"] == 0
         assert not broker.vhosts["/"].exchanges["dx"].has_bindings()
         assert (await store.load_definitions()).bindings == []
+
+    run(body)
+
+
+def test_records_the_broker_refuses_today_are_skipped_and_the_rest_comes_back(caplog):
+    """The definitions applier's restore rule: one bad record cannot stop a start-up; a refused
+    queue leaves the store with its bindings, a server-named queue comes back."""
+
+    async def body() -> None:
+        store, clock = MemoryStore(), Clock()
+        vh = boot(store, clock).vhosts["/"]
+        vh.declare_exchange("dx", "direct", False, True, False, False, None)
+        durable_queue(vh, "good")
+        vh.declare_queue("amq.gen-abc", False, True, False, False, None, None, True)
+        bad_args = encode_table({"x-max-length": -1})
+        bad_id = store.put_queue(QueueRecord("/", "bad", arguments=bad_args))
+        store.put_exchange(ExchangeRecord("/", "odd", "x-no-such-type"))
+        store.put_binding(BindingRecord("/", "dx", "queue", "bad", "k"))
+        store.put_binding(BindingRecord("/", "dx", "queue", "good", "k"))
+        await store.flush()
+
+        broker = boot(store, clock)
+        counts = await recover(broker, store, broker.hook)
+        vh2 = broker.vhosts["/"]
+        assert set(vh2.queues) == {"good", "amq.gen-abc"} and "odd" not in vh2.exchanges
+        assert (counts["queues"], counts["bindings"]) == (2, 1)
+        stored = await store.load_definitions()
+        assert bad_id not in {q.id for q in stored.queues}
+        assert [b.destination for b in stored.bindings] == ["good"]
+        assert "skipping stored queue 'bad' in vhost '/'" in caplog.text
+        assert "skipping stored exchange 'odd' in vhost '/'" in caplog.text
+
+    run(body)
+
+
+def test_a_stored_policy_that_no_longer_validates_is_skipped_at_start_up(caplog):
+    async def body() -> None:
+        store = MemoryStore()
+        store.put_vhost(VHostRecord("/"))
+        store.put_policy(PolicyRecord("/", "old", ".*", "queues", 0, '{"x-no-such-key": 1}'))
+        store.put_policy(PolicyRecord("/", "ttl", "^q$", "queues", 0, '{"message-ttl": 1000}'))
+        await store.flush()
+        node = Node(Settings(_env_file=None), asyncio.get_running_loop(), store)  # type: ignore[call-arg]
+        await node.open()
+        assert set(node.vhosts["/"].policies) == {"ttl"}
+        assert "skipping stored policy 'old' in vhost '/'" in caplog.text
+        await node.close()
 
     run(body)
 
