@@ -12,12 +12,12 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ottermq.amqp.table import encode_table
 from ottermq.broker.config import Settings
 from ottermq.broker.node.node import Node
 from ottermq.broker.node.recovery import recover
 from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.memory import MemoryStore
-from ottermq.amqp.table import encode_table
 from ottermq.persistence.store import BindingRecord, ExchangeRecord, PolicyRecord, QueueRecord, VHostRecord
 from ottermq.ttl.default import DefaultTTLManager
 from ottermq.vhost.message import Entry, Message
