@@ -37,7 +37,13 @@ from typing import Any
 from ottermq.spark_jobs.fused import FUSED_TABLES, fused_count_rows, fused_percentile_rows, timeline_bucket
 from ottermq.spark_jobs.io import Format, scan_archive
 from ottermq.spark_jobs.schema import DAY_MS, HOUR_MS, REASONS, headers_map, hour_label
-from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
+from ottermq.spark_jobs.session import (
+    add_spark_arguments,
+    configure_logging,
+    fit_shuffle_partitions,
+    parse_conf,
+    spark_session,
+)
 from ottermq.spark_jobs.storage import check_inputs, join, move_single_file, open_output, write_bytes
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -527,7 +533,7 @@ def run_report(
         pyspark.errors.AnalysisException: the archive path does not exist.
     """
     started = time.monotonic()
-    restore = _fit_shuffle_partitions(spark)
+    restore = fit_shuffle_partitions(spark)
     try:
         return _run_report(
             spark,
@@ -543,17 +549,6 @@ def run_report(
         )
     finally:
         restore()
-
-
-def _fit_shuffle_partitions(spark: SparkSession) -> Callable[[], None]:
-    """Spark's default of 200 shuffle partitions is for clusters: the report's aggregations are small,
-    so with the default in force it uses two per core (at least 4, at most 200) while it runs."""
-    key = "spark.sql.shuffle.partitions"
-    current = spark.conf.get(key)
-    if current != "200":  # set on purpose (--conf): left alone
-        return lambda: None
-    spark.conf.set(key, str(min(200, max(4, 2 * spark.sparkContext.defaultParallelism))))
-    return lambda: spark.conf.set(key, current)
 
 
 def _run_report(

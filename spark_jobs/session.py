@@ -11,7 +11,7 @@ import argparse
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -88,6 +88,21 @@ def add_spark_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra Spark configuration, repeatable (e.g. spark.driver.memory=4g)",
     )
+
+
+def fit_shuffle_partitions(spark: SparkSession) -> Callable[[], None]:
+    """Spark's default of 200 shuffle partitions is for clusters: the jobs' aggregations are small, so
+    with the default in force use two per core (at least 4, at most 200) until the returned function
+    puts it back. A value set on purpose (``--conf spark.sql.shuffle.partitions=N``) is left alone.
+
+    A streaming query keeps the count it started with in its checkpoint (``dlq watch``: one state
+    store per partition, so 200 made a small archive's batch take seconds)."""
+    key = "spark.sql.shuffle.partitions"
+    current = spark.conf.get(key)
+    if current != "200":
+        return lambda: None
+    spark.conf.set(key, str(min(200, max(4, 2 * spark.sparkContext.defaultParallelism))))
+    return lambda: spark.conf.set(key, current)
 
 
 @contextmanager

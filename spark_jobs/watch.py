@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ottermq.spark_jobs.io import is_good, json_reader
-from ottermq.spark_jobs.session import add_spark_arguments, configure_logging, parse_conf, spark_session
+from ottermq.spark_jobs.session import (
+    add_spark_arguments,
+    configure_logging,
+    fit_shuffle_partitions,
+    parse_conf,
+    spark_session,
+)
 from ottermq.spark_jobs.storage import is_local, join, local_path, preflight, write_bytes
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -233,21 +239,25 @@ def start_watch(
     handler = _Batches(spark, out, rules, quiet)
     base = checkpoint or join(out, "_checkpoint")
     queries = []
-    for name, frame, fn in (
-        ("minutes", _minutes(records), handler.minutes),
-        ("drops", _drops(records), handler.drops),
-    ):
-        writer = (
-            frame.writeStream.outputMode("complete")
-            .foreachBatch(fn)
-            .option("checkpointLocation", join(base, name))
-            .queryName(f"ottermq-dlq-watch-{name}")
-        )
-        if once:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{interval} seconds")
-        queries.append(writer.start())
+    restore = fit_shuffle_partitions(spark)  # each query keeps a copy of the session's settings
+    try:
+        for name, frame, fn in (
+            ("minutes", _minutes(records), handler.minutes),
+            ("drops", _drops(records), handler.drops),
+        ):
+            writer = (
+                frame.writeStream.outputMode("complete")
+                .foreachBatch(fn)
+                .option("checkpointLocation", join(base, name))
+                .queryName(f"ottermq-dlq-watch-{name}")
+            )
+            if once:
+                writer = writer.trigger(availableNow=True)
+            else:
+                writer = writer.trigger(processingTime=f"{interval} seconds")
+            queries.append(writer.start())
+    finally:
+        restore()
     return queries, handler
 
 

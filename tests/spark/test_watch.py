@@ -94,6 +94,26 @@ def test_restart_from_the_checkpoint_counts_each_file_once(spark: Any, tmp_path:
     assert sum(minutes(spark, out).values()) == 6
 
 
+def test_a_new_checkpoint_keeps_two_state_partitions_per_core_not_sparks_200(
+    spark: Any, tmp_path: Path
+) -> None:
+    archive, out = tmp_path / "archive", tmp_path / "out"
+    write(archive, "a.jsonl", [rec(T0 + 1000)])
+    key, before = "spark.sql.shuffle.partitions", spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set(key, "200")  # Spark's default: fitted (local[1]: 4)
+    try:
+        run_once(spark, archive, out)
+        assert spark.conf.get(key) == "200"  # put back once the queries started
+    finally:
+        spark.conf.set(key, before)
+    offsets = (out / "_checkpoint" / "minutes" / "offsets" / "0").read_text()
+    assert f'"{key}":"4"' in offsets
+    run_once(spark, archive, tmp_path / "set")  # a count set on purpose (the fixture's 1) is kept
+    assert (
+        f'"{key}":"{before}"' in (tmp_path / "set" / "_checkpoint" / "minutes" / "offsets" / "0").read_text()
+    )
+
+
 def test_files_added_while_it_runs_and_alerts(spark: Any, tmp_path: Path) -> None:
     from ottermq.spark_jobs.watch import parse_alert, start_watch
 
