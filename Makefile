@@ -63,14 +63,21 @@ clients:
 	bash .ci/install-rabbitmqadmin.sh
 	bash .ci/install-chromium.sh
 
+# `make test` runs the suite in TEST_WORKERS processes (pytest-xdist), a file's tests together in one
+# (each with its own session broker): most e2e time is spent waiting on sockets, timers and JVMs, so
+# three workers halve the wall time even on two cores. TEST_WORKERS=0 runs it in one process.
+# `make conformance` stays in one process: every worker would share the one RabbitMQ.
+TEST_WORKERS ?= 3
+XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: install clients
-	$(BIN)/pytest
+	$(BIN)/pytest $(XDIST)
 
 unit: install
-	$(BIN)/pytest tests
+	$(BIN)/pytest $(XDIST) tests
 
 e2e: install clients
-	$(BIN)/pytest e2e
+	$(BIN)/pytest $(XDIST) e2e
 
 # The web UI's browser tests, saving their screenshots as the README's (docs/screenshots)
 screenshots: install clients

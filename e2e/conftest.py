@@ -86,6 +86,8 @@ import pytest
 from . import polling
 
 FRAME_HEADER_SIZE = 7
+# Spark JVMs started by the tests (doc snippets, the web UI's reports) use the tests' quick settings
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parents[1] / "tests" / "spark" / "conf"))
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ import pytest
 T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
 MIN = 60_000
 HOUR = 3_600_000
+# every Spark JVM the tests start (spark-submit included) uses conf/spark-defaults.conf (quick settings)
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "conf"))
 
 
 def _missing_requirement() -> str | None:
