@@ -38,3 +38,27 @@ def test_side_by_side_runner_quick_noack(tmp_path: Path) -> None:
     runs = {r["scenario"]: r for r in json.loads(out.read_text())["runs"]}
     assert runs["noack"]["values"]["msgs/s"] > 0 and runs["dlx"]["values"]["msgs/s"] > 0
     assert "noack" in result.stdout and "ottermq" in result.stdout
+
+
+def test_hot_path_ab_runs_every_scenario_on_a_tree(tmp_path: Path) -> None:
+    """benchmarks/hotpath.py over this checkout (a tree of its own): every scenario runs and checks
+    what the broker did, and the table and JSON hold a figure for each."""
+    out = tmp_path / "hotpath.json"
+    repo = BENCH.parent
+    result = _run(
+        "hotpath.py",
+        "--ottermq-src",
+        str(repo),
+        "--reps",
+        "1",
+        "--messages",
+        "300",
+        "--json",
+        str(out),
+        cwd=BENCH,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run] = json.loads(out.read_text())["runs"][str(repo)]
+    assert set(run) == {"publish", "noack", "ack-each", "confirms", "fanout10", "persistent"}
+    assert all(0 < v < 10_000 for v in run.values())
+    assert "persistent" in result.stdout
