@@ -304,6 +304,18 @@ def test_close_notify_on_channel_error(run_go: Callable[..., GoRun], unique: Any
     run.self_check()
 
 
+def test_a_channel_error_crossing_the_clients_close_keeps_the_connection(
+    run_go: Callable[..., GoRun], unique: Any
+) -> None:
+    """amqp091-go's TestChannelExceptionWithCloseIssue43 on 20 connections: the broker's 404 close of
+    channel 1 and the client's close of it cross (either first); channel 2 and the connection carry on."""
+    run = run_go("crossing-close", unique("go-crossing"))
+    data = run.data
+    assert data["rounds"] == 20
+    assert data["declare_errors"] == [] and data["connection_errors"] == []
+    run.self_check()
+
+
 @pytest.mark.parametrize("mode", ["direct", "via-dlx"])
 def test_table_roundtrip_every_field_type(run_go: Callable[..., GoRun], unique: Any, mode: str) -> None:
     flags = ("-via-dlx",) if mode == "via-dlx" else ()

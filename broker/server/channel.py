@@ -317,6 +317,11 @@ class Channel:
         raise ChannelError("second 'channel.open' seen")
 
     def on_channel_close(self, method: spec.Channel.Close) -> None:
+        if self.closing:
+            # our Channel.Close crossed the client's (RabbitMQ's rabbit_reader): answer theirs and
+            # keep the channel closing until their Close-Ok for ours (frames meanwhile are dropped)
+            self.conn.send_method(self.number, spec.Channel.CloseOk())
+            return
         self.shutdown()
         self.conn.send_method(self.number, spec.Channel.CloseOk())
         self.conn.channel_closed(self.number)

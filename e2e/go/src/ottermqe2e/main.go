@@ -100,6 +100,7 @@ var scenarios = map[string]scenario{
 	"ttl-dlx":         {"queue TTL or per-message expiration dead-letters to a DLX; decode x-death", ttlDLXFlags},
 	"return":          {"NotifyReturn for mandatory unroutable publishes", returnFlags},
 	"close":           {"NotifyClose for a channel error (passive declare of a missing queue)", closeFlags},
+	"crossing-close":  {"a channel error's close crossing the client's close (amqp091-go issue 43)", crossingFlags},
 	"table-roundtrip": {"every amqp091-go field type survives a round trip in message headers", tableFlags},
 	"publish":         {"publish one confirmed message with every field type in its headers", publishFlags},
 	"flow-secret":     {"Connection.UpdateSecret, then Channel.Flow(true) and Flow(false) (540)", flowSecretFlags},
