@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from pamqp import base, commands, frame
+from pamqp import base, commands, decode, frame
 
 from .errors import FrameError
 
@@ -187,8 +187,44 @@ def decode_header(payload: bytes) -> tuple[int, int, bytes]:
     return class_id, body_size, payload[12:]
 
 
+# The methods whose last field is the field table ``arguments``: how many short strings and bit
+# octets come between the ticket and it.
+_ARGUMENTS_AFTER: dict[int, tuple[int, int]] = {
+    commands.Exchange.Declare.index: (2, 1),  # exchange, type; passive..no-wait
+    commands.Exchange.Bind.index: (3, 1),  # destination, source, routing key; no-wait
+    commands.Exchange.Unbind.index: (3, 1),
+    commands.Queue.Declare.index: (1, 1),  # queue; passive..no-wait
+    commands.Queue.Bind.index: (3, 1),  # queue, exchange, routing key; no-wait
+    commands.Queue.Unbind.index: (3, 0),  # queue, exchange, routing key
+    commands.Basic.Consume.index: (2, 1),  # queue, consumer tag; no-local..no-wait
+}
+
+
+def _first_wins_arguments(payload: bytes, strings: int, bits: int) -> dict[str, object]:
+    """The ``arguments`` table at the end of ``payload`` with pamqp's value types, but a key that
+    occurs twice keeps its first value, as RabbitMQ reads it (``rabbit_misc:table_lookup``); pamqp
+    keeps the last."""
+    pos = 6  # class id, method id, ticket
+    for _ in range(strings):
+        pos += 1 + payload[pos]
+    pos += bits
+    (length,) = _KEY.unpack_from(payload, pos)
+    pos += 4
+    end = pos + length
+    table: dict[str, object] = {}
+    while pos < end:
+        klen = payload[pos]
+        key = payload[pos + 1 : pos + 1 + klen].decode("utf-8")
+        pos += 1 + klen
+        consumed, value = decode.embedded_value(payload[pos:end])
+        pos += consumed
+        table.setdefault(key, value)
+    return table
+
+
 def decode_method(payload: bytes) -> base.Frame:
     """Decode any method frame payload with pamqp (the long tail: declares, binds, closes, ...).
+    Of an ``arguments`` table with a key twice, the first value counts (RabbitMQ's reading).
 
     Raises:
         FrameError: unknown class/method id (the text names both) or an undecodable payload.
@@ -202,6 +238,9 @@ def decode_method(payload: bytes) -> base.Frame:
         method.unmarshal(payload[4:])
     except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError, ...
         raise FrameError(f"cannot decode {method.name}: {exc}") from exc
+    layout = _ARGUMENTS_AFTER.get(key)
+    if layout is not None and method.arguments:  # pamqp read the same bytes without an error
+        method.arguments = _first_wins_arguments(payload, *layout)
     return method
 
 

@@ -241,7 +241,8 @@ def decode_table(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
         limit: position the table may not extend past (default ``len(data)``).
 
     Returns:
-        ``(table, offset just past the table)``.
+        ``(table, offset just past the table)``; of a key that occurs more than once, the first
+        value (what RabbitMQ reads; the table's bytes are forwarded unchanged elsewhere).
 
     Raises:
         FrameError: truncated or malformed table.
@@ -254,7 +255,9 @@ def decode_table(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
         if kstop > end:
             raise _bad("truncated key", pos)
         key = data[pos + 1 : kstop].decode("utf-8", "surrogateescape")
-        table[key], pos = _decode_value(data, kstop, end)
+        value, pos = _decode_value(data, kstop, end)
+        if key not in table:  # a key twice: the first one counts (RabbitMQ's rabbit_misc:table_lookup)
+            table[key] = value
     return table, end
 
 

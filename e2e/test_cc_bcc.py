@@ -103,3 +103,22 @@ def test_cc_and_bcc_arrays_add_routing_keys_and_bcc_is_hidden(channel, unique):
     for q in (main, cc, bcc):
         _, props, body = channel.basic_get(q, auto_ack=True)
         assert body == b"m" and props.headers == {"CC": [cc], "n": 1}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a header twice
+# ---------------------------------------------------------------------------------------------------------
+def test_of_two_cc_headers_the_first_counts(raw_connect, channel, unique):
+    """RabbitMQ reads the first of two equal keys (rabbit_misc:table_lookup): an array ``CC`` first and
+    a long-string ``CC`` after it is a valid publish that routes by the array."""
+    main, cc = unique("main"), unique("cc")
+    for q in (main, cc):
+        channel.queue_declare(q)
+    conn = raw_connect()
+    conn.open_channel(1)
+    conn.rpc(1, spec.Confirm.Select(), spec.Confirm.SelectOk)
+    publish_raw(conn, [field("CC", array(longstr(cc))), field("CC", longstr("x"))], routing_key=main)
+    _, ack = conn.expect(spec.Basic.Ack)
+    assert ack.delivery_tag == 1
+    for q in (main, cc):
+        assert channel.queue_declare(q, passive=True).method.message_count == 1

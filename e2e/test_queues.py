@@ -7,7 +7,9 @@ One case per rule runs here against both brokers; the variants are protocol test
 from __future__ import annotations
 
 import re
+import struct
 
+import pamqp.commands as spec
 import pika
 import pika.exceptions
 import pytest
@@ -91,6 +93,30 @@ def test_redeclare_with_different_flags_is_406(
         406,
         f"PRECONDITION_FAILED - inequivalent arg '{arg}' for queue '{q}' in {VHOST}: "
         f"received '{received}' but current is '{current}'",
+    )
+
+
+def test_of_an_argument_given_twice_the_first_counts(raw_connect, connect, unique, channel_error):
+    """RabbitMQ reads the first of two equal keys in a field table (rabbit_misc:table_lookup): a raw
+    ``queue.declare`` with ``x-max-length`` 10 then 20 declares a queue of 10."""
+    q = unique("q")
+    table = b"".join(
+        bytes([len(b"x-max-length")]) + b"x-max-length" + b"I" + struct.pack(">i", n) for n in (10, 20)
+    )
+    name = q.encode()
+    payload = struct.pack(">HHH", 50, 10, 0) + bytes([len(name)]) + name + b"\x00"
+    payload += struct.pack(">I", len(table)) + table
+    conn = raw_connect()
+    conn.open_channel(1)
+    conn.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+    conn.expect(spec.Queue.DeclareOk)
+    ch = connect().channel()
+    ch.queue_declare(q, arguments={"x-max-length": 10})  # equivalent
+    channel_error(
+        lambda: ch.queue_declare(q, arguments={"x-max-length": 20}),
+        406,
+        f"PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue '{q}' in {VHOST}: "
+        "received '20' but current is '10'",
     )
 
 

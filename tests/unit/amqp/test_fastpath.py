@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import FrameError
 from pamqp import commands as spec
+from pamqp import encode as pamqp_encode
+from pamqp import frame as pframe
 
 
 def publish_payload(exchange: bytes = b"ex", routing_key: bytes = b"rk", bits: int = 0) -> bytes:
@@ -114,3 +117,41 @@ def test_body_may_be_any_buffer() -> None:
     body = bytearray(b"z" * 10_000)
     got = fastpath.encode_content(1, b"\x00\x00", memoryview(body), 4096)  # type: ignore[arg-type]
     assert got == fastpath.encode_content(1, b"\x00\x00", bytes(body), 4096)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        spec.Queue.Declare(queue="q", durable=True),
+        spec.Exchange.Declare(exchange="x", exchange_type="topic", internal=True),
+        spec.Queue.Bind(queue="q", exchange="x", routing_key="k"),
+        spec.Queue.Unbind(queue="q", exchange="x", routing_key="k"),
+        spec.Exchange.Bind(destination="d", source="s", routing_key="k"),
+        spec.Exchange.Unbind(destination="d", source="s", routing_key="k"),
+        spec.Basic.Consume(queue="q", consumer_tag="t", exclusive=True),
+    ],
+    ids=lambda m: m.name,
+)
+def test_of_an_argument_given_twice_the_first_counts(method: Any) -> None:
+    """pamqp keeps the last of two equal keys, RabbitMQ the first: ``decode_method`` reads the table
+    (each of these methods' last field) again; the other fields stay pamqp's."""
+    method.arguments = {"x-max-length": 10, "x-other": "o"}
+    payload = bytearray(pframe.marshal(method, 1)[7:-1])
+    start = len(payload) - len(pamqp_encode.field_table(method.arguments))  # the table's length prefix
+    extra = bytes([12]) + b"x-max-length" + b"I" + struct.pack(">i", 20)
+    struct.pack_into(">I", payload, start, struct.unpack_from(">I", payload, start)[0] + len(extra))
+    decoded = fastpath.decode_method(bytes(payload) + extra)
+    assert decoded.arguments == {"x-max-length": 10, "x-other": "o"}
+    for name in (
+        "queue",
+        "exchange",
+        "routing_key",
+        "destination",
+        "source",
+        "consumer_tag",
+        "exchange_type",
+    ):
+        assert getattr(decoded, name, None) == getattr(method, name, None)
+    assert [getattr(decoded, f, None) for f in ("durable", "internal", "exclusive")] == [
+        getattr(method, f, None) for f in ("durable", "internal", "exclusive")
+    ]

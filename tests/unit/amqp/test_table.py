@@ -355,3 +355,11 @@ def test_field_type_of_plain_python_values_follows_their_encoding() -> None:
     ]
     with pytest.raises(TypeError):
         field_type(object())
+
+
+def test_a_key_twice_decodes_to_its_first_value() -> None:
+    """RabbitMQ's rabbit_misc:table_lookup reads the first occurrence; the bytes are left alone."""
+    entry = lambda key, n: bytes([len(key)]) + key + b"I" + struct.pack(">i", n)  # noqa: E731
+    body = entry(b"a", 1) + entry(b"b", 2) + entry(b"a", 3)
+    table, end = decode_table(struct.pack(">I", len(body)) + body)
+    assert table == {"a": 1, "b": 2} and end == 4 + len(body)
