@@ -239,8 +239,8 @@ def decode_method(payload: bytes) -> base.Frame:
     except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError, ...
         raise FrameError(f"cannot decode {method.name}: {exc}") from exc
     layout = _ARGUMENTS_AFTER.get(key)
-    if layout is not None and method.arguments:  # pamqp read the same bytes without an error
-        method.arguments = _first_wins_arguments(payload, *layout)
+    if layout is not None and getattr(method, "arguments", None):  # pamqp read these bytes already
+        setattr(method, "arguments", _first_wins_arguments(payload, *layout))  # noqa: B010 (typed Frame)
     return method
 
 
