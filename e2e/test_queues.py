@@ -299,3 +299,34 @@ def test_max_priority_orders_by_priority_then_fifo(channel, unique, drain):
         channel.basic_publish("", q, body.encode(), pika.BasicProperties(priority=prio))
     # priorities above x-max-priority count as the maximum; missing priority counts as 0
     assert drain(channel, q) == [b"p5a", b"p9-capped", b"p5b", b"p3", b"p1a", b"p1b", b"n1", b"p0", b"n2"]
+
+
+@pytest.mark.parametrize("how", ["get-then-close", "consume-then-close", "nack", "reject", "recover"])
+def test_a_requeued_message_goes_back_into_its_own_priority_band(connect, unique, poll_until, how):
+    """x-max-priority 1: a priority-0 message taken and returned (``how``), then a priority-1 message
+    published: the priority-1 message comes first (RabbitMQ requeues into the message's own band)."""
+    q = unique("prio-requeue")
+    ch = connect().channel()
+    ch.queue_declare(q, arguments={"x-max-priority": 1})
+    ch.basic_publish("", q, b"low", pika.BasicProperties(priority=0))
+    taker = connect().channel()
+    if how == "get-then-close":
+        taker.basic_get(q, auto_ack=False)
+    else:
+        tags: list[int] = []
+        taker.basic_qos(prefetch_count=1)
+        tag = taker.basic_consume(q, lambda _c, m, _p, _b: tags.append(m.delivery_tag))
+        poll_until(lambda: taker.connection.process_data_events(0) or tags, what="the delivery")
+        if how in ("nack", "reject", "recover"):
+            taker.basic_cancel(tag)
+            if how == "nack":
+                taker.basic_nack(tags[0], requeue=True)
+            elif how == "reject":
+                taker.basic_reject(tags[0], requeue=True)
+            else:
+                taker.basic_recover(requeue=True)
+    taker.close()
+    poll_until(lambda: ch.queue_declare(q, passive=True).method.message_count == 1, what="the requeue")
+    ch.basic_publish("", q, b"high", pika.BasicProperties(priority=1))
+    bodies = [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)]
+    assert bodies == [b"high", b"low"]

@@ -641,3 +641,27 @@ def test_amq_queue_names_are_only_refused_on_creation(client):
     )
     reopen(client)
     assert ok(client, spec.Queue.Delete(queue="amq.nonexistent"), spec.Queue.DeleteOk).message_count == 0
+
+
+@pytest.mark.parametrize("give_back", ["close", "nack", "reject", "recover"])
+def test_a_requeued_message_goes_back_into_its_own_priority_band(client, give_back):
+    """Requeued into its own priority level (at that level's front): a newer message of a higher
+    priority still comes first."""
+    client.rpc(1, spec.Queue.Declare(queue="pq", arguments={"x-max-priority": 2}), spec.Queue.DeclareOk)
+    for body, priority in ((b"low", 0), (b"mid-old", 1)):
+        client.publish(1, "", "pq", body, spec.Basic.Properties(priority=priority))
+    client.open_channel(2)
+    got = client.get("pq", channel=2, no_ack=False)
+    assert got is not None and got[2] == b"mid-old"
+    tag = got[0].delivery_tag
+    give = {
+        "close": spec.Channel.Close(200, "", 0, 0),
+        "nack": spec.Basic.Nack(delivery_tag=tag, requeue=True),
+        "reject": spec.Basic.Reject(delivery_tag=tag, requeue=True),
+        "recover": spec.Basic.Recover(requeue=True),
+    }[give_back]
+    client.send(2, give)
+    client.methods()
+    for body, priority in ((b"mid-new", 1), (b"high", 2)):
+        client.publish(1, "", "pq", body, spec.Basic.Properties(priority=priority))
+    assert client.drain("pq") == [b"high", b"mid-old", b"mid-new", b"low"]
