@@ -12,7 +12,8 @@ Rules:
   names basic.publish once the method was read). The assembled message goes to ``Publisher.publish``.
 - Hot frames (publish, ack, nack, reject) are decoded by ``ottermq.amqp.fastpath`` and handed to
   bound methods of the parts taken once at setup; everything else is decoded by pamqp and
-  dispatched through ``_handlers`` ({pamqp class: handler}).
+  dispatched through the class-wide ``_HANDLERS`` ({pamqp class: function of channel and method}:
+  no per-channel table, so a channel costs a few hundred bytes less).
 - Domain errors are raised as ``ChannelException``/``ConnectionException``; the connection turns
   them into ``Channel.Close``/``Connection.Close`` using ``method_key`` for class/method ids.
 - After ``Channel.Close`` (either side) only Close and Close-Ok are read. Closing (``shutdown``)
@@ -114,7 +115,6 @@ class Channel:
     __slots__ = (
         "_body",
         "_body_size",
-        "_handlers",
         "_interned",
         "_interned_props",
         "_on_ack",
@@ -151,39 +151,13 @@ class Channel:
         self._received = 0
         # the parts
         self.consumers = consumers = Consumers(conn, number, self.stats)
-        self.topology = topology = Topology(conn, number, consumers)
+        self.topology = Topology(conn, number, consumers)
         self.publisher = publisher = Publisher(
             conn, number, self.stats, consumers, consumers, self._is_open, self._close_with
         )
         self._publish_message = publisher.publish
         self._on_ack = consumers.on_ack
         self._on_reject = consumers.on_reject
-        self._handlers: dict[type[Frame], Callable[[Any], None]] = {
-            spec.Channel.Close: self.on_channel_close,
-            spec.Channel.CloseOk: self.on_channel_close_ok,
-            spec.Channel.Flow: self.on_channel_flow,
-            spec.Channel.FlowOk: lambda _f: None,
-            spec.Channel.Open: self.on_channel_open,
-            spec.Exchange.Declare: topology.on_exchange_declare,
-            spec.Exchange.Delete: topology.on_exchange_delete,
-            spec.Exchange.Bind: topology.on_exchange_bind,
-            spec.Exchange.Unbind: topology.on_exchange_unbind,
-            spec.Queue.Declare: topology.on_queue_declare,
-            spec.Queue.Bind: topology.on_queue_bind,
-            spec.Queue.Unbind: topology.on_queue_unbind,
-            spec.Queue.Purge: topology.on_queue_purge,
-            spec.Queue.Delete: topology.on_queue_delete,
-            spec.Basic.Qos: consumers.on_basic_qos,
-            spec.Basic.Consume: self.on_basic_consume,
-            spec.Basic.Cancel: consumers.on_basic_cancel,
-            spec.Basic.Get: self.on_basic_get,
-            spec.Basic.Recover: consumers.on_basic_recover,
-            spec.Basic.RecoverAsync: consumers.on_basic_recover_async,
-            spec.Confirm.Select: publisher.on_confirm_select,
-            spec.Tx.Select: publisher.on_tx_select,
-            spec.Tx.Commit: publisher.on_tx_commit,
-            spec.Tx.Rollback: publisher.on_tx_rollback,
-        }
 
     # -- frame entry point ----------------------------------------------------------------
     def handle(self, frame_type: int, payload: bytes) -> None:
@@ -207,7 +181,7 @@ class Channel:
             # after Channel.Close only Close / Close-Ok matter
             if key in _CLOSE_KEYS:
                 method = fastpath.decode_method(payload)
-                self._handlers[type(method)](method)
+                _HANDLERS[type(method)](self, method)
             return
         if key == _PUBLISH_KEY:
             exchange, routing_key, mandatory, immediate = fastpath.decode_publish(payload)
@@ -241,10 +215,10 @@ class Channel:
                 return
             raise UnknownMethod(key)
         method = fastpath.decode_method(payload)
-        handler = self._handlers.get(type(method))
+        handler = _HANDLERS.get(type(method))
         if handler is None:
             raise CommandInvalid("unimplemented method")
-        handler(method)
+        handler(self, method)
 
     def _on_content(self, frame_type: int, payload: bytes) -> None:
         """A content header or body frame of the ``basic.publish`` being assembled."""
@@ -393,3 +367,32 @@ class Channel:
     def overdue_ack(self, now: float, default_ms: int | None) -> int | None:
         """The consumer timeout (ms) the oldest unacked delivery has outlived (``Consumers``)."""
         return self.consumers.overdue_ack(now, default_ms)
+
+
+# The long-tail methods: pamqp class -> what handles it on a channel (one table for every channel).
+_HANDLERS: dict[type[Frame], Callable[[Channel, Any], None]] = {
+    spec.Channel.Close: Channel.on_channel_close,
+    spec.Channel.CloseOk: Channel.on_channel_close_ok,
+    spec.Channel.Flow: Channel.on_channel_flow,
+    spec.Channel.FlowOk: lambda _ch, _m: None,
+    spec.Channel.Open: Channel.on_channel_open,
+    spec.Exchange.Declare: lambda ch, m: ch.topology.on_exchange_declare(m),
+    spec.Exchange.Delete: lambda ch, m: ch.topology.on_exchange_delete(m),
+    spec.Exchange.Bind: lambda ch, m: ch.topology.on_exchange_bind(m),
+    spec.Exchange.Unbind: lambda ch, m: ch.topology.on_exchange_unbind(m),
+    spec.Queue.Declare: lambda ch, m: ch.topology.on_queue_declare(m),
+    spec.Queue.Bind: lambda ch, m: ch.topology.on_queue_bind(m),
+    spec.Queue.Unbind: lambda ch, m: ch.topology.on_queue_unbind(m),
+    spec.Queue.Purge: lambda ch, m: ch.topology.on_queue_purge(m),
+    spec.Queue.Delete: lambda ch, m: ch.topology.on_queue_delete(m),
+    spec.Basic.Qos: lambda ch, m: ch.consumers.on_basic_qos(m),
+    spec.Basic.Consume: Channel.on_basic_consume,
+    spec.Basic.Cancel: lambda ch, m: ch.consumers.on_basic_cancel(m),
+    spec.Basic.Get: Channel.on_basic_get,
+    spec.Basic.Recover: lambda ch, m: ch.consumers.on_basic_recover(m),
+    spec.Basic.RecoverAsync: lambda ch, m: ch.consumers.on_basic_recover_async(m),
+    spec.Confirm.Select: lambda ch, m: ch.publisher.on_confirm_select(m),
+    spec.Tx.Select: lambda ch, m: ch.publisher.on_tx_select(m),
+    spec.Tx.Commit: lambda ch, m: ch.publisher.on_tx_commit(m),
+    spec.Tx.Rollback: lambda ch, m: ch.publisher.on_tx_rollback(m),
+}
