@@ -43,6 +43,8 @@ pytest's machinery (set-up, clean-up, per-test state) is a fixture defined here:
                       ``basic.get`` until a message arrives, or fail.
     nothing_for       ``nothing_for(ch, queue_or_queues, seconds)``: every ``basic.get`` in that window finds
                       the queue(s) empty (a bounded wait for "nothing arrives").
+    restartable       ``restartable("sigterm"|"sigkill") -> (broker, restart)``: a private ottermq process, or
+                      under ``AMQP_URL`` the local RabbitMQ (``rabbitmqctl stop_app``/``start_app``).
 
 Reply texts longer than 255 bytes are compared the way RabbitMQ sends them: first 252 bytes + "..."
 (``reply_text``).
@@ -343,6 +345,38 @@ def broker_process() -> Iterator[Callable[..., BrokerProcess]]:
     finally:
         for process in made:
             process.close()
+
+
+@pytest.fixture
+def restartable(broker: Any, broker_process: Any) -> Callable[[str], tuple[Any, Callable[[], None]]]:
+    """``restartable(how) -> (broker, restart)``: a private ottermq process that ``restart`` stops with
+    SIGTERM or SIGKILL (``how``) and starts again, or under ``AMQP_URL`` the local RabbitMQ, restarted with
+    ``rabbitmqctl`` (SIGTERM semantics). How to restart the broker is all that depends on which it is."""
+
+    def make(how: str) -> tuple[Any, Callable[[], None]]:
+        if broker.is_ottermq:
+            process = broker_process()
+            b = process.start()
+
+            def restart_ottermq() -> None:
+                if how == "sigterm":
+                    assert process.stop() == 0
+                else:
+                    process.kill()
+                process.start()
+
+            return b, restart_ottermq
+        ctl = shutil.which("rabbitmqctl")
+        if ctl is None or broker.host not in ("127.0.0.1", "localhost", "::1"):
+            pytest.skip("restarting the broker at AMQP_URL needs a local rabbitmqctl")
+
+        def restart_rabbitmq() -> None:  # closes every connection (320), then recovers durable state
+            for action in ("stop_app", "start_app"):
+                subprocess.run([ctl, "-q", action], check=True, capture_output=True, timeout=120)
+
+        return broker, restart_rabbitmq
+
+    return make
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import shutil
-import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import aio_pika
@@ -297,38 +295,6 @@ def test_dead_letter_exchange_from_queue_arguments_and_x_death(broker, unique):
 # connect_robust across a broker restart: our own process (SIGTERM, and SIGKILL as an extension), or
 # under AMQP_URL a local RabbitMQ restarted with `rabbitmqctl stop_app` / `start_app`
 # ---------------------------------------------------------------------------------------------------------
-@pytest.fixture
-def restartable(broker: Any, broker_process: Any) -> Callable[[str], tuple[Any, Callable[[], None]]]:
-    """``restartable(how) -> (broker, restart)``: a private ottermq process that ``restart`` stops with
-    SIGTERM or SIGKILL (``how``) and starts again, or under ``AMQP_URL`` the local RabbitMQ, restarted with
-    ``rabbitmqctl`` (SIGTERM semantics). How to restart the broker is all that depends on which it is."""
-
-    def make(how: str) -> tuple[Any, Callable[[], None]]:
-        if broker.is_ottermq:
-            process = broker_process()
-            b = process.start()
-
-            def restart_ottermq() -> None:
-                if how == "sigterm":
-                    assert process.stop() == 0
-                else:
-                    process.kill()
-                process.start()
-
-            return b, restart_ottermq
-        ctl = shutil.which("rabbitmqctl")
-        if ctl is None or broker.host not in ("127.0.0.1", "localhost", "::1"):
-            pytest.skip("restarting the broker at AMQP_URL needs a local rabbitmqctl")
-
-        def restart_rabbitmq() -> None:  # closes every connection (320), then recovers durable state
-            for action in ("stop_app", "start_app"):
-                subprocess.run([ctl, "-q", action], check=True, capture_output=True, timeout=120)
-
-        return broker, restart_rabbitmq
-
-    return make
-
-
 @pytest.mark.parametrize("how", ["sigterm", pytest.param("sigkill", marks=pytest.mark.extension)])
 def test_robust_connection_recovers_topology_consumers_and_persistent_messages(restartable, unique, how):
     b, restart = restartable(how)
