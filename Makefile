@@ -54,7 +54,8 @@ run: run-install
 
 # The client programs the e2e suite drives besides pika: amqplib (npm ci from the lockfile) and
 # amqp091-go (Debian's golang-go + golang-github-rabbitmq-amqp091-go-dev; apt-get, as root or via sudo),
-# RabbitMQ's Java client (Debian's librabbitmq-client-java, compiled against with the JDK's javac),
+# RabbitMQ's Java client (Debian's librabbitmq-client-java, compiled against with the JDK's javac), Bunny
+# (Debian's ruby-bunny),
 # and RabbitMQ's rabbitmqadmin script (inside Debian's rabbitmq-server package; the server is not started),
 # and Debian's chromium for the web UI's browser tests (Playwright drives it; no browser download).
 # The scripts do nothing when everything is already there.
@@ -62,6 +63,7 @@ clients:
 	bash .ci/install-node.sh
 	bash .ci/install-go.sh
 	bash .ci/install-java.sh
+	bash .ci/install-ruby.sh
 	bash .ci/install-rabbitmqadmin.sh
 	bash .ci/install-chromium.sh
 

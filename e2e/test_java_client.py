@@ -12,30 +12,20 @@ Reference values are RabbitMQ 3.10's, as the Java client decodes them: long stri
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from . import client_programs as programs
+from .client_programs import ProgramRun
+
 SOURCE = Path(__file__).parent / "java" / "OtterE2E.java"
 JARS = [Path("/usr/share/java/amqp-client.jar"), Path("/usr/share/java/slf4j-api.jar")]
-RUN_TIMEOUT = 30
 LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
-
-
-@dataclass
-class JavaRun:
-    data: dict[str, Any]
-    failures: list[str]
-    ok: bool
-
-    def self_check(self) -> None:
-        assert self.ok and self.failures == [], self.failures
 
 
 @pytest.fixture(scope="session")
@@ -58,32 +48,12 @@ def java_client(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [java, "-cp", f"{out}:{classpath}", "OtterE2E"]
 
 
-def _parse(scenario: str, stdout: str, stderr: str) -> JavaRun:
-    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
-    try:
-        result: dict[str, Any] = json.loads(line)
-    except json.JSONDecodeError:
-        pytest.fail(f"{scenario} printed no JSON:\n{stdout}\n{stderr[-3000:]}")
-    if result.get("error"):
-        pytest.fail(f"{scenario}: {result['error']}\n{json.dumps(result, indent=1)}\n{stderr[-3000:]}")
-    return JavaRun(result["data"], result["failures"], result["ok"])
-
-
 @pytest.fixture
-def run_java(java_client: list[str], broker: Any) -> Callable[..., JavaRun]:
-    """``run_java(scenario, prefix, url=None) -> JavaRun``; fails the test on a client error or timeout."""
+def run_java(java_client: list[str], broker: Any) -> Callable[..., ProgramRun]:
+    """``run_java(scenario, prefix, url=None) -> ProgramRun``; fails the test on a client error or timeout."""
 
-    def run(scenario: str, prefix: str, url: str | None = None) -> JavaRun:
-        try:
-            proc = subprocess.run(
-                [*java_client, scenario, url or broker.url, prefix],
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT,
-            )
-        except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"{scenario} did not exit within {RUN_TIMEOUT} s; stdout: {exc.stdout!r}")
-        return _parse(scenario, proc.stdout, proc.stderr)
+    def run(scenario: str, prefix: str, url: str | None = None) -> ProgramRun:
+        return programs.run([*java_client, scenario, url or broker.url, prefix], scenario)
 
     return run
 
@@ -93,7 +63,7 @@ def string(value: str) -> dict[str, Any]:
 
 
 def test_confirms_typed_headers_and_a_manual_ack_consumer(
-    run_java: Callable[..., JavaRun], unique: Any
+    run_java: Callable[..., ProgramRun], unique: Any
 ) -> None:
     run = run_java("pubsub", unique("java-pubsub"))
     data = run.data
@@ -117,7 +87,7 @@ def test_confirms_typed_headers_and_a_manual_ack_consumer(
 
 
 def test_ttl_dead_letters_with_x_death_as_the_java_client_reads_it(
-    run_java: Callable[..., JavaRun], unique: Any
+    run_java: Callable[..., ProgramRun], unique: Any
 ) -> None:
     prefix = unique("java-ttl")
     run = run_java("ttl-dlx", prefix)
@@ -149,7 +119,7 @@ def test_ttl_dead_letters_with_x_death_as_the_java_client_reads_it(
 
 
 @pytest.mark.extension
-def test_x_last_death_headers(run_java: Callable[..., JavaRun], unique: Any) -> None:
+def test_x_last_death_headers(run_java: Callable[..., ProgramRun], unique: Any) -> None:
     """ottermq writes x-last-death-* beside x-first-death-* (as RabbitMQ 3.13+ does; 3.10 does not)."""
     run = run_java("ttl-dlx", unique("java-last"))
     for death in run.data["deaths"]:
@@ -157,14 +127,14 @@ def test_x_last_death_headers(run_java: Callable[..., JavaRun], unique: Any) -> 
     run.self_check()
 
 
-def test_rpc_over_direct_reply_to(run_java: Callable[..., JavaRun], unique: Any) -> None:
+def test_rpc_over_direct_reply_to(run_java: Callable[..., ProgramRun], unique: Any) -> None:
     run = run_java("rpc", unique("java-rpc"))
     assert run.data == {"reply_to_seen": True, "answers": ["OTTER", "BEAVER", "MINK"]}
     run.self_check()
 
 
 def test_a_channel_error_reaches_the_shutdown_listener(
-    run_java: Callable[..., JavaRun], unique: Any, broker: Any
+    run_java: Callable[..., ProgramRun], unique: Any, broker: Any
 ) -> None:
     run = run_java("channel-error", unique("java-error"))
     data = run.data
@@ -190,26 +160,7 @@ def test_automatic_recovery_across_a_broker_restart(
     """The connection, its exchange, transient queue, binding and consumer come back by themselves after the
     broker restarts (SIGTERM: the broker closes the connection with 320 first)."""
     b, restart = restartable("sigterm")
-    proc = subprocess.Popen(
-        [*java_client, "recovery", b.url, unique("java-recovery")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdin is not None
-        first = proc.stdout.readline()
-        if first.strip() != "ready":
-            proc.kill()
-            out, err = proc.communicate(timeout=10)
-            pytest.fail(f"recovery did not get ready: {first}{out}\n{err[-3000:]}")
-        restart()
-        out, err = proc.communicate("restarted\n", timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    run = _parse("recovery", out, err)
+    run = programs.run_across_restart([*java_client, "recovery", b.url, unique("java-recovery")], restart)
     data = run.data
     assert data["after"] == "after"
     assert data["events"][-1] == "recovered"
