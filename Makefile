@@ -55,7 +55,7 @@ run: run-install
 # The client programs the e2e suite drives besides pika: amqplib (npm ci from the lockfile) and
 # amqp091-go (Debian's golang-go + golang-github-rabbitmq-amqp091-go-dev; apt-get, as root or via sudo),
 # RabbitMQ's Java client (Debian's librabbitmq-client-java, compiled against with the JDK's javac), Bunny
-# (Debian's ruby-bunny),
+# (Debian's ruby-bunny), PHP's php-amqplib, php-amqp and Symfony's AMQP messenger (Debian's packages),
 # and RabbitMQ's rabbitmqadmin script (inside Debian's rabbitmq-server package; the server is not started),
 # and Debian's chromium for the web UI's browser tests (Playwright drives it; no browser download).
 # The scripts do nothing when everything is already there.
@@ -64,6 +64,7 @@ clients:
 	bash .ci/install-go.sh
 	bash .ci/install-java.sh
 	bash .ci/install-ruby.sh
+	bash .ci/install-php.sh
 	bash .ci/install-rabbitmqadmin.sh
 	bash .ci/install-chromium.sh
 

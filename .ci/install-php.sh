@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Make sure PHP and its AMQP clients are present for e2e/test_php_clients.py: Debian's php-cli,
+# php-amqplib (pure PHP), php-amqp (the librabbitmq-based extension) and php-symfony-amqp-messenger.
+# Idempotent: does nothing when they are all there.
+set -euo pipefail
+PACKAGES=(php-cli php-amqplib php-amqp php-symfony-amqp-messenger)
+have_all() {
+  command -v php >/dev/null 2>&1 && [ -f /usr/share/php/PhpAmqpLib/autoload.php ] \
+    && php -m 2>/dev/null | grep -qx amqp \
+    && [ -f /usr/share/php/Symfony/Component/Messenger/Bridge/Amqp/autoload.php ]
+}
+if have_all; then
+  echo "install-php: php, php-amqplib, php-amqp and Symfony's AMQP messenger already present"
+  exit 0
+fi
+if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
+echo "install-php: apt-get install ${PACKAGES[*]}"
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PACKAGES[@]}"
+have_all || { echo "install-php: still missing a PHP package" >&2; exit 1; }

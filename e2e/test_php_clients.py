@@ -1,0 +1,121 @@
+"""PHP clients against the broker under test: php-amqplib (Debian's ``php-amqplib`` 3.x, pure PHP).
+
+The client program is ``e2e/php/amqplib_e2e.php`` (one scenario per run, JSON on stdout; see its header);
+without PHP or the library the tests fail with the command to run (``make clients`` runs
+``.ci/install-php.sh``). Reference values are RabbitMQ 3.10's as php-amqplib decodes them; ottermq's extra
+``x-last-death-*`` headers are left out of the shared test and asserted by an extension test.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import client_programs as programs
+from .client_programs import ProgramRun
+
+AMQPLIB = Path(__file__).parent / "php" / "amqplib_e2e.php"
+AUTOLOAD = Path("/usr/share/php/PhpAmqpLib/autoload.php")
+LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
+
+
+@pytest.fixture(scope="session")
+def php() -> str:
+    found = shutil.which("php")
+    if found is None or not AUTOLOAD.exists():
+        pytest.fail("PHP client tests need php and php-amqplib: run `make clients` (bash .ci/install-php.sh)")
+    return found
+
+
+@pytest.fixture
+def run_amqplib(php: str, broker: Any) -> Callable[..., ProgramRun]:
+    def run(scenario: str, prefix: str) -> ProgramRun:
+        return programs.run([php, str(AMQPLIB), scenario, broker.url, prefix], scenario)
+
+    return run
+
+
+def typed(type_: str, value: Any) -> dict[str, Any]:
+    return {"type": type_, "value": value}
+
+
+def test_amqplib_confirms_typed_headers_and_a_manual_ack_consumer(
+    run_amqplib: Callable[..., ProgramRun], unique: Any
+) -> None:
+    run = run_amqplib("pubsub", unique("php-pubsub"))
+    data = run.data
+    assert (data["confirmed"], data["nacked"], data["consumed"], data["in_order"]) == (200, 0, 200, True)
+    assert (data["first_message_id"], data["first_delivery_mode"]) == ("m0", 2)
+    assert data["headers"] == {
+        "int": typed("integer", 42),
+        "long": typed("integer", 1 << 40),
+        "string": typed("string", "otter"),
+        "bool": typed("boolean", True),
+        "float": typed("string", "1.5"),  # php-amqplib sends a float as a decimal and reads it as a string
+        "list": typed("list", [typed("string", "a"), typed("integer", 1)]),
+        "table": typed("table", {"nested": typed("string", "yes")}),
+    }
+    run.self_check()
+
+
+def test_amqplib_ttl_dead_letters_with_x_death(run_amqplib: Callable[..., ProgramRun], unique: Any) -> None:
+    prefix = unique("php-ttl")
+    run = run_amqplib("ttl-dlx", prefix)
+    by_body = {d["body"]: d for d in run.data["deaths"]}
+    assert set(by_body) == {"message-ttl", "queue-ttl"}
+    for body, queue in (("message-ttl", f"{prefix}.plain"), ("queue-ttl", f"{prefix}.work")):
+        death = by_body[body]
+        assert set(death["header_names"]) - LAST_DEATH == {
+            "x-death",
+            "x-first-death-exchange",
+            "x-first-death-queue",
+            "x-first-death-reason",
+        }
+        assert death["x_death_entries"] == 1 and death["expiration_after"] is None
+        fields = death["x_death"]
+        assert fields.pop("time")["type"] == "DateTime"
+        expected = {
+            "count": typed("integer", 1),
+            "exchange": typed("string", ""),
+            "queue": typed("string", queue),
+            "reason": typed("string", "expired"),
+            "routing-keys": typed("list", [typed("string", queue)]),
+        }
+        if body == "message-ttl":
+            expected["original-expiration"] = typed("string", "60")
+        assert fields == expected
+    run.self_check()
+
+
+@pytest.mark.extension
+def test_amqplib_sees_x_last_death_headers(run_amqplib: Callable[..., ProgramRun], unique: Any) -> None:
+    run = run_amqplib("ttl-dlx", unique("php-last"))
+    for death in run.data["deaths"]:
+        assert LAST_DEATH <= set(death["header_names"])
+    run.self_check()
+
+
+def test_amqplib_rpc_over_direct_reply_to(run_amqplib: Callable[..., ProgramRun], unique: Any) -> None:
+    run = run_amqplib("rpc", unique("php-rpc"))
+    assert run.data == {"reply_to_seen": True, "answers": ["OTTER", "BEAVER", "MINK"]}
+    run.self_check()
+
+
+def test_amqplib_channel_error(run_amqplib: Callable[..., ProgramRun], unique: Any, broker: Any) -> None:
+    run = run_amqplib("channel-error", unique("php-error"))
+    missing = run.data["missing_queue"]
+    assert run.data == {
+        "missing_queue": missing,
+        "exception": "AMQPProtocolChannelException",
+        "reply_code": 404,
+        "reply_text": f"NOT_FOUND - no queue '{missing}' in vhost '{broker.vhost}'",
+        "class_method": [50, 10],
+        "channel_open": False,
+        "connection_open": True,
+        "new_channel_ok": True,
+    }
+    run.self_check()
