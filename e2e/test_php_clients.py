@@ -1,14 +1,17 @@
-"""PHP clients against the broker under test: php-amqplib (Debian's ``php-amqplib`` 3.x, pure PHP).
+"""PHP clients against the broker under test: php-amqplib (Debian's ``php-amqplib`` 3.x, pure PHP) and the
+php-amqp extension (Debian's ``php-amqp`` 1.11, on librabbitmq-c).
 
-The client program is ``e2e/php/amqplib_e2e.php`` (one scenario per run, JSON on stdout; see its header);
-without PHP or the library the tests fail with the command to run (``make clients`` runs
-``.ci/install-php.sh``). Reference values are RabbitMQ 3.10's as php-amqplib decodes them; ottermq's extra
-``x-last-death-*`` headers are left out of the shared test and asserted by an extension test.
+The client programs are ``e2e/php/amqplib_e2e.php`` and ``e2e/php/ext_e2e.php`` (one scenario per run, JSON
+on stdout; see their headers); without PHP or a library the tests fail with the command to run
+(``make clients`` runs ``.ci/install-php.sh``). Reference values are RabbitMQ 3.10's as each library decodes
+them; ottermq's extra ``x-last-death-*`` headers are left out of the shared tests and asserted by an
+extension test.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from . import client_programs as programs
 from .client_programs import ProgramRun
 
 AMQPLIB = Path(__file__).parent / "php" / "amqplib_e2e.php"
+EXTENSION = Path(__file__).parent / "php" / "ext_e2e.php"
 AUTOLOAD = Path("/usr/share/php/PhpAmqpLib/autoload.php")
 LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
 
@@ -35,6 +39,18 @@ def php() -> str:
 def run_amqplib(php: str, broker: Any) -> Callable[..., ProgramRun]:
     def run(scenario: str, prefix: str) -> ProgramRun:
         return programs.run([php, str(AMQPLIB), scenario, broker.url, prefix], scenario)
+
+    return run
+
+
+@pytest.fixture
+def run_extension(php: str, broker: Any) -> Callable[..., ProgramRun]:
+    has_extension = subprocess.run([php, "-r", "exit(extension_loaded('amqp') ? 0 : 1);"]).returncode == 0
+    if not has_extension:
+        pytest.fail("the php-amqp extension is not loaded: run `make clients` (bash .ci/install-php.sh)")
+
+    def run(scenario: str, prefix: str) -> ProgramRun:
+        return programs.run([php, str(EXTENSION), scenario, broker.url, prefix], scenario)
 
     return run
 
@@ -114,6 +130,73 @@ def test_amqplib_channel_error(run_amqplib: Callable[..., ProgramRun], unique: A
         "reply_code": 404,
         "reply_text": f"NOT_FOUND - no queue '{missing}' in vhost '{broker.vhost}'",
         "class_method": [50, 10],
+        "channel_open": False,
+        "connection_open": True,
+        "new_channel_ok": True,
+    }
+    run.self_check()
+
+
+# -- the php-amqp extension --------------------------------------------------------------------------------
+def test_extension_confirms_typed_headers_and_a_manual_ack_consumer(
+    run_extension: Callable[..., ProgramRun], unique: Any
+) -> None:
+    run = run_extension("pubsub", unique("phpext-pubsub"))
+    data = run.data
+    assert (data["confirmed"], data["nacked"], data["consumed"], data["in_order"]) == (200, 0, 200, True)
+    assert (data["first_message_id"], data["first_delivery_mode"]) == ("m0", 2)
+    assert data["headers"] == {
+        "int": typed("integer", 42),
+        "long": typed("integer", 1 << 40),
+        "string": typed("string", "otter"),
+        "bool": typed("boolean", True),
+        "float": typed("double", 1.5),
+        "list": typed("list", [typed("string", "a")]),  # the extension sends only an array's strings
+        "table": typed("table", {"nested": typed("string", "yes")}),
+    }
+    run.self_check()
+
+
+def test_extension_ttl_dead_letters_with_x_death(
+    run_extension: Callable[..., ProgramRun], unique: Any
+) -> None:
+    prefix = unique("phpext-ttl")
+    run = run_extension("ttl-dlx", prefix)
+    by_body = {d["body"]: d for d in run.data["deaths"]}
+    assert set(by_body) == {"message-ttl", "queue-ttl"}
+    for body, queue in (("message-ttl", f"{prefix}.plain"), ("queue-ttl", f"{prefix}.work")):
+        death = by_body[body]
+        assert set(death["header_names"]) - LAST_DEATH == {
+            "x-death",
+            "x-first-death-exchange",
+            "x-first-death-queue",
+            "x-first-death-reason",
+        }
+        assert death["x_death_entries"] == 1 and death["expiration_after"] is None
+        fields = death["x_death"]
+        assert fields.pop("time")["type"] == "AMQPTimestamp"
+        expected = {
+            "count": typed("integer", 1),
+            "exchange": typed("string", ""),
+            "queue": typed("string", queue),
+            "reason": typed("string", "expired"),
+            "routing-keys": typed("list", [typed("string", queue)]),
+        }
+        if body == "message-ttl":
+            expected["original-expiration"] = typed("string", "60")
+        assert fields == expected
+    run.self_check()
+
+
+def test_extension_channel_error(run_extension: Callable[..., ProgramRun], unique: Any, broker: Any) -> None:
+    run = run_extension("channel-error", unique("phpext-error"))
+    missing = run.data["missing_queue"]
+    assert run.data == {
+        "missing_queue": missing,
+        "exception": "AMQPQueueException",
+        "reply_code": 404,
+        "reply_text": "Server channel error: 404, message: "
+        f"NOT_FOUND - no queue '{missing}' in vhost '{broker.vhost}'",
         "channel_open": False,
         "connection_open": True,
         "new_channel_ok": True,
