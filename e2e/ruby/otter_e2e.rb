@@ -169,20 +169,15 @@ def recovery(url, prefix)
   before = nil
   wait_until(5) { before = got.pop(true) rescue nil }
   check(before == "before", "no delivery before the restart")
+  recovered = Queue.new
+  conn.after_recovery_completed { recovered << true } # after its channels, exchanges, queues, consumers
   $stdout.puts "ready"
   $stdout.flush
   $stdin.gets # the test restarted the broker
-  check(wait_until(30) { conn.open? && ch.open? && !conn.recovering_from_network_failure? rescue false },
-        "the connection did not recover within 30 s")
+  check(wait_until(30) { !recovered.empty? }, "the connection did not recover within 30 s")
+  x.publish("after", routing_key: "k")
   after = nil
-  wait_until(10) do
-    begin
-      x.publish("after", routing_key: "k")
-    rescue StandardError
-      next false
-    end
-    after = (got.pop(true) rescue nil) || (sleep(0.2) && got.pop(true) rescue nil)
-  end
+  wait_until(5) { after = (got.pop(true) rescue nil) }
   DATA["after"] = after
   check(after == "after", "the recovered consumer got #{after.inspect}")
   q.delete
