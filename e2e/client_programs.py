@@ -3,6 +3,11 @@
 Each program prints ``{"ok": bool, "error": text|null, "failures": [...], "data": {...}}`` as its last line;
 the tests assert on ``data`` and call ``self_check`` for what the program checked itself. A ``recovery``
 scenario prints ``ready``, waits for a line on stdin while the test restarts the broker, then finishes.
+
+The programs share their scenarios' output shapes, so the checks every language makes are here:
+``check_ttl_deaths`` (the ``ttl-dlx`` scenario, with how the library decodes values as ``Decoded``),
+``check_last_death_headers`` (ottermq's extension) and ``channel_error`` (the expected ``channel-error``
+data).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any
 import pytest
 
 RUN_TIMEOUT = 30
+FIRST_DEATH = {"x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason"}
+LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
 
 
 @dataclass
@@ -67,3 +74,62 @@ def run_across_restart(argv: Sequence[str], restart: Callable[[], None], timeout
         if proc.poll() is None:
             proc.kill()
     return parse("recovery", out, err)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """How a client library decodes header values, as its program prints them (``{"type", "value"}``):
+    a long string, an array of values, the ``x-death`` ``count`` of 1, and the class of ``time``."""
+
+    string: Callable[[str], dict[str, Any]]
+    array: Callable[[list[Any]], dict[str, Any]]
+    count_one: dict[str, Any]
+    time_type: str
+
+
+def check_ttl_deaths(run: ProgramRun, prefix: str, decoded: Decoded) -> dict[str, dict[str, Any]]:
+    """The ``ttl-dlx`` scenario: one dead letter from queue TTL (``<prefix>.work``) and one from a
+    per-message expiration of 60 (``<prefix>.plain``), each with one ``x-death`` entry as RabbitMQ 3.10
+    writes it and no ``expiration`` left. ottermq's ``x-last-death-*`` names are left out (an extension,
+    ``check_last_death_headers``). Returns the deaths by body for the language's own assertions."""
+    by_body = {d["body"]: d for d in run.data["deaths"]}
+    assert set(by_body) == {"message-ttl", "queue-ttl"}
+    for body, queue in (("message-ttl", f"{prefix}.plain"), ("queue-ttl", f"{prefix}.work")):
+        death = by_body[body]
+        assert set(death["header_names"]) - LAST_DEATH == FIRST_DEATH
+        assert death["x_death_entries"] == 1 and death["expiration_after"] is None
+        fields = dict(death["x_death"])
+        assert fields.pop("time")["type"] == decoded.time_type
+        expected = {
+            "count": decoded.count_one,
+            "exchange": decoded.string(""),
+            "queue": decoded.string(queue),
+            "reason": decoded.string("expired"),
+            "routing-keys": decoded.array([decoded.string(queue)]),
+        }
+        if body == "message-ttl":
+            expected["original-expiration"] = decoded.string("60")
+        assert fields == expected
+    return by_body
+
+
+def check_last_death_headers(run: ProgramRun) -> None:
+    """ottermq writes ``x-last-death-*`` beside ``x-first-death-*`` (as RabbitMQ 3.13+; 3.10 does not)."""
+    for death in run.data["deaths"]:
+        assert LAST_DEATH <= set(death["header_names"])
+
+
+def channel_error(run: ProgramRun, vhost: str, text_prefix: str = "", **specific: Any) -> dict[str, Any]:
+    """The ``channel-error`` data every program prints after a passive declare of a missing queue: 404
+    with RabbitMQ's text (after the library's ``text_prefix``), the channel closed, the connection and a
+    new channel fine; ``specific`` adds what the library reports of its own."""
+    missing = run.data["missing_queue"]
+    return {
+        "missing_queue": missing,
+        "reply_code": 404,
+        "reply_text": f"{text_prefix}NOT_FOUND - no queue '{missing}' in vhost '{vhost}'",
+        "channel_open": False,
+        "connection_open": True,
+        "new_channel_ok": True,
+        **specific,
+    }

@@ -25,7 +25,6 @@ from .client_programs import ProgramRun
 
 SOURCE = Path(__file__).parent / "java" / "OtterE2E.java"
 JARS = [Path("/usr/share/java/amqp-client.jar"), Path("/usr/share/java/slf4j-api.jar")]
-LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
 
 
 @pytest.fixture(scope="session")
@@ -62,6 +61,14 @@ def string(value: str) -> dict[str, Any]:
     return {"type": "ByteArrayLongString", "value": value}
 
 
+DECODED = programs.Decoded(
+    string=string,
+    array=lambda values: {"type": "ArrayList", "value": values},
+    count_one={"type": "Long", "value": 1},
+    time_type="Date",
+)
+
+
 def test_confirms_typed_headers_and_a_manual_ack_consumer(
     run_java: Callable[..., ProgramRun], unique: Any
 ) -> None:
@@ -91,39 +98,16 @@ def test_ttl_dead_letters_with_x_death_as_the_java_client_reads_it(
 ) -> None:
     prefix = unique("java-ttl")
     run = run_java("ttl-dlx", prefix)
-    by_body = {d["body"]: d for d in run.data["deaths"]}
-    assert set(by_body) == {"message-ttl", "queue-ttl"}
-    for body, queue in (("message-ttl", f"{prefix}.plain"), ("queue-ttl", f"{prefix}.work")):
-        death = by_body[body]
-        assert set(death["header_names"]) - LAST_DEATH == {
-            "x-death",
-            "x-first-death-exchange",
-            "x-first-death-queue",
-            "x-first-death-reason",
-        }
-        assert death["x_death_entries"] == 1 and death["x_first_death_reason"] == "expired"
-        assert death["expiration_after"] is None  # the per-message expiration is removed
-        fields = death["x_death"]
-        assert fields["time"]["type"] == "Date" and fields["time"]["value"] > 0
-        expected = {
-            "count": {"type": "Long", "value": 1},
-            "exchange": string(""),
-            "queue": string(queue),
-            "reason": string("expired"),
-            "routing-keys": {"type": "ArrayList", "value": [string(queue)]},
-        }
-        if body == "message-ttl":
-            expected["original-expiration"] = string("60")
-        assert {k: v for k, v in fields.items() if k != "time"} == expected
+    for death in programs.check_ttl_deaths(run, prefix, DECODED).values():
+        assert death["x_first_death_reason"] == "expired"
+        assert death["x_death"]["time"]["value"] > 0
     run.self_check()
 
 
 @pytest.mark.extension
 def test_x_last_death_headers(run_java: Callable[..., ProgramRun], unique: Any) -> None:
-    """ottermq writes x-last-death-* beside x-first-death-* (as RabbitMQ 3.13+ does; 3.10 does not)."""
     run = run_java("ttl-dlx", unique("java-last"))
-    for death in run.data["deaths"]:
-        assert LAST_DEATH <= set(death["header_names"])
+    programs.check_last_death_headers(run)
     run.self_check()
 
 
@@ -137,20 +121,14 @@ def test_a_channel_error_reaches_the_shutdown_listener(
     run_java: Callable[..., ProgramRun], unique: Any, broker: Any
 ) -> None:
     run = run_java("channel-error", unique("java-error"))
-    data = run.data
-    missing = data["missing_queue"]
-    assert data == {
-        "missing_queue": missing,
-        "exception_cause": "ShutdownSignalException",
-        "hard_error": False,
-        "initiated_by_application": False,
-        "reply_code": 404,
-        "reply_text": f"NOT_FOUND - no queue '{missing}' in vhost '{broker.vhost}'",
-        "class_method": [50, 10],
-        "channel_open": False,
-        "connection_open": True,
-        "new_channel_ok": True,
-    }
+    assert run.data == programs.channel_error(
+        run,
+        broker.vhost,
+        exception_cause="ShutdownSignalException",
+        hard_error=False,
+        initiated_by_application=False,
+        class_method=[50, 10],
+    )
     run.self_check()
 
 

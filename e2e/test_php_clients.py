@@ -24,7 +24,6 @@ from .client_programs import ProgramRun
 AMQPLIB = Path(__file__).parent / "php" / "amqplib_e2e.php"
 EXTENSION = Path(__file__).parent / "php" / "ext_e2e.php"
 AUTOLOAD = Path("/usr/share/php/PhpAmqpLib/autoload.php")
-LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +58,16 @@ def typed(type_: str, value: Any) -> dict[str, Any]:
     return {"type": type_, "value": value}
 
 
+def decoded(time_type: str) -> programs.Decoded:
+    """How both PHP libraries decode header values; only the class of a timestamp differs."""
+    return programs.Decoded(
+        string=lambda value: typed("string", value),
+        array=lambda values: typed("list", values),
+        count_one=typed("integer", 1),
+        time_type=time_type,
+    )
+
+
 def test_amqplib_confirms_typed_headers_and_a_manual_ack_consumer(
     run_amqplib: Callable[..., ProgramRun], unique: Any
 ) -> None:
@@ -81,37 +90,14 @@ def test_amqplib_confirms_typed_headers_and_a_manual_ack_consumer(
 def test_amqplib_ttl_dead_letters_with_x_death(run_amqplib: Callable[..., ProgramRun], unique: Any) -> None:
     prefix = unique("php-ttl")
     run = run_amqplib("ttl-dlx", prefix)
-    by_body = {d["body"]: d for d in run.data["deaths"]}
-    assert set(by_body) == {"message-ttl", "queue-ttl"}
-    for body, queue in (("message-ttl", f"{prefix}.plain"), ("queue-ttl", f"{prefix}.work")):
-        death = by_body[body]
-        assert set(death["header_names"]) - LAST_DEATH == {
-            "x-death",
-            "x-first-death-exchange",
-            "x-first-death-queue",
-            "x-first-death-reason",
-        }
-        assert death["x_death_entries"] == 1 and death["expiration_after"] is None
-        fields = death["x_death"]
-        assert fields.pop("time")["type"] == "DateTime"
-        expected = {
-            "count": typed("integer", 1),
-            "exchange": typed("string", ""),
-            "queue": typed("string", queue),
-            "reason": typed("string", "expired"),
-            "routing-keys": typed("list", [typed("string", queue)]),
-        }
-        if body == "message-ttl":
-            expected["original-expiration"] = typed("string", "60")
-        assert fields == expected
+    programs.check_ttl_deaths(run, prefix, decoded("DateTime"))
     run.self_check()
 
 
 @pytest.mark.extension
 def test_amqplib_sees_x_last_death_headers(run_amqplib: Callable[..., ProgramRun], unique: Any) -> None:
     run = run_amqplib("ttl-dlx", unique("php-last"))
-    for death in run.data["deaths"]:
-        assert LAST_DEATH <= set(death["header_names"])
+    programs.check_last_death_headers(run)
     run.self_check()
 
 
@@ -123,17 +109,9 @@ def test_amqplib_rpc_over_direct_reply_to(run_amqplib: Callable[..., ProgramRun]
 
 def test_amqplib_channel_error(run_amqplib: Callable[..., ProgramRun], unique: Any, broker: Any) -> None:
     run = run_amqplib("channel-error", unique("php-error"))
-    missing = run.data["missing_queue"]
-    assert run.data == {
-        "missing_queue": missing,
-        "exception": "AMQPProtocolChannelException",
-        "reply_code": 404,
-        "reply_text": f"NOT_FOUND - no queue '{missing}' in vhost '{broker.vhost}'",
-        "class_method": [50, 10],
-        "channel_open": False,
-        "connection_open": True,
-        "new_channel_ok": True,
-    }
+    assert run.data == programs.channel_error(
+        run, broker.vhost, exception="AMQPProtocolChannelException", class_method=[50, 10]
+    )
     run.self_check()
 
 
@@ -162,43 +140,13 @@ def test_extension_ttl_dead_letters_with_x_death(
 ) -> None:
     prefix = unique("phpext-ttl")
     run = run_extension("ttl-dlx", prefix)
-    by_body = {d["body"]: d for d in run.data["deaths"]}
-    assert set(by_body) == {"message-ttl", "queue-ttl"}
-    for body, queue in (("message-ttl", f"{prefix}.plain"), ("queue-ttl", f"{prefix}.work")):
-        death = by_body[body]
-        assert set(death["header_names"]) - LAST_DEATH == {
-            "x-death",
-            "x-first-death-exchange",
-            "x-first-death-queue",
-            "x-first-death-reason",
-        }
-        assert death["x_death_entries"] == 1 and death["expiration_after"] is None
-        fields = death["x_death"]
-        assert fields.pop("time")["type"] == "AMQPTimestamp"
-        expected = {
-            "count": typed("integer", 1),
-            "exchange": typed("string", ""),
-            "queue": typed("string", queue),
-            "reason": typed("string", "expired"),
-            "routing-keys": typed("list", [typed("string", queue)]),
-        }
-        if body == "message-ttl":
-            expected["original-expiration"] = typed("string", "60")
-        assert fields == expected
+    programs.check_ttl_deaths(run, prefix, decoded("AMQPTimestamp"))
     run.self_check()
 
 
 def test_extension_channel_error(run_extension: Callable[..., ProgramRun], unique: Any, broker: Any) -> None:
     run = run_extension("channel-error", unique("phpext-error"))
-    missing = run.data["missing_queue"]
-    assert run.data == {
-        "missing_queue": missing,
-        "exception": "AMQPQueueException",
-        "reply_code": 404,
-        "reply_text": "Server channel error: 404, message: "
-        f"NOT_FOUND - no queue '{missing}' in vhost '{broker.vhost}'",
-        "channel_open": False,
-        "connection_open": True,
-        "new_channel_ok": True,
-    }
+    assert run.data == programs.channel_error(
+        run, broker.vhost, "Server channel error: 404, message: ", exception="AMQPQueueException"
+    )
     run.self_check()

@@ -20,7 +20,6 @@ from . import client_programs as programs
 from .client_programs import ProgramRun
 
 PROGRAM = Path(__file__).parent / "ruby" / "otter_e2e.rb"
-LAST_DEATH = {"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +47,14 @@ def typed(type_: str, value: Any) -> dict[str, Any]:
     return {"type": type_, "value": value}
 
 
+DECODED = programs.Decoded(
+    string=lambda value: typed("String", value),
+    array=lambda values: typed("Array", values),
+    count_one=typed("Integer", 1),
+    time_type="Time",
+)
+
+
 def test_confirms_typed_headers_and_a_manual_ack_consumer(
     run_ruby: Callable[..., ProgramRun], unique: Any
 ) -> None:
@@ -72,37 +79,14 @@ def test_ttl_dead_letters_with_x_death_as_bunny_reads_it(
 ) -> None:
     prefix = unique("ruby-ttl")
     run = run_ruby("ttl-dlx", prefix)
-    by_body = {d["body"]: d for d in run.data["deaths"]}
-    assert set(by_body) == {"message-ttl", "queue-ttl"}
-    for body, queue in (("message-ttl", f"{prefix}.plain"), ("queue-ttl", f"{prefix}.work")):
-        death = by_body[body]
-        assert set(death["header_names"]) - LAST_DEATH == {
-            "x-death",
-            "x-first-death-exchange",
-            "x-first-death-queue",
-            "x-first-death-reason",
-        }
-        assert death["x_death_entries"] == 1 and death["expiration_after"] is None
-        fields = death["x_death"]
-        assert fields.pop("time")["type"] == "Time"
-        expected = {
-            "count": typed("Integer", 1),
-            "exchange": typed("String", ""),
-            "queue": typed("String", queue),
-            "reason": typed("String", "expired"),
-            "routing-keys": typed("Array", [typed("String", queue)]),
-        }
-        if body == "message-ttl":
-            expected["original-expiration"] = typed("String", "60")
-        assert fields == expected
+    programs.check_ttl_deaths(run, prefix, DECODED)
     run.self_check()
 
 
 @pytest.mark.extension
 def test_x_last_death_headers(run_ruby: Callable[..., ProgramRun], unique: Any) -> None:
     run = run_ruby("ttl-dlx", unique("ruby-last"))
-    for death in run.data["deaths"]:
-        assert LAST_DEATH <= set(death["header_names"])
+    programs.check_last_death_headers(run)
     run.self_check()
 
 
@@ -116,17 +100,9 @@ def test_a_channel_error_is_bunny_not_found(
     run_ruby: Callable[..., ProgramRun], unique: Any, broker: Any
 ) -> None:
     run = run_ruby("channel-error", unique("ruby-error"))
-    missing = run.data["missing_queue"]
-    assert run.data == {
-        "missing_queue": missing,
-        "exception": "Bunny::NotFound",
-        "reply_code": 404,
-        "reply_text": f"NOT_FOUND - no queue '{missing}' in vhost '{broker.vhost}'",
-        "class_method": [50, 10],
-        "channel_open": False,
-        "connection_open": True,
-        "new_channel_ok": True,
-    }
+    assert run.data == programs.channel_error(
+        run, broker.vhost, exception="Bunny::NotFound", class_method=[50, 10]
+    )
     run.self_check()
 
 
