@@ -11,49 +11,17 @@
 //   channel-error  a passive declare of a missing queue: AMQPProtocolChannelException with the 404; the
 //                  connection and a new channel carry on
 require_once '/usr/share/php/PhpAmqpLib/autoload.php';
+require_once __DIR__ . '/common.php';
 
 use PhpAmqpLib\Connection\AMQPStreamConnection;
 use PhpAmqpLib\Exception\AMQPProtocolChannelException;
 use PhpAmqpLib\Message\AMQPMessage;
 use PhpAmqpLib\Wire\AMQPTable;
 
-$DATA = [];
-$FAILURES = [];
-
-function check(bool $ok, string $what): void
-{
-    global $FAILURES;
-    if (!$ok) {
-        $FAILURES[] = $what;
-    }
-}
-
 function connect(string $url): AMQPStreamConnection
 {
-    $u = parse_url($url);
-    $vhost = isset($u['path']) && strlen($u['path']) > 1 ? urldecode(substr($u['path'], 1)) : '/';
-    return new AMQPStreamConnection($u['host'], $u['port'] ?? 5672, urldecode($u['user'] ?? 'guest'),
-        urldecode($u['pass'] ?? 'guest'), $vhost);
-}
-
-/** A header value as ["type" => PHP type, "value" => ...], the way php-amqplib decoded it. */
-function typed($v)
-{
-    if ($v instanceof AMQPTable) {
-        $v = $v->getNativeData();
-    }
-    if (is_array($v)) {
-        $isList = array_keys($v) === range(0, count($v) - 1);
-        $out = [];
-        foreach ($v as $k => $x) {
-            $out[$k] = typed($x);
-        }
-        return ['type' => $isList ? 'list' : 'table', 'value' => $isList ? array_values($out) : (object)$out];
-    }
-    if ($v instanceof DateTimeInterface) {
-        return ['type' => get_class($v), 'value' => $v->getTimestamp()];
-    }
-    return ['type' => gettype($v), 'value' => $v];
+    [$host, $port, $user, $password, $vhost] = url_parts($url);
+    return new AMQPStreamConnection($host, $port, $user, $password, $vhost);
 }
 
 function pubsub(string $url, string $prefix): void
@@ -207,17 +175,4 @@ function channel_error(string $url, string $prefix): void
     $conn->close();
 }
 
-[, $scenario, $url, $prefix] = $argv;
-$error = null;
-try {
-    match ($scenario) {
-        'pubsub' => pubsub($url, $prefix),
-        'ttl-dlx' => ttl_dlx($url, $prefix),
-        'rpc' => rpc($url, $prefix),
-        'channel-error' => channel_error($url, $prefix),
-    };
-} catch (Throwable $e) {
-    $error = get_class($e) . ': ' . $e->getMessage();
-}
-echo json_encode(['ok' => $error === null && !$FAILURES, 'error' => $error, 'failures' => $FAILURES, 'data' => (object)$DATA],
-    JSON_UNESCAPED_SLASHES | JSON_PRESERVE_ZERO_FRACTION), "\n";
+run_scenario(['pubsub' => 'pubsub', 'ttl-dlx' => 'ttl_dlx', 'rpc' => 'rpc', 'channel-error' => 'channel_error'], $argv);

@@ -7,45 +7,17 @@
 //   pubsub         publisher confirms (confirmSelect, setConfirmCallback, waitForConfirm), typed headers,
 //                  a manual-ack consumer with prefetch 10
 //   ttl-dlx        queue TTL and per-message expiration dead-lettered; x-death as the extension decodes it
-//   rpc            request/reply over direct reply-to (amq.rabbitmq.reply-to)
 //   channel-error  a passive declare of a missing queue: AMQPQueueException with the 404; the connection
 //                  and a new channel carry on
-$DATA = [];
-$FAILURES = [];
-
-function check(bool $ok, string $what): void
-{
-    global $FAILURES;
-    if (!$ok) {
-        $FAILURES[] = $what;
-    }
-}
+require_once __DIR__ . '/common.php';
 
 function connect(string $url): AMQPConnection
 {
-    $u = parse_url($url);
-    $vhost = isset($u['path']) && strlen($u['path']) > 1 ? urldecode(substr($u['path'], 1)) : '/';
-    $conn = new AMQPConnection(['host' => $u['host'], 'port' => $u['port'] ?? 5672,
-        'login' => urldecode($u['user'] ?? 'guest'), 'password' => urldecode($u['pass'] ?? 'guest'),
+    [$host, $port, $user, $password, $vhost] = url_parts($url);
+    $conn = new AMQPConnection(['host' => $host, 'port' => $port, 'login' => $user, 'password' => $password,
         'vhost' => $vhost, 'read_timeout' => 5, 'write_timeout' => 5, 'connect_timeout' => 5]);
     $conn->connect();
     return $conn;
-}
-
-function typed($v)
-{
-    if (is_array($v)) {
-        $isList = $v === [] || array_keys($v) === range(0, count($v) - 1);
-        $out = [];
-        foreach ($v as $k => $x) {
-            $out[$k] = typed($x);
-        }
-        return ['type' => $isList ? 'list' : 'table', 'value' => $isList ? array_values($out) : (object)$out];
-    }
-    if (is_object($v)) {
-        return ['type' => get_class($v), 'value' => method_exists($v, 'getTimestamp') ? $v->getTimestamp() : (string)$v];
-    }
-    return ['type' => gettype($v), 'value' => $v];
 }
 
 function queue(AMQPChannel $ch, string $name, int $flags = 0, array $args = []): AMQPQueue
@@ -184,16 +156,4 @@ function channel_error(string $url, string $prefix): void
     $conn->disconnect();
 }
 
-[, $scenario, $url, $prefix] = $argv;
-$error = null;
-try {
-    match ($scenario) {
-        'pubsub' => pubsub($url, $prefix),
-        'ttl-dlx' => ttl_dlx($url, $prefix),
-        'channel-error' => channel_error($url, $prefix),
-    };
-} catch (Throwable $e) {
-    $error = get_class($e) . ': ' . $e->getMessage();
-}
-echo json_encode(['ok' => $error === null && !$FAILURES, 'error' => $error, 'failures' => $FAILURES, 'data' => (object)$DATA],
-    JSON_UNESCAPED_SLASHES | JSON_PRESERVE_ZERO_FRACTION), "\n";
+run_scenario(['pubsub' => 'pubsub', 'ttl-dlx' => 'ttl_dlx', 'channel-error' => 'channel_error'], $argv);
