@@ -8,8 +8,5 @@ if command -v chromium >/dev/null 2>&1 || { [ -n "${OTTERMQ_CHROMIUM:-}" ] && [ 
   echo "install-chromium: $(command -v chromium || echo "$OTTERMQ_CHROMIUM") present"
   exit 0
 fi
-if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
-echo "install-chromium: apt-get install chromium"
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+bash "$(dirname "$0")/apt-install.sh" install-chromium chromium
 command -v chromium >/dev/null 2>&1 || { echo "install-chromium: no chromium after apt-get install" >&2; exit 1; }

@@ -15,10 +15,7 @@ if have_go && have_src; then
 fi
 have_go || echo "install-go: go not found"
 have_src || echo "install-go: amqp091-go sources not found in $AMQP091_SRC"
-if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
-echo "install-go: apt-get install ${PACKAGES[*]}"
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PACKAGES[@]}"
+bash "$(dirname "$0")/apt-install.sh" install-go "${PACKAGES[@]}"
 if ! have_go || ! have_src; then
   echo "install-go: still missing go or amqp091-go sources after apt-get install" >&2
   exit 1

@@ -11,9 +11,6 @@ if [ ${#PACKAGES[@]} -eq 0 ]; then
   echo "install-java: javac and $JAR already present"
   exit 0
 fi
-if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
-echo "install-java: apt-get install ${PACKAGES[*]}"
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PACKAGES[@]}"
+bash "$(dirname "$0")/apt-install.sh" install-java "${PACKAGES[@]}"
 command -v javac >/dev/null 2>&1 && [ -f "$JAR" ] || { echo "install-java: still missing javac or $JAR" >&2; exit 1; }
 echo "install-java: installed ${PACKAGES[*]}"

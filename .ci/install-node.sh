@@ -14,12 +14,7 @@ NODE_DIR=e2e/node
 MIN_NODE_MAJOR=18
 
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
-if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
-apt_install() {
-  echo "install-node: apt-get install $*"
-  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
-}
+apt_install() { bash .ci/apt-install.sh install-node "$@"; }
 
 if ! command -v node >/dev/null 2>&1; then
   echo "install-node: node not found"

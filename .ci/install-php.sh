@@ -13,8 +13,5 @@ if have_all; then
   echo "install-php: php, php-amqplib, php-amqp and Symfony's AMQP messenger already present"
   exit 0
 fi
-if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
-echo "install-php: apt-get install ${PACKAGES[*]}"
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${PACKAGES[@]}"
+bash "$(dirname "$0")/apt-install.sh" install-php "${PACKAGES[@]}"
 have_all || { echo "install-php: still missing a PHP package" >&2; exit 1; }

@@ -12,10 +12,8 @@ if found; then
   echo "install-rabbitmqadmin: $(compgen -G "$GLOB" | head -1 || echo "$RABBITMQADMIN") present"
   exit 0
 fi
-if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
-echo "install-rabbitmqadmin: apt-get install rabbitmq-server (for its rabbitmqadmin script)"
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server
+echo "install-rabbitmqadmin: rabbitmq-server is needed for its rabbitmqadmin script"
+bash "$(dirname "$0")/apt-install.sh" install-rabbitmqadmin rabbitmq-server
 if ! found; then
   echo "install-rabbitmqadmin: no $GLOB after apt-get install rabbitmq-server" >&2
   exit 1

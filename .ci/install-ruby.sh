@@ -6,8 +6,5 @@ if command -v ruby >/dev/null 2>&1 && ruby -e 'require "bunny"' >/dev/null 2>&1;
   echo "install-ruby: ruby and bunny already present"
   exit 0
 fi
-if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
-echo "install-ruby: apt-get install ruby ruby-bunny"
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby ruby-bunny
+bash "$(dirname "$0")/apt-install.sh" install-ruby ruby ruby-bunny
 ruby -e 'require "bunny"' || { echo "install-ruby: bunny still missing" >&2; exit 1; }
