@@ -38,6 +38,13 @@ def wait_until(seconds)
   true
 end
 
+# The next item of a Queue (what a consumer block pushed), or nil after `seconds`.
+def pop_within(queue, seconds)
+  item = nil
+  wait_until(seconds) { item = (queue.pop(true) rescue nil) }
+  item
+end
+
 # A header value as {"type" => Ruby class, "value" => ...}, the way Bunny decoded it.
 def typed(value)
   case value
@@ -124,8 +131,7 @@ def rpc(url, prefix)
   %w[otter beaver mink].each do |word|
     id = SecureRandom.uuid
     cch.default_exchange.publish(word, routing_key: q.name, reply_to: "amq.rabbitmq.reply-to", correlation_id: id)
-    reply = nil
-    wait_until(5) { reply = replies.pop(true) rescue nil }
+    reply = pop_within(replies, 5)
     check(reply && reply[0] == id, "reply to #{word} missing or with another correlation id")
     answers << reply[1] if reply
   end
@@ -166,8 +172,7 @@ def recovery(url, prefix)
   got = Queue.new
   q.subscribe { |_i, _p, body| got << body }
   x.publish("before", routing_key: "k")
-  before = nil
-  wait_until(5) { before = got.pop(true) rescue nil }
+  before = pop_within(got, 5)
   check(before == "before", "no delivery before the restart")
   recovered = Queue.new
   conn.after_recovery_completed { recovered << true } # after its channels, exchanges, queues, consumers
@@ -176,8 +181,7 @@ def recovery(url, prefix)
   $stdin.gets # the test restarted the broker
   check(wait_until(30) { !recovered.empty? }, "the connection did not recover within 30 s")
   x.publish("after", routing_key: "k")
-  after = nil
-  wait_until(5) { after = (got.pop(true) rescue nil) }
+  after = pop_within(got, 5)
   DATA["after"] = after
   check(after == "after", "the recovered consumer got #{after.inspect}")
   q.delete
