@@ -37,6 +37,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:  # PYTHONSAFEPATH=1 leaves the script dir out (as in run.py)
+    sys.path.insert(0, str(_HERE))
+
+from procinfo import overlay  # noqa: E402
+from wire import publish_frames  # noqa: E402
+
 SCENARIOS = ("publish", "noack", "ack-each", "confirms", "fanout10", "persistent")
 BODY = b"x" * 100
 
@@ -87,17 +94,6 @@ class Harness:
         return int(self.node.vhosts["/"].queues[name].message_count)
 
 
-def _publishes(count: int, exchange: str, routing_key: str) -> bytes:
-    from pamqp import body, commands, frame, header
-
-    one = (
-        frame.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key), 1)
-        + frame.marshal(header.ContentHeader(0, len(BODY), commands.Basic.Properties()), 1)
-        + frame.marshal(body.ContentBody(BODY), 1)
-    )
-    return one * count
-
-
 def _amqp_run(tree: Path, name: str, count: int, chunk: int) -> float:
     from pamqp import commands as c
     from pamqp import frame
@@ -116,7 +112,7 @@ def _amqp_run(tree: Path, name: str, count: int, chunk: int) -> float:
         for i in range(10):
             run.send(c.Queue.Declare(queue=f"f{i}"), c.Queue.Bind(queue=f"f{i}", exchange="fx"))
             run.send(c.Basic.Consume(queue=f"f{i}", consumer_tag=f"t{i}", no_ack=True))
-    data = _publishes(count, exchange, "q")
+    data = publish_frames(1, exchange, "q", BODY) * count
     acks = b""
     if name == "ack-each":
         acks = b"".join(frame.marshal(c.Basic.Ack(delivery_tag=t), 1) for t in range(1, count + 1))
@@ -179,13 +175,6 @@ def worker(tree: Path, names: list[str], count: int, chunk: int) -> dict[str, fl
     return result
 
 
-def _overlay(tree: Path, work: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from procinfo import overlay
-
-    return overlay(tree, work / "site")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -212,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     trees = [p.resolve() for p in args.ottermq_src]
     work = Path(tempfile.mkdtemp(prefix="hotpath-"))
-    sites = [_overlay(tree, work / str(i)) for i, tree in enumerate(trees)]
+    sites = [overlay(tree, work / str(i) / "site") for i, tree in enumerate(trees)]
     runs: dict[str, list[dict[str, float]]] = {str(t): [] for t in trees}
     for _ in range(args.reps):
         for tree, site in zip(trees, sites, strict=True):
