@@ -13,6 +13,7 @@ data).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,30 +31,40 @@ class ProgramRun:
     data: dict[str, Any]
     failures: list[str]
     ok: bool
+    error: str | None = None
 
     def self_check(self) -> None:
         assert self.ok and self.failures == [], self.failures
 
 
-def parse(scenario: str, stdout: str, stderr: str) -> ProgramRun:
-    """The run's JSON line; fails the test on no JSON or a client error (with the program's output)."""
+def parse(scenario: str, stdout: str, stderr: str, allow_error: bool = False) -> ProgramRun:
+    """The run's JSON line; fails the test on no JSON, or on a client error (with the program's output)
+    unless ``allow_error`` (a test that expects the client to fail reads ``error``)."""
     lines = stdout.strip().splitlines()
     try:
         result: dict[str, Any] = json.loads(lines[-1] if lines else "")
     except json.JSONDecodeError:
         pytest.fail(f"{scenario} printed no JSON:\n{stdout}\n{stderr[-3000:]}")
-    if result.get("error"):
+    if result.get("error") and not allow_error:
         pytest.fail(f"{scenario}: {result['error']}\n{json.dumps(result, indent=1)}\n{stderr[-3000:]}")
-    return ProgramRun(result["data"], result["failures"], result["ok"])
+    return ProgramRun(result["data"], result["failures"], result["ok"], result.get("error"))
 
 
-def run(argv: Sequence[str], scenario: str, timeout: float = RUN_TIMEOUT) -> ProgramRun:
-    """Run one scenario to its end."""
+def run(
+    argv: Sequence[str],
+    scenario: str,
+    timeout: float = RUN_TIMEOUT,
+    env: dict[str, str] | None = None,
+    allow_error: bool = False,
+) -> ProgramRun:
+    """Run one scenario to its end; ``env`` is added to this process's environment."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{scenario} did not exit within {timeout} s; stdout: {exc.stdout!r}")
-    return parse(scenario, proc.stdout, proc.stderr)
+    return parse(scenario, proc.stdout, proc.stderr, allow_error)
 
 
 def run_across_restart(argv: Sequence[str], restart: Callable[[], None], timeout: float = 60) -> ProgramRun:

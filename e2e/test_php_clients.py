@@ -101,8 +101,9 @@ def test_amqplib_sees_x_last_death_headers(run_amqplib: Callable[..., ProgramRun
     run.self_check()
 
 
-def test_amqplib_rpc_over_direct_reply_to(run_amqplib: Callable[..., ProgramRun], unique: Any) -> None:
-    run = run_amqplib("rpc", unique("php-rpc"))
+@pytest.mark.parametrize("library", ["amqplib", "extension"])
+def test_rpc_over_direct_reply_to(request: pytest.FixtureRequest, library: str, unique: Any) -> None:
+    run = request.getfixturevalue(f"run_{library}")("rpc", unique(f"php-rpc-{library}"))
     assert run.data == {"reply_to_seen": True, "answers": ["OTTER", "BEAVER", "MINK"]}
     run.self_check()
 

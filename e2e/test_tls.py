@@ -286,8 +286,14 @@ def test_https_for_the_management_api_and_metrics(broker_process, pki):
 
 
 # -- the other clients over TLS ------------------------------------------------------------------------
+from . import client_programs as programs  # noqa: E402
 from .test_go_client import go_client  # noqa: E402,F401 - the session fixture building the Go client
+from .test_java_client import java_client  # noqa: E402,F401 - javac'd once per session
 from .test_node_client import node_client  # noqa: E402,F401 - node and the locked amqplib
+from .test_php_clients import AMQPLIB, EXTENSION, php  # noqa: E402,F401
+from .test_ruby_client import ruby_client  # noqa: E402,F401
+
+ALICE_ONLY = "alice-only"
 
 
 @pytest.fixture(scope="module")
@@ -300,6 +306,11 @@ def tls_broker(pki, tmp_path_factory):
     broker = process.start()
     call(broker, "/api/users/alice", "PUT", {"password": "", "tags": ""})
     call(broker, "/api/permissions/%2F/alice", "PUT", {"configure": ".*", "write": ".*", "read": ".*"})
+    # a vhost only alice may use: a client that says EXTERNAL but logs in as guest is refused there
+    call(broker, f"/api/vhosts/{ALICE_ONLY}", "PUT", {})
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    call(broker, f"/api/permissions/{ALICE_ONLY}/alice", "PUT", everything)
+    call(broker, f"/api/permissions/{ALICE_ONLY}/guest", "DELETE")
     try:
         yield int(env["OTTERMQ_SSL_PORT"])
     finally:
@@ -365,6 +376,46 @@ def test_amqplib_over_tls(node_client, pki, tls_broker, login):  # noqa: F811
     if login == "external":
         argv.append("--external")
     client_run(argv)
+
+
+# RabbitMQ's Java client, Bunny and both PHP libraries run their ``pubsub`` scenario (confirms, typed headers,
+# 200 messages consumed with manual acks) over TLS: the server's certificate checked against the test's CA,
+# with a client certificate, and logged in by it (SASL EXTERNAL as user ``alice``).
+OTHER_CLIENTS = ["java", "ruby", "php-amqplib", "php-amqp"]
+
+
+def other_client(request: pytest.FixtureRequest, client: str) -> list[str]:
+    if client.startswith("php"):
+        return [request.getfixturevalue("php"), str(AMQPLIB if client == "php-amqplib" else EXTENSION)]
+    return list(request.getfixturevalue(f"{client}_client"))
+
+
+def tls_client_env(pki: dict[str, Any], login: str, ca: CA | None = None) -> dict[str, str]:
+    env = {"OTTER_TLS_CA": str((ca or pki["ca"]).cert_file)}
+    if login != "plain":
+        env |= {"OTTER_TLS_CERT": str(pki["alice"].cert), "OTTER_TLS_KEY": str(pki["alice"].key)}
+    if login == "external":
+        env["OTTER_TLS_EXTERNAL"] = "1"
+    return env
+
+
+@pytest.mark.parametrize("login", ["plain", "certificate", "external"])
+@pytest.mark.parametrize("client", OTHER_CLIENTS)
+def test_java_ruby_and_php_clients_over_tls(request, pki, tls_broker, client, login):
+    where = f"localhost:{tls_broker}/{ALICE_ONLY}" if login == "external" else f"localhost:{tls_broker}/%2F"
+    url = f"amqps://{'' if login == 'external' else 'guest:guest@'}{where}"
+    argv = [*other_client(request, client), "pubsub", url, f"tls.{client}.{login}"]
+    run = programs.run(argv, "pubsub", env=tls_client_env(pki, login))
+    assert run.data["consumed"] == 200
+    run.self_check()
+
+
+@pytest.mark.parametrize("client", OTHER_CLIENTS)
+def test_java_ruby_and_php_clients_check_the_server_certificate(request, pki, tls_broker, client):
+    """Trusting another CA, each client refuses the broker's certificate (and so never sends a frame)."""
+    argv = [*other_client(request, client), "pubsub", f"amqps://guest:guest@localhost:{tls_broker}/%2F", "x"]
+    run = programs.run(argv, "pubsub", env=tls_client_env(pki, "plain", pki["other"]), allow_error=True)
+    assert run.error is not None and run.data == {}
 
 
 def test_aio_pika_over_tls_with_external(pki, tls_broker):

@@ -14,11 +14,23 @@
 //   recovery       automatic connection and topology recovery: prints "ready" and waits for a line on stdin
 //                  (the test restarts the broker meanwhile), then checks the recovered consumer gets a
 //                  message published after the restart
+// Any scenario runs over TLS when the URI is amqps:// (useTls: OTTER_TLS_CA, _CERT, _KEY, _EXTERNAL).
 import com.rabbitmq.client.*;
 
+import javax.net.ssl.*;
 import java.io.BufferedReader;
+import java.io.FileInputStream;
+import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.security.KeyFactory;
+import java.security.KeyStore;
+import java.security.PrivateKey;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
+import java.security.spec.PKCS8EncodedKeySpec;
 import java.util.*;
 import java.util.concurrent.*;
 import java.util.concurrent.atomic.AtomicLong;
@@ -66,7 +78,51 @@ public class OtterE2E {
         f.setTopologyRecoveryEnabled(recovery);
         f.setNetworkRecoveryInterval(200);
         f.setConnectionTimeout(5000);
+        if (uri.startsWith("amqps://")) useTls(f);
         return f.newConnection("ottermq-e2e-java");
+    }
+
+    /** TLS from OTTER_TLS_CA (PEM), optionally a client certificate OTTER_TLS_CERT with its PKCS#8 key
+     *  OTTER_TLS_KEY, and SASL EXTERNAL when OTTER_TLS_EXTERNAL=1. The server's certificate is checked
+     *  against the CA and the URL's host name (the client's 5.0 has no switch for that: an SSLSocket
+     *  parameter set before the handshake). */
+    static void useTls(ConnectionFactory f) throws Exception {
+        CertificateFactory x509 = CertificateFactory.getInstance("X.509");
+        KeyStore trusted = KeyStore.getInstance("PKCS12");
+        trusted.load(null, null);
+        trusted.setCertificateEntry("ca", readCertificate(x509, System.getenv("OTTER_TLS_CA")));
+        TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        tmf.init(trusted);
+        KeyManager[] keys = null;
+        String cert = System.getenv("OTTER_TLS_CERT");
+        if (cert != null) {
+            String pem = new String(Files.readAllBytes(Paths.get(System.getenv("OTTER_TLS_KEY"))), StandardCharsets.US_ASCII);
+            byte[] der = Base64.getDecoder().decode(pem.replaceAll("-----[A-Z ]+-----", "").replaceAll("\\s", ""));
+            PrivateKey key = KeyFactory.getInstance("EC").generatePrivate(new PKCS8EncodedKeySpec(der));
+            char[] password = "otter".toCharArray();
+            KeyStore mine = KeyStore.getInstance("PKCS12");
+            mine.load(null, null);
+            mine.setKeyEntry("client", key, password, new Certificate[]{readCertificate(x509, cert)});
+            KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
+            kmf.init(mine, password);
+            keys = kmf.getKeyManagers();
+        }
+        SSLContext context = SSLContext.getInstance("TLS");
+        context.init(keys, tmf.getTrustManagers(), null);
+        f.useSslProtocol(context);
+        f.setSocketConfigurator(socket -> {
+            socket.setTcpNoDelay(true);
+            SSLParameters parameters = ((SSLSocket) socket).getSSLParameters();
+            parameters.setEndpointIdentificationAlgorithm("HTTPS");
+            ((SSLSocket) socket).setSSLParameters(parameters);
+        });
+        if ("1".equals(System.getenv("OTTER_TLS_EXTERNAL"))) f.setSaslConfig(DefaultSaslConfig.EXTERNAL);
+    }
+
+    static Certificate readCertificate(CertificateFactory x509, String path) throws Exception {
+        try (InputStream in = new FileInputStream(path)) {
+            return x509.generateCertificate(in);
+        }
     }
 
     // -- pubsub ------------------------------------------------------------------------------------------

@@ -10,9 +10,11 @@
 //   rpc            request/reply over direct reply-to (amq.rabbitmq.reply-to)
 //   channel-error  a passive declare of a missing queue: AMQPProtocolChannelException with the 404; the
 //                  connection and a new channel carry on
+// Any scenario runs over TLS (AMQPSSLConnection) when the URI is amqps:// (common.php's tls_settings).
 require_once '/usr/share/php/PhpAmqpLib/autoload.php';
 require_once __DIR__ . '/common.php';
 
+use PhpAmqpLib\Connection\AMQPSSLConnection;
 use PhpAmqpLib\Connection\AMQPStreamConnection;
 use PhpAmqpLib\Exception\AMQPProtocolChannelException;
 use PhpAmqpLib\Message\AMQPMessage;
@@ -21,7 +23,16 @@ use PhpAmqpLib\Wire\AMQPTable;
 function connect(string $url): AMQPStreamConnection
 {
     [$host, $port, $user, $password, $vhost] = url_parts($url);
-    return new AMQPStreamConnection($host, $port, $user, $password, $vhost);
+    $tls = tls_settings($url);
+    if ($tls === null) {
+        return new AMQPStreamConnection($host, $port, $user, $password, $vhost);
+    }
+    $ssl = ['cafile' => $tls['ca'], 'verify_peer' => true, 'verify_peer_name' => true];
+    if ($tls['cert'] !== null) {
+        $ssl += ['local_cert' => $tls['cert'], 'local_pk' => $tls['key']];
+    }
+    $options = $tls['external'] ? ['login_method' => 'EXTERNAL', 'login_response' => ''] : [];
+    return new AMQPSSLConnection($host, $port, $user, $password, $vhost, $ssl, $options);
 }
 
 function pubsub(string $url, string $prefix): void

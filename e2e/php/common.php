@@ -13,12 +13,28 @@ function check(bool $ok, string $what): void
     }
 }
 
-/** host, port, user, password and vhost of an amqp:// URL (RabbitMQ's defaults for what is missing). */
+/** host, port, user, password and vhost of an amqp:// or amqps:// URL (RabbitMQ's defaults for what is
+ *  missing; no credentials in an amqps:// URL leave them empty, for SASL EXTERNAL). */
 function url_parts(string $url): array
 {
     $u = parse_url($url);
+    $tls = $u['scheme'] === 'amqps';
     $vhost = isset($u['path']) && strlen($u['path']) > 1 ? urldecode(substr($u['path'], 1)) : '/';
-    return [$u['host'], $u['port'] ?? 5672, urldecode($u['user'] ?? 'guest'), urldecode($u['pass'] ?? 'guest'), $vhost];
+    $default = $tls && !isset($u['user']) ? '' : 'guest';
+    return [$u['host'], $u['port'] ?? ($tls ? 5671 : 5672), urldecode($u['user'] ?? $default),
+        urldecode($u['pass'] ?? $default), $vhost];
+}
+
+/** For an amqps:// URL, what the test gave in the environment: the CA to check the server's certificate
+ *  against (OTTER_TLS_CA), a client certificate and key (OTTER_TLS_CERT, OTTER_TLS_KEY) and whether to log
+ *  in with SASL EXTERNAL (OTTER_TLS_EXTERNAL=1); null for amqp://. */
+function tls_settings(string $url): ?array
+{
+    if (parse_url($url, PHP_URL_SCHEME) !== 'amqps') {
+        return null;
+    }
+    return ['ca' => getenv('OTTER_TLS_CA'), 'cert' => getenv('OTTER_TLS_CERT') ?: null,
+        'key' => getenv('OTTER_TLS_KEY') ?: null, 'external' => getenv('OTTER_TLS_EXTERNAL') === '1'];
 }
 
 /** A header value as ["type" => PHP type or class, "value" => ...], the way the library decoded it. */

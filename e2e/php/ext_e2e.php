@@ -7,15 +7,28 @@
 //   pubsub         publisher confirms (confirmSelect, setConfirmCallback, waitForConfirm), typed headers,
 //                  a manual-ack consumer with prefetch 10
 //   ttl-dlx        queue TTL and per-message expiration dead-lettered; x-death as the extension decodes it
+//   rpc            request/reply over direct reply-to (amq.rabbitmq.reply-to), server and client in one process
 //   channel-error  a passive declare of a missing queue: AMQPQueueException with the 404; the connection
 //                  and a new channel carry on
+// Any scenario runs over TLS when the URI is amqps:// (common.php's tls_settings).
 require_once __DIR__ . '/common.php';
 
 function connect(string $url): AMQPConnection
 {
     [$host, $port, $user, $password, $vhost] = url_parts($url);
-    $conn = new AMQPConnection(['host' => $host, 'port' => $port, 'login' => $user, 'password' => $password,
-        'vhost' => $vhost, 'read_timeout' => 5, 'write_timeout' => 5, 'connect_timeout' => 5]);
+    $settings = ['host' => $host, 'port' => $port, 'login' => $user, 'password' => $password,
+        'vhost' => $vhost, 'read_timeout' => 5, 'write_timeout' => 5, 'connect_timeout' => 5];
+    $tls = tls_settings($url);
+    if ($tls !== null) {  // librabbitmq checks the certificate and the host name when 'verify' is on
+        $settings += ['cacert' => $tls['ca'], 'verify' => true];
+        if ($tls['cert'] !== null) {
+            $settings += ['cert' => $tls['cert'], 'key' => $tls['key']];
+        }
+        if ($tls['external']) {
+            $settings['sasl_method'] = AMQP_SASL_METHOD_EXTERNAL;
+        }
+    }
+    $conn = new AMQPConnection($settings);
     $conn->connect();
     return $conn;
 }
@@ -129,6 +142,51 @@ function ttl_dlx(string $url, string $prefix): void
     $conn->disconnect();
 }
 
+function rpc(string $url, string $prefix): void
+{
+    // One process, so the server answers between the client's publish and its wait: the client
+    // registers its consumer on amq.rabbitmq.reply-to first (consume without a callback only sends
+    // basic.consume), the server takes each request with basic.get and replies, then the client waits.
+    global $DATA;
+    $server = connect($url);
+    $client = connect($url);
+    $sch = new AMQPChannel($server);
+    $requests = queue($sch, "$prefix.rpc", AMQP_AUTODELETE);
+    $reply = new AMQPExchange($sch);
+    $cch = new AMQPChannel($client);
+    $replies = new AMQPQueue($cch);
+    $replies->setName('amq.rabbitmq.reply-to');
+    $replies->consume(null, AMQP_AUTOACK);
+    $ask = new AMQPExchange($cch);
+    $answers = [];
+    foreach (['otter', 'beaver', 'mink'] as $word) {
+        $id = bin2hex(random_bytes(8));
+        $ask->publish($word, "$prefix.rpc", AMQP_NOPARAM,
+            ['reply_to' => 'amq.rabbitmq.reply-to', 'correlation_id' => $id]);
+        $request = false;
+        $deadline = microtime(true) + 5;
+        while (($request = $requests->get(AMQP_AUTOACK)) === false && microtime(true) < $deadline) {
+            usleep(5000);
+        }
+        if ($request === false) {
+            check(false, "request $word never arrived");
+            break;
+        }
+        $DATA['reply_to_seen'] = str_starts_with($request->getReplyTo(), 'amq.rabbitmq.reply-to.');
+        $reply->publish(strtoupper($request->getBody()), $request->getReplyTo(), AMQP_NOPARAM,
+            ['correlation_id' => $request->getCorrelationId()]);
+        $replies->consume(function (AMQPEnvelope $m) use (&$answers, $id, $word) {
+            check($m->getCorrelationId() === $id, "the reply to $word has another correlation id");
+            $answers[] = $m->getBody();
+            return false;  // one reply, back to the loop
+        }, AMQP_JUST_CONSUME);
+    }
+    $DATA['answers'] = $answers;
+    $requests->delete();
+    $client->disconnect();
+    $server->disconnect();
+}
+
 function channel_error(string $url, string $prefix): void
 {
     global $DATA;
@@ -156,4 +214,5 @@ function channel_error(string $url, string $prefix): void
     $conn->disconnect();
 }
 
-run_scenario(['pubsub' => 'pubsub', 'ttl-dlx' => 'ttl_dlx', 'channel-error' => 'channel_error'], $argv);
+run_scenario(['pubsub' => 'pubsub', 'ttl-dlx' => 'ttl_dlx', 'rpc' => 'rpc', 'channel-error' => 'channel_error'],
+    $argv);

@@ -10,6 +10,9 @@
 #                  the connection and a new channel carry on
 #   recovery       Bunny's automatic recovery: prints "ready", waits for a line on stdin (the test restarts
 #                  the broker meanwhile), then checks the recovered consumer gets a message
+# Any scenario runs over TLS when the URI is amqps://: the server's certificate checked against
+# OTTER_TLS_CA (and the host name), a client certificate from OTTER_TLS_CERT/OTTER_TLS_KEY when set, and
+# SASL EXTERNAL when OTTER_TLS_EXTERNAL=1.
 require "bunny"
 require "json"
 require "securerandom"
@@ -21,10 +24,18 @@ def check(ok, what)
   FAILURES << what unless ok
 end
 
+def tls_options(url)
+  return {} unless url.start_with?("amqps://")
+  options = {tls: true, verify_peer: true, tls_ca_certificates: [ENV.fetch("OTTER_TLS_CA")]}
+  options.update(tls_cert: ENV["OTTER_TLS_CERT"], tls_key: ENV["OTTER_TLS_KEY"]) if ENV["OTTER_TLS_CERT"]
+  options[:auth_mechanism] = "EXTERNAL" if ENV["OTTER_TLS_EXTERNAL"] == "1"
+  options
+end
+
 def connect(url, recover: false)
   conn = Bunny.new(url, automatically_recover: recover, recover_from_connection_close: recover,
                         network_recovery_interval: 0.2, connection_name: "ottermq-e2e-ruby",
-                        logger: Logger.new(File::NULL))
+                        logger: Logger.new(File::NULL), **tls_options(url))
   conn.start
   conn
 end
