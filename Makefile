@@ -56,6 +56,7 @@ run: run-install
 # amqp091-go (Debian's golang-go + golang-github-rabbitmq-amqp091-go-dev; apt-get, as root or via sudo),
 # RabbitMQ's Java client (Debian's librabbitmq-client-java, compiled against with the JDK's javac), Bunny
 # (Debian's ruby-bunny), PHP's php-amqplib, php-amqp and Symfony's AMQP messenger (Debian's packages),
+# the .NET RabbitMQ.Client bundled with Mono (Debian's libmono-rabbitmq4.0-cil, compiled against with mcs),
 # and RabbitMQ's rabbitmqadmin script (inside Debian's rabbitmq-server package; the server is not started),
 # and Debian's chromium for the web UI's browser tests (Playwright drives it; no browser download).
 # The scripts do nothing when everything is already there.
@@ -65,6 +66,7 @@ clients:
 	bash .ci/install-java.sh
 	bash .ci/install-ruby.sh
 	bash .ci/install-php.sh
+	bash .ci/install-dotnet.sh
 	bash .ci/install-rabbitmqadmin.sh
 	bash .ci/install-chromium.sh
 

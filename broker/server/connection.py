@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from ottermq.amqp import fastpath
+from ottermq.amqp import fastpath, legacy
 from ottermq.amqp.errors import (
     AMQPError,
     ChannelCrashed,
@@ -38,6 +38,7 @@ from ottermq.amqp.errors import (
 from ottermq.amqp.fastpath import FRAME_HEARTBEAT, FRAME_METHOD, HEARTBEAT
 from ottermq.amqp.reader import FrameReader, payload_snippet
 from pamqp import commands as spec
+from pamqp.base import Frame
 
 from ..node.info import ChannelRef, ConnectionInfo
 from ..node.stats import MessageStats
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+PROTOCOL_HEADER = legacy.PROTOCOL_0_9_1
 CLOSE_TIMEOUT = 3.0
 WRITE_HIGH_WATER = 1024 * 1024
 
@@ -231,17 +232,37 @@ class AMQPConnection(asyncio.Protocol):
         self._header += data[:need]
         rest = data[need:]
         if len(self._header) < 8:
-            if PROTOCOL_HEADER.startswith(self._header):
+            if legacy.is_header_prefix(self._header):
                 return b""
-        if self._header != PROTOCOL_HEADER:
+        dialect = legacy.dialect_of(self._header)
+        if dialect is None:
             log.info("connection %s: bad protocol header %r", self.peer, self._header)
             self.send(PROTOCOL_HEADER)
             self._flush()
             self._abort()
             return b""
+        if dialect.framing_0_8:  # served by the 0-9-1 code, its method frames translated (amqp/legacy.py)
+            log.info("connection %s: AMQP %s client", self.peer, dialect.name)
+            self._feed = self._feed_0_8  # type: ignore[method-assign]
+            self.send_method = self._send_method_0_8
         self._to(STARTING)
-        self.send_method(0, handshake.start(self.server.server_properties, self.mechanisms))
+        start = handshake.start(self.server.server_properties, self.mechanisms, dialect.version)
+        self.send_method(0, start)
         return rest
+
+    def _feed_0_8(self, data: bytes) -> None:
+        """``_feed`` for an AMQP 0-8 client: its method frames as 0-9-1 reads them."""
+        for frame_type, channel, payload in self.reader.feed(data):
+            if frame_type == FRAME_METHOD and len(payload) >= 4:
+                payload = legacy.from_0_8(payload)
+            self._on_frame(frame_type, channel, payload)
+            if self.state is CLOSED:
+                return
+        if self.reader.error is not None:
+            self._fail(self.reader.error, 0)
+
+    def _send_method_0_8(self, channel: int, method: Frame) -> None:
+        self.send(legacy.to_0_8(fastpath.encode_method(channel, method)))
 
     def _handshake_timeout(self) -> None:
         self._timer = None

@@ -73,10 +73,13 @@ def mechanisms(peer_cert: dict[str, Any] | None) -> tuple[str, ...]:
     return (*MECHANISMS, "EXTERNAL") if peer_cert else MECHANISMS
 
 
-def start(server_properties: dict[str, Any], offered: tuple[str, ...]) -> spec.Connection.Start:
+def start(
+    server_properties: dict[str, Any], offered: tuple[str, ...], version: tuple[int, int] = (0, 9)
+) -> spec.Connection.Start:
+    """``connection.start`` for a client whose header asked for ``version`` (8-0 for AMQP 0-8)."""
     return spec.Connection.Start(
-        version_major=0,
-        version_minor=9,
+        version_major=version[0],
+        version_minor=version[1],
         server_properties=server_properties,
         mechanisms=" ".join(offered),
         locales="en_US",
