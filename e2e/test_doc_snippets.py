@@ -11,6 +11,9 @@ How each kind runs, against private brokers (``broker_process``) on free ports:
   shadow py-amqp), with ``localhost:5672`` pointed at the broker; Celery tasks with a real worker.
 * Go: built in GOPATH mode against Debian's amqp091-go (``.ci/install-go.sh``), nothing fetched.
 * JavaScript: ``node`` with the amqplib that ``e2e/node`` locks (``.ci/install-node.sh``).
+* Java, Ruby, PHP, C#: the language's own runner with the client Debian ships (``java`` in source-file
+  mode with ``librabbitmq-client-java``, ``ruby`` with ``ruby-bunny``, ``php`` with ``php-amqplib``,
+  ``mcs`` and ``mono`` with Mono's RabbitMQ.Client; ``make clients`` installs them).
 * Shell: ``bash -euo pipefail`` in a temporary folder with the venv's ``ottermq`` first on ``PATH``
   and ``OTTERMQ_ADMIN_URL`` pointed at the broker's management port; ``make run`` becomes the
   ``ottermq`` it runs.
@@ -54,7 +57,7 @@ RABBITMQADMIN = (
     "/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/rabbitmq_management-*/priv/www/cli/rabbitmqadmin"
 )
 
-RUN_LANGUAGES = {"python", "go", "sh", "bash", "js", "json"}
+RUN_LANGUAGES = {"python", "go", "sh", "bash", "js", "json", "java", "ruby", "php", "csharp"}
 OTHER_LANGUAGES = {"text"}  # output, file layouts: shown, not run
 
 # Snippets that cannot run in a test, and why. Everything else is run below.
@@ -450,6 +453,83 @@ def test_the_amqp091_go_snippet(broker_process, tmp_path):
         r'\{"id": 1\} reason=expired queue=go\.orders count=1 time=\d{4}-.* original-expiration=5000$',
         result.stderr.strip(),
     ), result.stderr
+
+
+JAVA_JARS = [Path("/usr/share/java/amqp-client.jar"), Path("/usr/share/java/slf4j-api.jar")]
+MONO_CLIENT = Path("/usr/lib/mono/4.5/RabbitMQ.Client.dll")
+# what each of these snippets prints: its body, then x-death's reason, queue, count and original-expiration
+ORDER_DEAD_LETTERED = '{{"id": 1}} expired {}.orders 1 1000'
+
+
+def needs(*commands: str, files: tuple[Path, ...] = ()) -> list[str]:
+    """The commands' paths; fails (never skips) naming ``make clients`` when one or a file is missing."""
+    found = [shutil.which(c) for c in commands]
+    missing = [c for c, f in zip(commands, found, strict=True) if f is None]
+    missing += [str(f) for f in files if not f.exists()]
+    if missing:
+        pytest.fail(f"needs {', '.join(missing)}: run `make clients`")
+    return [f for f in found if f is not None]
+
+
+def run_program(argv: list[str], cwd: Path, timeout: float = 90) -> str:
+    result = subprocess.run(argv, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def host_and_port(code: str, b: Any, before: str, after: str) -> str:
+    """A snippet that names the host and port apart (``before`` -> ``after``, ``{port}`` filled in)."""
+    assert code.count(before) == 1, before
+    return code.replace(before, after.format(port=b.port))
+
+
+@runs("java-amqp-client")
+def test_the_java_snippet(broker_process, tmp_path):
+    (java,) = needs("java", files=tuple(JAVA_JARS))
+    b = broker_process()
+    b.start()
+    code = snippet("java-amqp-client")
+    assert "localhost:5672" in code
+    (tmp_path / "Orders.java").write_text(localize(code, b))
+    classpath = ":".join(str(jar) for jar in JAVA_JARS)
+    out = run_program([java, "-cp", classpath, "Orders.java"], tmp_path)
+    assert out.splitlines() == [ORDER_DEAD_LETTERED.format("java")]
+
+
+@runs("ruby-bunny")
+def test_the_bunny_snippet(broker_process, tmp_path):
+    (ruby,) = needs("ruby")
+    b = broker_process()
+    b.start()
+    code = snippet("ruby-bunny")
+    assert "localhost:5672" in code
+    (tmp_path / "orders.rb").write_text(localize(code, b))
+    assert run_program([ruby, "orders.rb"], tmp_path).splitlines() == [ORDER_DEAD_LETTERED.format("ruby")]
+
+
+@runs("php-amqplib")
+def test_the_php_amqplib_snippet(broker_process, tmp_path):
+    (php,) = needs("php", files=(Path("/usr/share/php/PhpAmqpLib/autoload.php"),))
+    b = broker_process()
+    b.start()
+    code = host_and_port(snippet("php-amqplib"), b, "'localhost', 5672,", "'127.0.0.1', {port},")
+    (tmp_path / "orders.php").write_text(code)
+    assert run_program([php, "orders.php"], tmp_path).splitlines() == [ORDER_DEAD_LETTERED.format("php")]
+
+
+@runs("dotnet-mono")
+def test_the_dotnet_snippet(broker_process, tmp_path):
+    mcs, mono = needs("mcs", "mono", files=(MONO_CLIENT,))
+    b = broker_process()
+    b.start()
+    code = snippet("dotnet-mono")
+    code = host_and_port(
+        code, b, 'HostName = "localhost", Port = 5672', 'HostName = "127.0.0.1", Port = {port}'
+    )
+    (tmp_path / "Orders.cs").write_text(code)
+    run_program([mcs, "-nowarn:618", f"-r:{MONO_CLIENT}", "Orders.cs"], tmp_path)
+    out = run_program([mono, "Orders.exe"], tmp_path)
+    assert out.splitlines() == [ORDER_DEAD_LETTERED.format("dotnet")]
 
 
 # --------------------------------------------------------------------------------------------------------
