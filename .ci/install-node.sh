@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Make sure Node.js, npm and the pinned amqplib are present for e2e/test_node_client.py and
-# e2e/test_mixed_clients.py. Idempotent: does nothing when e2e/node/node_modules already holds what
-# e2e/node/package-lock.json pins.
+# Make sure Node.js, npm and the pinned packages (amqplib, rascal, amqp-connection-manager) are present for
+# e2e/test_node_client.py, e2e/test_node_frameworks.py and e2e/test_mixed_clients.py. Idempotent: does
+# nothing when e2e/node/node_modules already holds every package e2e/node/package-lock.json pins.
 #
 # Node: the machine's own `node` and `npm` are used when present (amqplib 2.x needs Node >= 18). Only when
 # one is missing are Debian's packages installed: bookworm ships nodejs 18.20 and npm 9.2. Debian's npm
 # conflicts with NodeSource's nodejs (which bundles its own npm), so npm is never added beside a node
 # that is not Debian's.
-# amqplib: `npm ci` from the committed lockfile, through the npm registry only (no install scripts).
+# Packages: `npm ci` from the committed lockfile, through the npm registry only (no install scripts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_DIR=e2e/node
@@ -32,12 +32,30 @@ if [ "$(node_major)" -lt "$MIN_NODE_MAJOR" ]; then
   exit 1
 fi
 
-want=$(node -p "require('./$NODE_DIR/package-lock.json').packages['node_modules/amqplib'].version")
-have=$(node -p "try { require('./$NODE_DIR/node_modules/amqplib/package.json').version } catch { '' }")
+# "name@version ..." for each direct dependency (package.json's, sorted) as the lockfile pins it ("lock")
+# or as node_modules holds it ("installed"; "name@none" when missing)
+versions() {
+  node -e '
+    const [dir, from] = process.argv.slice(1);
+    const lock = require(`./${dir}/package-lock.json`);
+    const names = Object.keys(lock.packages[""].dependencies).sort();
+    console.log(names.map((name) => {
+      let version = "";
+      try {
+        version = from === "lock"
+          ? lock.packages[`node_modules/${name}`].version
+          : require(`./${dir}/node_modules/${name}/package.json`).version;
+      } catch {}
+      return `${name}@${version || "none"}`;
+    }).join(" "));
+  ' "$NODE_DIR" "$1"
+}
+want=$(versions lock)
+have=$(versions installed)
 if [ "$have" = "$want" ] && [ "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
-  echo "install-node: node $(node --version), npm $(npm --version 2>/dev/null), amqplib $have already installed"
+  echo "install-node: node $(node --version), npm $(npm --version 2>/dev/null), $have already installed"
   exit 0
 fi
-echo "install-node: npm ci in $NODE_DIR (amqplib $want; installed: ${have:-none})"
+echo "install-node: npm ci in $NODE_DIR ($want; installed: $have)"
 npm ci --prefix "$NODE_DIR" --ignore-scripts --no-audit --no-fund --loglevel=error
-echo "install-node: node $(node --version), npm $(npm --version 2>/dev/null), amqplib $want installed"
+echo "install-node: node $(node --version), npm $(npm --version 2>/dev/null), $(versions installed) installed"

@@ -34,6 +34,10 @@ const SCENARIOS = {
   confirm: require('./scenarios/confirm'),
   'ttl-dlx': require('./scenarios/ttl-dlx'),
   'dead-letter': require('./scenarios/dead-letter'),
+  'rascal-redeliveries': require('./scenarios/rascal-redeliveries'),
+  'rascal-delayed-retry': require('./scenarios/rascal-delayed-retry'),
+  'rascal-dead-letter': require('./scenarios/rascal-dead-letter'),
+  'acm-restart': require('./scenarios/acm-restart'),
 };
 
 const COMMON_OPTIONS = {
