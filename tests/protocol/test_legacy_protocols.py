@@ -70,14 +70,20 @@ def test_other_headers_get_the_0_9_1_header_and_close(make_client, header):
     assert c.transport.closed
 
 
-@pytest.fixture
-def client_0_8(make_client):
+def opened(make_client: Any, dialect: str) -> Any:
+    """A client that sent ``dialect``'s header, logged in, tuned and sent ``connection.open``."""
     c = make_client()
-    c.send_raw(HEADERS["0-8"][0])
+    c.send_raw(HEADERS[dialect][0])
     c.expect(spec.Connection.Start)
     c.send_raw(start_ok())
     c.expect(spec.Connection.Tune)
     c.send_raw(tune_ok() + OPEN)
+    return c
+
+
+@pytest.fixture
+def client_0_8(make_client):
+    c = opened(make_client, "0-8")
     assert raw_methods(c) == [(0, 10, 41, b"\x00")]  # open-ok: known-hosts, as 0-9-1's reserved field
     c.send_raw(method_0_8(1, 20, 10, shortstr("")))
     assert raw_methods(c) == [(1, 20, 11, b"")]  # channel.open-ok without 0-9-1's long string
@@ -123,12 +129,7 @@ def test_0_8_channel_close_is_unchanged(client_0_8):
 
 
 def test_0_9_is_served_with_the_0_9_1_framing(make_client):
-    c = make_client()
-    c.send_raw(HEADERS["0-9"][0])
-    c.expect(spec.Connection.Start)
-    c.send_raw(start_ok())
-    c.expect(spec.Connection.Tune)
-    c.send_raw(tune_ok() + OPEN)
+    c = opened(make_client, "0-9")
     c.expect(spec.Connection.OpenOk)
     c.open_channel(1)
     c.send(0, spec.Connection.Close(200, "bye", 0, 0))
