@@ -20,7 +20,7 @@ if ! command -v node >/dev/null 2>&1; then
   echo "install-node: node not found"
   apt_install nodejs npm
 elif ! command -v npm >/dev/null 2>&1; then
-  if dpkg-query -W -f='${Version}' nodejs 2>/dev/null | grep -q nodesource; then
+  if [[ "$(dpkg-query -W -f='${Version}' nodejs 2>/dev/null)" == *nodesource* ]]; then
     echo "install-node: NodeSource's nodejs is installed without npm; reinstall it (it bundles npm)" >&2
     exit 1
   fi
