@@ -60,6 +60,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -209,8 +210,35 @@ def _broker_from_url(url: str) -> Broker:
     )
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to outgoing connections (Linux's ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# RabbitMQ's and Erlang's ports: a RabbitMQ restarted by a test must find them free
+RABBITMQ_PORTS = {4369, 5671, 5672, 15671, 15672, 15692, 25672}
+_PORTS_BELOW = _ephemeral_low()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
+    """A free port below the range the kernel gives outgoing connections: a broker restarted on its
+    ports must find them free, and a client's connection (a reconnect loop, another test's) can take an
+    ephemeral port that a stopped broker had just bound and handed back."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, _PORTS_BELOW - 12000), _PORTS_BELOW)
+        if port in RABBITMQ_PORTS:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded machine: whatever the kernel gives
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

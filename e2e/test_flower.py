@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.parse
@@ -32,17 +31,12 @@ import pika
 import pytest
 from flower.utils import broker as flower_broker  # Celery Flower, in the dev extra
 
+from .conftest import _free_port
 from .polling import poll_until
 from .test_management_write import call, q
 
 APP_DIR = Path(__file__).resolve().parent / "flower_app"
 TIMEOUT = 30  # RabbitMQ's queue counts lag by its 5 s statistics interval; Flower starts in ~2 s
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Rig:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pika
 import pytest
 
+from .conftest import _free_port
+
 pytestmark = pytest.mark.extension
 
 
@@ -169,9 +171,7 @@ def run_broker(tmp_path, timeout: float = 30, args: tuple[str, ...] = (), **sett
 
 
 def free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
+    return str(_free_port())
 
 
 def test_no_amqp_listener_is_one_line(tmp_path):
