@@ -26,6 +26,7 @@ from ..config import Settings
 from .auth import AuthDB, AuthError
 from .definitions import DefinitionsError, Restore, apply_definitions
 from .delayed import DedupPersistence, DelayService
+from .heap import HeapTrimmer
 from .info import ConnectionHandle
 from .limits import LimitError, Limits
 from .operations import Operations
@@ -81,6 +82,7 @@ class Node:
         self.disk_alarm = False
         self.disk_free_probe: Callable[[], int | None] = self._disk_free  # tests put a fake one here
         self._memory_timer: asyncio.TimerHandle | None = None
+        self.heap = HeapTrimmer(process_rss)  # hands freed heap pages back after a backlog drains
         # x-delayed-message exchanges and persistent deduplication caches (broker/node/delayed.py)
         self.delays = DelayService(self.vhosts, self.store, loop, self.ttl.now)
         self.dedup = DedupPersistence(self.store, self.ttl.now)
@@ -253,6 +255,7 @@ class Node:
                 log.info("memory alarm cleared: %d bytes used", used)
                 self.set_alarm(False)
         self.check_disk()
+        self.heap.tick()
         self._memory_timer = self.loop.call_later(1.0, self.check_memory)
 
     def set_alarm(self, on: bool) -> None:
