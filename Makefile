@@ -57,6 +57,7 @@ run: run-install
 # RabbitMQ's Java client (Debian's librabbitmq-client-java, compiled against with the JDK's javac), Bunny
 # (Debian's ruby-bunny), PHP's php-amqplib, php-amqp and Symfony's AMQP messenger (Debian's packages),
 # the .NET RabbitMQ.Client bundled with Mono (Debian's libmono-rabbitmq4.0-cil, compiled against with mcs),
+# a C compiler and librabbitmq-dev for the benchmarks' C load generator (tests/bench builds and runs it),
 # and RabbitMQ's rabbitmqadmin script (inside Debian's rabbitmq-server package; the server is not started),
 # and Debian's chromium for the web UI's browser tests (Playwright drives it; no browser download).
 # The scripts do nothing when everything is already there.
@@ -67,6 +68,7 @@ clients:
 	bash .ci/install-ruby.sh
 	bash .ci/install-php.sh
 	bash .ci/install-dotnet.sh
+	bash .ci/install-cgen.sh
 	bash .ci/install-rabbitmqadmin.sh
 	bash .ci/install-chromium.sh
 
@@ -103,10 +105,12 @@ fuzz: install
 	  $(if $(FUZZ_FINDINGS),OTTERMQ_FUZZ_FINDINGS=$(FUZZ_FINDINGS)) $(BIN)/pytest e2e/test_http_fuzz.py -s
 
 # Side by side with RabbitMQ when one answers at RABBIT_URL (interleaved A B A B), else ottermq
-# alone, with our Python generator and the independent amqp091-go one (go:*); then the storage
+# alone, with our Python generator, the independent amqp091-go one (go:*) and the C one on librabbitmq-c
+# (c:*; cc and librabbitmq-dev from .ci/install-cgen.sh); then the storage
 # benchmark (1M persistent messages: throughput, disk, recovery); then the scale curves
 # (benchmarks/scale.py: queues, consumers, connections, backlog; benchmarks/scale.png).
 bench: install
+	bash .ci/install-cgen.sh
 	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
 	  $(BIN)/python benchmarks/run.py --compare "$(RABBIT_URL)"; \
 	else \

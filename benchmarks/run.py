@@ -6,7 +6,8 @@
         --scenarios noack,ack-each,fanout10 --json out.json
 
 Scenarios named ``go:*`` run the same workloads with the independent amqp091-go generator
-(``benchmarks/goloadgen.py``). With ``--compare`` every repetition runs ottermq then the other
+(``benchmarks/goloadgen.py``), ``c:*`` with the C generator on librabbitmq-c and raw frames
+(``benchmarks/cloadgen.py``). With ``--compare`` every repetition runs ottermq then the other
 broker (A B A B ...), so drift on a shared machine hits both; the table shows medians and
 ``ottermq/other`` ratios. The broker's CPU seconds (``/proc/<pid>/stat``) and peak RSS (sampled
 every 100 ms) are shown when its pid is known: ours always, the other one when it listens on this
@@ -31,6 +32,8 @@ _HERE = Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:  # PYTHONSAFEPATH=1 (the Makefile sets it) leaves the script dir out
     sys.path.insert(0, str(_HERE))
 
+from cloadgen import C_SCENARIOS  # noqa: E402
+from cloadgen import binary as c_binary  # noqa: E402
 from delayed_bench import DELAYED_SCENARIOS  # noqa: E402
 from goloadgen import GO_SCENARIOS  # noqa: E402
 from procinfo import OtterMQProcess, RssSampler, cpu_seconds, find_broker_pid, raise_fd_limit  # noqa: E402
@@ -39,8 +42,9 @@ from scenarios import SCENARIOS as PY_SCENARIOS  # noqa: E402
 from wire import BrokerURL, RawConnection  # noqa: E402
 
 log = logging.getLogger("bench")
-# our Python generator's scenarios, the independent amqp091-go generator's (go:*), delayed messages
-SCENARIOS: dict[str, Scenario] = {**PY_SCENARIOS, **GO_SCENARIOS, **DELAYED_SCENARIOS}
+# our Python generator's scenarios, the independent amqp091-go generator's (go:*), delayed messages,
+# the C generator's (c:*)
+SCENARIOS: dict[str, Scenario] = {**PY_SCENARIOS, **GO_SCENARIOS, **DELAYED_SCENARIOS, **C_SCENARIOS}
 
 
 @dataclass
@@ -132,7 +136,7 @@ def run_once(scenario: Scenario, target: Target, ctx: Context, rep: int, timeout
 
 
 def _own_cpu() -> float:
-    """CPU of this process and of its reaped children (the go:* scenarios' ottermq-bench)."""
+    """CPU of this process and of its reaped children (the go:* and c:* scenarios' generators)."""
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system
 
@@ -288,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     reps = args.reps or (1 if args.quick else 3)
     timeout = args.timeout or (120.0 if args.quick else 900.0)
     raise_fd_limit()
+    if any(n.startswith("c:") for n in names):
+        c_binary()  # compile (or find in the cache) before any run, so no run counts the compiler's CPU
 
     with OtterMQProcess(args.ottermq_src) as otter:
         ours = Target("ottermq", BrokerURL(port=otter.port), otter.pid, managed=True)
