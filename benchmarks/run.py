@@ -176,7 +176,7 @@ def _spread(values: list[float | None]) -> str:
 def _fmt(value: float | None, unit: str = "") -> str:
     if value is None:
         return "-"
-    if unit == "ms":
+    if unit in ("ms", "x"):  # latencies and ratios
         return f"{value:.2f}"
     return f"{value:,.0f}"
 

@@ -28,6 +28,8 @@ from wire import BrokerError, BrokerURL, RawConnection, publish_frames, stamp
 
 log = logging.getLogger(__name__)
 
+DRAIN_SETTLE = 6.0  # seconds after a drain before its RSS is read (mem-drain)
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -460,6 +462,56 @@ async def mem_queued(ctx: Context) -> Outcome:
         return Outcome({"bytes/msg": (after - before) / n}, f"RSS {_mib(before)} -> {_mib(after)} MiB")
 
 
+async def _mem_drain(ctx: Context, persistent: bool) -> Outcome:
+    """RSS before a backlog, with it queued and after a consumer drained it (the memory that comes back).
+
+    The backlog is ``mem_messages`` 100-byte messages published without confirms into one queue (durable
+    and persistent for the persistent variant) with no consumer; then a no-ack consumer takes them all.
+    ``after/before`` is the settled RSS after the drain over the one before the backlog; the broker gets
+    ``DRAIN_SETTLE`` seconds first (ottermq hands free heap pages back on a 5-second look).
+    """
+    n = ctx.sizes.mem_messages
+    if rss_bytes(ctx.pid) is None:
+        return Outcome({"after/before": None, "bytes/msg": None}, "n/a: broker pid unknown")
+    name = "mem-drain-persistent" if persistent else "mem-drain"
+    async with Session(ctx, name) as s:
+        q = await s.queue("q", durable=persistent)
+        pub = await s.publisher()
+        before = await settled_rss(ctx.pid)
+        frames = publish_frames(1, "", q, body(), persistent=persistent)
+        pub_task = asyncio.ensure_future(publish(pub, frames, n))
+        seen, changed = 0, time.perf_counter()
+        while (count := await s.count(q)) < n:
+            now = time.perf_counter()
+            if count != seen:
+                seen, changed = count, now
+            elif now - changed > ctx.sizes.stall:
+                raise Stalled(f"{name}: {count}/{n} queued, no progress for {ctx.sizes.stall:g}s")
+            await asyncio.sleep(0.2)
+        await pub_task
+        queued = await settled_rss(ctx.pid)
+        consumer = await s.connect()
+        await consumer.consume(1, q, no_ack=True)
+        await wait_progress(
+            consumer.until("delivered", n), lambda: consumer.delivered, ctx.sizes.stall, f"{name}: drained"
+        )
+        await asyncio.sleep(DRAIN_SETTLE)
+        after = await settled_rss(ctx.pid)
+        assert before is not None and queued is not None and after is not None
+        return Outcome(
+            {"after/before": after / before, "bytes/msg": (queued - before) / n},
+            f"RSS {_mib(before)} -> {_mib(queued)} queued -> {_mib(after)} MiB drained",
+        )
+
+
+async def mem_drain(ctx: Context) -> Outcome:
+    return await _mem_drain(ctx, persistent=False)
+
+
+async def mem_drain_persistent(ctx: Context) -> Outcome:
+    return await _mem_drain(ctx, persistent=True)
+
+
 async def mem_conn(ctx: Context) -> Outcome:
     n = ctx.sizes.mem_conns
     if rss_bytes(ctx.pid) is None:
@@ -562,6 +614,20 @@ SCENARIOS: dict[str, Scenario] = {
             mem_queued,
             (MetricSpec("bytes/msg", "B", False),),
             "broker RSS per queued 100-byte message",
+            fresh_broker=True,
+        ),
+        Scenario(
+            "mem-drain",
+            mem_drain,
+            (MetricSpec("after/before", "x", False), MetricSpec("bytes/msg", "B", False)),
+            "RSS after a backlog of transient messages drained, over RSS before it",
+            fresh_broker=True,
+        ),
+        Scenario(
+            "mem-drain-persistent",
+            mem_drain_persistent,
+            (MetricSpec("after/before", "x", False), MetricSpec("bytes/msg", "B", False)),
+            "the same with persistent messages in a durable queue, published without confirms",
             fresh_broker=True,
         ),
     )
