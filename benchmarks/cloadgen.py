@@ -16,9 +16,7 @@ or librabbitmq these scenarios report "unsupported: ..." instead of numbers.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -26,7 +24,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from goloadgen import _url
+from goloadgen import run_generator
 from scenarios import Context, MetricSpec, Outcome, Scenario
 
 HERE = Path(__file__).resolve().parent
@@ -66,33 +64,7 @@ def binary() -> Path | str:
 
 async def run_cgen(ctx: Context, scenario: str, count: int, *extra: str) -> dict[str, object] | str:
     """Run one scenario of the C generator; its JSON result, or a note saying why there is none."""
-    built = binary()
-    if isinstance(built, str):
-        return f"unsupported: {built}"
-    argv = [
-        str(built),
-        scenario,
-        "-url",
-        _url(ctx),
-        "-prefix",
-        f"bench.c.{ctx.tag}",
-        "-count",
-        str(count),
-        "-stall",
-        f"{ctx.sizes.stall}s",
-        *extra,
-    ]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    try:
-        result: dict[str, object] = json.loads(out)
-    except ValueError:
-        return f"ottermq-cgen {scenario} printed no JSON: {err.decode()[-300:]}"
-    if result.get("error"):
-        return f"failed: {result['error']}"
-    return result
+    return await run_generator(binary(), "ottermq-cgen", "c", ctx, scenario, count, *extra)
 
 
 def _throughput(scenario: str, size: str) -> Scenario:

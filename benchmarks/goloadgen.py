@@ -61,8 +61,12 @@ def _url(ctx: Context) -> str:
     return f"amqp://{user}:{password}@{u.host}:{u.port}/{urllib.parse.quote(u.vhost, safe='')}"
 
 
-async def _run(ctx: Context, scenario: str, count: int, *extra: str) -> dict[str, object] | str:
-    built = binary()
+async def run_generator(
+    built: Path | str, program: str, label: str, ctx: Context, scenario: str, count: int, *extra: str
+) -> dict[str, object] | str:
+    """Run one scenario of an independent generator binary (``built``, or why there is none) against
+    ``ctx``'s broker, naming what it declares ``bench.<label>.<tag>``; its JSON result, or a note saying
+    why there is none. The Go and C generators share these flags and this output."""
     if isinstance(built, str):
         return f"unsupported: {built}"
     argv = [
@@ -71,7 +75,7 @@ async def _run(ctx: Context, scenario: str, count: int, *extra: str) -> dict[str
         "-url",
         _url(ctx),
         "-prefix",
-        f"bench.go.{ctx.tag}",
+        f"bench.{label}.{ctx.tag}",
         "-count",
         str(count),
         "-stall",
@@ -85,10 +89,14 @@ async def _run(ctx: Context, scenario: str, count: int, *extra: str) -> dict[str
     try:
         result: dict[str, object] = json.loads(out)
     except ValueError:
-        return f"ottermq-bench {scenario} printed no JSON: {err.decode()[-300:]}"
+        return f"{program} {scenario} printed no JSON: {err.decode()[-300:]}"
     if result.get("error"):
         return f"failed: {result['error']}"
     return result
+
+
+async def _run(ctx: Context, scenario: str, count: int, *extra: str) -> dict[str, object] | str:
+    return await run_generator(binary(), "ottermq-bench", "go", ctx, scenario, count, *extra)
 
 
 def _throughput(scenario: str, size: str) -> Scenario:

@@ -439,6 +439,22 @@ async def settled_rss(pid: int | None, window: float = 2.0, max_wait: float = 30
     return readings[-1]
 
 
+async def _backlog(s: Session, pub: RawConnection, q: str, frames: bytes, n: int, name: str) -> None:
+    """Publish ``n`` copies of ``frames`` into ``q`` (no consumer) and wait until the queue holds them all,
+    failing the run once the count stops moving for ``stall`` seconds."""
+    stall = s.ctx.sizes.stall
+    pub_task = asyncio.ensure_future(publish(pub, frames, n))
+    seen, changed = 0, time.perf_counter()
+    while (count := await s.count(q)) < n:
+        now = time.perf_counter()
+        if count != seen:
+            seen, changed = count, now
+        elif now - changed > stall:
+            raise Stalled(f"{name}: {count}/{n} queued, no progress for {stall:g}s")
+        await asyncio.sleep(0.2)
+    await pub_task
+
+
 async def mem_queued(ctx: Context) -> Outcome:
     n = ctx.sizes.mem_messages
     if rss_bytes(ctx.pid) is None:
@@ -447,16 +463,7 @@ async def mem_queued(ctx: Context) -> Outcome:
         q = await s.queue("q")
         pub = await s.publisher()
         before = await settled_rss(ctx.pid)
-        pub_task = asyncio.ensure_future(publish(pub, publish_frames(1, "", q, body()), n))
-        seen, changed = 0, time.perf_counter()
-        while (count := await s.count(q)) < n:
-            now = time.perf_counter()
-            if count != seen:
-                seen, changed = count, now
-            elif now - changed > ctx.sizes.stall:
-                raise Stalled(f"mem-queued: {count}/{n} queued, no progress for {ctx.sizes.stall:g}s")
-            await asyncio.sleep(0.2)
-        await pub_task
+        await _backlog(s, pub, q, publish_frames(1, "", q, body()), n, "mem-queued")
         after = await settled_rss(ctx.pid)
         assert before is not None and after is not None
         return Outcome({"bytes/msg": (after - before) / n}, f"RSS {_mib(before)} -> {_mib(after)} MiB")
@@ -478,17 +485,7 @@ async def _mem_drain(ctx: Context, persistent: bool) -> Outcome:
         q = await s.queue("q", durable=persistent)
         pub = await s.publisher()
         before = await settled_rss(ctx.pid)
-        frames = publish_frames(1, "", q, body(), persistent=persistent)
-        pub_task = asyncio.ensure_future(publish(pub, frames, n))
-        seen, changed = 0, time.perf_counter()
-        while (count := await s.count(q)) < n:
-            now = time.perf_counter()
-            if count != seen:
-                seen, changed = count, now
-            elif now - changed > ctx.sizes.stall:
-                raise Stalled(f"{name}: {count}/{n} queued, no progress for {ctx.sizes.stall:g}s")
-            await asyncio.sleep(0.2)
-        await pub_task
+        await _backlog(s, pub, q, publish_frames(1, "", q, body(), persistent=persistent), n, name)
         queued = await settled_rss(ctx.pid)
         consumer = await s.connect()
         await consumer.consume(1, q, no_ack=True)
