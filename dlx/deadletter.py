@@ -28,6 +28,7 @@ from ottermq.amqp.props import quick_props, rewrite_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.message import Entry, Message, SelectedMessage
 
+from .limits import Limit, limit_in_force
 from .xdeath import X_DEATH, dead_letter_routing_keys, record_death
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class DeadLetterRecorder(Protocol):
         dlx: str | None,
         items: list[Any],
         policy: str | None = None,
+        limit: Limit | None = None,
     ) -> None:
         """``items`` is flat, five values per dead letter: ``message`` (as it died),
         ``enqueued_at``, ``death_count`` (``None``: unknown), ``dlx_routing_key`` (``None``:
@@ -189,6 +191,28 @@ class DeadLetterer:
         finally:
             self._busy = False
 
+    @staticmethod
+    def _archive(
+        archive: DeadLetterRecorder,
+        now_ms: int,
+        vhost: VHost,
+        queue: Queue,
+        reason: str,
+        dlx_name: str | None,
+        flat: list[Any],
+    ) -> None:
+        """One batch of dead letters to the archive, with the queue's policy and the limit in force."""
+        archive.record(
+            now_ms,
+            vhost.name,
+            queue.name,
+            reason,
+            dlx_name,
+            flat,
+            policy_of(queue),
+            limit_in_force(vhost, queue, reason),
+        )
+
     def _drop(self, queue: Queue, count: int, reason: str, why: str) -> None:
         self.dropped += count
         log.debug("dropped %d dead letter(s) from queue '%s' (%s): %s", count, queue.name, reason, why)
@@ -235,15 +259,8 @@ class DeadLetterer:
                 assert dlx_name is not None
                 self._warn_missing(queue, len(entries), dlx_name, now_ms)
             if archive is not None:
-                archive.record(
-                    now_ms,
-                    vhost.name,
-                    queue.name,
-                    reason,
-                    dlx_name,
-                    [x for entry in entries for x in (entry.message, entry.enqueued_at, None, None, drop)],
-                    policy_of(queue),
-                )
+                flat = [x for entry in entries for x in (entry.message, entry.enqueued_at, None, None, drop)]
+                self._archive(archive, now_ms, vhost, queue, reason, dlx_name, flat)
             return
         assert dlx_name is not None
         dlrk = queue.args.dead_letter_routing_key
@@ -281,7 +298,7 @@ class DeadLetterer:
             if archive is not None:
                 archived += (message, entry.enqueued_at, count, routing_keys[0], None)
         if archived and archive is not None:
-            archive.record(now_ms, vhost.name, queue.name, reason, dlx_name, archived, policy_of(queue))
+            self._archive(archive, now_ms, vhost, queue, reason, dlx_name, archived)
 
     @staticmethod
     def _rewrite(

@@ -110,6 +110,10 @@ def dead_letter_record(
         "body_size": len(body),
         "body_b64": body_b64,
         "body_truncated": bool(body_bytes) and len(body) > body_bytes,
+        # the queue's limits are not known from the message (its x-death names no TTL or length)
+        "limit": None,
+        "limit_value": None,
+        "limit_source": None,
     }
 
 

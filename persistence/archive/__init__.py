@@ -1,6 +1,6 @@
 """Dead-letter archive: every dead letter as one JSON line, written off the event loop.
 
-The record format (archive schema v1) is the contract with ``spark_jobs/``; see ``SCHEMA_KEYS``
+The record format (archive schema v2) is the contract with ``spark_jobs/``; see ``SCHEMA_KEYS``
 and README "Dead-letter archive". Rules:
 
 - ``DeadLetterArchive.record`` runs on the event loop, once per death event (the entries one

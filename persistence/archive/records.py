@@ -1,4 +1,4 @@
-"""Dead-letter archive records (schema v1): the line format shared with ``spark_jobs/``.
+"""Dead-letter archive records (schema v2): the line format shared with ``spark_jobs/``.
 
 ``SCHEMA_KEYS`` lists a line's fields in order; header tables are typed JSON (``typed_value``) so
 ``headers_from_json`` gives back a table ``encode_table`` writes with the same AMQP type tags;
@@ -30,7 +30,8 @@ from ottermq.amqp.table import (
     decode_table,
 )
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+# v2 added the last three: which limit killed the message (see ``killer``); v1 lines lack them
 SCHEMA_KEYS: Final = (
     "schema",
     "time_ms",
@@ -54,7 +55,27 @@ SCHEMA_KEYS: Final = (
     "body_size",
     "body_b64",
     "body_truncated",
+    "limit",
+    "limit_value",
+    "limit_source",
 )
+
+Limit = tuple[str, int, str]
+"""``(limit, limit_value, limit_source)``: ``message-ttl`` (the queue's TTL, ms), ``expiration`` (the
+message's own, ms), ``max-length`` (messages), ``max-length-bytes`` (octets) or ``delivery-limit``
+(deliveries); set by the queue's ``argument``, a ``policy``, an ``operator-policy`` or the ``message``."""
+
+
+def killer(reason: str, queue_limit: Limit | None, expiration: str | None) -> Limit | None:
+    """Which limit killed a dead letter: for ``expired``, the queue's TTL (``queue_limit``) or the
+    message's own ``expiration`` property, whichever is lower (the message's when equal); for the other
+    reasons the queue's limit behind them (``dlx/limits.py``), None for ``rejected``."""
+    if reason != "expired" or expiration is None or not expiration.isdigit():
+        return queue_limit
+    own = int(expiration)
+    if queue_limit is None or own <= queue_limit[1]:
+        return "expiration", own, "message"
+    return queue_limit
 
 
 # --- typed JSON for header tables -----------------------------------------------------------------
@@ -221,7 +242,7 @@ def fragment(fields: Mapping[str, Any]) -> bytes:
     return b"," + _utf8(json.dumps(fields, ensure_ascii=False, separators=(",", ":"), allow_nan=False))[1:-1]
 
 
-LINE_HEAD = b'{"schema":1,"time_ms":'
+LINE_HEAD = b'{"schema":%d,"time_ms":' % SCHEMA_VERSION
 
 
 def line_time(line: bytes) -> int:

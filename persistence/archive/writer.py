@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .files import HOUR_MS, ArchiveFiles, Group
-from .records import LINE_HEAD, fragment, headers_to_json, read_props
+from .records import LINE_HEAD, Limit, fragment, headers_to_json, killer, read_props
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,10 @@ ITEM_FIELDS: Final = 5
 """Values per dead letter in ``record``'s flat ``items`` list: ``message, enqueued_at,
 death_count, dlx_routing_key, drop_reason`` (flat: no tuple per dead letter for the cyclic GC to
 track while it waits for the writer)."""
-Record = tuple[int, str, str, str, "str | None", "str | None", int]
-"""A death event in the writer's buffer: ``(time_ms, vhost, queue, reason, dlx, policy, n)``, then
-``n`` dead letters of :data:`ITEM_FIELDS` values each."""
-HEADER_FIELDS: Final = 7  # len(Record)
+Record = tuple[int, str, str, str, "str | None", "str | None", "Limit | None", int]
+"""A death event in the writer's buffer: ``(time_ms, vhost, queue, reason, dlx, policy, limit, n)``,
+then ``n`` dead letters of :data:`ITEM_FIELDS` values each."""
+HEADER_FIELDS: Final = 8  # len(Record)
 
 
 # --- the archive -----------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ class DeadLetterArchive:
         self._threaded = threaded
         self._buf: deque[Any] = deque()  # flat: per death event a Record header, then the items
         # (vhost, queue, reason, dlx) -> (count, key, drop, exchange, routing key, props) -> parts
-        self._templates: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[bytes, bytes]]] = {}
+        self._templates: dict[tuple[Any, ...], dict[tuple[Any, ...], tuple[bytes, bytes, bytes]]] = {}
         self._pending: deque[Group] = deque()  # serialized, not yet written
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -122,6 +122,7 @@ class DeadLetterArchive:
         dlx: str | None,
         items: list[Any],
         policy: str | None = None,
+        limit: Limit | None = None,
     ) -> None:
         """Archive the dead letters of one death event (cheap: appends references; never blocks
         or raises).
@@ -132,6 +133,8 @@ class DeadLetterArchive:
             dlx: the queue's dead-letter exchange in force (``None`` when it has none).
             policy: the policy that set the queue's dead-letter exchange or message TTL (``None``
                 when they came from its arguments).
+            limit: the queue's limit behind ``reason`` (``ottermq.dlx.limits``): for ``expired`` its
+                TTL, which each line compares with the message's own ``expiration`` (``killer``).
             items: flat, :data:`ITEM_FIELDS` values per dead letter: ``message, enqueued_at,
                 death_count, dlx_routing_key, drop_reason``: the ``Message`` as it died (headers
                 before this death), ``Entry.enqueued_at`` (0 = unknown), the ``x-death``
@@ -150,7 +153,7 @@ class DeadLetterArchive:
             items, n = items[: room * ITEM_FIELDS], room
         # one flat extend (atomic: C-level iteration, no bytecode runs, so the writer cannot
         # see half an event) and no object per event for the cyclic GC to track
-        self._buf.extend(chain((time_ms, vhost, queue, reason, dlx, policy, n), items))
+        self._buf.extend(chain((time_ms, vhost, queue, reason, dlx, policy, limit, n), items))
         self._added += n
         if self._thread is None:
             if self._threaded:
@@ -285,19 +288,19 @@ class DeadLetterArchive:
         if len(templates) > 256:
             templates.clear()
         out = self._pending
-        tail = b',"body_b64":null,"body_truncated":false}\n'
+        tail = b',"body_b64":null,"body_truncated":false'
         last_enqueued, enqueued = -1, b"null"
         last_time, head = -1, b""
         context: tuple[Any, ...] = ()
-        cache: dict[tuple[Any, ...], tuple[bytes, bytes]] = {}
+        cache: dict[tuple[Any, ...], tuple[bytes, bytes, bytes]] = {}
         group_hour, group_time, nbytes = -1, 0, 0
         lines: list[bytes] = []
         i, end = 0, len(flat)
         while i < end:
-            time_ms, vhost, queue, reason, dlx, policy, n = flat[i : i + HEADER_FIELDS]
+            time_ms, vhost, queue, reason, dlx, policy, limit, n = flat[i : i + HEADER_FIELDS]
             i += HEADER_FIELDS
             stop = i + n * ITEM_FIELDS
-            event = (vhost, queue, reason, dlx, policy)
+            event = (vhost, queue, reason, dlx, policy, limit)
             if event != context:
                 context = event
                 cached = templates.get(context)
@@ -332,8 +335,8 @@ class DeadLetterArchive:
                     if body_bytes:
                         cut = b"true" if len(body) > body_bytes else b"false"
                         b64 = base64.b64encode(body[:body_bytes])
-                        tail = b',"body_b64":"%b","body_truncated":%b}\n' % (b64, cut)
-                    line = b"%b%b%b%b%d%b" % (head, parts[0], enqueued, parts[1], len(body), tail)
+                        tail = b',"body_b64":"%b","body_truncated":%b' % (b64, cut)
+                    line = b"%b%b%b%b%d%b%b" % (head, parts[0], enqueued, parts[1], len(body), tail, parts[2])
                 except Exception:
                     self._lost_in_writer += 1
                     self._error(
@@ -348,10 +351,11 @@ class DeadLetterArchive:
         if lines:
             out.append((group_time, lines, nbytes))
 
-    def _template(self, context: tuple[Any, ...], key: tuple[Any, ...]) -> tuple[bytes, bytes]:
-        """The constant parts of a line: from ``reason`` to ``original_expiration``, and from
-        ``message_id`` to ``headers`` (JSON fragments, each with its leading comma)."""
-        vhost, queue, reason, dlx, policy = context
+    def _template(self, context: tuple[Any, ...], key: tuple[Any, ...]) -> tuple[bytes, bytes, bytes]:
+        """The constant parts of a line: from ``reason`` to ``original_expiration``, from
+        ``message_id`` to ``headers``, and the ``limit`` fields that end it (JSON fragments, each with
+        its leading comma; the last one closes the line)."""
+        vhost, queue, reason, dlx, policy, limit = context
         count, dlx_key, drop_reason, exchange, routing_key, raw = key
         content_type, correlation_id, expiration, message_id, headers = read_props(raw)
         middle = fragment(
@@ -378,7 +382,9 @@ class DeadLetterArchive:
                 "headers": headers_to_json(headers) if headers is not None else None,
             }
         )
-        return middle + b',"enqueued_ms":', props + b',"body_size":'
+        name, value, source = killer(reason, limit, expiration) or (None, None, None)
+        end = fragment({"limit": name, "limit_value": value, "limit_source": source}) + b"}\n"
+        return middle + b',"enqueued_ms":', props + b',"body_size":', end
 
     def _close_files(self) -> None:
         try:
@@ -452,6 +458,7 @@ class NullArchive:
         dlx: str | None,
         items: list[Any],
         policy: str | None = None,
+        limit: Limit | None = None,
     ) -> None:
         """Ignore dead letters."""
 

@@ -78,10 +78,20 @@ class Recorder:
         dlx: str | None,
         items: list[Any],
         policy: str | None = None,
+        limit: tuple[str, int, str] | None = None,
     ) -> None:
         rows = [tuple(items[i : i + 5]) for i in range(0, len(items), 5)]
         self.calls.append(
-            dict(time_ms=time_ms, vhost=vhost, queue=queue, reason=reason, dlx=dlx, rows=rows, policy=policy)
+            dict(
+                time_ms=time_ms,
+                vhost=vhost,
+                queue=queue,
+                reason=reason,
+                dlx=dlx,
+                rows=rows,
+                policy=policy,
+                limit=limit,
+            )
         )
 
     def drops(self) -> list[str | None]:
@@ -399,6 +409,7 @@ def test_the_archive_gets_one_call_per_death_event_with_every_dead_letter():
         dlx="",
         rows=first["rows"],
         policy=None,
+        limit=("message-ttl", 50, "argument"),
     )
     [(message, enqueued_at, count, key, drop)] = first["rows"]
     assert (message.body, enqueued_at, count, key, drop) == (b"a", NOW_MS, 1, "dlq", None)
@@ -464,3 +475,67 @@ def test_the_archive_names_the_policy_that_set_the_dead_lettering():
     assert sorted(m.body for m in w.take("dlq")) == [b"a", b"b"]
     policies = {call["queue"]: call["policy"] for call in w.archive.calls}
     assert policies == {"work": "dl", "own": "dl"}  # own: its DLX is its argument, its TTL the policy's
+
+
+# -- which limit killed it (the archive's limit fields) ---------------------------------------------------
+DL = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+
+
+def limits(w: World) -> dict[str, Any]:
+    return {call["queue"]: call["limit"] for call in w.archive.calls}
+
+
+def test_the_archive_gets_the_queue_ttl_and_where_it_was_set():
+    w = World()
+    w.queue("dlq")
+    w.queue("own", **DL, **{"x-message-ttl": 10})
+    w.queue("by-policy", **DL)
+    w.queue("by-operator", **DL, **{"x-message-ttl": 50})
+    w.vh.set_policy(make_policy("/", "ttl", "^by-", {"message-ttl": 20}))
+    w.vh.set_policy(make_policy("/", "cap", "^by-operator$", {"message-ttl": 15}, operator=True))
+    for name in ("own", "by-policy", "by-operator"):
+        w.publish(name)
+    w.ttl.advance(20)
+    assert limits(w) == {
+        "own": ("message-ttl", 10, "argument"),
+        "by-policy": ("message-ttl", 20, "policy"),
+        "by-operator": ("message-ttl", 15, "operator-policy"),  # the lower of its argument, both policies
+    }
+
+
+def test_no_queue_ttl_leaves_the_message_s_expiration_to_the_writer():
+    w = World()
+    w.queue("dlq")
+    w.queue("plain", **DL)
+    w.publish("plain", expiration="5")
+    w.ttl.advance(5)
+    assert limits(w) == {"plain": None}
+
+
+def test_the_archive_gets_the_length_limit_that_is_full():
+    w = World()
+    w.queue("dlq")
+    w.queue("count", **DL, **{"x-max-length": 1, "x-max-length-bytes": 100})
+    w.queue("octets", **DL, **{"x-max-length": 10, "x-max-length-bytes": 3})
+    for name in ("count", "octets"):
+        w.publish(name, b"ab")
+        w.publish(name, b"cd")
+    assert limits(w) == {
+        "count": ("max-length", 1, "argument"),
+        "octets": ("max-length-bytes", 3, "argument"),
+    }
+
+
+def test_the_archive_gets_the_delivery_limit_and_nothing_for_a_rejection():
+    w = World()
+    w.queue("dlq")
+    w.queue("limited", **DL, **{"x-delivery-limit": 0})
+    w.queue("rejecting", **DL)
+    w.publish("limited")
+    q = w.vh.queues["limited"]
+    entry = q.pop()
+    assert entry is not None
+    q.requeue([entry])
+    w.publish("rejecting")
+    w.reject("rejecting")
+    assert limits(w) == {"limited": ("delivery-limit", 0, "argument"), "rejecting": None}

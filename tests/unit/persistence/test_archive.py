@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ottermq.amqp.table import (
     Float,
     Long,
@@ -119,7 +120,16 @@ def rec(a: DeadLetterArchive, msg: Message | None = None, t: int = T0, **kw: Any
     args.update(kw)
     keys = ("message", "enqueued_at", "death_count", "dlx_routing_key", "drop_reason")
     items = [args[k] for k in keys]
-    a.record(args["time_ms"], args["vhost"], args["queue"], args["reason"], args["dlx"], items)
+    a.record(
+        args["time_ms"],
+        args["vhost"],
+        args["queue"],
+        args["reason"],
+        args["dlx"],
+        items,
+        args.get("policy"),
+        args.get("limit"),
+    )
 
 
 def files(root: Path, pattern: str = "*.jsonl") -> list[Path]:
@@ -243,7 +253,7 @@ def test_record_fields(tmp_path):
     # the writer's templated lines are exactly compact JSON of the record
     assert path.read_bytes() == dumps_line(first) + dumps_line(second)
     assert first == {
-        "schema": 1,
+        "schema": 2,
         "time_ms": T0,
         "reason": "expired",
         "vhost": "/",
@@ -269,6 +279,10 @@ def test_record_fields(tmp_path):
         "body_size": 10,
         "body_b64": base64.b64encode(b"xxxx").decode(),
         "body_truncated": True,
+        # no queue TTL given: the message's own expiration killed it
+        "limit": "expiration",
+        "limit_value": 5000,
+        "limit_source": "message",
     }
     assert (second["outcome"], second["drop_reason"], second["dlx"], second["dlx_routing_key"]) == (
         "dropped",
@@ -282,6 +296,27 @@ def test_record_fields(tmp_path):
         "",
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("reason", "queue_limit", "expiration", "expected"),
+    [
+        ("expired", ("message-ttl", 60000, "policy"), "5000", ["expiration", 5000, "message"]),
+        ("expired", ("message-ttl", 2000, "argument"), "5000", ["message-ttl", 2000, "argument"]),
+        ("expired", ("message-ttl", 5000, "operator-policy"), "5000", ["expiration", 5000, "message"]),
+        ("expired", ("message-ttl", 2000, "argument"), None, ["message-ttl", 2000, "argument"]),
+        ("maxlen", ("max-length", 10, "argument"), "5000", ["max-length", 10, "argument"]),
+        ("delivery_limit", ("delivery-limit", 3, "policy"), None, ["delivery-limit", 3, "policy"]),
+        ("rejected", None, "5000", [None, None, None]),
+    ],
+)
+def test_the_limit_that_killed_a_message(tmp_path, reason, queue_limit, expiration, expected):
+    a = make(tmp_path)
+    rec(a, message(expiration=expiration), reason=reason, limit=queue_limit)
+    a.close_sync()
+    ((line,),) = [lines(path) for path in files(tmp_path)]
+    assert [line["limit"], line["limit_value"], line["limit_source"]] == expected
+    assert list(line) == list(SCHEMA_KEYS)
 
 
 def test_bodies_not_archived_by_default(tmp_path):
