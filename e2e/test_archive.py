@@ -49,6 +49,9 @@ SCHEMA_KEYS = [
     "body_size",
     "body_b64",
     "body_truncated",
+    "limit",
+    "limit_value",
+    "limit_source",
 ]
 
 
@@ -145,7 +148,7 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
         ["expired", "rejected", "back", "maxlen", "limited", "no-dlx", "dlx-missing", "no-route", "cycle"]
     )
     for record in records:
-        assert record["schema"] == 1 and record["vhost"] == "/"
+        assert record["schema"] == 2 and record["vhost"] == "/"
         assert before <= record["time_ms"] <= after
         assert record["enqueued_ms"] is None or before <= record["enqueued_ms"] <= record["time_ms"]
 
@@ -168,6 +171,9 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
         "body_size": 11,
         "body_b64": base64.b64encode(b"hell").decode(),
         "body_truncated": True,
+        "limit": "expiration",  # its own TTL of 0 (the queue has none)
+        "limit_value": 0,
+        "limit_source": "message",
     }
     assert exp["headers"]["CC"] == {"t": "A", "v": [{"t": "S", "v": "exp-cc"}]}
     assert exp["headers"]["s"] == {"t": "S", "v": "text"}
@@ -194,6 +200,7 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
         assert (record["routing_keys"], record["dlx_routing_key"]) == ([key], dlx_key)
         assert (record["body_size"], record["body_b64"], record["body_truncated"]) == (1, "cg==", False)
     assert first["original_expiration"] == "60000" and first["headers"] is None
+    assert {(r["limit"], r["limit_value"], r["limit_source"]) for r in (first, back, second)} == {(None,) * 3}
     assert back["original_expiration"] is None  # dead letters lose their expiration
     assert [d["v"]["queue"]["v"] for d in second["headers"]["x-death"]["v"]] == ["back", "rejected"]
     assert second["headers"]["x-death"]["v"][0]["v"]["count"] == {"t": "l", "v": 1}
@@ -201,8 +208,14 @@ def test_archive_records_every_reason_and_drop_reason(broker_process, tmp_path, 
     (maxlen,) = q["maxlen"]
     assert (maxlen["reason"], maxlen["outcome"]) == ("maxlen", "routed")
     assert maxlen["body_b64"] == base64.b64encode(b"firs").decode()
+    assert (maxlen["limit"], maxlen["limit_value"], maxlen["limit_source"]) == ("max-length", 1, "argument")
     (limited,) = q["limited"]
     assert (limited["reason"], limited["outcome"], limited["death_count"]) == ("delivery_limit", "routed", 1)
+    assert (limited["limit"], limited["limit_value"], limited["limit_source"]) == (
+        "delivery-limit",
+        0,
+        "argument",
+    )
     assert limited["headers"] is None  # returned once: over the limit before any x-delivery-count
 
     drops = {name: q[name][0] for name in ("no-dlx", "dlx-missing", "no-route", "cycle")}
@@ -389,7 +402,17 @@ def test_report_on_a_broker_written_archive_counts_every_dead_letter(broker_proc
     # the retry loop: job-1 died with death_count 3 and 4 in 'work' and in 'wait' (threshold 3)
     loops = {(row["queue"], row["message_id"]): row for row in summary["top"]["retry_loops"]}
     assert set(loops) == {("work", "job-1"), ("wait", "job-1")}
-    assert all(row["deaths"] == 2 and row["max_death_count"] == 4 for row in loops.values())
+    # every death is counted: job-1 died 4 times in each queue (death counts 1..4)
+    assert all(row["deaths"] == 4 and row["max_death_count"] == 4 for row in loops.values())
+    # which limit killed them: 'ttl' and the others by their queue's x-message-ttl argument
+    limits = {(r["cause"], r["limit_value"], r["limit_source"]): r["count"] for r in summary["by_limit"]}
+    assert limits[("message-ttl", 0, "argument")] == 7 + 10
+    assert limits[("message-ttl", 1, "argument")] == 4
+    assert limits[("max-length", 2, "argument")] == 3
+    assert limits[("delivery-limit", 0, "argument")] == 2
+    assert limits[("rejected", None, None)] == 4
+    # the report opens with findings in words; the biggest cause (17 of 30 by message-ttl 0) leads
+    assert summary["findings"] and "message-ttl" in summary["findings"][0]
     assert summary["first_death"] is not None and summary["time_in_queue_ms"]["p50_ms"] is not None
 
     for chart in summary["charts"]:
@@ -397,6 +420,7 @@ def test_report_on_a_broker_written_archive_counts_every_dead_letter(broker_proc
     assert {"charts/deaths_per_hour.png", "charts/deaths_by_queue.png"} <= set(summary["charts"])
     report = (out / "report.md").read_text()
     assert "delivery_limit" in report and "job-1" in report
+    assert summary["findings"][0] in report
     assert (out / "tables" / "by_reason.csv").exists()
     assert "30" in result.stdout  # the console summary
 
@@ -465,7 +489,7 @@ def test_dlq_export_browse_then_drain(broker, channel, unique, tmp_path, poll_un
         assert before <= record["time_ms"] <= after and record["time_ms"] % 1000 == 0
         assert record == {
             **record,
-            "schema": 1,
+            "schema": 2,
             "reason": "rejected",
             "vhost": vhost,
             "queue": work,
@@ -485,6 +509,9 @@ def test_dlq_export_browse_then_drain(broker, channel, unique, tmp_path, poll_un
             "body_size": 6,
             "body_b64": base64.b64encode(b"body").decode(),
             "body_truncated": True,
+            "limit": None,
+            "limit_value": None,
+            "limit_source": None,
         }
         death = record["headers"]["x-death"]
         assert death["t"] == "A"

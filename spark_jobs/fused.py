@@ -1,4 +1,4 @@
-"""The report's tables from two aggregations instead of one Spark job each (issue 20).
+"""The report's tables from a few aggregations instead of one Spark job each.
 
 :mod:`ottermq.spark_jobs.report` defines every table as a small ``DataFrame -> DataFrame`` function;
 run one by one they cost a scan, a plan and a job each. Here the count tables come from one
@@ -9,13 +9,19 @@ point). ``tests/spark/test_fused.py`` checks that both give the same rows on an 
 record shape.
 
 Tables covered: ``overview``, ``by_reason``, ``by_outcome``, ``by_queue``, ``by_policy``,
-``by_exchange``, ``by_hour``, ``top_content_types``, ``time_in_queue``, ``time_in_queue_by_queue``,
-``time_in_queue_histogram``, ``expiry_lateness``, ``expiry_lateness_by_queue``. The others
-(routing keys, retry loops, top ids and header values) stay one job each: they explode or filter.
+``by_limit``, ``by_exchange``, ``by_hour``, ``top_content_types``, ``time_in_queue``,
+``time_in_queue_by_queue``, ``time_in_queue_histogram``, ``expiry_lateness``,
+``expiry_lateness_by_queue``; the count aggregation also gives the findings' causes (``_causes``:
+deaths per queue, reason and limit, before and after a cut in time) and the timeline chart's points
+(``_timeline``). ``by_routing_key`` counts per routing-key *list* and explodes the few lists on the
+driver. ``retry_loops`` and ``top_message_ids`` come from a third one (:func:`fused_id_rows`):
+one aggregation per (message id, vhost, queue), shuffled by message id only and kept as a local
+checkpoint that both tables read. Header values stay one job: they parse every record's headers.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from functools import cmp_to_key
@@ -25,7 +31,22 @@ from ottermq.spark_jobs.schema import REASONS, hour_label
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["FUSED_TABLES", "fused_count_rows", "fused_percentile_rows", "fused_rows", "timeline_bucket"]
+__all__ = [
+    "FUSED_TABLES",
+    "ID_TABLES",
+    "fused_count_rows",
+    "fused_digest_rows",
+    "fused_id_rows",
+    "fused_percentile_rows",
+    "fused_routing_rows",
+    "fused_rows",
+    "id_aggregation",
+    "loops_table",
+    "percentile_tables",
+    "timeline_bucket",
+    "top_ids_table",
+    "trend_cut",
+]
 
 PERCENTILES = (0.5, 0.9, 0.99)
 ACCURACY = 10_000
@@ -37,7 +58,9 @@ FUSED_TABLES = frozenset(
         "by_outcome",
         "by_queue",
         "by_policy",
+        "by_limit",
         "by_exchange",
+        "by_routing_key",
         "by_hour",
         "top_content_types",
         "time_in_queue",
@@ -47,6 +70,7 @@ FUSED_TABLES = frozenset(
         "expiry_lateness_by_queue",
     }
 )
+ID_TABLES = frozenset({"retry_loops", "top_message_ids"})
 
 # grouping sets of the count aggregation: name -> its columns
 _COUNT_SETS: dict[str, tuple[str, ...]] = {
@@ -54,11 +78,13 @@ _COUNT_SETS: dict[str, tuple[str, ...]] = {
     "by_outcome": ("outcome", "drop_reason"),
     "by_queue": ("vhost", "queue"),
     "by_policy": ("vhost", "policy"),
+    "by_limit": ("limit", "limit_value", "limit_source", "reason"),
     "by_exchange": ("vhost", "exchange"),
     "by_hour": ("hour", "reason"),
     "top_content_types": ("content_type",),
     "overview": (),
     "_timeline": ("bucket", "reason"),
+    "_causes": ("vhost", "queue", "reason", "limit", "limit_value", "limit_source", "policy", "recent"),
 }
 _COUNT_COLUMNS = (
     "reason",
@@ -71,8 +97,13 @@ _COUNT_COLUMNS = (
     "hour",
     "content_type",
     "bucket",
+    "limit",
+    "limit_value",
+    "limit_source",
+    "recent",
 )
 MINUTE_MS, HOUR_MS, DAY_MS = 60_000, 3_600_000, 86_400_000
+Buckets = Sequence[tuple[str, int | None, int | None]]
 
 
 def timeline_bucket(first_ms: int | None, last_ms: int | None) -> int:
@@ -86,16 +117,24 @@ def timeline_bucket(first_ms: int | None, last_ms: int | None) -> int:
     return DAY_MS
 
 
+def trend_cut(first_ms: int | None, last_ms: int | None) -> int | None:
+    """Where the findings' *recent* part of an archive starts: the last quarter of its time span."""
+    if first_ms is None or last_ms is None:
+        return None
+    return first_ms + (last_ms - first_ms) * 3 // 4
+
+
 def _gid(columns: Sequence[str], present: Sequence[str]) -> int:
     """Spark's ``grouping_id()`` for a set: bit (n-1-i) is 1 when column i is aggregated away."""
     n = len(columns)
     return sum(1 << (n - 1 - i) for i, c in enumerate(columns) if c not in present)
 
 
-def _count_aggregation(df: DataFrame, bucket_ms: int) -> DataFrame:
+def _count_aggregation(df: DataFrame, bucket_ms: int, cut_ms: int | None, buckets: Buckets) -> DataFrame:
     """Two steps: one plain aggregation of the records by every column a count table groups by (a
     few thousand groups at most for an archive), then the grouping sets over that small result, so
     the grouping sets' row expansion never touches the records themselves."""
+    recent = F.lit(False) if cut_ms is None else F.col("time_ms") >= F.lit(cut_ms)
     fine = df.groupBy(
         "reason",
         "outcome",
@@ -104,29 +143,45 @@ def _count_aggregation(df: DataFrame, bucket_ms: int) -> DataFrame:
         "queue",
         "policy",
         "exchange",
-        hour_label(F.col("time_ms")).alias("hour"),
+        (F.floor(F.col("time_ms") / HOUR_MS) * HOUR_MS).cast("long").alias("hour_ms"),  # labelled below
         "content_type",
         (F.floor(F.col("time_ms") / bucket_ms) * bucket_ms).cast("long").alias("bucket"),
+        "limit",
+        "limit_value",
+        "limit_source",
+        recent.alias("recent"),
     ).agg(
         F.count(F.lit(1)).alias("n"),
         F.sum("body_size").alias("bytes"),
         F.min("time_ms").alias("first"),
         F.max("time_ms").alias("last"),
+        *_measure_aggregates(buckets),
     )
-    sets = ", ".join("(" + ", ".join(cols) + ")" for cols in _COUNT_SETS.values())
+    sets = ", ".join("(" + ", ".join(f"`{c}`" for c in cols) + ")" for cols in _COUNT_SETS.values())
     reason_sums = ", ".join(
         f"CAST(sum(CASE WHEN reason = '{r}' THEN n ELSE 0 END) AS BIGINT) AS `{r}`" for r in REASONS
     )
+    columns = ", ".join(f"`{c}`" for c in _COUNT_COLUMNS)
+    # the hour's label from the few fine rows, not from every record (the same label: it depends on
+    # the hour alone)
+    fine = fine.withColumn("hour", hour_label(F.col("hour_ms"))).drop("hour_ms")
     view = f"_ottermq_fused_{uuid.uuid4().hex}"  # no DataFrame API for grouping sets before Spark 4
     fine.createOrReplaceTempView(view)
-    return fine.sparkSession.sql(
-        f"SELECT {', '.join(_COUNT_COLUMNS)}, grouping_id() AS gid, CAST(sum(n) AS BIGINT) AS count, "
-        f"{reason_sums}, "
-        "CAST(sum(CASE WHEN outcome = 'dropped' THEN n ELSE 0 END) AS BIGINT) AS dropped, "
-        "CAST(sum(CASE WHEN outcome = 'routed' THEN n ELSE 0 END) AS BIGINT) AS routed, "
-        "sum(bytes) AS body_bytes, min(first) AS first_ms, max(last) AS last_ms "
-        f"FROM {view} GROUP BY {', '.join(_COUNT_COLUMNS)} GROUPING SETS ({sets})"
-    )
+    try:
+        return fine.sparkSession.sql(
+            f"SELECT {columns}, grouping_id() AS gid, CAST(sum(n) AS BIGINT) AS count, "
+            f"{reason_sums}, "
+            "CAST(sum(CASE WHEN outcome = 'dropped' THEN n ELSE 0 END) AS BIGINT) AS dropped, "
+            "CAST(sum(CASE WHEN outcome = 'routed' THEN n ELSE 0 END) AS BIGINT) AS routed, "
+            "sum(bytes) AS body_bytes, min(first) AS first_ms, max(last) AS last_ms, "
+            "CAST(sum(_tiq_n) AS BIGINT) AS tiq_count, max(_tiq_max) AS tiq_max, "
+            "CAST(sum(_late_n) AS BIGINT) AS measurable, CAST(sum(_early_n) AS BIGINT) AS early, "
+            "max(_late_max) AS late_max, "
+            + ", ".join(f"CAST(sum(_b{i}) AS BIGINT) AS b{i}" for i in range(len(buckets)))
+            + f" FROM {view} GROUP BY {columns} GROUPING SETS ({sets})"
+        )
+    finally:
+        fine.sparkSession.catalog.dropTempView(view)
 
 
 def _percentiles(value: Column) -> list[Column]:
@@ -134,42 +189,47 @@ def _percentiles(value: Column) -> list[Column]:
     return [approx[i] for i in range(len(PERCENTILES))]
 
 
-Buckets = Sequence[tuple[str, int | None, int | None]]
-
-
-def _percentile_aggregation(df: DataFrame, buckets: Buckets) -> DataFrame:
+def _measures() -> tuple[Column, Column, Column]:
+    """Time in queue, expiry lateness (expired only) and on-time lateness (>= 0) of a record."""
     tiq = F.when(F.col("enqueued_ms").isNotNull(), F.col("time_ms") - F.col("enqueued_ms"))
     expiration = F.expr("try_cast(original_expiration AS BIGINT)")
     lateness = F.when(F.col("reason") == "expired", F.col("time_ms") - (F.col("enqueued_ms") + expiration))
-    projected = df.select(
-        "vhost",
-        "queue",
-        tiq.alias("tiq"),
-        lateness.alias("lateness"),
-        (F.col("reason") == "expired").cast("int").alias("expired"),
-    )
-    on_time = F.when(F.col("lateness") >= 0, F.col("lateness"))
-    value = F.col("tiq")
+    return tiq, lateness, F.when(lateness >= 0, lateness)
+
+
+def _measure_aggregates(buckets: Buckets) -> list[Column]:
+    """The percentile tables' exact figures, per fine row of the count aggregation (summed up there)."""
+    tiq, lateness, on_time = _measures()
     histogram = []
     for i, (_, lower, upper) in enumerate(buckets):
-        cond = value.isNotNull()
+        cond = tiq.isNotNull()
         if lower is not None:
-            cond = cond & (value >= lower)
+            cond = cond & (tiq >= lower)
         if upper is not None:
-            cond = cond & (value < upper)
-        histogram.append(F.count(F.when(cond, 1)).alias(f"b{i}"))
-    aggs = [
-        F.count("tiq").alias("tiq_count"),
-        F.array(*_percentiles(F.col("tiq"))).alias("tiq_p"),
-        F.max("tiq").alias("tiq_max"),
-        F.sum("expired").cast("long").alias("expired"),
-        F.count("lateness").alias("measurable"),
-        F.sum(F.when(F.col("expired") == 1, F.when(F.col("lateness") < 0, 1).otherwise(0)))
-        .cast("long")
-        .alias("early"),
-        F.array(*_percentiles(on_time)).alias("late_p"),
-        F.max(on_time).alias("late_max"),
+            cond = cond & (tiq < upper)
+        histogram.append(F.count(F.when(cond, 1)).alias(f"_b{i}"))
+    return [
+        F.count(tiq).alias("_tiq_n"),
+        F.max(tiq).alias("_tiq_max"),
+        F.count(lateness).alias("_late_n"),
+        F.count(F.when(lateness < 0, 1)).alias("_early_n"),
+        F.max(on_time).alias("_late_max"),
         *histogram,
+    ]
+
+
+def _digest_aggregation(df: DataFrame) -> DataFrame:
+    """Only the percentile digests, per queue and overall: the exact figures beside them (counts,
+    maxima, histogram) come from the count aggregation, whose hash aggregation runs them in generated
+    code, where Spark's object aggregation (percentile_approx needs one) would interpret them row by row.
+    Records without a value are left out (percentile_approx skips nulls: the same digests)."""
+    tiq, _, on_time = _measures()
+    projected = df.select("vhost", "queue", tiq.alias("tiq"), on_time.alias("on_time")).filter(
+        F.col("tiq").isNotNull() | F.col("on_time").isNotNull()
+    )
+    aggs = [
+        F.array(*_percentiles(F.col("tiq"))).alias("tiq_p"),
+        F.array(*_percentiles(F.col("on_time"))).alias("late_p"),
     ]
     # per queue and overall, as two aggregations in one job (a rollup would also expand every row
     # for its (vhost) set)
@@ -237,6 +297,37 @@ def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
         pick("by_policy", "vhost", "policy", "count", *REASONS),
         [_desc("count"), _asc("vhost"), _asc("policy")],
     )
+    limits: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows_of("by_limit"):
+        cause = r["limit"] if r["limit"] is not None else r["reason"]
+        key = (cause, r["limit_value"], r["limit_source"], r["reason"])
+        row = limits.setdefault(
+            key, dict(zip(("cause", "limit_value", "limit_source", "reason"), key, strict=True), count=0)
+        )
+        row["count"] += r["count"]
+    out["by_limit"] = _ordered(
+        list(limits.values()),
+        [_desc("count"), _asc("cause"), _asc("limit_value"), _asc("limit_source"), _asc("reason")],
+    )
+    causes: dict[tuple[Any, ...], dict[str, Any]] = {}
+    names = ("vhost", "queue", "reason", "limit", "limit_value", "limit_source", "policy")
+    for r in rows_of("_causes"):
+        cause = causes.setdefault(
+            tuple(r[n] for n in names),
+            {
+                **{n: r[n] for n in names},
+                "count": 0,
+                "earlier": 0,
+                "recent": 0,
+                "first_ms": None,
+                "last_ms": None,
+            },
+        )
+        cause["count"] += r["count"]
+        cause["recent" if r["recent"] else "earlier"] += r["count"]
+        cause["first_ms"] = min(x for x in (cause["first_ms"], r["first_ms"]) if x is not None)
+        cause["last_ms"] = max(x for x in (cause["last_ms"], r["last_ms"]) if x is not None)
+    out["_causes"] = _ordered(list(causes.values()), [_desc("count"), *(_asc(n) for n in names)])
     out["by_exchange"] = _ordered(
         pick("by_exchange", "vhost", "exchange", "count"), [_desc("count"), _asc("vhost"), _asc("exchange")]
     )
@@ -250,6 +341,12 @@ def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
     ]
     out["top_content_types"] = _ordered(content, [_desc("count"), _asc_nulls_last("content_type")])[:top]
     (total,) = rows_of("overview") or [None]
+    measures = ("expired", "tiq_count", "tiq_max", "measurable", "early", "late_max")
+    hist = [name for name in (total.asDict() if total is not None else {}) if re.fullmatch(r"b\d+", name)]
+    out["_stats"] = [
+        {"vhost": r["vhost"], "queue": r["queue"], **{m: r[m] for m in measures}} for r in rows_of("by_queue")
+    ]
+    out["_stats_overall"] = [] if total is None else [{m: total[m] for m in (*measures, *hist)}]
     queues = out["by_queue"]
     out["overview"] = [
         {
@@ -266,40 +363,55 @@ def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _percentile_tables(rows: list[Any], buckets: Buckets) -> dict[str, list[dict[str, Any]]]:
+def percentile_tables(
+    counted: dict[str, list[dict[str, Any]]], digests: list[Any], buckets: Buckets
+) -> dict[str, list[dict[str, Any]]]:
+    """The time-in-queue and lateness tables from the count aggregation's exact figures (``_stats``,
+    ``_stats_overall``) and the digest aggregation's percentiles."""
     names = [f"p{round(p * 100)}_ms" for p in PERCENTILES]
-    overall = next((r for r in rows if r["gid"] == 3), None)
-    per_queue = [r for r in rows if r["gid"] == 0]
+    nothing = [None] * len(names)
+    overall = counted["_stats_overall"][0] if counted["_stats_overall"] else None
+    overall_digest = next((r for r in digests if r["gid"] == 3), None)
+    queue_digests = {(r["vhost"], r["queue"]): r for r in digests if r["gid"] == 0}
 
-    def tiq(r: Any, by: dict[str, Any]) -> dict[str, Any]:
-        p = r["tiq_p"] if r is not None and r["tiq_count"] else [None] * len(names)
+    def tiq(stats: dict[str, Any] | None, digest: Any, by: dict[str, Any]) -> dict[str, Any]:
+        count = stats["tiq_count"] if stats is not None else 0
+        p = digest["tiq_p"] if digest is not None and count else nothing
         return {
             **by,
-            "count": r["tiq_count"] if r is not None else 0,
+            "count": count,
             **dict(zip(names, p, strict=True)),
-            "max_ms": r["tiq_max"] if r is not None else None,
+            "max_ms": stats["tiq_max"] if stats is not None else None,
         }
 
-    def late(r: Any, by: dict[str, Any]) -> dict[str, Any]:
-        p = r["late_p"] if r is not None and r["late_p"] is not None else [None] * len(names)
+    def late(stats: dict[str, Any] | None, digest: Any, by: dict[str, Any]) -> dict[str, Any]:
+        expired = stats["expired"] if stats is not None else 0
+        p = digest["late_p"] if digest is not None and digest["late_p"] is not None else nothing
         return {
             **by,
-            "count": r["expired"] if r is not None and r["expired"] is not None else 0,
-            "measurable": r["measurable"] if r is not None else 0,
-            "early": (r["early"] if r is not None else None),
+            "count": expired,
+            "measurable": stats["measurable"] if stats is not None else 0,
+            "early": stats["early"] if stats is not None and expired else None,  # sum over no expiry: null
             **dict(zip(names, p, strict=True)),
-            "max_ms": r["late_max"] if r is not None else None,
+            "max_ms": stats["late_max"] if stats is not None else None,
         }
+
+    def queue(r: dict[str, Any]) -> dict[str, Any]:
+        return {"vhost": r["vhost"], "queue": r["queue"]}
+
+    def digest(r: dict[str, Any]) -> Any:
+        return queue_digests.get((r["vhost"], r["queue"]))
 
     by_key = [_desc("count"), _asc("vhost"), _asc("queue")]
-    out = {
-        "time_in_queue": [tiq(overall, {})],
+    stats = counted["_stats"]
+    return {
+        "time_in_queue": [tiq(overall, overall_digest, {})],
         "time_in_queue_by_queue": _ordered(
-            [tiq(r, {"vhost": r["vhost"], "queue": r["queue"]}) for r in per_queue if r["tiq_count"]], by_key
+            [tiq(r, digest(r), queue(r)) for r in stats if r["tiq_count"]], by_key
         ),
-        "expiry_lateness": [late(overall, {})],
+        "expiry_lateness": [late(overall, overall_digest, {})],
         "expiry_lateness_by_queue": _ordered(
-            [late(r, {"vhost": r["vhost"], "queue": r["queue"]}) for r in per_queue if r["expired"]], by_key
+            [late(r, digest(r), queue(r)) for r in stats if r["expired"]], by_key
         ),
         "time_in_queue_histogram": [
             {
@@ -312,22 +424,139 @@ def _percentile_tables(rows: list[Any], buckets: Buckets) -> dict[str, list[dict
             for i, (label, lower, upper) in enumerate(buckets)
         ],
     }
-    return out
 
 
 def fused_count_rows(
-    records: DataFrame, top: int, bucket_ms: int = HOUR_MS
+    records: DataFrame,
+    top: int,
+    bucket_ms: int = HOUR_MS,
+    cut_ms: int | None = None,
+    buckets: Buckets = (),
 ) -> dict[str, list[dict[str, Any]]]:
     """The count tables' rows (one Spark job), plus ``_timeline`` (``bucket`` start ms, reason, count;
-    not a report table: the deaths-over-time chart's data, ``bucket_ms`` wide)."""
-    return _count_tables(_count_aggregation(records, bucket_ms).collect(), top)
+    not a report table: the deaths-over-time chart's data, ``bucket_ms`` wide), ``_causes`` (deaths
+    per vhost, queue, reason, limit, limit value and source, and policy; ``earlier`` before ``cut_ms``,
+    ``recent`` from it on: see :func:`trend_cut`) and ``_stats``/``_stats_overall`` (the percentile
+    tables' exact figures, per queue and overall, over the time-in-queue histogram's ``buckets``)."""
+    return _count_tables(_count_aggregation(records, bucket_ms, cut_ms, buckets).collect(), top)
+
+
+def fused_routing_rows(records: DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """``by_routing_key`` (one Spark job): deaths per vhost, exchange and routing key *list*, each list
+    then exploded here (a few hundred rows) instead of every record in Spark; a key twice in one list
+    counts twice, as with ``explode``."""
+    rows = records.groupBy("vhost", "exchange", "routing_keys").agg(F.count(F.lit(1)).alias("n")).collect()
+    counts: dict[tuple[Any, Any, Any], int] = {}
+    for r in rows:
+        for key in r["routing_keys"] or ():
+            counts[(r["vhost"], r["exchange"], key)] = (
+                counts.get((r["vhost"], r["exchange"], key), 0) + r["n"]
+            )
+    table = [{"vhost": v, "exchange": x, "routing_key": k, "count": n} for (v, x, k), n in counts.items()]
+    order = [_desc("count"), _asc("vhost"), _asc("exchange"), _asc("routing_key")]
+    return {"by_routing_key": _ordered(table, order)}
+
+
+def fused_digest_rows(records: DataFrame) -> list[Any]:
+    """The percentile digests' rows (one Spark job): give them with :func:`fused_count_rows`' result
+    to :func:`percentile_tables`."""
+    return _digest_aggregation(records).collect()
 
 
 def fused_percentile_rows(records: DataFrame, buckets: Buckets) -> dict[str, list[dict[str, Any]]]:
-    """The time-in-queue and lateness tables' rows (one Spark job)."""
-    return _percentile_tables(_percentile_aggregation(records, buckets).collect(), buckets)
+    """The time-in-queue and lateness tables' rows (two Spark jobs)."""
+    return percentile_tables(
+        fused_count_rows(records, 0, buckets=buckets), fused_digest_rows(records), buckets
+    )
 
 
-def fused_rows(records: DataFrame, *, top: int, buckets: Buckets) -> dict[str, list[dict[str, Any]]]:
+# -- retry loops and top message ids ------------------------------------------------------------------
+
+
+def id_aggregation(records: DataFrame, threshold: int) -> DataFrame:
+    """Per ``(message_id, vhost, queue)``: deaths, highest ``death_count``, first and last death, and
+    which of :data:`REASONS` (one flag each). Deaths without an id are kept only where ``death_count``
+    reached ``threshold`` (they cannot be told apart, so their group per queue counts those). Shuffled
+    by ``message_id`` alone, so grouping the result by id needs no second shuffle; every aggregation
+    buffer is fixed-width (no string min/max, no collect_set), so Spark aggregates in a hash map
+    instead of sorting the records."""
+    keyed = records.select("message_id", "vhost", "queue", "death_count", "time_ms", "reason").filter(
+        F.col("message_id").isNotNull() | (F.col("death_count") >= threshold)
+    )
+    return (
+        keyed.repartition("message_id")
+        .groupBy("message_id", "vhost", "queue")
+        .agg(
+            F.count(F.lit(1)).alias("deaths"),
+            F.max("death_count").alias("max_death_count"),
+            F.min("time_ms").alias("first_ms"),
+            F.max("time_ms").alias("last_ms"),
+            *[F.max((F.col("reason") == r).cast("int")).alias(f"_r{i}") for i, r in enumerate(REASONS)],
+        )
+    )
+
+
+def loops_table(per_queue: DataFrame, threshold: int) -> DataFrame:
+    """``retry_loops`` from :func:`id_aggregation`'s result, ordered as the reference orders it.
+
+    Its ``reasons`` know only :data:`REASONS` (all the broker writes): for an archive with any other
+    reason (``by_reason`` tells) the caller uses the reference function instead.
+    """
+    flags = [F.when(F.col(f"_r{i}") == 1, F.lit(r)) for i, r in enumerate(REASONS)]
+    found = F.filter(F.array(*flags), lambda x: x.isNotNull())
+    return (
+        per_queue.filter(F.col("max_death_count") >= threshold)
+        .select(
+            "vhost",
+            "queue",
+            "message_id",
+            "deaths",
+            "max_death_count",
+            F.array_sort(found).alias("reasons"),
+            "first_ms",
+            "last_ms",
+        )
+        # one sorted partition (the rows are few next to the records): no sampling job and range
+        # shuffle as a global orderBy would take, and the same order (no two rows tie)
+        .coalesce(1)
+        .sortWithinPartitions(
+            F.desc("max_death_count"), F.desc("deaths"), "vhost", "queue", F.asc_nulls_last("message_id")
+        )
+    )
+
+
+def top_ids_table(per_queue: DataFrame, top: int) -> DataFrame:
+    """``top_message_ids`` from :func:`id_aggregation`'s result."""
+    return (
+        per_queue.filter(F.col("message_id").isNotNull())
+        .groupBy("message_id")
+        .agg(
+            F.sum("deaths").alias("count"),
+            F.count(F.lit(1)).alias("queues"),
+            F.max("max_death_count").alias("max_death_count"),
+        )
+        .orderBy(F.desc("count"), "message_id")
+        .limit(top)
+    )
+
+
+def fused_id_rows(records: DataFrame, *, threshold: int, top: int) -> dict[str, list[dict[str, Any]]]:
+    """``retry_loops`` and ``top_message_ids`` rows from one :func:`id_aggregation` (checkpointed)."""
+    per_queue = id_aggregation(records, threshold).localCheckpoint(eager=True)
+    return {
+        "retry_loops": [r.asDict(recursive=True) for r in loops_table(per_queue, threshold).collect()],
+        "top_message_ids": [r.asDict(recursive=True) for r in top_ids_table(per_queue, top).collect()],
+    }
+
+
+def fused_rows(
+    records: DataFrame, *, top: int, buckets: Buckets, threshold: int = 3
+) -> dict[str, list[dict[str, Any]]]:
     """Every covered table's rows (dicts, in the reference functions' order and limits)."""
-    return {**fused_count_rows(records, top), **fused_percentile_rows(records, buckets)}
+    counted = fused_count_rows(records, top, buckets=buckets)
+    return {
+        **counted,
+        **percentile_tables(counted, fused_digest_rows(records), buckets),
+        **fused_routing_rows(records),
+        **fused_id_rows(records, threshold=threshold, top=top),
+    }

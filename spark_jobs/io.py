@@ -2,12 +2,13 @@
 
 Every line ends up in exactly one bucket, and nothing in the input makes the read fail:
 
-- ``ok``: a schema-1 record with every required field (``time_ms``, ``reason``, ``vhost``,
-  ``queue``, ``outcome``);
+- ``ok``: a schema-1 or schema-2 record with every required field (``time_ms``, ``reason``,
+  ``vhost``, ``queue``, ``outcome``); schema 1 has no ``limit``, ``limit_value`` and
+  ``limit_source``: they read as null (as they do from Parquet compacted before schema 2);
 - ``corrupt``: not JSON, cut short (a crash mid-write), or a field of the wrong JSON type (read
   in Spark's ``PERMISSIVE`` mode, the raw line lands in ``_corrupt_record``);
-- ``unsupported``: valid JSON whose ``schema`` is missing or not 1;
-- ``invalid``: schema 1 but a required field is null.
+- ``unsupported``: valid JSON whose ``schema`` is missing or neither 1 nor 2;
+- ``invalid``: a supported schema but a required field is null.
 
 Only ``ok`` rows reach the analytics; the rest are counted per file with one sample line each
 and reported. Spark parses only the columns a query needs, and a type error in a column it does
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from ottermq.spark_jobs.schema import ARCHIVE_SCHEMA, CORRUPT_COLUMN, FIELDS, SCHEMA_VERSION
+from ottermq.spark_jobs.schema import ARCHIVE_SCHEMA, CORRUPT_COLUMN, FIELDS, SCHEMA_VERSIONS
 from ottermq.spark_jobs.storage import detect_format
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
@@ -38,10 +39,13 @@ __all__ = [
     "REQUIRED_FIELDS",
     "ArchiveScan",
     "BadFile",
+    "OpenArchive",
+    "account",
     "classify",
     "is_good",
     "json_reader",
     "load_raw",
+    "open_archive",
     "read_archive",
     "scan_archive",
 ]
@@ -51,7 +55,7 @@ log = logging.getLogger(__name__)
 Format = Literal["auto", "json", "parquet"]
 Reader = TypeVar("Reader", DataFrameReader, DataStreamReader)
 
-#: Fields a schema-1 record must have (non-null) to be analysed.
+#: Fields a record must have (non-null) to be analysed.
 REQUIRED_FIELDS = ("time_ms", "reason", "vhost", "queue", "outcome")
 
 STATUS_COLUMN = "_status"
@@ -133,9 +137,10 @@ def load_raw(spark: SparkSession, path: str | Sequence[str], fmt: Format = "auto
     if fmt == "auto":
         fmt = detect_format(spark, paths[0])
     if fmt == "parquet":
-        df = spark.read.parquet(*paths)
-        columns = [F.col(name).cast(ARCHIVE_SCHEMA[name].dataType).alias(name) for name in FIELDS]
-        return df.select(*columns, F.lit(None).cast("string").alias(CORRUPT_COLUMN)), fmt
+        # the archive schema given, not inferred: no footer to read before the query, and a column
+        # missing from a file (limit* in Parquet compacted from schema-1 lines) reads as null
+        df = spark.read.schema(ARCHIVE_SCHEMA).parquet(*paths)
+        return df.select(*FIELDS, F.lit(None).cast("string").alias(CORRUPT_COLUMN)), fmt
     reader = (
         json_reader(spark.read)
         .option("recursiveFileLookup", "true")
@@ -164,14 +169,14 @@ def required_missing() -> Column:
 
 def is_good() -> Column:
     """True for an ``ok`` line (what :func:`classify` marks ``ok``), for readers that only filter."""
-    return F.col(CORRUPT_COLUMN).isNull() & (F.col("schema") == SCHEMA_VERSION) & ~required_missing()
+    return F.col(CORRUPT_COLUMN).isNull() & F.col("schema").isin(*SCHEMA_VERSIONS) & ~required_missing()
 
 
 def classify(raw: DataFrame) -> DataFrame:
     """Add ``_status`` (ok/corrupt/unsupported/invalid), and ``_file``/``_sample`` for non-ok rows."""
     status = (
         F.when(F.col(CORRUPT_COLUMN).isNotNull(), F.lit(CORRUPT))
-        .when(F.col("schema").isNull() | (F.col("schema") != SCHEMA_VERSION), F.lit(UNSUPPORTED))
+        .when(F.col("schema").isNull() | ~F.col("schema").isin(*SCHEMA_VERSIONS), F.lit(UNSUPPORTED))
         .when(required_missing(), F.lit(INVALID))
         .otherwise(F.lit(OK))
     )
@@ -192,26 +197,26 @@ def _touch_all(columns: Sequence[str]) -> list[Column]:
     return [F.col(name).isNull().alias(f"_null_{name}") for name in FIELDS if name not in columns]
 
 
-def scan_archive(
+@dataclass(frozen=True)
+class OpenArchive:
+    """An archive ready to read (nothing run yet): its good records and what :func:`account` needs."""
+
+    records: DataFrame
+    classified: DataFrame
+    format: str
+    path: str | Sequence[str]
+    span: bool  # whether the records have time_ms (for first_ms/last_ms)
+
+
+def open_archive(
     spark: SparkSession,
     path: str | Sequence[str],
     *,
     fmt: Format = "auto",
     columns: Sequence[str] | None = None,
     persist: bool = False,
-) -> ArchiveScan:
-    """Read an archive and account for every line.
-
-    Args:
-        spark: the session.
-        path: a path, URI, directory or glob (or several).
-        fmt: ``json``, ``parquet`` or ``auto``.
-        columns: the fields to keep (all of them by default); the others are still parsed.
-        persist: cache the projection (``MEMORY_AND_DISK``) so the input is parsed once for
-            the counts and every later query; call ``records.unpersist()`` when done.
-
-    Returns:
-        The good records (``columns`` only) and the counts of the rest.
+) -> OpenArchive:
+    """The lazy half of :func:`scan_archive`: the good records as a DataFrame, no job run yet.
 
     Raises:
         pyspark.errors.AnalysisException: the path does not exist.
@@ -229,10 +234,22 @@ def scan_archive(
     )
     if persist:
         classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
-    log.info("reading %s archive %s", used, path)
-    span_aggs = [F.min("time_ms").alias("first"), F.max("time_ms").alias("last")] if "time_ms" in keep else []
+    if used == "parquet" and not persist:
+        # the same rows without classify's file name column: a query over the records then reads
+        # only its own columns (a Parquet line is never corrupt; is_good is classify's "ok")
+        records = raw.filter(is_good()).select(*keep)
+    else:
+        records = classified.filter(F.col(STATUS_COLUMN) == OK).select(*keep)
+    return OpenArchive(records, classified, used, path, "time_ms" in keep)
+
+
+def account(archive: OpenArchive) -> ArchiveScan:
+    """Run the accounting job over an :func:`open_archive`: every line's status, per file, and the
+    good records' time span (the job that fills the cache when the archive was opened with persist)."""
+    log.info("reading %s archive %s", archive.format, archive.path)
+    span_aggs = [F.min("time_ms").alias("first"), F.max("time_ms").alias("last")] if archive.span else []
     rows = (
-        classified.groupBy(STATUS_COLUMN, FILE_COLUMN)
+        archive.classified.groupBy(STATUS_COLUMN, FILE_COLUMN)
         .agg(
             F.count(F.lit(1)).alias("n"), F.first(SAMPLE_COLUMN, ignorenulls=True).alias("sample"), *span_aggs
         )
@@ -249,8 +266,8 @@ def scan_archive(
             bad_files.append(BadFile(row[STATUS_COLUMN], row[FILE_COLUMN], row["n"], row["sample"]))
     bad_files.sort(key=lambda b: (-b.count, b.file, b.status))
     scan = ArchiveScan(
-        records=classified.filter(F.col(STATUS_COLUMN) == OK).select(*keep),
-        format=used,
+        records=archive.records,
+        format=archive.format,
         valid=totals[OK],
         corrupt=totals[CORRUPT],
         unsupported=totals[UNSUPPORTED],
@@ -272,6 +289,33 @@ def scan_archive(
             log.warning("  %s: %d %s, e.g. %s", bad.file, bad.count, bad.status, bad.sample)
     log.info("%d records", scan.valid)
     return scan
+
+
+def scan_archive(
+    spark: SparkSession,
+    path: str | Sequence[str],
+    *,
+    fmt: Format = "auto",
+    columns: Sequence[str] | None = None,
+    persist: bool = False,
+) -> ArchiveScan:
+    """Read an archive and account for every line (:func:`open_archive`, then :func:`account`).
+
+    Args:
+        spark: the session.
+        path: a path, URI, directory or glob (or several).
+        fmt: ``json``, ``parquet`` or ``auto``.
+        columns: the fields to keep (all of them by default); the others are still parsed.
+        persist: cache the projection (``MEMORY_AND_DISK``) so the input is parsed once for
+            the counts and every later query; call ``records.unpersist()`` when done.
+
+    Returns:
+        The good records (``columns`` only) and the counts of the rest.
+
+    Raises:
+        pyspark.errors.AnalysisException: the path does not exist.
+    """
+    return account(open_archive(spark, path, fmt=fmt, columns=columns, persist=persist))
 
 
 def read_archive(

@@ -14,7 +14,17 @@ from typing import Any
 
 from ottermq.spark_jobs.schema import REASONS, SCHEMA_VERSION
 
-__all__ = ["charts", "console", "format_ms", "html", "markdown", "summary"]
+__all__ = [
+    "TREND_MIN_DEATHS",
+    "TREND_MIN_SPAN_MS",
+    "charts",
+    "console",
+    "findings",
+    "format_ms",
+    "html",
+    "markdown",
+    "summary",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +66,143 @@ def _percentiles(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# -- findings -------------------------------------------------------------------------------------------
+
+#: A cause needs this many deaths, and the archive this long a time span, for a trend.
+TREND_MIN_DEATHS = 20
+TREND_MIN_SPAN_MS = 10 * 60_000
+#: Rising when the recent rate is at least this many times the earlier one; falling at most 1/this.
+TREND_FACTOR = 1.5
+#: How many causes the findings name.
+TOP_CAUSES = 5
+
+_UNITS = {
+    "message-ttl": "ms",
+    "expiration": "ms",
+    "max-length": "messages",
+    "max-length-bytes": "bytes",
+    "delivery-limit": "deliveries",
+}
+_NO_LIMIT = {
+    "rejected": "rejected by a consumer (basic.reject or basic.nack without requeue)",
+    "expired": "expired (no limit recorded)",
+    "maxlen": "overflowed a length limit (none recorded)",
+    "delivery_limit": "reached a delivery limit (none recorded)",
+}
+
+
+def trend(earlier: int, recent: int, span_ms: int | None) -> str | None:
+    """``rising``, ``falling``, ``steady`` or ``new``: the deaths of the archive's last quarter (its time
+    span's) per hour against those of the three quarters before; None when there are too few."""
+    if span_ms is None or span_ms < TREND_MIN_SPAN_MS or earlier + recent < TREND_MIN_DEATHS:
+        return None
+    if earlier == 0:
+        return "new"
+    ratio = 3 * recent / earlier  # rates: recent over a quarter of the span, earlier over three
+    if ratio >= TREND_FACTOR:
+        return "rising"
+    if ratio <= 1 / TREND_FACTOR:
+        return "falling"
+    return "steady"
+
+
+def _share(part: int, total: int) -> str:
+    pct = 100 * part / total if total else 0.0
+    return f"{pct:.0f}%" if pct >= 10 or pct == 0 else f"{pct:.1f}%"
+
+
+def cause_text(cause: Mapping[str, Any]) -> str:
+    """A cause in words: ``expired by the queue's message-ttl of 60000 ms (policy ttl-60s) in queue
+    orders``."""
+    limit, value, source = cause.get("limit"), cause.get("limit_value"), cause.get("limit_source")
+    reason = str(cause.get("reason"))
+    if limit is None:
+        what = _NO_LIMIT.get(reason, reason)
+    else:
+        unit = _UNITS.get(limit, "")
+        amount = f"{value} {unit}".strip() if value is not None else "unknown value"
+        what = {
+            "message-ttl": f"expired by the queue's message-ttl of {amount}",
+            "expiration": f"expired by the message's own expiration of {amount}",
+            "max-length": f"overflowed the queue's max-length of {amount}",
+            "max-length-bytes": f"overflowed the queue's max-length-bytes of {amount}",
+            "delivery-limit": f"reached the queue's delivery-limit of {amount}",
+        }.get(limit, f"{reason} by {limit} {amount}")
+        if source == "policy":
+            what += f" (policy {cause['policy']})" if cause.get("policy") else " (a policy)"
+        elif source == "operator-policy":
+            what += " (operator policy)"
+        elif source == "argument":
+            what += " (queue argument)"
+    where = f"queue {cause.get('queue')}"
+    if cause.get("vhost") not in (None, "/"):
+        where += f" in vhost {cause.get('vhost')}"
+    return f"{what} in {where}"
+
+
+def findings(
+    causes: Rows,
+    results: Mapping[str, Rows],
+    *,
+    first_ms: int | None,
+    last_ms: int | None,
+    cut_ms: int | None,
+    retry_threshold: int = 3,
+    loops: int | None = None,
+) -> dict[str, Any]:
+    """Why the messages died, in words: the :data:`TOP_CAUSES` biggest causes (a queue, reason and
+    limit) with their share of the dead letters and trend, then drops and retry loops.
+
+    Returns:
+        ``{"text": [sentences], "causes": [the causes named, with counts, share and trend],
+        "recent_from": ISO time of the cut}``.
+    """
+    total = sum(c["count"] for c in causes)
+    span = None if first_ms is None or last_ms is None else last_ms - first_ms
+    named = []
+    text = []
+    for cause in causes[:TOP_CAUSES]:
+        direction = trend(cause["earlier"], cause["recent"], span)
+        words = f"{_share(cause['count'], total)} {cause_text(cause)}"
+        words += f", {direction}" if direction else ""
+        if direction == "new":
+            words = words.removesuffix(", new") + ", new: only in the last quarter of the time span"
+        text.append(words)
+        named.append(
+            {
+                **{k: cause[k] for k in ("vhost", "queue", "reason", "limit", "limit_value", "limit_source")},
+                "policy": cause.get("policy"),
+                "count": cause["count"],
+                "share": round(cause["count"] / total, 4) if total else 0.0,
+                "earlier": cause["earlier"],
+                "recent": cause["recent"],
+                "trend": direction,
+                "text": words,
+            }
+        )
+    dropped: dict[str, int] = {}
+    for row in results.get("by_outcome", []):
+        if row["outcome"] == "dropped":
+            dropped[str(row["drop_reason"])] = dropped.get(str(row["drop_reason"]), 0) + row["count"]
+    if dropped and total:
+        why = ", ".join(f"{k} {_share(v, total)}" for k, v in sorted(dropped.items(), key=lambda kv: -kv[1]))
+        text.append(
+            f"{_share(sum(dropped.values()), total)} were dropped instead of being routed to a dead-letter "
+            f"exchange ({why})"
+        )
+    worst = [r for r in results.get("retry_loops", []) if r.get("message_id") is not None][:1]
+    if worst:
+        w = worst[0]
+        count = f"{loops:,} retry loops" if loops is not None else "Retry loops"
+        text.append(
+            f"{count} (a message dying {retry_threshold}+ times in one queue); the worst, {w['message_id']}, "
+            f"died {w['deaths']} times in queue {w['queue']} (death_count up to {w['max_death_count']})"
+        )
+    if not text:
+        text.append("No dead letters.")
+    return {"text": text, "causes": named, "recent_from": _iso(cut_ms)}
+
+
 def summary(
     counts: Mapping[str, Any],
     results: Mapping[str, Rows],
@@ -63,8 +210,9 @@ def summary(
     archive: str | Sequence[str],
     retry_threshold: int,
     top: int,
+    findings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON summary of a report run."""
+    """The JSON summary of a report run: the findings (sentences) first, then the figures."""
     ov = _first(results.get("overview", []))
     by_outcome: dict[str, int] = {}
     by_drop: dict[str, int] = {}
@@ -76,7 +224,11 @@ def summary(
     def top_rows(name: str) -> Rows:
         return list(results.get(name, []))[:top]
 
+    found = findings or {}
     return {
+        "findings": list(found.get("text", [])),
+        "causes": list(found.get("causes", [])),
+        "recent_from": found.get("recent_from"),
         "archive_schema": SCHEMA_VERSION,
         "generated_at": _iso(int(datetime.datetime.now(datetime.UTC).timestamp() * 1000)),
         "archive": archive if isinstance(archive, str) else list(archive),
@@ -88,6 +240,7 @@ def summary(
         "vhosts": ov.get("vhosts", 0),
         "queues": ov.get("queues", 0),
         "by_reason": {row["reason"]: row["count"] for row in results.get("by_reason", [])},
+        "by_limit": top_rows("by_limit"),
         "by_outcome": by_outcome,
         "by_drop_reason": by_drop,
         "time_in_queue_ms": _percentiles(_first(results.get("time_in_queue", []))),
@@ -163,6 +316,14 @@ def _section(name: str, rows: Rows, top: int) -> tuple[str | None, int | None]:
     return None, None if name in ("by_reason", "by_outcome", "time_in_queue_histogram") else top
 
 
+_TREND_NOTE = (
+    "_Shares are of all dead letters; a cause is a queue, a reason and the limit behind it. Trend: the "
+    "cause's deaths per hour in the last quarter of the archive's time span (from {since}) against the "
+    "three quarters before: rising at 1.5 times or more, falling at 2/3 or less, steady in between, new "
+    "when it only appears in the last quarter; none with fewer than 20 deaths or a span under 10 minutes._"
+)
+
+
 def markdown(
     summary: Mapping[str, Any],
     results: Mapping[str, Rows],
@@ -175,6 +336,14 @@ def markdown(
     out = [
         "# Dead-letter report",
         "",
+        "## Findings",
+        "",
+        *[f"- {line}" for line in summary.get("findings", [])],
+        "",
+        _TREND_NOTE.format(since=summary.get("recent_from") or "–"),
+        "",
+        "## Archive",
+        "",
         f"Archive `{summary['archive']}` ({inp.get('format')}), generated {summary['generated_at']}.",
         "",
         f"- **{summary['records']:,}** dead letters from {summary['first_death'] or '–'} to "
@@ -183,8 +352,9 @@ def markdown(
         f"{inp.get('corrupt', 0):,} corrupt, {inp.get('unsupported', 0):,} unsupported schema, "
         f"{inp.get('invalid', 0):,} missing required fields",
         "- time in queue = death time − enqueue time; expiry lateness = death time − (enqueue time + the "
-        "message's own `expiration`), only where the message had one (the queue's `x-message-ttl` is not in "
-        "the archive); `early` = killed before its own expiration by a shorter queue TTL",
+        "message's own `expiration`), only where the message had one; `early` = killed before its own "
+        "expiration by a shorter queue TTL (schema-2 records name that TTL as their limit: see Deaths by "
+        "limit)",
         "",
     ]
     if inp.get("bad_files"):
@@ -250,9 +420,15 @@ def html(
         encoded = base64.b64encode(data).decode()
         return f'<p><img alt="{escape(alt)}" src="data:image/png;base64,{encoded}"></p>'
 
+    since = summary.get("recent_from") or "–"
     parts = [
         "<!doctype html><html><head><meta charset=utf-8><title>Dead-letter report</title>",
         f"<style>{_STYLE}</style></head><body><h1>Dead-letter report</h1>",
+        "<h2>Findings</h2><ul>",
+        *[f"<li>{escape(line)}</li>" for line in summary.get("findings", [])],
+        "</ul>",
+        f"<p class=muted>{escape(_TREND_NOTE.format(since=since).strip('_'))}</p>",
+        "<h2>Archive</h2>",
         f"<p>Archive <code>{escape(str(summary['archive']))}</code> ({escape(str(inp.get('format')))}), "
         f"generated {escape(str(summary['generated_at']))}.</p><ul>",
         f"<li><b>{summary['records']:,}</b> dead letters from "
@@ -289,6 +465,7 @@ def console(summary: Mapping[str, Any], out_dir: str) -> str:
     queues = ", ".join(f"{q['queue']} ({q['count']:,})" for q in summary["top"]["queues"][:5]) or "none"
     loops = summary.get("table_rows", {}).get("retry_loops", len(summary["top"]["retry_loops"]))
     lines = [
+        *[f"finding:      {line}" for line in summary.get("findings", [])],
         f"dead letters: {summary['records']:,} ({summary['bad_lines']:,} lines skipped)"
         f"  {summary['first_death'] or '–'} .. {summary['last_death'] or '–'}",
         f"by reason:    {reasons}",

@@ -9,12 +9,18 @@ Definitions:
 
 - *time in queue* = ``time_ms - enqueued_ms`` (records without ``enqueued_ms`` are left out);
 - *expiry lateness* (``reason = expired`` only) = ``time_ms - (enqueued_ms + original_expiration)``.
-  The archive records the message's own ``expiration`` but not the queue's ``x-message-ttl``,
-  so lateness is measured only where the message carried an expiration; a negative value means
-  the queue's TTL was shorter and killed it first: such records are counted as ``early`` and left
-  out of the percentiles, as are expiries with no ``original_expiration`` (queue TTL only);
-- *retry loop*: a ``(vhost, queue, message_id)`` with a death whose ``death_count`` (the
-  ``x-death`` count for that queue and reason) reached the threshold (default 3).
+  Lateness is measured only where the message carried an expiration (schema-1 records name no
+  queue TTL; schema-2 records name the TTL that killed them as their ``limit``); a negative value
+  means the queue's TTL was shorter and killed it first: such records are counted as ``early`` and
+  left out of the percentiles, as are expiries with no ``original_expiration`` (queue TTL only);
+- *retry loop*: a message (``message_id``) that died in a queue with a ``death_count`` (the
+  ``x-death`` count for that queue and reason) that reached the threshold (default 3); its row
+  counts **all** its deaths in that queue (a message that died with counts 1, 2 and 3 shows 3
+  deaths). Deaths without a ``message_id`` cannot be told apart: per queue, one row with a null id
+  counts those whose ``death_count`` reached the threshold;
+- *cause* of a death: ``limit`` (the limit that killed it, archive schema 2), or ``reason`` when
+  ``limit`` is null (``rejected``, schema-1 records); see :mod:`ottermq.spark_jobs.render` for the
+  findings built from them.
 
 Percentiles use Spark's ``percentile_approx`` (accuracy 10 000: the value returned has a rank
 within 0.01 % of the exact one; exact below 10 000 values). Hours are UTC.
@@ -30,12 +36,24 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from ottermq.spark_jobs.fused import FUSED_TABLES, fused_count_rows, fused_percentile_rows, timeline_bucket
-from ottermq.spark_jobs.io import Format, scan_archive
+from ottermq.spark_jobs.fused import (
+    FUSED_TABLES,
+    ID_TABLES,
+    fused_count_rows,
+    fused_digest_rows,
+    fused_routing_rows,
+    id_aggregation,
+    loops_table,
+    percentile_tables,
+    timeline_bucket,
+    top_ids_table,
+    trend_cut,
+)
+from ottermq.spark_jobs.io import Format, account, open_archive
 from ottermq.spark_jobs.schema import DAY_MS, HOUR_MS, REASONS, headers_map, hour_label
 from ottermq.spark_jobs.session import (
     add_spark_arguments,
@@ -44,14 +62,23 @@ from ottermq.spark_jobs.session import (
     parse_conf,
     spark_session,
 )
-from ottermq.spark_jobs.storage import check_inputs, join, move_single_file, open_output, write_bytes
+from ottermq.spark_jobs.storage import (
+    detect_format,
+    inspect_inputs,
+    join,
+    move_single_file,
+    open_output,
+    write_bytes,
+)
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 __all__ = [
     "HISTOGRAM_BUCKETS",
     "count_by_exchange",
     "count_by_hour",
+    "count_by_limit",
     "count_by_outcome",
     "count_by_policy",
     "count_by_queue",
@@ -91,6 +118,9 @@ REPORT_COLUMNS = (
     "message_id",
     "content_type",
     "body_size",
+    "limit",
+    "limit_value",
+    "limit_source",
 )
 
 #: Time-in-queue histogram buckets: label and [lower, upper) in ms (None = unbounded).
@@ -138,6 +168,18 @@ def count_by_policy(df: DataFrame) -> DataFrame:
         df.groupBy("vhost", "policy")
         .agg(_count(), *_reason_counts())
         .orderBy(F.desc("count"), "vhost", F.asc_nulls_first("policy"))
+    )
+
+
+def count_by_limit(df: DataFrame) -> DataFrame:
+    """``cause, limit_value, limit_source, reason, count``: which limit killed the messages (``cause`` is
+    ``limit``, or ``reason`` where the record names no limit: ``rejected``, schema-1 records), most
+    frequent first."""
+    cause = F.coalesce(F.col("limit"), F.col("reason"))
+    return (
+        df.groupBy(cause.alias("cause"), "limit_value", "limit_source", "reason")
+        .agg(_count())
+        .orderBy(F.desc("count"), "cause", "limit_value", "limit_source", "reason")
     )
 
 
@@ -252,14 +294,17 @@ def expiry_lateness(df: DataFrame, by: Sequence[str] = ()) -> DataFrame:
 
 
 def retry_loops(df: DataFrame, threshold: int = 3) -> DataFrame:
-    """Messages dead-lettered again and again: deaths with ``death_count >= threshold``.
+    """Messages dead-lettered again and again in one queue: those with a death there whose
+    ``death_count`` reached ``threshold``, with every death of theirs in that queue.
 
     Returns ``vhost, queue, message_id, deaths, max_death_count, reasons, first_ms, last_ms``,
-    worst first (``message_id`` null groups the loops of messages without an id).
+    worst first. ``deaths`` counts all the message's deaths in the queue (``death_count`` 1, 2, 3
+    gives 3). Deaths without an id cannot be linked: per queue, the row with ``message_id`` null
+    counts those whose ``death_count`` reached ``threshold``.
     """
+    keyed = df.filter(F.col("message_id").isNotNull() | (F.col("death_count") >= threshold))
     return (
-        df.filter(F.col("death_count") >= threshold)
-        .groupBy("vhost", "queue", "message_id")
+        keyed.groupBy("vhost", "queue", "message_id")
         .agg(
             _count().alias("deaths"),
             F.max("death_count").alias("max_death_count"),
@@ -267,6 +312,7 @@ def retry_loops(df: DataFrame, threshold: int = 3) -> DataFrame:
             F.min("time_ms").alias("first_ms"),
             F.max("time_ms").alias("last_ms"),
         )
+        .filter(F.col("max_death_count") >= threshold)
         .orderBy(
             F.desc("max_death_count"), F.desc("deaths"), "vhost", "queue", F.asc_nulls_last("message_id")
         )
@@ -345,6 +391,7 @@ def tables(retry_threshold: int = 3, top: int = 20, type_header: str | None = No
     out = [
         Table("overview", "Overview", overview),
         Table("by_reason", "Deaths by reason", count_by_reason),
+        Table("by_limit", "Deaths by limit (the reason where no limit is recorded)", count_by_limit),
         Table("by_outcome", "Outcome", count_by_outcome),
         Table("by_queue", "Deaths by queue", count_by_queue),
         Table("by_policy", "Deaths by policy", count_by_policy),
@@ -459,8 +506,9 @@ _FULL_TABLES = frozenset(
 
 #: Tables with at most this many rows are collected once and written from the driver.
 COLLECT_LIMIT = 200_000
-#: Up to this many rows a collected table is sent back to Spark to be written as Parquet.
-SEND_BACK_LIMIT = 20_000
+#: Up to this many rows a collected table is sent back to Spark to be written as Parquet (as one JSON
+#: literal, see :func:`local_frame`; above it, Spark computes the table again to write it).
+SEND_BACK_LIMIT = 5_000
 
 
 def _materialise(
@@ -503,12 +551,32 @@ def _write_rows(
     return [dict(row) for row in shown], len(rows)
 
 
+def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: StructType) -> DataFrame:
+    """``rows`` (values in ``schema``'s order) as a DataFrame of exactly ``schema``, built in the JVM.
+
+    ``spark.createDataFrame(rows)`` runs a Python worker for every job over its result (PySpark
+    re-serialises the rows in Python): ~0.4 s per table where writing the rows takes ~0.15 s. Here
+    the rows travel as one JSON Lines literal that ``from_json`` parses with the schema's types
+    (64-bit integers and strings exactly, floats by their shortest round-trip text), and the JVM
+    applies the schema itself, nullability included, so the Parquet files are the same as before.
+    """
+    names = schema.fieldNames()
+    text = "\n".join(json.dumps(dict(zip(names, row, strict=True)), separators=(",", ":")) for row in rows)
+    lines = spark.range(1).select(F.explode(F.split(F.lit(text), "\n")).alias("line"))
+    parsed = (
+        lines.filter(F.col("line") != "").select(F.from_json("line", schema).alias("row")).select("row.*")
+    )
+    jspark = spark._jsparkSession
+    jdf = jspark.createDataFrame(parsed._jdf.javaRDD(), jspark.parseDataType(schema.json()))
+    return DataFrame(jdf, spark)
+
+
 def _write_small(
-    spark: SparkSession, name: str, rows: Sequence[Sequence[Any]], schema: Any, out: str
+    spark: SparkSession, name: str, rows: Sequence[Sequence[Any]], schema: StructType, out: str
 ) -> None:
     """A table collected on the driver as ``out/tables/<name>.parquet`` (one file) and ``.csv``."""
     parquet_dir = join(out, "tables", name + ".parquet")
-    spark.createDataFrame(list(rows), schema).coalesce(1).write.mode("overwrite").parquet(parquet_dir)
+    local_frame(spark, rows, schema).coalesce(1).write.mode("overwrite").parquet(parquet_dir)
     write_csv(spark, join(out, "tables", name + ".csv"), schema.fieldNames(), rows)
 
 
@@ -522,7 +590,7 @@ def run_report(
     type_header: str | None = None,
     fmt: Format = "auto",
     charts: bool = True,
-    parallel: int = 4,
+    parallel: int = 8,
 ) -> dict[str, Any]:
     """Compute every table over ``archive`` and write them plus the summary, report and charts to ``out``.
 
@@ -567,8 +635,12 @@ def _run_report(
     from ottermq.spark_jobs import render  # matplotlib is imported only when charts are drawn
 
     columns = [*REPORT_COLUMNS, *(("headers",) if type_header else ())]
-    scan = scan_archive(spark, archive, fmt=fmt, columns=columns, persist=True)
-    records = scan.records
+    paths = [archive] if isinstance(archive, str) else list(archive)
+    used: Format = detect_format(spark, paths[0]) if fmt == "auto" else fmt
+    # JSON is parsed once into a cache for every job; Parquet is read again by each job instead
+    # (a handful of them, each reading only its columns: cheaper than building the cache)
+    opened = open_archive(spark, archive, fmt=used, columns=columns, persist=used == "json")
+    records = opened.records
     todo = tables(retry_threshold, top, type_header)
     results: dict[str, list[dict[str, Any]]] = {}
     table_rows: dict[str, int] = {}
@@ -583,17 +655,40 @@ def _run_report(
         return shown, total
 
     try:
-        # Most tables come from two grouping-set aggregations (spark_jobs/fused.py); the rest are
-        # one job each. Jobs run a few at once over the cached records, so the executors stay busy
-        # while the driver plans and writes.
-        fused_todo = [t for t in todo if t.name in FUSED_TABLES]
+        # The count tables and the findings' causes come from one grouping-set aggregation, the
+        # percentile tables from a second, retry loops and top ids from a third, routing keys from a
+        # fourth (spark_jobs/fused.py); header values are one job. Jobs run a few at once, so the
+        # executors stay busy while the driver plans and writes; tables are written as their
+        # aggregation finishes.
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            # The accounting job first, alone (for JSON it also fills the cache), then the count
+            # tables' job (it needs the time span, and its tables are most of the writing), then
+            # the others: Spark runs jobs first come, first served, and adaptive execution submits
+            # each job's later stages as new jobs, behind everything already submitted.
+            scan = account(opened)
             bucket_ms = timeline_bucket(scan.first_ms, scan.last_ms)
-            counts = pool.submit(fused_count_rows, records, top, bucket_ms)
-            percentiles = pool.submit(fused_percentile_rows, records, HISTOGRAM_BUCKETS)
-            others = {t.name: pool.submit(run, t) for t in todo if t.name not in FUSED_TABLES}
-            fused = {**counts.result(), **percentiles.result()}
-            log.info("tables %s: computed in two aggregations", ", ".join(t.name for t in fused_todo))
+            cut_ms = trend_cut(scan.first_ms, scan.last_ms)
+            counts = pool.submit(fused_count_rows, records, top, bucket_ms, cut_ms, HISTOGRAM_BUCKETS)
+            # retry loops and top ids from one aggregation, kept as a local checkpoint (rows in the
+            # block manager: half the cost of caching it, which encodes columns)
+            per_queue: Future[DataFrame] = pool.submit(
+                lambda: id_aggregation(records, retry_threshold).localCheckpoint(eager=True)
+            )
+
+            def loops_rows(_: DataFrame) -> DataFrame:
+                return loops_table(per_queue.result(), retry_threshold)
+
+            def top_ids() -> dict[str, list[dict[str, Any]]]:
+                rows = top_ids_table(per_queue.result(), top).collect()
+                return {"top_message_ids": [r.asDict() for r in rows]}
+
+            digests = pool.submit(fused_digest_rows, records)
+            routing = pool.submit(fused_routing_rows, records)
+            loops = pool.submit(run, Table("retry_loops", "", loops_rows))
+            ids = pool.submit(top_ids)
+            others = {t.name: pool.submit(run, t) for t in todo if t.name not in FUSED_TABLES | ID_TABLES}
+            fused: dict[str, list[dict[str, Any]]] = {}
+            written: dict[str, Future[tuple[list[dict[str, Any]], int]]] = {}
 
             def write(table: Table) -> tuple[list[dict[str, Any]], int]:
                 nonlocal done
@@ -601,16 +696,41 @@ def _run_report(
                 done += 1
                 return result
 
-            written = {t.name: pool.submit(write, t) for t in fused_todo}
+            waiting: list[Future[Any]] = [counts, digests, ids, routing]
+            for future in as_completed(waiting):
+                found: dict[str, list[dict[str, Any]]] = {} if future is digests else future.result()
+                if future in (counts, digests) and counts.done() and digests.done():
+                    # the percentile tables: digests from one aggregation, counts from the other
+                    found = {
+                        **found,
+                        **percentile_tables(counts.result(), digests.result(), HISTOGRAM_BUCKETS),
+                    }
+                fused.update(found)
+                written.update({t.name: pool.submit(write, t) for t in todo if t.name in found})
+            log.info("tables %s: computed in five aggregations", ", ".join(sorted(written)))
+            if any(r["reason"] not in REASONS for r in fused["by_reason"]):
+                # loops_table's reasons know only the broker's four: the reference, as a rule
+                loops.result()
+                loops = pool.submit(run, next(t for t in todo if t.name == "retry_loops"))
+            others["retry_loops"] = loops
             for table in todo:
                 shown, total = (written.get(table.name) or others[table.name]).result()
                 results[table.name] = shown
                 table_rows[table.name] = total
         log.info("%d tables written", len(todo))
-    finally:
-        records.unpersist()
+    finally:  # (the checkpoint's blocks go with its RDD)
+        opened.classified.unpersist()
+    findings = render.findings(
+        fused["_causes"],
+        results,
+        first_ms=scan.first_ms,
+        last_ms=scan.last_ms,
+        cut_ms=cut_ms,
+        retry_threshold=retry_threshold,
+        loops=table_rows.get("retry_loops"),
+    )
     summary = render.summary(
-        scan.counts(), results, archive=archive, retry_threshold=retry_threshold, top=top
+        scan.counts(), results, archive=archive, retry_threshold=retry_threshold, top=top, findings=findings
     )
     summary["table_rows"] = table_rows
     summary["seconds"] = round(time.monotonic() - started, 3)
@@ -662,9 +782,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ottermq.spark_jobs import render
     from pyspark.errors import AnalysisException
 
-    if not check_inputs(list(args.archive), log):  # before Spark starts
+    ok, size = inspect_inputs(list(args.archive), log)  # before Spark starts
+    if not ok:
         return 2
-    with spark_session("ottermq-dlq-report", args.master, parse_conf(args.conf), args.verbose) as spark:
+    conf = parse_conf(args.conf)
+    with spark_session("ottermq-dlq-report", args.master, conf, args.verbose, input_bytes=size) as spark:
         try:
             summary = run_report(
                 spark,

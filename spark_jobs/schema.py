@@ -1,4 +1,4 @@
-"""The dead-letter archive's record schema, version 1 (the contract with the broker's writer).
+"""The dead-letter archive's record schema, versions 1 and 2 (the contract with the broker's writer).
 
 The broker appends one JSON object per dead letter to
 ``<archive>/YYYY-MM-DD/HH/deadletters-*.jsonl`` (UTC; a file still being written ends in
@@ -8,7 +8,7 @@ allows it:
 =====================  ================================================================
 field                  meaning
 =====================  ================================================================
-schema                 ``1``; records with anything else are counted as unsupported
+schema                 ``2`` (or ``1``: no ``limit*`` fields); anything else is counted as unsupported
 time_ms                epoch milliseconds of the death
 reason                 ``expired`` | ``rejected`` | ``maxlen`` | ``delivery_limit``
 vhost, queue           where the message died
@@ -29,7 +29,15 @@ headers                typed JSON: ``{"key": {"t": TAG, "v": VALUE}}`` (see belo
 body_size              body length in bytes
 body_b64               the body in base64 (possibly cut, see ``body_truncated``), or null
 body_truncated         true when ``body_b64`` holds only a prefix of the body
+limit                  (schema 2) the limit that killed it: ``message-ttl`` (the queue's TTL),
+                       ``expiration`` (the message's own), ``max-length``, ``max-length-bytes``,
+                       ``delivery-limit``; null for ``rejected`` (and where none is known)
+limit_value            (schema 2) that limit's value in force: ms, messages, bytes or deliveries
+limit_source           (schema 2) ``argument``, ``policy``, ``operator-policy`` or ``message``
 =====================  ================================================================
+
+Schema-1 lines lack the three ``limit*`` fields and Parquet compacted from them lacks the
+columns: both read as null, and the report then falls back to ``reason``.
 
 Typed header values keep their AMQP field type: ``t`` bool; ``b B s u I i l`` integers;
 ``f d`` floats; ``D`` a decimal string; ``S`` a string; ``T`` epoch seconds; ``F`` an object of
@@ -63,15 +71,22 @@ __all__ = [
     "DROP_REASONS",
     "FIELDS",
     "HEADERS_MAP_TYPE",
+    "LIMITS",
+    "LIMIT_SOURCES",
     "OUTCOMES",
     "REASONS",
     "SCHEMA_VERSION",
+    "SCHEMA_VERSIONS",
     "day_label",
     "headers_map",
     "hour_label",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+#: The record schemas the jobs read (a schema-1 line is a schema-2 one with null ``limit*`` fields).
+SCHEMA_VERSIONS: Final = (1, 2)
+LIMITS: Final = ("message-ttl", "expiration", "max-length", "max-length-bytes", "delivery-limit")
+LIMIT_SOURCES: Final = ("argument", "policy", "operator-policy", "message")
 
 REASONS: Final = ("expired", "rejected", "maxlen", "delivery_limit")
 OUTCOMES: Final = ("routed", "dropped")
@@ -107,6 +122,9 @@ ARCHIVE_SCHEMA: Final = StructType(
         StructField("body_size", LongType()),
         StructField("body_b64", StringType()),
         StructField("body_truncated", BooleanType()),
+        StructField("limit", StringType()),
+        StructField("limit_value", LongType()),
+        StructField("limit_source", StringType()),
     ]
 )
 

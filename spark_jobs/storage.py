@@ -184,6 +184,7 @@ class LocalInput:
 
     files: int  # complete archive files (``*.jsonl``, ``*.jsonl.gz``, ``*.parquet``)
     parts: int  # ``*.jsonl.part`` files still being written (never read)
+    bytes: int = 0  # the archive files' total size
 
 
 def preflight(paths: list[str]) -> tuple[LocalInput | None, str | None]:
@@ -193,7 +194,7 @@ def preflight(paths: list[str]) -> tuple[LocalInput | None, str | None]:
         The files found (None when a path is a Hadoop URI or a glob: Spark reads those) and an
         error for people (a path that does not exist, or one holding no archive file), or None.
     """
-    files = parts = 0
+    files = parts = size = 0
     for uri in paths:
         if not is_local(uri) or any(c in uri for c in "*?["):
             return None, None
@@ -205,22 +206,28 @@ def preflight(paths: list[str]) -> tuple[LocalInput | None, str | None]:
         waiting = [p for p in candidates if p.name.endswith(".jsonl.part")]
         files += len(found)
         parts += len(waiting)
+        size += sum(p.stat().st_size for p in found)
         if not found:
             hint = f" ({len(waiting)} .jsonl.part file(s) still being written)" if waiting else ""
             return LocalInput(files, parts), f"{uri}: no archive files (*.jsonl, *.jsonl.gz, *.parquet){hint}"
-    return LocalInput(files, parts), None
+    return LocalInput(files, parts, size), None
 
 
 def check_inputs(paths: list[str], log: Any) -> bool:
     """:func:`preflight` for a job's ``main``: log the problem (False: exit 2 before Spark starts), or
     how many ``.jsonl.part`` files will be skipped."""
+    return inspect_inputs(paths, log)[0]
+
+
+def inspect_inputs(paths: list[str], log: Any) -> tuple[bool, int | None]:
+    """:func:`check_inputs`, plus the local archive files' total size (None: a URI or a glob)."""
     found, problem = preflight(paths)
     if problem:
         log.error("%s", problem)
-        return False
+        return False, None
     if found is not None and found.parts:
         log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
-    return True
+    return True, None if found is None else found.bytes
 
 
 def move_single_file(spark: SparkSession, directory: str, suffix: str, target: str) -> None:

@@ -28,7 +28,7 @@ def test_compact_round_trip(spark: Any, archive_dir: Path, tmp_path: Path, capsy
     assert sorted(p.name for p in out.glob("date=*")) == ["date=2024-05-01", "date=2024-05-02"]
     assert len(list((out / "date=2024-05-02").glob("*.parquet"))) >= 1
     marker = json.loads((out / "_ottermq_compact.json").read_text())
-    assert marker["archive_schema"] == 1
+    assert marker["archive_schema"] == 2
     assert [(r["mode"], r["records"], r["bad"]) for r in marker["runs"]] == [("overwrite", 12, 0)]
 
     from_json, _ = io.read_archive(spark, str(archive_dir))

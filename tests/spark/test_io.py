@@ -20,7 +20,7 @@ def test_read_archive_counts_every_kind_of_bad_line(spark: Any, tmp_path: Path, 
     no_queue = data.record(data.T0 + 5, 10)
     no_queue["queue"] = None
     future = data.record(data.T0 + 6, 10)
-    future["schema"] = 2
+    future["schema"] = 3
     no_schema = data.record(data.T0 + 7, 10)
     del no_schema["schema"]
     day = tmp_path / "archive" / "2024-05-01" / "00"

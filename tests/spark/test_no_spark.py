@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import sys
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from ottermq.persistence.archive.records import SCHEMA_KEYS
 from ottermq.spark_jobs import cli
 from ottermq.spark_jobs.generate import generate_records, write_archive
 from ottermq.spark_jobs.headers import decode_headers, decode_value, encode_headers
@@ -96,30 +98,13 @@ def test_generator_is_deterministic_whatever_the_worker_count(tmp_path: Path) ->
         json.loads(line) for rel in rel_one for line in (tmp_path / "one" / rel).read_text().splitlines()
     ]
     assert len(lines) == 230
-    assert lines[0].keys() == {
-        "schema",
-        "time_ms",
-        "reason",
-        "vhost",
-        "queue",
-        "exchange",
-        "routing_keys",
-        "dlx",
-        "dlx_routing_key",
-        "policy",
-        "outcome",
-        "drop_reason",
-        "death_count",
-        "original_expiration",
-        "enqueued_ms",
-        "message_id",
-        "correlation_id",
-        "content_type",
-        "headers",
-        "body_size",
-        "body_b64",
-        "body_truncated",
-    }
+    # schema 2: the broker's key order, the limit fields last
+    assert list(lines[0]) == list(SCHEMA_KEYS)
+    assert {line["schema"] for line in lines} == {2}
+
+
+# the broker's writer's key order, which the generator must follow; schema 1 had no limit fields
+V1_KEYS = [key for key in SCHEMA_KEYS if not key.startswith("limit")]
 
 
 def test_generated_records_are_plausible() -> None:
@@ -133,6 +118,81 @@ def test_generated_records_are_plausible() -> None:
         if r["headers"] is not None:
             decode_headers(r["headers"])  # valid typed JSON
     assert list(generate_records(2000, seed=3, first=1500)) == records[1500:]
+    assert (
+        list(generate_records(2000, seed=3, first=700, last=900, chunk_size=500))
+        == list(generate_records(2000, seed=3, chunk_size=500))[700:900]
+    )
+
+
+def test_retry_loops_shape() -> None:
+    """~8 % of messages die 2-6 times in one queue with death_count 1..k; ids recur across queues."""
+    records = list(generate_records(20_000, seed=5, span_hours=24))
+    assert len(records) == 20_000
+    assert [r["time_ms"] for r in records] == sorted(r["time_ms"] for r in records)
+    deaths: dict[tuple[str, str, str], list[int]] = {}
+    queues: dict[str, set[str]] = {}
+    for r in records:
+        if r["message_id"] is not None:
+            deaths.setdefault((r["message_id"], r["queue"], r["reason"]), []).append(r["death_count"])
+            queues.setdefault(r["message_id"], set()).add(r["queue"])
+    loops = [counts for counts in deaths.values() if len(counts) > 1]
+    # every loop counts up from 1, in time order (the generator's x-death counts agree with its deaths)
+    assert loops and all(counts == list(range(1, len(counts) + 1)) for counts in loops)
+    assert {len(counts) for counts in loops} == {2, 3, 4, 5, 6}
+    messages = len(queues) / 0.9  # 10 % have no id
+    looping = {m for (m, _, _), counts in deaths.items() if len(counts) > 1}
+    assert 0.06 < len(looping) / messages < 0.10
+    assert 0.04 < sum(1 for q in queues.values() if len(q) > 1) / messages < 0.16  # fan-outs and orders.retry
+    looped = [r for r in records if r["message_id"] in looping]
+    gaps = sorted(b["time_ms"] - a["time_ms"] for a, b in zip(looped, looped[1:], strict=False))
+    assert gaps[len(gaps) // 2] > 0  # deaths of a loop are apart in time
+
+
+def test_limits_agree_with_reasons() -> None:
+    """Schema 2: the limit that killed each message, as the broker's writer names it."""
+    records = list(generate_records(5_000, seed=4))
+    limits = {"message-ttl", "expiration", "max-length", "max-length-bytes", "delivery-limit"}
+    sources = {"argument", "policy", "operator-policy", "message"}
+    for r in records:
+        limit, value, source = r["limit"], r["limit_value"], r["limit_source"]
+        if r["reason"] == "rejected":
+            assert (limit, value, source) == (None, None, None)
+            continue
+        assert limit in limits and isinstance(value, int) and source in sources
+        assert {
+            "expired": limit in ("message-ttl", "expiration"),
+            "maxlen": limit in ("max-length", "max-length-bytes"),
+            "delivery_limit": limit == "delivery-limit",
+        }[r["reason"]]
+        if limit == "expiration":  # the message's own, and the lower TTL (the message's when equal)
+            assert source == "message" and r["original_expiration"] == str(value)
+        if limit == "message-ttl" and r["original_expiration"] is not None:
+            assert int(r["original_expiration"]) > value
+        if source == "policy":
+            assert r["policy"] is not None
+        if r["enqueued_ms"] is not None and r["reason"] == "expired":
+            assert r["time_ms"] - r["enqueued_ms"] >= value
+    assert {r["limit_source"] for r in records} == sources | {None}
+    assert {r["limit"] for r in records} == limits | {None}
+
+
+def test_schema_1_and_the_uniform_shape() -> None:
+    v2 = list(generate_records(500, seed=9))
+    v1 = list(generate_records(500, seed=9, schema=1))
+    assert [list(r) for r in v1] == [V1_KEYS] * 500
+    assert v1 == [{k: (1 if k == "schema" else v) for k, v in r.items() if k in V1_KEYS} for r in v2]
+    # the first generator's records, unchanged (a digest of its output before the retry-loops shape)
+    lines = [
+        json.dumps(r, separators=(",", ":"))
+        for r in generate_records(300, seed=3, span_hours=3, chunk_size=100, shape="uniform")
+    ]
+    assert hashlib.sha256("\n".join(lines).encode()).hexdigest() == (
+        "a63b1c2c621f77d0d2d6d7025416bf43a8457391b39aad9d20d2814400c80654"
+    )
+    with pytest.raises(ValueError, match="shape must be one of"):
+        list(generate_records(10, shape="zipf"))
+    with pytest.raises(ValueError, match="schema must be 1 or 2"):
+        write_archive(Path("/nonexistent"), 10, schema=3)
 
 
 @pytest.mark.parametrize("entry", [cli.report_main, cli.compact_main, cli.select_main, cli.replay_main])
