@@ -351,7 +351,7 @@ def test_the_archive_record_has_the_writer_s_keys_in_order() -> None:
 
     record = json.loads(snippet("archive-record"))
     assert tuple(record) == tuple(SCHEMA_KEYS)
-    assert record["schema"] == 1
+    assert record["schema"] == 2
 
 
 # --------------------------------------------------------------------------------------------------------
