@@ -94,6 +94,16 @@ SanType = Literal["dns", "email", "uri", "ip"]
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_list)]
 
 
+def parse_workers(value: Any) -> Any:
+    """``auto`` (the machine's cores, at least 1) or a number of worker processes."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return max(1, os.cpu_count() or 1)
+    return value
+
+
+Workers = Annotated[int, BeforeValidator(parse_workers)]
+
+
 class Settings(BaseSettings):
     """All broker settings. See ``.env.example`` for the documented list."""
 
@@ -132,6 +142,13 @@ class Settings(BaseSettings):
         "dns", description="With subject_alternative_name: dns, email, uri or ip (the first of that type)"
     )
     data_dir: Path = Field(Path("data"), description="Where durable state (SQLite) lives")
+    workers: Workers = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Processes sharing the virtual hosts: 1 = one process; auto = one per core"
+        " (each vhost lives in one worker; see docs/workers.md)",
+    )
     heartbeat_interval: Duration = Field(60.0, ge=0, description="Heartbeat the server proposes (s)")
     channel_max: int = Field(2047, ge=0, le=65535, description="Channels per connection")
     frame_max: int = Field(131072, ge=4096, le=2**31 - 1, description="Largest frame (bytes)")

@@ -21,7 +21,8 @@ import logging
 import os
 import signal
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from ottermq.persistence.archive import NullArchive
 from ottermq.persistence.store import Definitions, Store
@@ -127,9 +128,14 @@ class Broker:
         if self.web_tls_context is not None:
             tls.reload(self.web_tls_context, web_files(self.settings))
 
-    async def start(self, definitions: Definitions | None = None) -> None:
-        """Bind (if ``listen`` was not called), open the node (store, definitions, recovery), then
-        accept connections and serve the management plugin.
+    async def start(
+        self,
+        definitions: Definitions | None = None,
+        before_serving: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Bind (if ``listen`` was not called), open the node (store, definitions, recovery), run
+        ``before_serving`` (the other workers' start), then accept connections and serve the
+        management plugin.
 
         Raises:
             StartupError: a port, the data dir or the definitions file is unusable.
@@ -144,6 +150,8 @@ class Broker:
             raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
         if definitions is not None:
             log.info("imported definitions from %s", settings.definitions_file)
+        if before_serving is not None:
+            await before_serving()
         await self.amqp.start_serving()
         addresses = ", ".join(
             f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")
@@ -166,8 +174,17 @@ class Broker:
         log.info("OtterMQ stopped")
 
 
-async def serve(settings: Settings) -> None:
-    """Run the broker until SIGTERM/SIGINT; a second signal exits at once.
+class Extension(Protocol):
+    """More processes around the broker (``ottermq.broker.workers.supervisor.Supervisor``)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None = None) -> None:
+    """Run the broker until SIGTERM/SIGINT; a second signal exits at once. ``extend`` makes what is
+    started before connections are accepted and stopped with the broker (the other workers).
 
     Raises:
         StartupError: the broker cannot start (see the module rules); nothing was served.
@@ -193,13 +210,20 @@ async def serve(settings: Settings) -> None:
     broker = Broker(settings, loop, open_store(settings), archive=NullArchive())
     await broker.listen()
     reload_tls.append(broker.reload_tls)
+    extension: Extension | None = None
     try:
         check_archive_dir(settings)  # before the data dir: a failure here leaves no store behind
         prepare_data_dir(settings)
         broker.node.archive = shared_archive(settings)
-        await broker.start(definitions)
+        extension = extend(broker) if extend is not None else None
+        await broker.start(definitions, extension.start if extension is not None else None)
     except BaseException:
         await broker.close_listeners()
+        if extension is not None:
+            await extension.stop()
         raise
     await stop.wait()
-    await broker.shutdown()
+    if extension is not None:
+        await asyncio.gather(broker.shutdown(), extension.stop())
+    else:
+        await broker.shutdown()

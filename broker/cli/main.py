@@ -24,14 +24,16 @@ def _run_server() -> int:
         log.warning("%s", warning)
     from ..node.startup import StartupError
     from ..runtime import serve
+    from ..workers.supervisor import Supervisor
 
+    extend = Supervisor if settings.workers > 1 else None
     try:
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-            asyncio.run(serve(settings))
+            asyncio.run(serve(settings, extend))
         else:
-            uvloop.run(serve(settings))
+            uvloop.run(serve(settings, extend))
     except StartupError as exc:
         log.error("cannot start: %s", exc)
         return 1

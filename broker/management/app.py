@@ -51,6 +51,7 @@ from .listener import HTTPListener
 from .openapi import add_docs
 from .rates import RateSampler
 from .webui import add_ui, is_ui_path
+from .workers import Forwarder
 
 if TYPE_CHECKING:
     from ..node.node import Node
@@ -176,12 +177,21 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     if MANAGEMENT_TAGS.isdisjoint(user.tags):
         return json_error(401, "not_authorised", "Not management user", challenge=True)
     request[USER_KEY] = user
-    response = await handler(request)
+    if broker.workers is not None:  # several workers: some answers are theirs (workers.py)
+        forwarder = request.app.get(FORWARDER_KEY)
+        if forwarder is None:
+            forwarder = request.app[FORWARDER_KEY] = Forwarder(
+                broker, broker.workers, request.app[PREFIX_KEY]
+            )
+        response = await forwarder.dispatch(request, handler)
+    else:
+        response = await handler(request)
     if request.method == "GET" and SHAPING_PARAMS & request.query.keys():
         return reshape(response, request)
     return response
 
 
+FORWARDER_KEY: web.AppKey[Forwarder] = web.AppKey("forwarder", Forwarder)
 DOCS_KEY: web.AppKey[str] = web.AppKey("docs", str)  # OTTERMQ_SWAGGER_PATH when enabled
 UI_KEY: web.AppKey[bool] = web.AppKey("ui", bool)  # OTTERMQ_ENABLE_UI
 METHOD_ORDER = ("HEAD", "GET", "PUT", "POST", "DELETE", "OPTIONS")  # RabbitMQ's (cowboy's) Allow order
@@ -219,8 +229,14 @@ def make_app(broker: Node, api_path: str | None = None) -> web.Application:
     async def stop_sampling(_app: web.Application) -> None:
         await sampler.stop()
 
+    async def close_forwarder(app: web.Application) -> None:
+        forwarder = app.get(FORWARDER_KEY)
+        if forwarder is not None:
+            await forwarder.close()
+
     app.on_startup.append(start_sampling)
     app.on_cleanup.append(stop_sampling)
+    app.on_cleanup.append(close_forwarder)
     deadletters.setup_moves(app, broker)
     routes = web.RouteTableDef()
     for resource in RESOURCES:

@@ -125,8 +125,9 @@ def selected_vhosts(request: web.Request) -> list[VHost]:
     permissions in, monitoring users included (RabbitMQ's ``rabbit_mgmt_util:filter_vhost``)."""
     if "vhost" in request.match_info:
         return [vhost_or_404(request)]
-    vhosts = sorted(broker_of(request).vhosts.items())
-    return [vhost for name, vhost in vhosts if may_use_vhost(request, name)]
+    broker = broker_of(request)
+    vhosts = sorted(broker.vhosts.items())
+    return [vhost for name, vhost in vhosts if broker.owns(name) and may_use_vhost(request, name)]
 
 
 def json_value(value: object) -> Any:

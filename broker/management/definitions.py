@@ -147,6 +147,8 @@ def export(broker: Node, only: VHost | None = None) -> dict[str, Any]:
     body["policies"], body["parameters"] = live_policies([v for _, v in sorted(broker.vhosts.items())])
     body["parameters"] += vhost_limit_parameters(broker.limits.records())
     for _name, vhost in sorted(broker.vhosts.items()):
+        if not broker.owns(vhost.name):  # another worker's: it exports them
+            continue
         for key, items in topology(vhost, True).items():
             body[key] += items
     return body

@@ -128,7 +128,7 @@ def connection_metrics(conns: list[ConnectionInfo], per_object: bool) -> Iterato
 def churn_metrics(broker: Node) -> Iterator[Metric]:
     """Connections, channels and queues opened/declared/created and closed/deleted since start-up."""
     churn = broker.churn
-    vhosts = list(broker.vhosts.values())
+    vhosts = broker.owned_vhosts()
     counters = (
         ("rabbitmq_connections_opened", "Total number of connections opened", churn.connections_opened),
         (

@@ -41,7 +41,7 @@ PLUGIN_EXCHANGE_TYPES = (
 async def overview(request: web.Request) -> web.Response:
     broker = broker_of(request)
     node = node_name()
-    vhosts = visible_vhosts(request)
+    vhosts = [vhost for vhost in visible_vhosts(request) if broker.owns(vhost.name)]
     names = {vhost.name for vhost in vhosts}
     user = user_of(request)
     conns = [c for c in broker.connections if c.vhost_name is not None and c.vhost_name in names]

@@ -212,7 +212,7 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         """Every metric family, read now."""
         broker = self.broker
-        queues = [q for vhost in broker.vhosts.values() for q in vhost.queues.values()]
+        queues = [q for vhost in broker.owned_vhosts() for q in vhost.queues.values()]
         yield from self._queue_metrics(queues)
         conns = [c.info() for c in broker.connections]
         yield GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(queues))
@@ -258,7 +258,7 @@ class BrokerCollector(Collector):
         buckets = [0] * (len(LATENESS_BUCKETS_MS) + 1)
         late_sum_ms = 0
         dropped = 0
-        for vhost in self.broker.vhosts.values():
+        for vhost in self.broker.owned_vhosts():
             sink = vhost.sink
             if not isinstance(sink, DeadLetterer):
                 continue
@@ -336,7 +336,7 @@ class BrokerCollector(Collector):
             "Duplicates not routed (exchange) or not enqueued (queue)",
             labels=["vhost", "kind", "name"],
         )
-        for vhost in self.broker.vhosts.values():
+        for vhost in self.broker.owned_vhosts():
             for exchange in vhost.exchanges.values():
                 if exchange.dedup is not None:
                     duplicates.add_metric([vhost.name, "exchange", exchange.name], exchange.dedup.duplicates)

@@ -97,7 +97,7 @@ def totals(queues: Iterable[Queue]) -> tuple[int, int, int]:
 def churn_counts(broker: Node) -> tuple[int, ...]:
     """The node's churn in :data:`CHURN` order."""
     churn = broker.churn
-    vhosts = broker.vhosts.values()
+    vhosts = broker.owned_vhosts()
     return (
         churn.channels_closed,
         churn.channels_opened,
@@ -163,7 +163,8 @@ class RateSampler:
         broker = self.broker
         observed: dict[Hashable, tuple[int, ...]] = {}
         all_queues: list[Queue] = []
-        for name, vhost in broker.vhosts.items():
+        for vhost in broker.owned_vhosts():
+            name = vhost.name
             queues = list(vhost.queues.values())
             all_queues += queues
             for queue in queues:

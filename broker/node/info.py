@@ -116,6 +116,28 @@ class ConnectionInfo:
             yield from channel.consumers
 
 
+class WorkerPool(Protocol):
+    """The other worker processes, as worker 0's management API reaches them
+    (``ottermq.broker.workers.supervisor.Supervisor``)."""
+
+    @property
+    def count(self) -> int:
+        """How many workers (worker 0 included)."""
+        ...
+
+    def owner(self, vhost: str) -> int:
+        """The worker that owns ``vhost`` (given one if it has none yet)."""
+        ...
+
+    def web_port(self, index: int) -> int | None:
+        """Worker ``index``'s internal management API port on 127.0.0.1; None while it is down."""
+        ...
+
+    async def sync(self) -> None:
+        """Send every worker the metadata as it is now, and wait until they have it."""
+        ...
+
+
 class ConnectionHandle(Protocol):
     """What the node and its readers may ask of a live connection."""
 

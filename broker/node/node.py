@@ -27,7 +27,7 @@ from .auth import AuthDB, AuthError
 from .definitions import DefinitionsError, Restore, apply_definitions
 from .delayed import DedupPersistence, DelayService
 from .heap import HeapTrimmer
-from .info import ConnectionHandle
+from .info import ConnectionHandle, WorkerPool
 from .limits import LimitError, Limits
 from .operations import Operations
 from .recovery import recover
@@ -88,6 +88,11 @@ class Node:
         self.dedup = DedupPersistence(self.store, self.ttl.now)
         # what each bound listener reports, in registration order: AMQP, HTTP, Prometheus
         self._listings: list[Listing] = []
+        # With several workers (``ottermq.broker.workers``): whether this process owns a vhost (the
+        # others' are copies of their metadata, with no traffic), and the other workers as the
+        # management API reaches them. One process owns every vhost.
+        self.owns: Callable[[str], bool] = lambda _name: True
+        self.workers: WorkerPool | None = None
 
     # -- listeners ---------------------------------------------------------------------------
     def add_listing(self, listing: Listing) -> None:
@@ -113,10 +118,11 @@ class Node:
         return [(ip, port) for _protocol, ip, port in self.web_listeners()]
 
     # -- start-up and shut-down ----------------------------------------------------------------
-    async def open(self, definitions: Definitions | None = None) -> Definitions:
+    async def open(self, definitions: Definitions | None = None, seed: bool = True) -> Definitions:
         """Open the store and recover durable state (vhosts, users, permissions, exchanges, queues,
         bindings, messages, policies, limits), apply ``definitions`` (the one applier,
-        ``definitions/apply.py``), then seed the default user and vhosts on a first start.
+        ``definitions/apply.py``), then seed the default user and vhosts on a first start (unless
+        not ``seed``: a worker other than the first, which gets them from worker 0).
 
         Returns:
             What applying ``definitions`` changed (empty without).
@@ -144,7 +150,9 @@ class Node:
                 applied = apply_definitions(self, definitions)
             except (AuthError, PolicyError, LimitError, AMQPError) as exc:
                 raise DefinitionsError(str(exc)) from None
-        if self.auth.seed_defaults(settings):
+        if not seed:  # another worker's copy of the metadata: worker 0 sends it
+            pass
+        elif self.auth.seed_defaults(settings):
             log.info("first start: created user '%s' and vhosts %s", settings.username, settings.vhosts)
         elif "password" in settings.model_fields_set and self.auth.password_differs(
             settings.username, settings.password
@@ -179,6 +187,11 @@ class Node:
         confirmed is lost)."""
         await self.store.close()  # commits what is pending: nothing confirmed is lost
         await self.archive.close()  # writes buffered dead-letter records, finishes .part files
+
+    def owned_vhosts(self) -> list[VHost]:
+        """The vhosts this process serves (every one, unless there are several workers)."""
+        owns = self.owns
+        return [vhost for name, vhost in self.vhosts.items() if owns(name)]
 
     def ensure_vhost(self, name: str) -> VHost:
         """The vhost called ``name``, created (and wired to the store) if missing."""

@@ -79,7 +79,7 @@ class _NoMethodFrameError(FrameError):
 class AMQPConnection(asyncio.Protocol):
     """asyncio protocol for one AMQP 0-9-1 client."""
 
-    def __init__(self, server: ServerPort[AMQPConnection]) -> None:
+    def __init__(self, server: ServerPort[AMQPConnection], replay: tuple[bytes, bytes] | None = None) -> None:
         self.server = server
         self.node = server.node
         self.settings = server.settings
@@ -114,6 +114,13 @@ class AMQPConnection(asyncio.Protocol):
         self._recv_flag = True
         self._silent_ticks = 0
         self._timer: asyncio.TimerHandle | None = None
+        # With workers: what the client sent before RUNNING, in case another worker takes it over
+        # (``handshake_bytes``); a connection taken over replays it (``replay``: the bytes up to its
+        # tune-ok, whose answers the client had already, then the rest from its connection.open).
+        self._recording: list[bytes] | None = [] if server.takes_over else None
+        self._handshake_fed = 0  # bytes of handshake frames handled (after the 8-byte header)
+        self._held = False  # offered to another worker: nothing is read until it answers
+        self._replay = replay
 
     def _to(self, state: State) -> None:
         """Move to ``state`` (``broker.states.TRANSITIONS`` says which moves exist)."""
@@ -132,14 +139,28 @@ class AMQPConnection(asyncio.Protocol):
         self.mechanisms = handshake.mechanisms(endpoints.cert)
         self.server.register(self)
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
-        log.info("accepting AMQP connection %s", self.peer)
+        replay, self._replay = self._replay, None
+        if replay is None:
+            log.info("accepting AMQP connection %s", self.peer)
+            return
+        log.info("taking over AMQP connection %s", self.peer)
+        before_open, rest = replay
+        self.output.transport = None  # the client had these answers from the first worker
+        self.data_received(before_open)
+        self.output.transport = transport
+        if self.state is OPENING:
+            self.data_received(rest)
+        else:  # the login the first worker accepted is refused here (its user just changed)
+            self._abort()
 
     def data_received(self, data: bytes) -> None:
         self._recv_flag = True
         self.recv_oct += len(data)
         self.recv_cnt += 1
-        if self.state is CLOSED:
+        if self.state is CLOSED or self._held:
             return
+        if self._recording is not None and self.state < RUNNING:
+            self._recording.append(data)
         output = self.output
         output.in_receive = True
         try:
@@ -174,7 +195,7 @@ class AMQPConnection(asyncio.Protocol):
         buf = self._pending + data if self._pending else data
         self._pending = b""
         pos = 0
-        while AWAIT_HEADER < self.state < RUNNING and len(buf) - pos >= 7:
+        while AWAIT_HEADER < self.state < RUNNING and len(buf) - pos >= 7 and not self._held:
             size = int.from_bytes(buf[pos + 3 : pos + 7], "big")
             end = pos + size + 8
             if size > self.reader.frame_max:
@@ -182,6 +203,7 @@ class AMQPConnection(asyncio.Protocol):
             elif end > len(buf):
                 break
             self._feed(buf[pos:end])
+            self._handshake_fed += end - pos
             pos = end
         if AWAIT_HEADER < self.state < RUNNING:
             self._pending = buf[pos:]
@@ -360,6 +382,10 @@ class AMQPConnection(asyncio.Protocol):
         vhost = self.node.vhosts.get(method.virtual_host)
         if vhost is None:
             raise NotAllowed(f"vhost {method.virtual_host} not found")
+        if self._recording is not None:  # with workers: the one that owns the vhost checks the rest
+            if self.server.hand_off(self, vhost.name):
+                return
+            self._recording = None
         self.node.check_connection_limits(self, vhost.name)
         self.node.auth.check_vhost(self.user, vhost.name)
         self.vhost = vhost
@@ -379,6 +405,38 @@ class AMQPConnection(asyncio.Protocol):
             self._timer = None
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+    def handshake_bytes(self) -> tuple[bytes, bytes]:
+        """What the client sent: up to its tune-ok, and from its connection.open on (the frame being
+        handled included, and anything after it)."""
+        sent = b"".join(self._recording or ())
+        split = 8 + self._handshake_fed
+        return sent[:split], sent[split:]
+
+    def hold(self) -> None:
+        """Offered to another worker: read nothing more until it takes the socket (``handed_off``)
+        or cannot (``refuse``)."""
+        self._held = True
+        self._recording = None
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def refuse(self, exc: ConnectionException) -> None:
+        """The worker offered this connection died before taking it: close it with ``exc``."""
+        self._held = False
+        self._close_connection(exc, 0)
+        self._flush()
+
+    def handed_off(self) -> None:
+        """Another worker has the socket now: forget it without a word to the client."""
+        self._recording = None
+        self._held = False
+        self._to(CLOSED)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.transport is not None:
+            self.transport.abort()  # closes our descriptor only: the other worker holds its own
 
     def _label(self) -> str:
         """The peer, with the client-provided ``connection_name`` when there is one (as RabbitMQ)."""

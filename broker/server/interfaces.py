@@ -66,6 +66,15 @@ class ServerPort(Protocol[Conn_contra]):
     def unregister(self, conn: Conn_contra) -> None:
         """A connection is gone."""
 
+    @property
+    def takes_over(self) -> bool:
+        """Whether connections may be handed to another worker (they keep their handshake bytes)."""
+        ...
+
+    def hand_off(self, conn: Conn_contra, vhost: str) -> bool:
+        """Give ``conn`` to the worker that owns ``vhost``; False when that is this process."""
+        ...
+
 
 class ChannelPort(Protocol):
     """A channel as the connection closes it (``Channel``)."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from .. import VERSION
@@ -46,7 +48,23 @@ class AMQPServer:
         )  # OTTERMQ_CONSUMER_TIMEOUT and per-queue ones
         self.tls_context: ssl.SSLContext | None = None
         self._servers: list[asyncio.Server] = []  # plain AMQP and/or AMQPS
+        # With several workers, in the first: gives a connection to the worker owning its vhost
+        # (``ottermq.broker.workers``); returns False for the vhosts this process owns.
+        self.router: Callable[[AMQPConnection, str], bool] | None = None
         node.add_listing(self.listeners)
+
+    @property
+    def takes_over(self) -> bool:
+        return self.router is not None
+
+    def hand_off(self, conn: AMQPConnection, vhost: str) -> bool:
+        router = self.router
+        return router is not None and router(conn, vhost)
+
+    async def adopt(self, sock: socket.socket, before_open: bytes, rest: bytes) -> None:
+        """Serve a connection another worker accepted: its handshake is replayed from its bytes
+        (``before_open`` answered already; ``rest`` from its connection.open on)."""
+        await self.loop.connect_accepted_socket(lambda: AMQPConnection(self, (before_open, rest)), sock)
 
     def register(self, conn: AMQPConnection) -> None:
         """A connection was made: count it and make it visible to the node."""

@@ -54,6 +54,7 @@ class Target(Protocol):
     auth: AuthDB
     ops: Operations
     vhosts: dict[str, VHost]
+    owns: Callable[[str], bool]  # with several workers: the vhosts whose topology this one declares
 
     def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool: ...
 
@@ -129,9 +130,10 @@ def apply_definitions(
     for p in defs.permissions:
         auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
         done.permissions.append(p)
+    owns = node.owns if restore is None else (lambda _name: True)
     for x in defs.exchanges:
         vhost = node.vhosts.get(x.vhost)
-        if vhost is None:  # rule 4 only: rule 1 let no such item through
+        if vhost is None or not owns(x.vhost):  # rule 4 only / another worker's vhost
             continue
         if x.name in vhost.exchanges:
             log.info("exchange '%s' in vhost '%s' already exists; left unchanged", x.name, x.vhost)
@@ -155,7 +157,7 @@ def apply_definitions(
         done.exchanges.append(x)
     for q in defs.queues:
         vhost = node.vhosts.get(q.vhost)
-        if vhost is None:
+        if vhost is None or not owns(q.vhost):
             continue
         if q.name in vhost.queues:
             log.info("queue '%s' in vhost '%s' already exists; left unchanged", q.name, q.vhost)
@@ -179,7 +181,7 @@ def apply_definitions(
             restore.restored(q, declared.queue)
         done.queues.append(q)
     for b in defs.bindings:
-        if _bind(node, ops, b, restore):
+        if owns(b.vhost) and _bind(node, ops, b, restore):
             done.bindings.append(b)
     for pol in defs.policies:  # created or replaced; validated again by the operations layer
         vhost = node.vhosts.get(pol.vhost)

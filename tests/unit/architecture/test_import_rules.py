@@ -5,6 +5,8 @@ import is still a dependency a reader has to follow). A part may import only the
 it in ``ALLOWED``; the order below is the layering, top to bottom:
 
 - ``broker.cli``: the command-line programs; nothing imports them.
+- ``broker.workers``: several worker processes around the composition root (worker 0's supervisor,
+  the other workers' main program).
 - ``broker.runtime``: the composition root: builds the node, the AMQP server and the management
   plugin, starts and stops them (``serve``).
 - ``broker.management``: the HTTP API, Prometheus and the web UI; reads the node (its services and
@@ -44,7 +46,16 @@ ALLOWED: dict[str, set[str]] = {
     "broker.management": {"broker", "broker.config", "broker.node"} | DOMAIN,
     "broker.runtime": {"broker", "broker.config", "broker.node", "broker.server", "broker.management"}
     | DOMAIN,
-    "broker.cli": {"broker", "broker.config", "broker.node", "broker.runtime"} | DOMAIN,
+    "broker.workers": {
+        "broker",
+        "broker.config",
+        "broker.node",
+        "broker.server",
+        "broker.management",
+        "broker.runtime",
+    }
+    | DOMAIN,
+    "broker.cli": {"broker", "broker.config", "broker.node", "broker.runtime", "broker.workers"} | DOMAIN,
 }
 
 

@@ -112,6 +112,7 @@ BAD_VALUES = {
     "prometheus_ssl": "perhaps",
     "prometheus_ssl_port": "0",
     "data_dir": None,  # any path; start-up reports an unusable one (StartupError)
+    "workers": "many",
     "heartbeat_interval": "soon",
     "channel_max": "-1",
     "frame_max": "100",

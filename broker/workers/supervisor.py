@@ -1,0 +1,285 @@
+"""Worker 0's side: starting the other workers, restarting them, handing them connections.
+
+Rules:
+- ``start`` (after worker 0's node is open) starts workers 1..N-1 and waits until each is ready.
+  A worker that exits while the broker runs is started again (after 0.5 s, doubling up to 10 s
+  while it keeps failing within a minute); it recovers its vhosts from its store. Meanwhile a
+  connection to one of its vhosts is refused as RabbitMQ refuses a vhost that is down
+  (``530 NOT_ALLOWED - vhost X is down``), and the other workers keep serving.
+- ``route`` (``AMQPServer.router``): at ``connection.open`` of an existing vhost, a connection
+  whose vhost another worker owns is given to it: a duplicate of the socket's descriptor and the
+  handshake bytes go over the control socket, worker 0 forgets the connection without a word, and
+  the owner replays the handshake and answers ``open-ok`` itself. A TLS connection stays
+  terminated in worker 0: the owner gets one end of a socket pair, worker 0 copies bytes between
+  the TLS socket and the other end.
+- ``sync`` sends the metadata snapshot to every running worker and waits for their answers (up to
+  ``SYNC_TIMEOUT``): a change made through the management API is answered once every worker has it.
+- ``stop``: SIGTERM to every worker and wait (they close their connections with 320 and commit),
+  then SIGKILL what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ottermq.amqp.errors import NotAllowed
+
+from ..node.startup import StartupError
+from . import metadata
+from .control import Control, Message
+from .ownership import FILE_NAME, OwnershipError, VhostOwners
+from .worker import _start_message
+
+if TYPE_CHECKING:
+    from ..runtime import Broker
+    from ..server.connection import AMQPConnection
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT = 60.0
+SYNC_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
+
+
+@dataclass(eq=False)
+class Child:
+    """A running worker process as worker 0 sees it."""
+
+    index: int
+    process: asyncio.subprocess.Process
+    control: Control
+    ready: asyncio.Future[Message]
+    web_port: int | None = None
+    prometheus_port: int | None = None
+    synced: dict[int, asyncio.Future[None]] = field(default_factory=dict)
+    offered: dict[int, tuple[AMQPConnection, str]] = field(default_factory=dict)  # sent, not yet taken
+
+    @property
+    def up(self) -> bool:
+        return self.ready.done() and not self.ready.cancelled() and not self.control.closed
+
+
+class Supervisor:
+    """Workers 1..N-1 of a broker whose ``OTTERMQ_WORKERS`` is N > 1 (see the module rules)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.loop = broker.loop
+        settings = broker.settings
+        self.count = settings.workers
+        path = settings.data_dir / FILE_NAME if settings.store == "sqlite" else None
+        self.owners = VhostOwners(self.count, path)
+        self.children: dict[int, Child] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._seq = 0
+        self._offers = 0
+        self._stopping = False
+
+    # -- start and stop ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Give vhosts their workers, start the workers and route connections to them.
+
+        Raises:
+            StartupError: the kept assignment needs more workers, or a worker did not start.
+        """
+        node = self.broker.node
+        # vhosts holding exchanges or queues before there was an assignment: worker 0's store has them
+        holding = [
+            name
+            for name, v in node.vhosts.items()
+            if v.queues or any(x and not x.startswith("amq.") for x in v.exchanges)
+        ]
+        try:
+            self.owners.load(holding)
+        except OwnershipError as exc:
+            raise StartupError("workers", self.count, str(exc)) from None
+        for name in sorted(node.auth.vhosts):
+            self.owners.owner(name)
+        await asyncio.gather(*(self._spawn(index) for index in range(1, self.count)))
+        for index in range(1, self.count):
+            child = self.children[index]
+            try:
+                await asyncio.wait_for(asyncio.shield(child.ready), READY_TIMEOUT)
+            except (TimeoutError, asyncio.CancelledError):
+                raise StartupError("workers", self.count, f"worker {index} did not start") from None
+        self.broker.amqp.router = self.route
+        node.owns = lambda name: self.owners.owner(name) == 0
+        node.workers = self
+        log.info("%d workers: %s", self.count, self.describe())
+
+    def describe(self) -> str:
+        return "; ".join(
+            f"worker {i}: {', '.join(self.owners.owned_by(i)) or 'no vhost yet'}" for i in range(self.count)
+        )
+
+    async def _spawn(self, index: int) -> None:
+        parent, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "ottermq.broker.workers",
+                str(index),
+                str(child_end.fileno()),
+                self.broker.settings.log_level,
+                pass_fds=(child_end.fileno(),),
+            )
+        finally:
+            child_end.close()
+        ready: asyncio.Future[Message] = self.loop.create_future()
+        child = Child(index, process, Control(parent, self.loop, lambda m, f: None), ready)
+        child.control.on_message = lambda message, fds: self._on_message(child, message, fds)
+        child.control.on_closed = lambda: self._on_closed(child)
+        self.children[index] = child
+        child.control.send(
+            _start_message(
+                self.broker.settings, metadata.snapshot(self.broker.node), self.owners.owned_by(index)
+            )
+        )
+        watcher = self.loop.create_task(self._watch(child))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    def _on_message(self, child: Child, message: Message, fds: list[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        kind = message.get("type")
+        if kind == "ready" and not child.ready.done():
+            child.web_port, child.prometheus_port = message.get("web"), message.get("prometheus")
+            child.ready.set_result(message)
+            log.info("worker %d ready (pid %d)", child.index, child.process.pid)
+        elif kind == "taken":
+            offer = child.offered.pop(int(message.get("id") or 0), None)
+            if offer is not None:
+                offer[0].handed_off()
+        elif kind == "synced":
+            waiter = child.synced.pop(int(message.get("seq") or 0), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    def _on_closed(self, child: Child) -> None:
+        offered, child.offered = child.offered, {}
+        for conn, vhost in offered.values():
+            conn.refuse(NotAllowed(f"vhost {vhost} is down"))
+        for waiter in child.synced.values():
+            if not waiter.done():
+                waiter.set_result(None)
+        child.synced.clear()
+        if not child.ready.done():
+            child.ready.cancel()
+
+    async def _watch(self, child: Child) -> None:
+        code = await child.process.wait()
+        child.control.close()
+        if self._stopping or self.children.get(child.index) is not child:
+            return
+        log.error(
+            "worker %d (pid %d) exited with %s; starting it again", child.index, child.process.pid, code
+        )
+        delay = 0.5
+        while not self._stopping:
+            await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            try:
+                await self._spawn(child.index)
+            except OSError as exc:
+                log.error("worker %d: cannot start: %s", child.index, exc)
+                delay = min(delay * 2, 10.0)
+                continue
+            return
+
+    async def stop(self) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL after ``STOP_TIMEOUT``)."""
+        self._stopping = True
+        children = list(self.children.values())
+        for child in children:
+            if child.process.returncode is None:
+                child.process.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                await asyncio.wait_for(child.process.wait(), STOP_TIMEOUT)
+            except TimeoutError:
+                log.error("worker %d did not stop; killing it", child.index)
+                child.process.kill()
+                await child.process.wait()
+            child.control.close()
+        for watcher in list(self._watchers):
+            watcher.cancel()
+
+    # -- WorkerPool (what the management API uses) -------------------------------------------------
+    def owner(self, vhost: str) -> int:
+        return self.owners.owner(vhost)
+
+    def web_port(self, index: int) -> int | None:
+        child = self.children.get(index)
+        return child.web_port if child is not None and child.up else None
+
+    # -- connections ------------------------------------------------------------------------------
+    def route(self, conn: AMQPConnection, vhost: str) -> bool:
+        """Give ``conn`` to the owner of ``vhost``; False when worker 0 owns it.
+
+        Raises:
+            NotAllowed: the owner is not running (being started again).
+        """
+        index = self.owners.owner(vhost)
+        if index == 0:
+            return False
+        child = self.children.get(index)
+        if child is None or not child.up:
+            raise NotAllowed(f"vhost {vhost} is down")
+        transport = conn.transport
+        assert transport is not None
+        before, rest = conn.handshake_bytes()
+        message: Message = {
+            "type": "connection",
+            "before": base64.b64encode(before).decode(),
+            "rest": base64.b64encode(rest).decode(),
+        }
+        if conn.endpoints.tls:
+            raise NotAllowed(f"vhost {vhost} is served by worker {index}: TLS hand-off not available yet")
+        sock: Any = transport.get_extra_info("socket")
+        fd = os.dup(sock.fileno())
+        self._offers += 1
+        message["id"] = self._offers
+        if not child.control.send(message, [fd]):  # it has just died
+            raise NotAllowed(f"vhost {vhost} is down")
+        conn.hold()  # until the worker says it has the socket: if it dies first, this one answers
+        child.offered[self._offers] = (conn, vhost)
+        return True
+
+    # -- metadata ---------------------------------------------------------------------------------
+    async def sync(self) -> None:
+        """Send the metadata to every running worker and wait for their answers."""
+        self.owners.forget(self.broker.node.auth.vhosts)
+        for name in sorted(self.broker.node.auth.vhosts):
+            self.owners.owner(name)
+        self._seq += 1
+        seq = self._seq
+        data = metadata.snapshot(self.broker.node)
+        waiters = []
+        for child in self.children.values():
+            if child.up:
+                waiter: asyncio.Future[None] = self.loop.create_future()
+                child.synced[seq] = waiter
+                child.control.send(
+                    {
+                        "type": "metadata",
+                        "seq": seq,
+                        "definitions": data,
+                        "owned": self.owners.owned_by(child.index),
+                    }
+                )
+                waiters.append(waiter)
+        if waiters:
+            done, pending = await asyncio.wait(waiters, timeout=SYNC_TIMEOUT)
+            if pending:
+                log.warning("%d workers did not confirm the metadata in %.0f s", len(pending), SYNC_TIMEOUT)

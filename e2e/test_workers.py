@@ -1,0 +1,214 @@
+"""Several worker processes (``OTTERMQ_WORKERS=2``): one broker as clients and the management API see
+it, while each vhost lives in one worker (an ottermq extension: RabbitMQ has no such setting).
+
+What is checked, with pika and the management API on a private broker with vhosts ``/``, ``a`` and
+``b`` (given to workers 0, 1 and 0: the least busy worker, the lowest number among equals):
+
+- a connection to a vhost worker 1 owns is handed over at ``connection.open`` and served there
+  (its queue's messages, a consumer), while worker 0 serves the others;
+- the lists (queues, connections, exchanges) and the overview's counts join every worker's;
+  requests about one vhost's objects are answered by its owner;
+- a vhost, user, permission or policy made over the management API is in every worker when the
+  request is answered (a client may use it at once);
+- a worker killed is started again and recovers its vhosts' durable messages; a connection to its
+  vhost meanwhile gets RabbitMQ's ``530 NOT_ALLOWED - vhost a is down``; the other worker's
+  connections carry on;
+- the assignment survives a restart of the whole broker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from .polling import poll_until
+
+pytestmark = pytest.mark.extension
+
+EVERYTHING = {"configure": ".*", "write": ".*", "read": ".*"}
+
+
+def q(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+@pytest.fixture
+def two_workers(broker_process: Any) -> Any:
+    process = broker_process({"OTTERMQ_WORKERS": "2", "OTTERMQ_VHOSTS": "/,a,b"})
+    broker = process.start(timeout=30)
+    return process, broker
+
+
+def connect(broker: Any, vhost: str, **kwargs: Any) -> pika.BlockingConnection:
+    return pika.BlockingConnection(broker.params(virtual_host=vhost, **kwargs))
+
+
+def worker_pids(process: Any) -> dict[int, int]:
+    """Worker index -> pid, from the children of the broker process."""
+    out = {}
+    for status in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = status.read_bytes().split(b"\0")
+            ppid = int(Path(status.parent, "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == process.proc.pid and b"ottermq.broker.workers" in argv:
+            out[int(argv[argv.index(b"ottermq.broker.workers") + 1])] = int(status.parent.name)
+    return out
+
+
+def test_connections_are_served_by_the_owner_and_the_api_shows_one_broker(two_workers: Any) -> None:
+    process, broker = two_workers
+    assert set(worker_pids(process)) == {1}
+    conns = {}
+    for vhost in ("/", "a", "b"):
+        conn = conns[vhost] = connect(broker, vhost, client_properties={"connection_name": f"in-{vhost}"})
+        ch = conn.channel()
+        ch.queue_declare("jobs", durable=True)
+        for i in range(3):
+            ch.basic_publish("", "jobs", f"{vhost}-{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    # worker 1 logs the connection it took over
+    poll_until(lambda: "worker-1" in process.log_tail(400) and "vhost 'a'" in process.log_tail(400))
+
+    def full() -> list[Any]:
+        return [x for x in broker.api("/api/queues")[1] if x.get("messages") == 3]
+
+    queues = poll_until(full, timeout=10)
+    assert sorted((x["vhost"], x["name"]) for x in queues) == [("/", "jobs"), ("a", "jobs"), ("b", "jobs")]
+    status, one = broker.api("/api/queues/a/jobs")
+    assert status == 200 and one["vhost"] == "a" and one["durable"] is True
+    names = sorted(c["client_properties"].get("connection_name") for c in broker.api("/api/connections")[1])
+    assert names == ["in-/", "in-a", "in-b"]
+    status, page = broker.api("/api/queues?page=1&page_size=2&sort=vhost")
+    assert status == 200 and page["total_count"] == 3 and [x["vhost"] for x in page["items"]] == ["/", "a"]
+    exchanges = broker.api("/api/exchanges")[1]
+    assert sorted({x["vhost"] for x in exchanges}) == ["/", "a", "b"]
+    assert len(exchanges) == 3 * len([x for x in exchanges if x["vhost"] == "a"])  # no copies
+    totals = broker.api("/api/overview")[1]["object_totals"]
+    assert (totals["queues"], totals["connections"], totals["exchanges"]) == (3, 3, len(exchanges))
+    assert broker.api("/api/queues/a/missing")[0] == 404
+    assert broker.api("/api/queues/nowhere/jobs")[0] == 404
+
+    # consume in worker 1's vhost, over the handed-over connection
+    ch = conns["a"].channel()
+    got = [ch.basic_get("jobs", auto_ack=True)[2] for _ in range(3)]
+    assert got == [b"a-0", b"a-1", b"a-2"]
+    for conn in conns.values():
+        conn.close()
+
+
+def test_metadata_made_over_the_api_is_usable_at_once_in_every_worker(two_workers: Any) -> None:
+    _process, broker = two_workers
+    for vhost in ("c", "d"):  # c goes to worker 1, d to worker 0 (or the other way): both owners
+        assert broker.api(f"/api/vhosts/{vhost}", "PUT", {})[0] == 201
+    assert broker.api("/api/users/ann", "PUT", {"password": "pw", "tags": ""})[0] == 201
+    for vhost in ("a", "c", "d"):
+        assert broker.api(f"/api/permissions/{vhost}/ann", "PUT", EVERYTHING)[0] == 201
+        conn = connect(broker, vhost, credentials=pika.PlainCredentials("ann", "pw"))
+        conn.channel().queue_declare("mine")
+        conn.close()
+    policy = {"pattern": "^ttl\\.", "definition": {"message-ttl": 1234}, "apply-to": "queues"}
+    assert broker.api("/api/policies/a/short", "PUT", policy)[0] == 201
+    conn = connect(broker, "a")
+    conn.channel().queue_declare("ttl.q")
+    conn.close()
+    status, queue = broker.api("/api/queues/a/ttl.q")
+    assert status == 200 and queue["policy"] == "short"
+    assert queue["effective_policy_definition"] == {"message-ttl": 1234}
+    # a user deleted cannot log in to worker 1's vhost
+    assert broker.api("/api/users/ann", "DELETE")[0] == 204
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        connect(broker, "a", credentials=pika.PlainCredentials("ann", "pw"))
+    # a vhost deleted is gone from its owner too: its queue with it
+    assert broker.api("/api/vhosts/c", "DELETE")[0] == 204
+    assert all(x["vhost"] != "c" for x in broker.api("/api/queues")[1])
+
+
+def test_a_killed_worker_is_started_again_and_recovers_its_vhosts(two_workers: Any) -> None:
+    process, broker = two_workers
+    conn = connect(broker, "a")
+    ch = conn.channel()
+    ch.queue_declare("kept", durable=True)
+    ch.confirm_delivery()
+    ch.basic_publish("", "kept", b"survives", pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    other = connect(broker, "b")  # worker 0's: stays open throughout
+    other_ch = other.channel()
+    other_ch.queue_declare("steady")
+
+    pid = worker_pids(process)[1]
+    os.kill(pid, signal.SIGKILL)
+    # while it is down (or already back): RabbitMQ's answer for a vhost that is down, or service
+    try:
+        connect(broker, "a").close()
+    except pika.exceptions.ProbableAccessDeniedError as exc:
+        assert "NOT_ALLOWED - vhost a is down" in str(exc)
+    other_ch.basic_publish("", "steady", b"still here")
+    assert other_ch.basic_get("steady", auto_ack=True)[2] == b"still here"
+
+    poll_until(lambda: worker_pids(process).get(1, pid) != pid, timeout=15, what="worker 1 started again")
+
+    def recovered() -> bytes | None:
+        try:
+            conn = connect(broker, "a")
+        except pika.exceptions.AMQPError:
+            return None
+        try:
+            return conn.channel().basic_get("kept", auto_ack=True)[2]
+        finally:
+            conn.close()
+
+    assert poll_until(recovered, timeout=15) == b"survives"
+    other.close()
+
+
+def test_the_assignment_and_every_workers_messages_survive_a_restart(broker_process: Any) -> None:
+    process = broker_process({"OTTERMQ_WORKERS": "2", "OTTERMQ_VHOSTS": "/,a,b"})
+    broker = process.start(timeout=30)
+    for vhost in ("/", "a"):
+        conn = connect(broker, vhost)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("durable", durable=True)
+        ch.basic_publish("", "durable", vhost.encode(), pika.BasicProperties(delivery_mode=2))
+        conn.close()
+    assert process.stop() == 0
+    assert (process.data_dir / "worker-1").is_dir()
+    broker = process.start(timeout=30)
+    for vhost in ("/", "a"):
+        conn = connect(broker, vhost)
+        assert conn.channel().basic_get("durable", auto_ack=True)[2] == vhost.encode()
+        conn.close()
+    log = process.log_tail(400)
+    assert "worker 1: a" in log
+
+
+def test_definitions_imported_over_the_api_land_in_each_vhosts_owner(two_workers: Any) -> None:
+    _process, broker = two_workers
+    definitions = {
+        "vhosts": [{"name": "e"}, {"name": "f"}],
+        "permissions": [
+            {"user": "guest", "vhost": v, "configure": ".*", "write": ".*", "read": ".*"} for v in ("e", "f")
+        ],
+        "queues": [
+            {"name": "imported", "vhost": v, "durable": True, "auto_delete": False, "arguments": {}}
+            for v in ("a", "b", "e", "f")
+        ],
+        "exchanges": [],
+        "bindings": [],
+    }
+    assert broker.api("/api/definitions", "POST", definitions)[0] == 204
+    listed = sorted(x["vhost"] for x in broker.api("/api/queues")[1] if x["name"] == "imported")
+    assert listed == ["a", "b", "e", "f"]  # once each: declared by the owner only
+    exported = broker.api("/api/definitions")[1]
+    assert sorted(x["vhost"] for x in exported["queues"] if x["name"] == "imported") == listed
+    for vhost in ("e", "f"):
+        conn = connect(broker, vhost)
+        conn.channel().queue_declare("imported", passive=True)
+        conn.close()
