@@ -14,9 +14,11 @@ Tables covered: ``overview``, ``by_reason``, ``by_outcome``, ``by_queue``, ``by_
 ``expiry_lateness_by_queue``; the count aggregation also gives the findings' causes (``_causes``:
 deaths per queue, reason and limit, before and after a cut in time) and the timeline chart's points
 (``_timeline``). ``by_routing_key`` counts per routing-key *list* and explodes the few lists on the
-driver. ``retry_loops`` and ``top_message_ids`` come from a third one (:func:`fused_id_rows`):
-one aggregation per (message id, vhost, queue), shuffled by message id only and kept as a local
-checkpoint that both tables read. Header values stay one job: they parse every record's headers.
+driver. ``top_message_ids`` comes from one aggregation per (message id, vhost, queue), shuffled by
+message id only so that the per-id totals need no second shuffle (:func:`id_counts`), and
+``retry_loops`` from the deaths of the looping (id, vhost, queue) keys alone, picked out by a
+broadcast semi-join (:func:`id_aggregation`). Header values stay one job: they parse every record's
+headers.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from typing import Any
 from ottermq.spark_jobs.schema import REASONS, hour_label
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 __all__ = [
     "FUSED_TABLES",
     "ID_TABLES",
+    "TABLE_SCHEMAS",
     "fused_count_rows",
     "fused_digest_rows",
     "fused_id_rows",
@@ -41,6 +45,7 @@ __all__ = [
     "fused_routing_rows",
     "fused_rows",
     "id_aggregation",
+    "id_counts",
     "loops_table",
     "percentile_tables",
     "timeline_bucket",
@@ -71,6 +76,47 @@ FUSED_TABLES = frozenset(
     }
 )
 ID_TABLES = frozenset({"retry_loops", "top_message_ids"})
+
+
+def _schema(spec: str) -> StructType:
+    """``"name type, name type!"`` (``!``: not nullable) as a StructType."""
+    types = {"long": LongType(), "string": StringType(), "int": IntegerType()}
+    fields = []
+    for item in spec.split(","):
+        name, kind = item.split()
+        fields.append(StructField(name, types[kind.rstrip("!")], not kind.endswith("!")))
+    return StructType(fields)
+
+
+_REASON_COUNTS = ", ".join(f"{r} long" for r in REASONS)
+_PERCENTILES = "p50_ms long, p90_ms long, p99_ms long, max_ms long"
+#: The schemas of the reference functions' results for the tables built here (what Spark's analysis of
+#: them gives, nullability included: ``tests/spark/test_fused.py`` checks), so that writing the rows
+#: does not need the reference plans.
+TABLE_SCHEMAS: dict[str, StructType] = {
+    "overview": _schema(
+        "records long!, first_ms long, last_ms long, vhosts long!, queues long!, routed long, dropped long, "
+        "body_bytes long!"
+    ),
+    "by_reason": _schema("reason string, count long!"),
+    "by_limit": _schema("cause string, limit_value long, limit_source string, reason string, count long!"),
+    "by_outcome": _schema("outcome string, drop_reason string, count long!"),
+    "by_queue": _schema(f"vhost string, queue string, count long!, {_REASON_COUNTS}, dropped long"),
+    "by_policy": _schema(f"vhost string, policy string, count long!, {_REASON_COUNTS}"),
+    "by_exchange": _schema("vhost string, exchange string, count long!"),
+    "by_routing_key": _schema("vhost string, exchange string, routing_key string, count long!"),
+    "by_hour": _schema("hour string, reason string, count long!"),
+    "time_in_queue": _schema(f"count long!, {_PERCENTILES}"),
+    "time_in_queue_by_queue": _schema(f"vhost string, queue string, count long!, {_PERCENTILES}"),
+    "time_in_queue_histogram": _schema(
+        "bucket int!, label string!, lower_ms long, upper_ms long, count long!"
+    ),
+    "expiry_lateness": _schema(f"count long!, measurable long!, early long, {_PERCENTILES}"),
+    "expiry_lateness_by_queue": _schema(
+        f"vhost string, queue string, count long!, measurable long!, early long, {_PERCENTILES}"
+    ),
+    "top_content_types": _schema("content_type string, count long!, body_bytes long"),
+}
 
 # grouping sets of the count aggregation: name -> its columns
 _COUNT_SETS: dict[str, tuple[str, ...]] = {
@@ -474,17 +520,29 @@ def fused_percentile_rows(records: DataFrame, buckets: Buckets) -> dict[str, lis
 
 
 def id_aggregation(records: DataFrame, threshold: int) -> DataFrame:
-    """Per ``(message_id, vhost, queue)``: deaths, highest ``death_count``, first and last death, and
-    which of :data:`REASONS` (one flag each). Deaths without an id are kept only where ``death_count``
-    reached ``threshold`` (they cannot be told apart, so their group per queue counts those). Shuffled
-    by ``message_id`` alone, so grouping the result by id needs no second shuffle; every aggregation
-    buffer is fixed-width (no string min/max, no collect_set), so Spark aggregates in a hash map
-    instead of sorting the records."""
-    keyed = records.select("message_id", "vhost", "queue", "death_count", "time_ms", "reason").filter(
-        F.col("message_id").isNotNull() | (F.col("death_count") >= threshold)
+    """Per ``(message_id, vhost, queue)`` of a retry loop: deaths, highest ``death_count``, first and last
+    death, and which of :data:`REASONS` (one flag each), for :func:`loops_table`.
+
+    Only the deaths of loops are aggregated: the ``(message_id, vhost, queue)`` keys whose
+    ``death_count`` reached ``threshold`` somewhere (a small set, broadcast) pick their deaths out of
+    the records with a semi-join, so the records themselves are never shuffled. Deaths without an id
+    are kept only where ``death_count`` reached ``threshold`` (they cannot be told apart, so their
+    group per queue counts those). Every aggregation buffer is fixed-width (no string min/max, no
+    collect_set), so Spark aggregates in a hash map instead of sorting the deaths.
+    """
+    columns = ("message_id", "vhost", "queue", "death_count", "time_ms", "reason")
+    has_id = F.col("message_id").isNotNull()
+    reached = F.col("death_count") >= threshold
+    looping = records.filter(has_id & reached).select("message_id", "vhost", "queue").distinct()
+    # vhost and queue are never null in a good record: plain equality matches like groupBy does
+    linked = (
+        records.select(*columns)
+        .filter(has_id)
+        .join(F.broadcast(looping), ["message_id", "vhost", "queue"], "left_semi")
     )
+    unlinked = records.select(*columns).filter(~has_id & reached)
     return (
-        keyed.repartition("message_id")
+        linked.unionByName(unlinked)
         .groupBy("message_id", "vhost", "queue")
         .agg(
             F.count(F.lit(1)).alias("deaths"),
@@ -493,6 +551,19 @@ def id_aggregation(records: DataFrame, threshold: int) -> DataFrame:
             F.max("time_ms").alias("last_ms"),
             *[F.max((F.col("reason") == r).cast("int")).alias(f"_r{i}") for i, r in enumerate(REASONS)],
         )
+    )
+
+
+def id_counts(records: DataFrame) -> DataFrame:
+    """Per ``(message_id, vhost, queue)`` with an id: deaths and highest ``death_count``, for
+    :func:`top_ids_table`. Shuffled by ``message_id`` alone, so grouping the result by id needs no
+    second shuffle."""
+    return (
+        records.select("message_id", "vhost", "queue", "death_count")
+        .filter(F.col("message_id").isNotNull())
+        .repartition("message_id")
+        .groupBy("message_id", "vhost", "queue")
+        .agg(F.count(F.lit(1)).alias("deaths"), F.max("death_count").alias("max_death_count"))
     )
 
 
@@ -526,7 +597,7 @@ def loops_table(per_queue: DataFrame, threshold: int) -> DataFrame:
 
 
 def top_ids_table(per_queue: DataFrame, top: int) -> DataFrame:
-    """``top_message_ids`` from :func:`id_aggregation`'s result."""
+    """``top_message_ids`` from :func:`id_counts`' result."""
     return (
         per_queue.filter(F.col("message_id").isNotNull())
         .groupBy("message_id")
@@ -541,11 +612,13 @@ def top_ids_table(per_queue: DataFrame, top: int) -> DataFrame:
 
 
 def fused_id_rows(records: DataFrame, *, threshold: int, top: int) -> dict[str, list[dict[str, Any]]]:
-    """``retry_loops`` and ``top_message_ids`` rows from one :func:`id_aggregation` (checkpointed)."""
-    per_queue = id_aggregation(records, threshold).localCheckpoint(eager=True)
+    """``retry_loops`` (:func:`id_aggregation`) and ``top_message_ids`` (:func:`id_counts`) rows."""
+    loops = loops_table(id_aggregation(records, threshold), threshold)
     return {
-        "retry_loops": [r.asDict(recursive=True) for r in loops_table(per_queue, threshold).collect()],
-        "top_message_ids": [r.asDict(recursive=True) for r in top_ids_table(per_queue, top).collect()],
+        "retry_loops": [r.asDict(recursive=True) for r in loops.collect()],
+        "top_message_ids": [
+            r.asDict(recursive=True) for r in top_ids_table(id_counts(records), top).collect()
+        ],
     }
 
 

@@ -40,13 +40,16 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
+from ottermq.spark_jobs import parquet
 from ottermq.spark_jobs.fused import (
     FUSED_TABLES,
     ID_TABLES,
+    TABLE_SCHEMAS,
     fused_count_rows,
     fused_digest_rows,
     fused_routing_rows,
     id_aggregation,
+    id_counts,
     loops_table,
     percentile_tables,
     timeline_bucket,
@@ -65,7 +68,9 @@ from ottermq.spark_jobs.session import (
 from ottermq.spark_jobs.storage import (
     detect_format,
     inspect_inputs,
+    is_local,
     join,
+    local_path,
     move_single_file,
     open_output,
     write_bytes,
@@ -507,7 +512,9 @@ _FULL_TABLES = frozenset(
 #: Tables with at most this many rows are collected once and written from the driver.
 COLLECT_LIMIT = 200_000
 #: Up to this many rows a collected table is sent back to Spark to be written as Parquet (as one JSON
-#: literal, see :func:`local_frame`; above it, Spark computes the table again to write it).
+#: literal, see :func:`local_frame`; above it, Spark computes the table again to write it). Only for
+#: an output Spark has to write (a Hadoop URI): a local one gets every collected table from
+#: :mod:`~ottermq.spark_jobs.parquet`.
 SEND_BACK_LIMIT = 5_000
 
 
@@ -520,7 +527,8 @@ def _materialise(
     parquet_dir = join(out, "tables", table.name + ".parquet")
     csv_uri = join(out, "tables", table.name + ".csv")
     csv_rows: Iterable[Sequence[Any]] | None = None  # None: written already
-    if len(head) <= SEND_BACK_LIMIT:  # the usual case: no recomputation, one small file each
+    if len(head) <= SEND_BACK_LIMIT or (len(head) <= COLLECT_LIMIT and _python_parquet(out, result.schema)):
+        # the usual case: no recomputation, one small file each
         total = len(head)
         _write_small(spark, table.name, head, result.schema, out)
     elif len(head) <= COLLECT_LIMIT:  # computing it again beats sending this many rows back to the JVM
@@ -544,7 +552,7 @@ def _write_rows(
 ) -> tuple[list[dict[str, Any]], int]:
     """Write rows computed by :mod:`~ottermq.spark_jobs.fused` as the table's Parquet and CSV (the
     schema is the reference function's, planned but not run)."""
-    schema = table.compute(records).schema
+    schema = TABLE_SCHEMAS.get(table.name) or table.compute(records).schema  # (planning one costs ~0.1 s)
     names = schema.fieldNames()
     _write_small(spark, table.name, [tuple(row[name] for name in names) for row in rows], schema, out)
     shown = rows if table.name in _FULL_TABLES else rows[:top]
@@ -571,12 +579,21 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: Stru
     return DataFrame(jdf, spark)
 
 
+def _python_parquet(out: str, schema: StructType) -> bool:
+    """Whether a table of ``schema`` goes to ``out`` through :mod:`~ottermq.spark_jobs.parquet` (no job)."""
+    return is_local(out) and parquet.supports(schema)
+
+
 def _write_small(
     spark: SparkSession, name: str, rows: Sequence[Sequence[Any]], schema: StructType, out: str
 ) -> None:
-    """A table collected on the driver as ``out/tables/<name>.parquet`` (one file) and ``.csv``."""
+    """A table collected on the driver as ``out/tables/<name>.parquet`` (one file) and ``.csv``: written
+    here in Python for a local ``out``, else by Spark from the rows sent back (:func:`local_frame`)."""
     parquet_dir = join(out, "tables", name + ".parquet")
-    local_frame(spark, rows, schema).coalesce(1).write.mode("overwrite").parquet(parquet_dir)
+    if _python_parquet(out, schema):
+        parquet.write_table(local_path(parquet_dir), rows, schema)
+    else:
+        local_frame(spark, rows, schema).coalesce(1).write.mode("overwrite").parquet(parquet_dir)
     write_csv(spark, join(out, "tables", name + ".csv"), schema.fieldNames(), rows)
 
 
@@ -656,36 +673,40 @@ def _run_report(
 
     try:
         # The count tables and the findings' causes come from one grouping-set aggregation, the
-        # percentile tables from a second, retry loops and top ids from a third, routing keys from a
-        # fourth (spark_jobs/fused.py); header values are one job. Jobs run a few at once, so the
-        # executors stay busy while the driver plans and writes; tables are written as their
-        # aggregation finishes.
+        # percentile tables from a second, top ids from a third, retry loops from a fourth, routing
+        # keys from a fifth (spark_jobs/fused.py); header values are one job. Jobs run a few at once,
+        # so the executors stay busy while the driver plans and writes; tables are written as their
+        # aggregation finishes (by spark_jobs/parquet.py for a local output: no job each).
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            # The accounting job first, alone (for JSON it also fills the cache), then the count
-            # tables' job (it needs the time span, and its tables are most of the writing), then
-            # the others: Spark runs jobs first come, first served, and adaptive execution submits
-            # each job's later stages as new jobs, behind everything already submitted.
-            scan = account(opened)
+            # The accounting job first (Spark runs jobs first come, first served, and adaptive
+            # execution submits each job's later stages as new jobs, behind everything already
+            # submitted); for JSON alone, as it fills the cache the others read. Parquet has no cache
+            # to fill: the jobs that need no time span start beside it and keep both cores busy. The
+            # count tables' job needs the span (and its tables are most of the writing).
+            cached = opened.classified.is_cached
+            scanning = pool.submit(account, opened)
+            if cached:
+                scanning.result()
+
+            def loops_rows(_: DataFrame) -> DataFrame:
+                # one sorted partition, kept: a table over the collect limit is written from it
+                return loops_table(
+                    id_aggregation(records, retry_threshold), retry_threshold
+                ).localCheckpoint()
+
+            def top_ids() -> dict[str, list[dict[str, Any]]]:
+                rows = top_ids_table(id_counts(records), top).collect()
+                return {"top_message_ids": [r.asDict() for r in rows]}
+
+            ids = pool.submit(top_ids)
+            loops = pool.submit(run, Table("retry_loops", "", loops_rows))
+            digests = pool.submit(fused_digest_rows, records)
+            routing = pool.submit(fused_routing_rows, records)
+            scan = scanning.result()
             bucket_ms = timeline_bucket(scan.first_ms, scan.last_ms)
             cut_ms = trend_cut(scan.first_ms, scan.last_ms)
             counts = pool.submit(fused_count_rows, records, top, bucket_ms, cut_ms, HISTOGRAM_BUCKETS)
-            # retry loops and top ids from one aggregation, kept as a local checkpoint (rows in the
-            # block manager: half the cost of caching it, which encodes columns)
-            per_queue: Future[DataFrame] = pool.submit(
-                lambda: id_aggregation(records, retry_threshold).localCheckpoint(eager=True)
-            )
 
-            def loops_rows(_: DataFrame) -> DataFrame:
-                return loops_table(per_queue.result(), retry_threshold)
-
-            def top_ids() -> dict[str, list[dict[str, Any]]]:
-                rows = top_ids_table(per_queue.result(), top).collect()
-                return {"top_message_ids": [r.asDict() for r in rows]}
-
-            digests = pool.submit(fused_digest_rows, records)
-            routing = pool.submit(fused_routing_rows, records)
-            loops = pool.submit(run, Table("retry_loops", "", loops_rows))
-            ids = pool.submit(top_ids)
             others = {t.name: pool.submit(run, t) for t in todo if t.name not in FUSED_TABLES | ID_TABLES}
             fused: dict[str, list[dict[str, Any]]] = {}
             written: dict[str, Future[tuple[list[dict[str, Any]], int]]] = {}
@@ -707,7 +728,7 @@ def _run_report(
                     }
                 fused.update(found)
                 written.update({t.name: pool.submit(write, t) for t in todo if t.name in found})
-            log.info("tables %s: computed in five aggregations", ", ".join(sorted(written)))
+            log.info("tables %s: computed in six aggregations", ", ".join(sorted(written)))
             if any(r["reason"] not in REASONS for r in fused["by_reason"]):
                 # loops_table's reasons know only the broker's four: the reference, as a rule
                 loops.result()

@@ -72,3 +72,14 @@ def test_unknown_reasons_in_a_loop(spark: Any, records_df: Any, tmp_path: Path) 
     odd.write.parquet(str(tmp_path / "odd.parquet"))
     summary = run_report(spark, str(tmp_path / "odd.parquet"), str(tmp_path / "out"), charts=False)
     assert [r["reasons"] for r in summary["top"]["retry_loops"] if r["message_id"] == "m2"] == [["zz-custom"]]
+
+
+def test_table_schemas_are_the_reference_ones(records_df: Any) -> None:
+    """The rows are written with fused.TABLE_SCHEMAS: exactly what Spark's analysis of the reference gives."""
+    from ottermq.spark_jobs.fused import FUSED_TABLES, TABLE_SCHEMAS
+    from ottermq.spark_jobs.report import tables
+
+    todo = [t for t in tables(retry_threshold=3, top=20) if t.name in FUSED_TABLES]
+    assert set(TABLE_SCHEMAS) == {t.name for t in todo}
+    for t in todo:
+        assert TABLE_SCHEMAS[t.name] == t.compute(records_df).schema, t.name
