@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install run-install analytics clients run test unit e2e screenshots conformance fuzz bench lint typecheck clean
+.PHONY: install run-install analytics clients run test test-workers unit e2e screenshots conformance fuzz bench lint typecheck clean
 
 # One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
 # is added/removed: strict editable installs link files one by one, so new modules need a re-run;
@@ -79,8 +79,14 @@ clients:
 TEST_WORKERS ?= 3
 XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
+# every test, then the end-to-end suite again with two worker processes (docs/workers.md: the suite's
+# vhost / belongs to worker 1, so each of its connections is handed over by worker 0)
 test: install clients
 	$(BIN)/pytest $(XDIST)
+	OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+
+test-workers: install clients
+	OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
 
 unit: install
 	$(BIN)/pytest $(XDIST) tests

@@ -251,6 +251,31 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a broker's workers)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_bytes()
+        except OSError:
+            continue
+        if int(text[text.rfind(b")") + 2 :].split()[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _give_default_vhost_to_the_last_worker(env: dict[str, str], data_dir: Path) -> None:
+    """With ``OTTERMQ_WORKERS`` > 1 (``make test-workers``), the suite's vhost ``/`` belongs to the last
+    worker, so that every connection to it is handed over by worker 0 (docs/workers.md): the
+    assignment file is written before the first start, as the broker would keep it."""
+    workers = env.get("OTTERMQ_WORKERS", "1").strip().lower()
+    count = (os.cpu_count() or 1) if workers == "auto" else int(workers) if workers.isdigit() else 1
+    assignment = data_dir / "workers.json"
+    if count > 1 and not assignment.exists() and not (data_dir / "ottermq.db").exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        assignment.write_text(json.dumps({"workers": count, "vhosts": {"/": count - 1}}))
+
+
 class BrokerProcess:
     """One ``python -m ottermq.broker`` process on a free port with its own data dir.
 
@@ -287,6 +312,7 @@ class BrokerProcess:
             PYTHONSAFEPATH="1",
         )
         env.update(self.extra_env)
+        _give_default_vhost_to_the_last_worker(env, self.data_dir)
         log = open(self.broker.log_path, "ab")  # noqa: SIM115 - the child keeps its own handle
         try:
             self.proc = subprocess.Popen(
@@ -327,9 +353,19 @@ class BrokerProcess:
             proc.wait()
             return None
 
+    def pids(self) -> list[int]:
+        """The broker's process, then its worker processes (``OTTERMQ_WORKERS``)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return [self.proc.pid, *_children(self.proc.pid)]
+
     def kill(self) -> None:
-        """SIGKILL: the crash a store must survive."""
+        """SIGKILL: the crash a store must survive (with ``OTTERMQ_WORKERS``, of every worker process:
+        the whole broker crashes, not worker 0 alone, whose workers would then stop cleanly)."""
         if self.proc is not None and self.proc.poll() is None:
+            for pid in self.pids()[1:]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.proc.kill()
             self.proc.wait()
 

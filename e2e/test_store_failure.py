@@ -30,9 +30,11 @@ pytestmark = pytest.mark.extension
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
-def _set_file_size_limit(pid: int, limit: int) -> None:
-    _soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
-    resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
+def _set_file_size_limit(proc, limit: int) -> None:
+    """The broker's processes (its workers too, with OTTERMQ_WORKERS) can write ``limit`` bytes at most."""
+    for pid in proc.pids():
+        _soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
 
 
 def _bodies(ch, queue: str) -> list[bytes]:
@@ -62,7 +64,7 @@ def test_full_disk_nacks_fails_tx_retries_acks_and_loses_nothing(broker_process)
     assert [t[2] for t in taken] == [b"before-0", b"before-1", b"before-2"]
 
     assert proc.proc is not None
-    _set_file_size_limit(proc.proc.pid, 1)  # the disk is full from here on
+    _set_file_size_limit(proc, 1)  # the disk is full from here on
     try:
         for i in range(3):
             with pytest.raises(pika.exceptions.NackError):
@@ -85,7 +87,7 @@ def test_full_disk_nacks_fails_tx_retries_acks_and_loses_nothing(broker_process)
         assert _bodies(ch, "transient") == [b"still serving"]
         assert poll_until(lambda: ch.queue_declare("dead", passive=True).method.message_count == 1)
     finally:
-        _set_file_size_limit(proc.proc.pid, resource.RLIM_INFINITY)  # space again
+        _set_file_size_limit(proc, resource.RLIM_INFINITY)  # space again
 
     ch.basic_publish("", "work", b"after", PERSISTENT)  # confirmed: the retried writes went first
     conn.close()
@@ -107,12 +109,12 @@ def test_disk_full_at_publish_time_recovers_without_a_restart(broker_process):
     ch.confirm_delivery()
     ch.queue_declare("q", durable=True)
     assert proc.proc is not None
-    _set_file_size_limit(proc.proc.pid, 1)
+    _set_file_size_limit(proc, 1)
     try:
         with pytest.raises(pika.exceptions.NackError):
             ch.basic_publish("", "q", b"nacked", PERSISTENT)
     finally:
-        _set_file_size_limit(proc.proc.pid, resource.RLIM_INFINITY)
+        _set_file_size_limit(proc, resource.RLIM_INFINITY)
 
     def confirmed() -> bool:
         try:

@@ -18,9 +18,11 @@ What is checked, with pika and the management API on a private broker with vhost
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ import pika
 import pytest
 
 from .polling import poll_until
+from .test_tls import client_context, pki, tls_env  # noqa: F401 - pki is a fixture
 
 pytestmark = pytest.mark.extension
 
@@ -38,9 +41,19 @@ def q(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
+def two_worker_process(broker_process: Any, data_dir: Path) -> Any:
+    """A broker with 2 workers whose vhosts ``/``, ``a`` and ``b`` go to workers 0, 1 and 0 (as they
+    would by themselves; written down so that a suite run with OTTERMQ_WORKERS=2, where the harness
+    gives ``/`` to the last worker, does not change it)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    assignment = {"workers": 2, "vhosts": {"/": 0, "a": 1, "b": 0}}
+    (data_dir / "workers.json").write_text(json.dumps(assignment))
+    return broker_process({"OTTERMQ_WORKERS": "2", "OTTERMQ_VHOSTS": "/,a,b"}, data_dir)
+
+
 @pytest.fixture
-def two_workers(broker_process: Any) -> Any:
-    process = broker_process({"OTTERMQ_WORKERS": "2", "OTTERMQ_VHOSTS": "/,a,b"})
+def two_workers(broker_process: Any, tmp_path: Path) -> Any:
+    process = two_worker_process(broker_process, tmp_path / "data")
     broker = process.start(timeout=30)
     return process, broker
 
@@ -74,7 +87,7 @@ def test_connections_are_served_by_the_owner_and_the_api_shows_one_broker(two_wo
         for i in range(3):
             ch.basic_publish("", "jobs", f"{vhost}-{i}".encode(), pika.BasicProperties(delivery_mode=2))
     # worker 1 logs the connection it took over
-    poll_until(lambda: "worker-1" in process.log_tail(400) and "vhost 'a'" in process.log_tail(400))
+    poll_until(lambda: "[worker 1] INFO" in process.log_tail(400) and "vhost 'a'" in process.log_tail(400))
 
     def full() -> list[Any]:
         return [x for x in broker.api("/api/queues")[1] if x.get("messages") == 3]
@@ -94,6 +107,16 @@ def test_connections_are_served_by_the_owner_and_the_api_shows_one_broker(two_wo
     assert (totals["queues"], totals["connections"], totals["exchanges"]) == (3, 3, len(exchanges))
     assert broker.api("/api/queues/a/missing")[0] == 404
     assert broker.api("/api/queues/nowhere/jobs")[0] == 404
+
+    # Prometheus: one broker too (worker 1's queue among the per-object series, node totals added up)
+    with urllib.request.urlopen(broker.prometheus_url + "/metrics", timeout=10) as answer:
+        metrics = answer.read().decode()
+    assert "\nrabbitmq_queues 3.0\n" in metrics and "\nrabbitmq_connections 3.0\n" in metrics
+    assert metrics.count("\nrabbitmq_identity_info{") == 1
+    with urllib.request.urlopen(broker.prometheus_url + "/metrics/per-object", timeout=10) as answer:
+        per_object = answer.read().decode()
+    ready = [line for line in per_object.splitlines() if line.startswith("rabbitmq_queue_messages_ready{")]
+    assert sorted(line.split('vhost="')[1].split('"')[0] for line in ready) == ["/", "a", "b"]
 
     # consume in worker 1's vhost, over the handed-over connection
     ch = conns["a"].channel()
@@ -168,8 +191,10 @@ def test_a_killed_worker_is_started_again_and_recovers_its_vhosts(two_workers: A
     other.close()
 
 
-def test_the_assignment_and_every_workers_messages_survive_a_restart(broker_process: Any) -> None:
-    process = broker_process({"OTTERMQ_WORKERS": "2", "OTTERMQ_VHOSTS": "/,a,b"})
+def test_the_assignment_and_every_workers_messages_survive_a_restart(
+    broker_process: Any, tmp_path: Path
+) -> None:
+    process = two_worker_process(broker_process, tmp_path / "data")
     broker = process.start(timeout=30)
     for vhost in ("/", "a"):
         conn = connect(broker, vhost)
@@ -212,3 +237,61 @@ def test_definitions_imported_over_the_api_land_in_each_vhosts_owner(two_workers
         conn = connect(broker, vhost)
         conn.channel().queue_declare("imported", passive=True)
         conn.close()
+
+
+def test_a_tls_connection_to_another_workers_vhost_is_relayed(
+    broker_process: Any,
+    pki: dict[str, Any],  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    env = tls_env(pki, OTTERMQ_SSL_VERIFY="verify_peer")
+    data_dir = tmp_path / "data"
+    process = two_worker_process(broker_process, data_dir)
+    process.extra_env.update(env)
+    broker = process.start(timeout=30)
+    params = pika.ConnectionParameters(
+        "localhost",
+        int(env["OTTERMQ_SSL_PORT"]),
+        "a",
+        ssl_options=pika.SSLOptions(client_context(pki, pki["alice"]), "localhost"),
+        credentials=pika.credentials.ExternalCredentials(),
+        client_properties={"connection_name": "tls-to-a"},
+    )
+    assert broker.api("/api/users/alice", "PUT", {"password": "", "tags": ""})[0] == 201
+    assert broker.api("/api/permissions/a/alice", "PUT", EVERYTHING)[0] == 201
+    with pika.BlockingConnection(params) as conn:  # EXTERNAL: the certificate, read in worker 1
+        ch = conn.channel()
+        ch.queue_declare("tls.q", auto_delete=True)
+        big = b"x" * 1_000_000  # through the relay both ways, in many TLS records
+        ch.basic_publish("", "tls.q", big)
+        assert poll_until(lambda: ch.basic_get("tls.q", auto_ack=True)[2]) == big
+        (item,) = [c for c in broker.api("/api/connections")[1] if c["vhost"] == "a"]
+        assert item["ssl"] is True and item["user"] == "alice"
+        assert item["peer_host"] == "127.0.0.1" and item["port"] == int(env["OTTERMQ_SSL_PORT"])
+        assert item["peer_cert_subject"].startswith("CN=alice") or "alice" in item["peer_cert_subject"]
+    assert "[worker 1] INFO ottermq.broker.server.connection: taking over" in process.log_tail(400)
+
+
+def test_a_users_connection_limit_counts_every_workers_connections(two_workers: Any) -> None:
+    _process, broker = two_workers
+    assert broker.api("/api/users/bob", "PUT", {"password": "pw", "tags": ""})[0] == 201
+    for vhost in ("a", "b"):  # worker 1's and worker 0's
+        assert broker.api(f"/api/permissions/{vhost}/bob", "PUT", EVERYTHING)[0] == 201
+    assert broker.api("/api/user-limits/bob/max-connections", "PUT", {"value": 2})[0] == 204
+    bob = pika.PlainCredentials("bob", "pw")
+    first, second = connect(broker, "a", credentials=bob), connect(broker, "b", credentials=bob)
+    for vhost in ("a", "b"):
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
+            connect(broker, vhost, credentials=bob)
+        assert "user connection limit (2) is reached" in str(refused.value)
+    first.close()  # worker 1 tells worker 0: a connection is free again
+
+    def third() -> bool:
+        try:
+            connect(broker, "b", credentials=bob).close()
+        except pika.exceptions.AMQPError:
+            return False
+        return True
+
+    assert poll_until(third)
+    second.close()

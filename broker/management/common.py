@@ -119,7 +119,7 @@ def may_use_vhost(request: web.Request, name: str) -> bool:
     return "administrator" in user.tags or (user.name, name) in broker_of(request).auth.permissions
 
 
-def selected_vhosts(request: web.Request) -> list[VHost]:
+def selected_vhosts(request: web.Request, owned_only: bool = True) -> list[VHost]:
     """One vhost when the path names one (see :func:`vhost_or_404`), else the vhosts whose queues,
     exchanges and bindings the user may list: every vhost for an administrator, else those it has
     permissions in, monitoring users included (RabbitMQ's ``rabbit_mgmt_util:filter_vhost``)."""
@@ -127,7 +127,8 @@ def selected_vhosts(request: web.Request) -> list[VHost]:
         return [vhost_or_404(request)]
     broker = broker_of(request)
     vhosts = sorted(broker.vhosts.items())
-    return [vhost for name, vhost in vhosts if broker.owns(name) and may_use_vhost(request, name)]
+    owns = broker.owns if owned_only else (lambda _name: True)  # another worker's, with several
+    return [vhost for name, vhost in vhosts if owns(name) and may_use_vhost(request, name)]
 
 
 def json_value(value: object) -> Any:

@@ -63,7 +63,7 @@ def _registry(vhost: VHost, operator: bool) -> dict[str, Policy]:
 
 async def list_policies(request: web.Request) -> web.Response:
     operator = _operator(request)
-    vhosts = selected_vhosts(request)
+    vhosts = selected_vhosts(request, owned_only=False)  # metadata: every worker has them
     items = [p.as_json() for v in vhosts for _, p in sorted(_registry(v, operator).items())]
     return web.json_response(items)
 

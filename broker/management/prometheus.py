@@ -21,6 +21,7 @@ import ssl
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+import aiohttp
 from aiohttp import web
 from ottermq.dlx.deadletter import LATENESS_BUCKETS_MS, DeadLetterer
 from prometheus_client import CollectorRegistry, generate_latest
@@ -30,7 +31,9 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from .listener import HTTPListener
 from .node_metrics import channel_metrics, churn_metrics, connection_metrics, node_metrics
@@ -346,22 +349,106 @@ class BrokerCollector(Collector):
         yield duplicates
 
 
-def exposition(broker: Node, per_object: bool = False) -> bytes:
-    """The text exposition of ``broker``'s metrics, read now."""
+def exposition(broker: Node, per_object: bool = False, others: Iterable[str] = ()) -> bytes:
+    """The text exposition of ``broker``'s metrics, read now, with the other workers' (their
+    expositions, ``others``) merged in (see :class:`Merged`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, per_object))
+    collector: Collector = BrokerCollector(broker, per_object)
+    texts = list(others)
+    if texts:
+        collector = Merged(collector, texts)
+    registry.register(collector)
     return generate_latest(registry)
+
+
+# With several workers: what describes the node (or a limit of it) is worker 0's; an alarm is on
+# when any worker's is; everything else adds up (per-object series are one worker's each).
+NODE_WIDE = frozenset(
+    {
+        "rabbitmq_identity_info",
+        "rabbitmq_build_info",
+        "rabbitmq_version",
+        "erlang_version",
+        "rabbitmq_cluster",
+        "rabbitmq_cluster_permanent_id",
+        "rabbitmq_node",
+        "rabbitmq_disk_space_available_bytes",
+        "rabbitmq_disk_space_available_limit_bytes",
+        "rabbitmq_process_max_fds",
+        "rabbitmq_process_max_tcp_sockets",
+        "rabbitmq_resident_memory_limit_bytes",
+        "process_start_time_seconds",
+    }
+)
+
+
+class Merged:
+    """Worker 0's metric families with the other workers' expositions merged in."""
+
+    def __init__(self, mine: Collector, others: list[str]) -> None:
+        self.mine = mine
+        self.others = others
+
+    def collect(self) -> Iterable[Metric]:
+        families = {family.name: family for family in self.mine.collect()}
+        for text in self.others:
+            for family in text_string_to_metric_families(text):
+                own = families.get(family.name)
+                if own is None:
+                    families[family.name] = family
+                elif family.name not in NODE_WIDE:
+                    own.samples = _merge_samples(
+                        own.samples, family.samples, family.name.startswith("rabbitmq_alarms")
+                    )
+        return list(families.values())
+
+
+def _merge_samples(mine: list[Sample], theirs: list[Sample], highest: bool) -> list[Sample]:
+    index = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(mine)}
+    out = list(mine)
+    for sample in theirs:
+        key = (sample.name, tuple(sorted(sample.labels.items())))
+        at = index.get(key)
+        if at is None:
+            index[key] = len(out)
+            out.append(sample)
+        else:
+            old = out[at]
+            value = max(old.value, sample.value) if highest else old.value + sample.value
+            out[at] = old._replace(value=value)
+    return out
 
 
 def make_app(broker: Node, path: str | None = None) -> web.Application:
     """The metrics app: ``path`` (default ``OTTERMQ_PROMETHEUS_PATH``) and ``path/per-object``."""
     base = (path if path is not None else broker.settings.prometheus_path).rstrip("/") or ""
 
+    async def others(path: str) -> list[str]:
+        """The other workers' expositions (worker 0 of several), those that answer."""
+        pool = broker.workers
+        if pool is None:
+            return []
+        texts = []
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            for index in range(1, pool.count):
+                port = pool.prometheus_port(index)
+                if port is None:
+                    continue
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}{path}") as answer:
+                        if answer.status == 200:
+                            texts.append(await answer.text())
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    log.warning("worker %d's metrics: %s", index, exc)
+        return texts
+
     async def aggregated(request: web.Request) -> web.Response:
-        return web.Response(body=exposition(broker), headers={"Content-Type": CONTENT_TYPE})
+        body = exposition(broker, others=await others(base or "/"))
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def per_object(request: web.Request) -> web.Response:
-        return web.Response(body=exposition(broker, True), headers={"Content-Type": CONTENT_TYPE})
+        body = exposition(broker, True, others=await others(f"{base}/per-object"))
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get(base or "/", aggregated)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import hdrs, web
+from yarl import URL
 
 from .common import json_error
 
@@ -47,7 +48,8 @@ METADATA: tuple[str, ...] = (
 METADATA += ("/vhost-limits", "/user-limits", "/parameters", "/global-parameters", "/vhosts", "/definitions")
 # lists joined from every worker
 JOINED = frozenset({"/queues", "/exchanges", "/bindings", "/connections", "/channels", "/consumers"})
-BY_NAME = ("/connections/{name}", "/channels/{name}")
+JOINED |= {"/dead-letters", "/dead-letter-moves"}
+BY_NAME = ("/connections/{name}", "/channels/{name}", "/dead-letter-moves/{id}")
 SUMMED = frozenset({"/overview", "/nodes", "/nodes/{name}"})
 _SHAPING = frozenset(
     {"columns", "sort", "sort_reverse", "page", "page_size", "name", "use_regex", "pagination"}
@@ -99,14 +101,22 @@ class Forwarder:
             return await self._joined(request, await handler(request), template)
         if method == "GET" and template in SUMMED:
             return await self._summed(request, await handler(request))
-        if template in BY_NAME or template.startswith(BY_NAME):
-            response = await handler(request)
-            if response.status != 404:
-                return response
+        if template in BY_NAME or template.startswith(BY_NAME):  # worker 0's, or the first that has it
+            missing: web.HTTPException | None = None
+            try:
+                response = await handler(request)
+                if response.status != 404:
+                    return response
+            except web.HTTPException as exc:
+                if exc.status != 404:
+                    raise
+                missing = exc
             for index in range(1, self.pool.count):
                 forwarded = await self._forward(request, index, strip=True)
                 if forwarded is not None and forwarded.status != 404:
                     return forwarded
+            if missing is not None:
+                raise missing
             return response
         return await handler(request)
 
@@ -131,7 +141,7 @@ class Forwarder:
         query = [(k, v) for k, v in request.query.items() if not (strip and k in _SHAPING)]
         headers = {k: v for k in _FORWARDED_HEADERS if (v := request.headers.get(k)) is not None}
         body = await request.read() if request.body_exists else None  # read once, kept by aiohttp
-        url = f"http://127.0.0.1:{port}{request.rel_url.path}"
+        url = URL(f"http://127.0.0.1:{port}{request.rel_url.raw_path}", encoded=True)  # %2F stays
         try:
             async with self.session().request(
                 request.method, url, params=query, headers=headers, data=body, allow_redirects=False
@@ -140,7 +150,14 @@ class Forwarder:
                 kept = {
                     k: v
                     for k, v in answer.headers.items()
-                    if k in (hdrs.CONTENT_TYPE, hdrs.WWW_AUTHENTICATE, hdrs.ALLOW, hdrs.CONTENT_DISPOSITION)
+                    if k
+                    in (
+                        hdrs.CONTENT_TYPE,
+                        hdrs.WWW_AUTHENTICATE,
+                        hdrs.ALLOW,
+                        hdrs.CONTENT_DISPOSITION,
+                        hdrs.LOCATION,
+                    )
                 }
                 return web.Response(status=answer.status, body=payload, headers=kept)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -190,16 +207,18 @@ class Forwarder:
                 if owner < len(answers):
                     theirs = {o["name"]: o for o in answers[owner]}
                     entries[item["name"]] = theirs.get(item["name"], item)
-            return web.json_response(list(entries.values()))
+            return _like(response, list(entries.values()))
         if template == "/definitions":
             for other in others:
                 for key in ("exchanges", "queues", "bindings"):
                     mine[key] += other.get(key, [])
-            return web.json_response(mine)
+            return _like(response, mine)
         joined = list(mine)
         for other in others:
             joined += other
-        return web.json_response(joined)
+        if template == "/dead-letter-moves":  # newest first, as one worker lists them
+            joined.sort(key=lambda job: int(job["id"]) if str(job["id"]).isdigit() else 0, reverse=True)
+        return _like(response, joined)
 
     async def _summed(self, request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
         mine = self._body(response)
@@ -208,6 +227,12 @@ class Forwarder:
         for other in await self._others(request):
             mine = add_answers(mine, other)
         return web.json_response(mine)
+
+
+def _like(response: web.StreamResponse, body: Any) -> web.Response:
+    """``body`` as JSON with ``response``'s own headers (a download's ``Content-Disposition``)."""
+    kept = {k: v for k, v in response.headers.items() if k == hdrs.CONTENT_DISPOSITION}
+    return web.json_response(body, headers=kept)
 
 
 # What adds up across workers: the overview's sections, a node's use of resources and its churn

@@ -380,7 +380,9 @@ class MoveJobs:
         rate: float,
     ) -> MoveJob:
         self._n += 1
-        job = MoveJob(str(self._n), vhost, queue, selection, target, keep, rate)
+        # with several workers, each numbers its jobs apart from the others': n * workers + its number
+        number = self._n * self.broker.settings.workers + self.broker.worker_index
+        job = MoveJob(str(number), vhost, queue, selection, target, keep, rate)
         self.jobs[job.id] = job
         self._start(job)
         self._save()

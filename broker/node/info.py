@@ -133,6 +133,10 @@ class WorkerPool(Protocol):
         """Worker ``index``'s internal management API port on 127.0.0.1; None while it is down."""
         ...
 
+    def prometheus_port(self, index: int) -> int | None:
+        """Worker ``index``'s internal Prometheus port on 127.0.0.1; None while it is down."""
+        ...
+
     async def sync(self) -> None:
         """Send every worker the metadata as it is now, and wait until they have it."""
         ...

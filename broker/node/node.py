@@ -92,6 +92,10 @@ class Node:
         # others' are copies of their metadata, with no traffic), and the other workers as the
         # management API reaches them. One process owns every vhost.
         self.owns: Callable[[str], bool] = lambda _name: True
+        self.worker_index = 0  # this process's number among the workers (0: the first, or the only one)
+        # worker 0 of several: the open connections it handed to other workers, as (vhost, user), so
+        # that connection limits count every worker's connections
+        self.elsewhere: dict[int, tuple[str, str]] = {}
         self.workers: WorkerPool | None = None
 
     # -- listeners ---------------------------------------------------------------------------
@@ -335,15 +339,18 @@ class Node:
         Raises:
             NotAllowed: a limit is reached (530, RabbitMQ's texts).
         """
-        opened = [c for c in self.connections if c is not conn and c.vhost_name is not None]
+        opened = [
+            (c.vhost_name, c.username) for c in self.connections if c is not conn and c.vhost_name is not None
+        ]
+        opened += self.elsewhere.values()
         limit = self.limits.limit("vhost", vhost, "max-connections")
-        if limit is not None and sum(1 for c in opened if c.vhost_name == vhost) >= limit:
+        if limit is not None and sum(1 for v, _u in opened if v == vhost) >= limit:
             raise NotAllowed(
                 f"access to vhost '{vhost}' refused for user '{conn.username}': connection limit"
                 f" ({limit}) is reached"
             )
         limit = self.limits.limit("user", conn.username, "max-connections")
-        if limit is not None and sum(1 for c in opened if c.username == conn.username) >= limit:
+        if limit is not None and sum(1 for _v, u in opened if u == conn.username) >= limit:
             raise NotAllowed(
                 f"connection refused for user '{conn.username}': user connection limit ({limit}) is reached"
             )

@@ -79,7 +79,12 @@ class _NoMethodFrameError(FrameError):
 class AMQPConnection(asyncio.Protocol):
     """asyncio protocol for one AMQP 0-9-1 client."""
 
-    def __init__(self, server: ServerPort[AMQPConnection], replay: tuple[bytes, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        server: ServerPort[AMQPConnection],
+        replay: tuple[bytes, bytes] | None = None,
+        endpoints: Endpoints | None = None,
+    ) -> None:
         self.server = server
         self.node = server.node
         self.settings = server.settings
@@ -121,6 +126,7 @@ class AMQPConnection(asyncio.Protocol):
         self._handshake_fed = 0  # bytes of handshake frames handled (after the 8-byte header)
         self._held = False  # offered to another worker: nothing is read until it answers
         self._replay = replay
+        self._relayed = endpoints  # a TLS connection worker 0 terminates (``RelayedEndpoints``)
 
     def _to(self, state: State) -> None:
         """Move to ``state`` (``broker.states.TRANSITIONS`` says which moves exist)."""
@@ -134,7 +140,7 @@ class AMQPConnection(asyncio.Protocol):
         self.transport = self.output.transport = transport
         self.flow.start(transport)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self.endpoints = endpoints = Endpoints(transport)
+        self.endpoints = endpoints = self._relayed or Endpoints(transport)
         self.peer = endpoints.label
         self.mechanisms = handshake.mechanisms(endpoints.cert)
         self.server.register(self)
@@ -383,6 +389,7 @@ class AMQPConnection(asyncio.Protocol):
         if vhost is None:
             raise NotAllowed(f"vhost {method.virtual_host} not found")
         if self._recording is not None:  # with workers: the one that owns the vhost checks the rest
+            self.node.check_connection_limits(self, vhost.name)  # every worker's connections count
             if self.server.hand_off(self, vhost.name):
                 return
             self._recording = None
@@ -427,16 +434,29 @@ class AMQPConnection(asyncio.Protocol):
         self._close_connection(exc, 0)
         self._flush()
 
+    def relayed(self) -> asyncio.Transport:
+        """Another worker serves this TLS connection, which worker 0 relays: forget it and return
+        its transport (paused), whose protocol the relay replaces."""
+        transport = self.transport
+        assert transport is not None
+        self._forget()
+        self.transport = self.output.transport = None
+        self.server.unregister(self)
+        return transport
+
     def handed_off(self) -> None:
         """Another worker has the socket now: forget it without a word to the client."""
+        self._forget()
+        if self.transport is not None:
+            self.transport.abort()  # closes our descriptor only: the other worker holds its own
+
+    def _forget(self) -> None:
         self._recording = None
         self._held = False
         self._to(CLOSED)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self.transport is not None:
-            self.transport.abort()  # closes our descriptor only: the other worker holds its own
 
     def _label(self) -> str:
         """The peer, with the client-provided ``connection_name`` when there is one (as RabbitMQ)."""

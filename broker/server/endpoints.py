@@ -58,3 +58,49 @@ class Endpoints:
             return None
         cipher = ssl_object.cipher() or ("", "", 0)
         return TLSInfo(ssl_object.version() or "", cipher[0], self.cert)
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists back to the tuples ``getpeercert`` returns (subject, issuer, subjectAltName)."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    return value
+
+
+class RelayedEndpoints(Endpoints):
+    """A TLS connection worker 0 terminates and relays to this worker over a socket pair: the
+    client's and the listener's addresses and the TLS session, as worker 0 saw them
+    (``describe``), not this process's end of the pair."""
+
+    __slots__ = ("_info", "_peer", "_sock")
+
+    def __init__(self, described: dict[str, Any]) -> None:
+        super().__init__(None)
+        self._peer = (str(described["peer"][0]), int(described["peer"][1]))
+        self._sock = (str(described["sock"][0]), int(described["sock"][1]))
+        self.label = f"{self._peer[0]}:{self._peer[1]}"
+        self.host = self._peer[0]
+        tls = described.get("tls")
+        self.tls = tls is not None
+        self.cert = _tuples(tls["cert"]) if tls is not None and tls.get("cert") else None
+        self._info = TLSInfo(tls["version"], tls["cipher"], self.cert) if tls is not None else None
+
+    def address(self, which: str) -> tuple[str, int]:
+        return self._peer if which == "peername" else self._sock
+
+    def tls_info(self) -> TLSInfo | None:
+        return self._info
+
+
+def describe(endpoints: Endpoints) -> dict[str, Any]:
+    """What ``RelayedEndpoints`` needs, as JSON."""
+    info = endpoints.tls_info()
+    return {
+        "peer": list(endpoints.address("peername")),
+        "sock": list(endpoints.address("sockname")),
+        "tls": None
+        if info is None
+        else {"version": info.version, "cipher": info.cipher, "cert": endpoints.cert},
+    }

@@ -26,6 +26,7 @@ from ..node.startup import StartupError, os_cause
 from ..node.tls import TLSConfigError, amqps_context, amqps_files
 from .ack_timeout import AckTimeouts
 from .connection import AMQPConnection
+from .endpoints import Endpoints
 from .reply_to import ReplyRegistry
 
 
@@ -51,6 +52,7 @@ class AMQPServer:
         # With several workers, in the first: gives a connection to the worker owning its vhost
         # (``ottermq.broker.workers``); returns False for the vhosts this process owns.
         self.router: Callable[[AMQPConnection, str], bool] | None = None
+        self._gone: dict[AMQPConnection, Callable[[], None]] = {}  # adopted: tell worker 0 when closed
         node.add_listing(self.listeners)
 
     @property
@@ -61,10 +63,33 @@ class AMQPServer:
         router = self.router
         return router is not None and router(conn, vhost)
 
-    async def adopt(self, sock: socket.socket, before_open: bytes, rest: bytes) -> None:
+    async def adopt(
+        self,
+        sock: socket.socket,
+        before_open: bytes,
+        rest: bytes,
+        endpoints: Endpoints | None = None,
+        gone: Callable[[], None] = lambda: None,
+    ) -> None:
         """Serve a connection another worker accepted: its handshake is replayed from its bytes
-        (``before_open`` answered already; ``rest`` from its connection.open on)."""
-        await self.loop.connect_accepted_socket(lambda: AMQPConnection(self, (before_open, rest)), sock)
+        (``before_open`` answered already; ``rest`` from its connection.open on). ``endpoints``:
+        the client's TLS connection as worker 0, which relays it, saw it. ``gone`` is called once
+        when the connection is closed (at once if the replay closed it)."""
+        made: list[AMQPConnection] = []
+
+        def factory() -> AMQPConnection:
+            conn = AMQPConnection(self, (before_open, rest), endpoints)
+            self._gone[conn] = gone  # before connection_made, which may close it already
+            made.append(conn)
+            return conn
+
+        try:
+            await self.loop.connect_accepted_socket(factory, sock)
+        except BaseException:
+            for conn in made:
+                self._gone.pop(conn, None)
+            gone()
+            raise
 
     def register(self, conn: AMQPConnection) -> None:
         """A connection was made: count it and make it visible to the node."""
@@ -78,6 +103,9 @@ class AMQPServer:
             self.connections.discard(conn)
             self.node.connections.discard(conn)
             self.node.churn.connections_closed += 1
+            gone = self._gone.pop(conn, None)
+            if gone is not None:
+                gone()
 
     async def listen(self) -> list[asyncio.Server]:
         """Bind the listening sockets without accepting yet (``start_serving`` does that).

@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, Any
 from ottermq.amqp.errors import NotAllowed
 
 from ..node.startup import StartupError
+from ..server.endpoints import describe
 from . import metadata
 from .control import Control, Message
 from .ownership import FILE_NAME, OwnershipError, VhostOwners
+from .relay import relay
 from .worker import _start_message
 
 if TYPE_CHECKING:
@@ -49,6 +51,15 @@ SYNC_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """A connection sent to a worker that has not yet said it took it."""
+
+    conn: AMQPConnection
+    vhost: str
+    relay_end: socket.socket | None  # a TLS connection: worker 0's end of the pair to the owner
+
+
 @dataclass(eq=False)
 class Child:
     """A running worker process as worker 0 sees it."""
@@ -60,7 +71,8 @@ class Child:
     web_port: int | None = None
     prometheus_port: int | None = None
     synced: dict[int, asyncio.Future[None]] = field(default_factory=dict)
-    offered: dict[int, tuple[AMQPConnection, str]] = field(default_factory=dict)  # sent, not yet taken
+    offered: dict[int, Offer] = field(default_factory=dict)  # sent, not yet taken
+    serving: set[int] = field(default_factory=set)  # taken, not yet closed
 
     @property
     def up(self) -> bool:
@@ -82,6 +94,11 @@ class Supervisor:
         self._seq = 0
         self._offers = 0
         self._stopping = False
+        # the processes start at once (importing Python takes a while); they get their settings and
+        # the metadata in ``start``, once worker 0's store is open
+        self._launching: asyncio.Future[list[Child]] = asyncio.gather(
+            *(self._launch(index) for index in range(1, self.count))
+        )
 
     # -- start and stop ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -103,7 +120,8 @@ class Supervisor:
             raise StartupError("workers", self.count, str(exc)) from None
         for name in sorted(node.auth.vhosts):
             self.owners.owner(name)
-        await asyncio.gather(*(self._spawn(index) for index in range(1, self.count)))
+        for child in await self._launching:
+            self._begin(child)
         for index in range(1, self.count):
             child = self.children[index]
             try:
@@ -121,6 +139,11 @@ class Supervisor:
         )
 
     async def _spawn(self, index: int) -> None:
+        """Start worker ``index`` and give it its settings and the metadata."""
+        self._begin(await self._launch(index))
+
+    async def _launch(self, index: int) -> Child:
+        """Start worker ``index``'s process: it imports the broker while worker 0 opens its store."""
         parent, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             process = await asyncio.create_subprocess_exec(
@@ -139,6 +162,10 @@ class Supervisor:
         child.control.on_message = lambda message, fds: self._on_message(child, message, fds)
         child.control.on_closed = lambda: self._on_closed(child)
         self.children[index] = child
+        return child
+
+    def _begin(self, child: Child) -> None:
+        index = child.index
         child.control.send(
             _start_message(
                 self.broker.settings, metadata.snapshot(self.broker.node), self.owners.owned_by(index)
@@ -157,18 +184,36 @@ class Supervisor:
             child.ready.set_result(message)
             log.info("worker %d ready (pid %d)", child.index, child.process.pid)
         elif kind == "taken":
-            offer = child.offered.pop(int(message.get("id") or 0), None)
-            if offer is not None:
-                offer[0].handed_off()
+            number = int(message.get("id") or 0)
+            offer = child.offered.pop(number, None)
+            if offer is None:
+                return
+            if number in self.broker.node.elsewhere:  # not closed already
+                child.serving.add(number)
+            if offer.relay_end is None:
+                offer.conn.handed_off()
+            else:
+                task = self.loop.create_task(relay(offer.conn.relayed(), offer.relay_end))
+                self._watchers.add(task)
+                task.add_done_callback(self._watchers.discard)
+        elif kind == "closed":
+            number = int(message.get("id") or 0)
+            child.serving.discard(number)
+            self.broker.node.elsewhere.pop(number, None)
         elif kind == "synced":
             waiter = child.synced.pop(int(message.get("seq") or 0), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
     def _on_closed(self, child: Child) -> None:
+        for number in (*child.serving, *child.offered):  # its connections died with it
+            self.broker.node.elsewhere.pop(number, None)
+        child.serving.clear()
         offered, child.offered = child.offered, {}
-        for conn, vhost in offered.values():
-            conn.refuse(NotAllowed(f"vhost {vhost} is down"))
+        for offer in offered.values():
+            if offer.relay_end is not None:
+                offer.relay_end.close()
+            offer.conn.refuse(NotAllowed(f"vhost {offer.vhost} is down"))
         for waiter in child.synced.values():
             if not waiter.done():
                 waiter.set_result(None)
@@ -223,6 +268,10 @@ class Supervisor:
         child = self.children.get(index)
         return child.web_port if child is not None and child.up else None
 
+    def prometheus_port(self, index: int) -> int | None:
+        child = self.children.get(index)
+        return child.prometheus_port if child is not None and child.up else None
+
     # -- connections ------------------------------------------------------------------------------
     def route(self, conn: AMQPConnection, vhost: str) -> bool:
         """Give ``conn`` to the owner of ``vhost``; False when worker 0 owns it.
@@ -244,16 +293,24 @@ class Supervisor:
             "before": base64.b64encode(before).decode(),
             "rest": base64.b64encode(rest).decode(),
         }
-        if conn.endpoints.tls:
-            raise NotAllowed(f"vhost {vhost} is served by worker {index}: TLS hand-off not available yet")
-        sock: Any = transport.get_extra_info("socket")
-        fd = os.dup(sock.fileno())
+        inner: socket.socket | None = None
+        if conn.endpoints.tls:  # the session stays here: the owner gets a socket pair's end
+            inner, outer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            message["endpoints"] = describe(conn.endpoints)
+            fd = os.dup(outer.fileno())
+            outer.close()
+        else:
+            sock: Any = transport.get_extra_info("socket")
+            fd = os.dup(sock.fileno())
         self._offers += 1
         message["id"] = self._offers
         if not child.control.send(message, [fd]):  # it has just died
+            if inner is not None:
+                inner.close()
             raise NotAllowed(f"vhost {vhost} is down")
         conn.hold()  # until the worker says it has the socket: if it dies first, this one answers
-        child.offered[self._offers] = (conn, vhost)
+        child.offered[self._offers] = Offer(conn, vhost, inner)
+        self.broker.node.elsewhere[self._offers] = (vhost, conn.username)
         return True
 
     # -- metadata ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from ..management.prometheus import PrometheusServer
 from ..node.startup import check_archive_dir, prepare_data_dir
 from ..node.wiring import open_store, shared_archive
 from ..runtime import Broker
+from ..server.endpoints import RelayedEndpoints
 from . import metadata
 from .control import Control, Message
 
@@ -77,7 +78,13 @@ class Worker:
             before = base64.b64decode(message["before"])
             rest = base64.b64decode(message["rest"])
             offer = message.get("id")
-            task = self.loop.create_task(broker.amqp.adopt(sock, before, rest))
+            described = message.get("endpoints")
+            relayed = RelayedEndpoints(described) if described is not None else None
+
+            def gone() -> None:
+                self.control.send({"type": "closed", "id": offer})
+
+            task = self.loop.create_task(broker.amqp.adopt(sock, before, rest, relayed, gone))
             task.add_done_callback(_log_failure)
             task.add_done_callback(lambda _t: self.control.send({"type": "taken", "id": offer}))
             return
@@ -100,6 +107,7 @@ class Worker:
         broker = Broker(settings, self.loop, open_store(settings), archive=shared_archive(settings))
         self.owned = set(start.get("owned") or ())
         broker.node.owns = lambda name: name in self.owned
+        broker.node.worker_index = self.index
         await broker.node.open(seed=False)
         metadata.sync(broker.node, start["definitions"])
         self.broker = broker
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     level = args[2] if len(args) > 2 else "INFO"
     logging.basicConfig(
         level=getattr(logging, level, logging.INFO),
-        format=f"%(asctime)s %(levelname)s worker-{index} %(name)s: %(message)s",
+        format=f"%(asctime)s [worker {index}] %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("aiosqlite").setLevel(max(logging.WARNING, logging.root.level))
     try:
