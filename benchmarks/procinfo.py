@@ -39,6 +39,27 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a broker's worker processes)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_bytes()
+        except OSError:
+            continue
+        if int(text[text.rfind(b")") + 2 :].split()[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def tree_cpu_seconds(pid: int | None) -> float | None:
+    """CPU seconds of ``pid`` and of its children now running (ottermq's workers)."""
+    own = cpu_seconds(pid)
+    if pid is None or own is None:
+        return own
+    return own + sum(cpu_seconds(child) or 0.0 for child in children(pid))
+
+
 def rss_bytes(pid: int | None) -> int | None:
     """Resident set size of ``pid`` (``VmRSS`` in ``/proc/<pid>/status``)."""
     if pid is None:
@@ -174,9 +195,15 @@ class OtterMQProcess:
     """
 
     def __init__(
-        self, src: Path | None = None, python: str = sys.executable, log_level: str = "WARNING"
+        self,
+        src: Path | None = None,
+        python: str = sys.executable,
+        log_level: str = "WARNING",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.repo = src or REPO
+        self.extra_env = dict(env or {})  # more OTTERMQ_* settings (OTTERMQ_WORKERS)
+        self.web_port = 0
         self.python = python
         self.log_level = log_level
         self.port = 0
@@ -213,12 +240,13 @@ class OtterMQProcess:
             # RabbitMQ's); OTTERMQ_ENABLE_WEB_API / OTTERMQ_ENABLE_PROMETHEUS=false in the environment
             # turn them off to measure what they cost
             OTTERMQ_ENABLE_WEB_API=os.environ.get("OTTERMQ_ENABLE_WEB_API", "true"),
-            OTTERMQ_WEB_PORT=str(free_port()),
+            OTTERMQ_WEB_PORT=str(self._web_port()),
             OTTERMQ_ENABLE_PROMETHEUS=os.environ.get("OTTERMQ_ENABLE_PROMETHEUS", "true"),
             OTTERMQ_PROMETHEUS_PORT=str(free_port()),
             PYTHONSAFEPATH="1",
             LOG_LEVEL=self.log_level,
         )
+        env.update(self.extra_env)
         if self.pythonpath is not None:
             env["PYTHONPATH"] = str(self.pythonpath)
         with open(self.log_path, "ab") as logf:
@@ -240,6 +268,10 @@ class OtterMQProcess:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"ottermq did not listen on {self.port} within {timeout}s; see {self.log_path}")
+
+    def _web_port(self) -> int:
+        self.web_port = free_port()
+        return self.web_port
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self.proc = self.proc, None

@@ -36,7 +36,7 @@ from cloadgen import C_SCENARIOS  # noqa: E402
 from cloadgen import binary as c_binary  # noqa: E402
 from delayed_bench import DELAYED_SCENARIOS  # noqa: E402
 from goloadgen import GO_SCENARIOS  # noqa: E402
-from procinfo import OtterMQProcess, RssSampler, cpu_seconds, find_broker_pid, raise_fd_limit  # noqa: E402
+from procinfo import OtterMQProcess, RssSampler, find_broker_pid, raise_fd_limit, tree_cpu_seconds  # noqa: E402
 from scenarios import FULL, QUICK, Context, Outcome, Scenario, failed  # noqa: E402
 from scenarios import SCENARIOS as PY_SCENARIOS  # noqa: E402
 from wire import BrokerURL, RawConnection  # noqa: E402
@@ -104,11 +104,11 @@ async def _measured(scenario: Scenario, ctx: Context, timeout: float) -> tuple[O
 
 
 def run_once(scenario: Scenario, target: Target, ctx: Context, rep: int, timeout: float) -> Run:
-    cpu0, own0, t0 = cpu_seconds(target.pid), _own_cpu(), time.perf_counter()
+    cpu0, own0, t0 = tree_cpu_seconds(target.pid), _own_cpu(), time.perf_counter()
     with new_runner() as runner:
         outcome, peak = runner.run(_measured(scenario, ctx, timeout))
     wall = time.perf_counter() - t0
-    cpu1 = cpu_seconds(target.pid)
+    cpu1 = tree_cpu_seconds(target.pid)  # with its worker processes
     run = Run(
         scenario=scenario.name,
         target=target.label,
