@@ -66,7 +66,7 @@ def connection_json(conn: ConnectionInfo, node: str, rates: tuple[float, ...]) -
         "name": conn.name,
         "node": node,
         "type": "network",
-        "state": "blocked" if conn.blocked else "running",
+        "state": "blocked" if conn.blocked else "flow" if conn.flow else "running",
         "user": conn.user,
         "vhost": conn.vhost,
         "protocol": "AMQP 0-9-1",

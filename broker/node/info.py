@@ -109,6 +109,7 @@ class ConnectionInfo:
     recv_cnt: int
     send_cnt: int
     channels: tuple[ChannelInfo, ...]
+    flow: bool = False  # publishing and waiting for the store's write backlog (RabbitMQ's ``flow``)
 
     def consumers(self) -> Iterator[ConsumerInfo]:
         """Every consumer of every channel, in channel then tag order."""

@@ -45,7 +45,7 @@ from ..node.stats import MessageStats
 from . import handshake
 from .channel import Channel, UnknownMethod, expect_open
 from .endpoints import Endpoints
-from .flow import FlowControl
+from .flow import STORE_HIGH_WATER, FlowControl
 from .handshake import FRAME_MIN_SIZE, ClientCapabilities, HandshakeError
 from .output import Output
 from .states import Routed, State, Step, check_transition, route
@@ -177,6 +177,12 @@ class AMQPConnection(asyncio.Protocol):
                 if not data:
                     return
             self._feed(data)
+            if self.flow.has_published and not self.flow.store_wait:
+                store = self.node.store
+                if store.pending > STORE_HIGH_WATER:  # publishers wait for the disk (flow.py)
+                    self.flow.store_wait = True
+                    self.flow.update_reading()
+                    store.after_commit(self._store_caught_up)
         except Exception:  # a bug of ours: it must not escape into the event loop
             log.exception("connection %s: internal error", self.peer)
             if self.state is OPENING or self.state is RUNNING:
@@ -186,6 +192,11 @@ class AMQPConnection(asyncio.Protocol):
         finally:
             output.in_receive = False
             self._flush()
+
+    def _store_caught_up(self, _ok: bool) -> None:
+        """What was queued when reading stopped is committed (or failed: reported to its publishers)."""
+        self.flow.store_wait = False
+        self.flow.update_reading()
 
     def _feed(self, data: bytes) -> None:
         for frame_type, channel, payload in self.reader.feed(data):
@@ -650,6 +661,7 @@ class AMQPConnection(asyncio.Protocol):
             recv_cnt=self.recv_cnt,
             send_cnt=self.output.send_cnt,
             channels=channels,
+            flow=self.flow.store_wait and self.flow.has_published,
         )
 
     def force_close(self, reason: str, text: str | None = None) -> None:

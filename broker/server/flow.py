@@ -6,6 +6,10 @@ Rules (uvicorn's ``flow_control.py``, plus RabbitMQ's ``connection.blocked``):
   drains (``resume_writing``; the connection then lets its consumers deliver again).
 - The memory alarm (``alarm_blocked``) stops reading only once the connection has published
   (``has_published``): RabbitMQ blocks publishers, not consumers.
+- The store's write backlog (``store_wait``): a connection that has published is not read while
+  more than ``STORE_HIGH_WATER`` writes wait for the store, until what was queued when it stopped
+  is committed (RabbitMQ's credit flow: publishers faster than the disk are slowed down to it,
+  not left to fill memory with writes waiting). Clients are not told (no ``connection.blocked``).
 - Reading is paused or resumed only when the wanted state changes, and never once the connection
   is closed (``stop``).
 """
@@ -14,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 
+STORE_HIGH_WATER = 50_000  # writes waiting for the store (a persistent publish is one)
+
 
 class FlowControl:
     """The read and delivery switches of one connection (see the module rules)."""
 
-    __slots__ = ("_reading", "_transport", "alarm_blocked", "has_published", "paused")
+    __slots__ = ("_reading", "_transport", "alarm_blocked", "has_published", "paused", "store_wait")
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None  # set once the connection is made
@@ -26,6 +32,7 @@ class FlowControl:
         self.paused = False  # transport buffer full: no deliveries, no reading
         self.alarm_blocked = False  # memory alarm on (RabbitMQ's connection.blocked)
         self.has_published = False
+        self.store_wait = False  # the store's write backlog is over its high-water mark
 
     def start(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -47,7 +54,7 @@ class FlowControl:
 
     def update_reading(self) -> None:
         """Read from the socket unless its output is backed up or the memory alarm blocks us."""
-        want = not self.paused and not (self.alarm_blocked and self.has_published)
+        want = not self.paused and not ((self.alarm_blocked or self.store_wait) and self.has_published)
         transport = self._transport
         if want == self._reading or transport is None:
             return

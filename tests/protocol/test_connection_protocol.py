@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ottermq.broker.server.states import State
+from pamqp import body as pbody
 from pamqp import commands as spec
 from pamqp import frame as pframe
 from pamqp import header as pheader
@@ -204,3 +205,39 @@ def test_amqplain_bad_password_is_refused(make_client):
     )
     close = c.expect(spec.Connection.Close)
     assert close.reply_code == 403 and "AMQPLAIN" in close.reply_text
+
+
+def test_publishers_are_not_read_while_the_stores_write_backlog_is_over_its_mark(
+    client, make_client, broker, loop, monkeypatch
+):
+    from ottermq.broker.server import connection
+
+    monkeypatch.setattr(connection, "STORE_HIGH_WATER", 3)
+    consumer = make_client()
+    consumer.handshake()
+    consumer.open_channel(1)
+    client.send(1, spec.Queue.Declare(queue="durable", durable=True))
+    client.expect(spec.Queue.DeclareOk)
+    broker.store.after_commit(lambda _ok: None)
+    loop.run_soon()  # the declaration is committed: nothing waits for the store
+    persistent = spec.Basic.Properties(delivery_mode=2)
+
+    def publishes(*bodies: bytes) -> bytes:
+        frames = []
+        for body in bodies:
+            frames += [
+                spec.Basic.Publish(exchange="", routing_key="durable"),
+                pheader.ContentHeader(0, len(body), persistent),
+                pbody.ContentBody(body),
+            ]
+        return b"".join(pframe.marshal(f, 1) for f in frames)
+
+    client.conn.data_received(publishes(b"m0", b"m1", b"m2"))  # what one read brings, before a commit
+    assert broker.store.pending == 3 and client.transport.reading  # up to the mark: read on
+    client.conn.data_received(publishes(b"m3"))
+    assert broker.store.pending == 4 and not client.transport.reading  # waits for the disk
+    assert consumer.transport.reading  # a connection that never published is read as before
+    loop.run_soon()  # the store commits what was queued
+    assert broker.store.pending == 0 and client.transport.reading
+    queued = [entry.message.body for entry in broker.vhosts["/"].queues["durable"].ready_entries()]
+    assert queued == [b"m0", b"m1", b"m2", b"m3"]
