@@ -114,7 +114,9 @@ fuzz: install
 # alone, with our Python generator, the independent amqp091-go one (go:*) and the C one on librabbitmq-c
 # (c:*; cc and librabbitmq-dev from .ci/install-cgen.sh); then the storage
 # benchmark (1M persistent messages: throughput, disk, recovery); then the scale curves
-# (benchmarks/scale.py: queues, consumers, connections, backlog; benchmarks/scale.png).
+# (benchmarks/scale.py: queues, consumers, connections, backlog; benchmarks/scale.png); then N vhosts
+# at once with OTTERMQ_WORKERS=1 and auto (benchmarks/vhosts.py) and the cost of handing a message
+# between processes (benchmarks/ipc.py).
 bench: install
 	bash .ci/install-cgen.sh
 	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
@@ -128,6 +130,12 @@ bench: install
 	else \
 	  $(BIN)/python benchmarks/scale.py; \
 	fi
+	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
+	  $(BIN)/python benchmarks/vhosts.py --compare "$(RABBIT_URL)"; \
+	else \
+	  $(BIN)/python benchmarks/vhosts.py; \
+	fi
+	$(BIN)/python benchmarks/ipc.py
 
 lint: install
 	$(BIN)/ruff check $(PKGS) tests e2e benchmarks
