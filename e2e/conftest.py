@@ -264,7 +264,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _give_default_vhost_to_the_last_worker(env: dict[str, str], data_dir: Path) -> None:
+def _give_default_vhost_to_the_last_worker(env: dict[str, str], data_dir: Path) -> int:
     """With ``OTTERMQ_WORKERS`` > 1 (``make test-workers``), the suite's vhost ``/`` belongs to the last
     worker, so that every connection to it is handed over by worker 0 (docs/workers.md): the
     assignment file is written before the first start, as the broker would keep it."""
@@ -274,6 +274,7 @@ def _give_default_vhost_to_the_last_worker(env: dict[str, str], data_dir: Path) 
     if count > 1 and not assignment.exists() and not (data_dir / "ottermq.db").exists():
         data_dir.mkdir(parents=True, exist_ok=True)
         assignment.write_text(json.dumps({"workers": count, "vhosts": {"/": count - 1}}))
+    return count
 
 
 class BrokerProcess:
@@ -300,7 +301,10 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.died = False
 
-    def start(self, timeout: float = 15) -> Broker:
+    def start(self, timeout: float | None = None) -> Broker:
+        """Start (or start again) and wait until the AMQP port is served: up to ``timeout`` seconds,
+        by default 30 (60 with ``OTTERMQ_WORKERS``: every worker starts first), a ceiling for a
+        machine busy with other tests, not a target."""
         env = dict(os.environ)
         env.update(
             OTTERMQ_BROKER_HOST=self.broker.host,
@@ -312,7 +316,9 @@ class BrokerProcess:
             PYTHONSAFEPATH="1",
         )
         env.update(self.extra_env)
-        _give_default_vhost_to_the_last_worker(env, self.data_dir)
+        workers = _give_default_vhost_to_the_last_worker(env, self.data_dir)
+        if timeout is None:
+            timeout = 60.0 if workers > 1 else 30.0
         log = open(self.broker.log_path, "ab")  # noqa: SIM115 - the child keeps its own handle
         try:
             self.proc = subprocess.Popen(

@@ -54,7 +54,7 @@ def two_worker_process(broker_process: Any, data_dir: Path) -> Any:
 @pytest.fixture
 def two_workers(broker_process: Any, tmp_path: Path) -> Any:
     process = two_worker_process(broker_process, tmp_path / "data")
-    broker = process.start(timeout=30)
+    broker = process.start()
     return process, broker
 
 
@@ -195,7 +195,7 @@ def test_the_assignment_and_every_workers_messages_survive_a_restart(
     broker_process: Any, tmp_path: Path
 ) -> None:
     process = two_worker_process(broker_process, tmp_path / "data")
-    broker = process.start(timeout=30)
+    broker = process.start()
     for vhost in ("/", "a"):
         conn = connect(broker, vhost)
         ch = conn.channel()
@@ -205,7 +205,7 @@ def test_the_assignment_and_every_workers_messages_survive_a_restart(
         conn.close()
     assert process.stop() == 0
     assert (process.data_dir / "worker-1").is_dir()
-    broker = process.start(timeout=30)
+    broker = process.start()
     for vhost in ("/", "a"):
         conn = connect(broker, vhost)
         assert conn.channel().basic_get("durable", auto_ack=True)[2] == vhost.encode()
@@ -248,7 +248,7 @@ def test_a_tls_connection_to_another_workers_vhost_is_relayed(
     data_dir = tmp_path / "data"
     process = two_worker_process(broker_process, data_dir)
     process.extra_env.update(env)
-    broker = process.start(timeout=30)
+    broker = process.start()
     params = pika.ConnectionParameters(
         "localhost",
         int(env["OTTERMQ_SSL_PORT"]),
