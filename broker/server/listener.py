@@ -208,7 +208,10 @@ class AMQPServer:
         out = []
         for server in self._servers:
             protocol = "amqp/ssl" if server is self._tls_server() else "amqp"
-            out += [(protocol, str(s.getsockname()[0]), int(s.getsockname()[1])) for s in server.sockets]
+            # uvloop lists None for a listening socket whose handle it has closed (seen once, on a
+            # machine under heavy load): the others are still reported, the caller does not crash
+            alive = [s for s in server.sockets if s is not None]
+            out += [(protocol, str(s.getsockname()[0]), int(s.getsockname()[1])) for s in alive]
         return out
 
     def _tls_server(self) -> asyncio.Server | None:

@@ -50,4 +50,5 @@ def test_ipc_benchmark_moves_every_message_three_ways(tmp_path: Path) -> None:
     assert set(rows) == {"socketpair", "socketpair batched", "shm ring"}
     for row in rows.values():
         assert row["count"] == 20_000 and row["msgs_per_s"] > 0
-        assert row["producer_us_per_msg"] >= 0 and row["consumer_us_per_msg"] > 0
+        # CPU times tick every 10 ms: 20,000 messages may show 0.0 on either side
+        assert row["producer_us_per_msg"] >= 0 and row["consumer_us_per_msg"] >= 0
