@@ -21,6 +21,9 @@ export PYTHONSAFEPATH := 1
 # see STYLE.md) for all; PIP_INSTALL hides setuptools' "Editable installation" notice, which says that
 # build/__editable__.* must not be deleted (`make clean` removes it with the venv).
 PKG_DIRS     := $(shell find $(PKGS) -type d -not -name __pycache__)
+# The hot-path modules mypyc compiles (amqp/native.py's MODULES, setup.py): an edit re-installs, which
+# compiles them again (about a minute); until then they run from their sources (see amqp/native.py).
+HOT_PATH     := $(shell sed -n 's/^    "ottermq\.\([a-z_.]*\)",$$/\1/p' amqp/native.py | tr . / | sed 's/$$/.py/')
 RUN_STAMP    := $(VENV)/.installed-run
 SPARK_STAMP  := $(VENV)/.installed-analytics
 PIP_INSTALL  := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q
@@ -31,15 +34,15 @@ $(VENV)/.created:
 	$(BIN)/python -m pip install -q --upgrade pip
 	@touch $@
 
-$(RUN_STAMP): pyproject.toml $(PKG_DIRS) | $(VENV)/.created
+$(RUN_STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) | $(VENV)/.created
 	$(PIP_INSTALL) -e . $(EDITABLE)
 	@touch $@
 
-$(SPARK_STAMP): pyproject.toml $(PKG_DIRS) | $(VENV)/.created
+$(SPARK_STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) | $(VENV)/.created
 	$(PIP_INSTALL) -e '.[spark,tools]' $(EDITABLE)
 	@touch $@ $(RUN_STAMP)
 
-$(STAMP): pyproject.toml $(PKG_DIRS) | $(VENV)/.created
+$(STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) | $(VENV)/.created
 	$(PIP_INSTALL) -e '.[dev,spark,tools]' $(EDITABLE)
 	@touch $@ $(SPARK_STAMP) $(RUN_STAMP)
 
@@ -79,17 +82,23 @@ clients:
 TEST_WORKERS ?= 3
 XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
+# The hot path is compiled by mypyc where a C compiler is (setup.py); the unit and protocol tests run a
+# second time on its pure-Python sources (OTTERMQ_PURE_PYTHON=1), as a machine without a compiler runs it.
+PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(BIN)/pytest $(XDIST) tests/unit tests/protocol
+
 # every test, then the end-to-end suite again with two worker processes (docs/workers.md: the suite's
 # vhost / belongs to worker 1, so each of its connections is handed over by worker 0)
 test: install clients
 	$(BIN)/pytest $(XDIST)
 	OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+	$(PURE_TESTS)
 
 test-workers: install clients
 	OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
 
 unit: install
 	$(BIN)/pytest $(XDIST) tests
+	$(PURE_TESTS)
 
 e2e: install clients
 	$(BIN)/pytest $(XDIST) e2e
@@ -138,8 +147,8 @@ bench: install
 	$(BIN)/python benchmarks/ipc.py
 
 lint: install
-	$(BIN)/ruff check $(PKGS) tests e2e benchmarks
-	$(BIN)/ruff format --check $(PKGS) tests e2e benchmarks
+	$(BIN)/ruff check $(PKGS) tests e2e benchmarks setup.py
+	$(BIN)/ruff format --check $(PKGS) tests e2e benchmarks setup.py
 
 typecheck: install
 	$(BIN)/mypy $(foreach p,$(PKGS),-p ottermq.$(p))
@@ -156,3 +165,5 @@ docs: install
 
 clean:
 	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	find $(PKGS) -name '*.so' -delete  # the compiled modules editable installs put next to the sources
+	rm -f amqp/_build_info.py

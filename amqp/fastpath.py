@@ -14,6 +14,7 @@ golden-tested against pamqp's ``frame.marshal`` in ``tests/protocol/test_fastpat
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from pamqp import base, commands, decode, frame
 
@@ -49,48 +50,49 @@ __all__ = [
     "method_key",
 ]
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+# Final: compiled by mypyc, a Final module constant is a C global (else a module dict lookup per use)
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+HEARTBEAT: Final = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
-BASIC_PUBLISH = 0x003C0028
-BASIC_RETURN = 0x003C0032
-BASIC_DELIVER = 0x003C003C
-BASIC_GET_OK = 0x003C0047
-BASIC_ACK = 0x003C0050
-BASIC_REJECT = 0x003C005A
-BASIC_NACK = 0x003C0078
+BASIC_PUBLISH: Final = 0x003C0028
+BASIC_RETURN: Final = 0x003C0032
+BASIC_DELIVER: Final = 0x003C003C
+BASIC_GET_OK: Final = 0x003C0047
+BASIC_ACK: Final = 0x003C0050
+BASIC_REJECT: Final = 0x003C005A
+BASIC_NACK: Final = 0x003C0078
 
-_BASIC_CLASS = 60
-_END = b"\xce"
-_BYTE = tuple(bytes((i,)) for i in range(256))
+_BASIC_CLASS: Final = 60
+_END: Final = b"\xce"
+_BYTE: Final = tuple(bytes((i,)) for i in range(256))
 
-_KEY = struct.Struct(">I")
-_TAG_BITS = struct.Struct(">QB")
-_HEADER_PAYLOAD = struct.Struct(">HHQ")
+_KEY: Final = struct.Struct(">I")
+_TAG_BITS: Final = struct.Struct(">QB")
+_HEADER_PAYLOAD: Final = struct.Struct(">HHQ")
 # A content header frame's first 19 octets: type, channel, size, class, weight, body size.
-_HEADER_FRAME = struct.Struct(">BHIHHQ")
+_HEADER_FRAME: Final = struct.Struct(">BHIHHQ")
 # Frame end of the previous frame + the content header frame's first 19 octets.
-_END_HEADER_FRAME = struct.Struct(">BBHIHHQ")
+_END_HEADER_FRAME: Final = struct.Struct(">BBHIHHQ")
 # Frame end of the previous frame + a body frame's 7-octet header.
-_END_BODY_FRAME = struct.Struct(">BBHI")
+_END_BODY_FRAME: Final = struct.Struct(">BBHI")
 # basic.deliver: frame header + method key + consumer-tag length | delivery-tag, bits, exchange length
-_DELIVER_HEAD = struct.Struct(">BHIIB")
-_DELIVER_MID = struct.Struct(">QBB")
+_DELIVER_HEAD: Final = struct.Struct(">BHIIB")
+_DELIVER_MID: Final = struct.Struct(">QBB")
 # basic.get-ok: frame header + key + delivery-tag + bits + exchange length
-_GET_OK_HEAD = struct.Struct(">BHIIQBB")
+_GET_OK_HEAD: Final = struct.Struct(">BHIIQBB")
 # basic.get-ok: message-count + frame end + content header frame start
-_GET_OK_TAIL = struct.Struct(">IBBHIHHQ")
+_GET_OK_TAIL: Final = struct.Struct(">IBBHIHHQ")
 # basic.return: frame header + key + reply-code + reply-text length
-_RETURN_HEAD = struct.Struct(">BHIIHB")
+_RETURN_HEAD: Final = struct.Struct(">BHIIHB")
 # basic.ack / basic.nack: a whole 21-octet frame
-_ACK_FRAME = struct.Struct(">BHIIQBB")
+_ACK_FRAME: Final = struct.Struct(">BHIIQBB")
 
-_unpack_key = _KEY.unpack_from
-_unpack_tag_bits = _TAG_BITS.unpack_from
+_unpack_key: Final = _KEY.unpack_from
+_unpack_tag_bits: Final = _TAG_BITS.unpack_from
 
 
 # --- decoding ---------------------------------------------------------------------------------
@@ -258,7 +260,9 @@ def _check_frame_max(frame_max: int) -> int:
     return frame_max - 8
 
 
-def _multi_body(head: tuple[bytes, ...], channel: int, body: bytes, chunk: int) -> bytes:
+def _multi_body(
+    head: tuple[bytes, ...], channel: int, body: bytes | bytearray | memoryview, chunk: int
+) -> bytes:
     """Join ``head`` (whose last frame is left open) and body frames of at most ``chunk`` octets."""
     parts: list[bytes | memoryview] = list(head)
     view = memoryview(body)
@@ -271,13 +275,16 @@ def _multi_body(head: tuple[bytes, ...], channel: int, body: bytes, chunk: int) 
     return b"".join(parts)
 
 
-def encode_content(channel: int, raw_props: bytes, body: bytes, frame_max: int) -> bytes:
+def encode_content(
+    channel: int, raw_props: bytes, body: bytes | bytearray | memoryview, frame_max: int
+) -> bytes:
     """Encode a content header frame (class 60) and the body frames for ``body``.
 
     Args:
         channel: channel number.
         raw_props: property flags + property list, written verbatim.
-        body: message body; an empty body produces the header frame only.
+        body: message body, any buffer (typed: compiled by mypyc, the types are checked);
+            an empty body produces the header frame only.
         frame_max: negotiated frame size limit (whole frame, 0 = unlimited); each body frame
             carries at most ``frame_max - 8`` octets.
     """

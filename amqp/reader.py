@@ -22,6 +22,7 @@ it before feeding the reader.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from .erlang import binary_text
 from .errors import FrameError
@@ -31,10 +32,11 @@ __all__ = ["FrameReader", "RawFrame"]
 RawFrame = tuple[int, int, bytes]
 """``(frame_type, channel, payload)``."""
 
-_HEADER = struct.Struct(">BHI")
-_unpack_header = _HEADER.unpack_from
-_VALID_TYPE = tuple(t in (1, 2, 3, 8) for t in range(256))
-_FRAME_END = 0xCE
+# Final: compiled by mypyc, a Final module constant is a C global (else a module dict lookup per use)
+_HEADER: Final = struct.Struct(">BHI")
+_unpack_header: Final = _HEADER.unpack_from
+_VALID_TYPE: Final = tuple(t in (1, 2, 3, 8) for t in range(256))
+_FRAME_END: Final = 0xCE
 
 
 def payload_snippet(ftype: int, payload: bytes) -> str:
@@ -84,6 +86,10 @@ class FrameReader:
         """
         if self.error is not None:
             return []
+        # declared: struct's unpack is untyped, and compiled (mypyc) typed ints are native ints
+        ftype: int
+        channel: int
+        size: int
         frames: list[RawFrame] = []
         pos = 0
         n = len(data)

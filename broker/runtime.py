@@ -24,6 +24,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from ottermq.amqp import native
 from ottermq.persistence.archive import NullArchive
 from ottermq.persistence.store import Definitions, Store
 
@@ -158,6 +159,7 @@ class Broker:
             for proto, ip, port in self.amqp.listeners()
         )
         log.info("OtterMQ %s listening on %s", VERSION, addresses)
+        log.info("OtterMQ %s", native.status())  # compiled by mypyc or pure Python (setup.py)
         if self.web is not None:
             await self.web.start()
         if self.prometheus is not None:

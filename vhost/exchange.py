@@ -138,6 +138,11 @@ class Exchange:
         # (dest, routing key, frozen args) -> binding as given
         self._bindings: dict[BindingKey, Binding] = {}
         self._by_dest: dict[Destination, set[BindingKey]] = {}
+        self._init_index()
+
+    def _init_index(self) -> None:
+        """The subclass's routing index, set up last in ``__init__`` (a hook rather than an
+        ``__init__(*args, **kwargs)`` override: mypyc does not pass those through ``super()``)."""
 
     def set_policy(self, policy: str | None, definition: dict[str, Any]) -> None:
         """Apply the vhost's policy: its ``alternate-exchange`` unless the exchange was declared with one."""
@@ -224,8 +229,7 @@ class DirectExchange(Exchange):
     __slots__ = ("_routes", "_refs")
     TYPE = "direct"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _init_index(self) -> None:
         self._routes: dict[str, set[Destination]] = {}
         self._refs: dict[tuple[str, Destination], int] = {}
 
@@ -258,8 +262,7 @@ class FanoutExchange(Exchange):
     __slots__ = ("_dests", "_refs")
     TYPE = "fanout"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _init_index(self) -> None:
         self._dests: set[Destination] = set()
         self._refs: dict[Destination, int] = {}
 
@@ -288,8 +291,7 @@ class TopicExchange(Exchange):
     TYPE = "topic"
     CACHE_SIZE: ClassVar[int] = 4096
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _init_index(self) -> None:
         self._trie = TopicTrie()
         self._refs: dict[tuple[str, Destination], int] = {}
         self._cache: dict[str, set[Destination]] = {}
@@ -331,8 +333,7 @@ class HeadersExchange(Exchange):
     __slots__ = ("_matchers",)
     TYPE = "headers"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _init_index(self) -> None:
         self._matchers: dict[BindingKey, tuple[Destination, HeadersMatcher]] = {}
 
     def bind(self, routing_key: str, dest: Destination, arguments: dict[str, Any] | None) -> bool:
@@ -392,8 +393,7 @@ class DelayedExchange(Exchange):
     TYPE = DELAYED_EXCHANGE_TYPE
     DELAYED = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _init_index(self) -> None:
         value = self.arguments.get("x-delayed-type")
         if amqp_type_name(value) != "longstr":
             raise PreconditionFailed(DELAYED_TYPE_ERROR)

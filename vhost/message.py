@@ -9,14 +9,17 @@ deadline and the queue's sequence number.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ottermq.amqp.errors import PreconditionFailed
 from ottermq.amqp.props import get_headers, parse_expiration, quick_props, rewrite_props
 from ottermq.amqp.table import LongLong, encode_table, field_type
 
-# Entry states
-READY, OUT, GONE, HELD = 0, 1, 2, 3  # HELD: waiting out a delayed retry (``Queue.requeue``)
+# Entry states (Final: constants in compiled code); HELD: waiting out a delayed retry (``Queue.requeue``)
+READY: Final = 0
+OUT: Final = 1
+GONE: Final = 2
+HELD: Final = 3
 
 
 class Message:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
@@ -47,7 +47,10 @@ from .ready import PriorityReady, Ready
 if TYPE_CHECKING:
     from .arguments import QueueArgs
 
-EXPIRED, MAXLEN, REJECTED, DELIVERY_LIMIT = "expired", "maxlen", "rejected", "delivery_limit"
+EXPIRED: Final = "expired"
+MAXLEN: Final = "maxlen"
+REJECTED: Final = "rejected"
+DELIVERY_LIMIT: Final = "delivery_limit"
 
 
 class Consumer(Protocol):

@@ -58,7 +58,11 @@ class Ready:
         return entries
 
     def __iter__(self) -> Iterator[Entry]:
-        return (e for e in self._q if e.state != GONE)
+        # a generator function, not a generator expression: mypyc compiles those into a list (a copy of
+        # the whole queue for a caller that reads only the first entries)
+        for e in self._q:
+            if e.state != GONE:
+                yield e
 
     def requeue(self, entries: list[Entry]) -> None:
         self._q = _merge(self._q, entries)

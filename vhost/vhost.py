@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ottermq.amqp.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from ottermq.ttl.manager import TTLManager
@@ -58,11 +58,11 @@ class PublishResult:
         )
 
 
-UNROUTED = PublishResult(False, False)
-DUPLICATE = PublishResult(False, False)  # a deduplicating exchange saw it before: not routed
-EXCLUDED = PublishResult(False, False, None, True)
-ROUTED = PublishResult(True, False)
-REFUSED = PublishResult(True, True)
+UNROUTED: Final = PublishResult(False, False)
+DUPLICATE: Final = PublishResult(False, False)  # a deduplicating exchange saw it before: not routed
+EXCLUDED: Final = PublishResult(False, False, None, True)
+ROUTED: Final = PublishResult(True, False)
+REFUSED: Final = PublishResult(True, True)
 
 PREDECLARED = (
     ("amq.direct", "direct", False),

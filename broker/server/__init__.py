@@ -7,3 +7,7 @@ Inside, imports go one way (``tests/unit/architecture`` checks it): ``listener``
 whose Protocols let the parts and the connection use each other without importing each other,
 ``output``, ``flow``, ``endpoints``, ``handshake``, ``states``, ``confirms``, ``reply_to``).
 """
+
+from ottermq.amqp import native
+
+native.install()  # compiled modules or their sources, before the first of them is imported

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import (
@@ -59,11 +59,11 @@ from .topology import Topology
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
 
-_PUBLISH_KEY = BASIC_PUBLISH
-KNOWN_METHODS = frozenset(spec.INDEX_MAPPING)
-ACCESS_REQUEST = 0x001E000A  # access.request (class 30, method 10)
-_CLOSE_KEYS = (spec.Channel.Close.index, spec.Channel.CloseOk.index)  # read after Channel.Close
-INTERN_MAX = 4096  # distinct routing keys / property octets remembered per channel
+_PUBLISH_KEY: Final = BASIC_PUBLISH
+KNOWN_METHODS: Final = frozenset(spec.INDEX_MAPPING)
+ACCESS_REQUEST: Final = 0x001E000A  # access.request (class 30, method 10)
+_CLOSE_KEYS: Final = (spec.Channel.Close.index, spec.Channel.CloseOk.index)  # read after Channel.Close
+INTERN_MAX: Final = 4096  # distinct routing keys / property octets remembered per channel
 
 
 class UnknownMethod(Exception):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ottermq.amqp import fastpath, legacy
 from ottermq.amqp.errors import (
@@ -57,15 +57,21 @@ if TYPE_CHECKING:
 
     from .interfaces import ChannelPort, ServerPort
 
-log = logging.getLogger(__name__)
+log: Final = logging.getLogger(__name__)
 
-PROTOCOL_HEADER = legacy.PROTOCOL_0_9_1
-CLOSE_TIMEOUT = 3.0
-WRITE_HIGH_WATER = 1024 * 1024
+# Final: compiled by mypyc, a Final module constant is a C global (else a module dict lookup per use)
+PROTOCOL_HEADER: Final = legacy.PROTOCOL_0_9_1
+CLOSE_TIMEOUT: Final = 3.0
+WRITE_HIGH_WATER: Final = 1024 * 1024
 
-AWAIT_HEADER, STARTING, TUNING, OPENING = State.AWAIT_HEADER, State.STARTING, State.TUNING, State.OPENING
-RUNNING, CLOSING, CLOSED = State.RUNNING, State.CLOSING, State.CLOSED
-SILENT_CLOSE_DELAY = 3.0  # RabbitMQ's ?SILENT_CLOSE_DELAY before dropping a bad handshake
+AWAIT_HEADER: Final = State.AWAIT_HEADER
+STARTING: Final = State.STARTING
+TUNING: Final = State.TUNING
+OPENING: Final = State.OPENING
+RUNNING: Final = State.RUNNING
+CLOSING: Final = State.CLOSING
+CLOSED: Final = State.CLOSED
+SILENT_CLOSE_DELAY: Final = 3.0  # RabbitMQ's ?SILENT_CLOSE_DELAY before dropping a bad handshake
 
 
 class _NoMethod(NotAllowed):
@@ -97,6 +103,7 @@ class AMQPConnection(asyncio.Protocol):
         self.peer = "?"
         self._header = b""
         self._pending = b""  # an incomplete handshake frame
+        self._framing_0_8 = False  # an AMQP 0-8 client (amqp/legacy.py)
         self.reader = FrameReader(FRAME_MIN_SIZE)
         self.channels: dict[int, Channel] = {}
         self.frame_max = FRAME_MIN_SIZE
@@ -199,6 +206,9 @@ class AMQPConnection(asyncio.Protocol):
         self.flow.update_reading()
 
     def _feed(self, data: bytes) -> None:
+        if self._framing_0_8:  # a flag, not a method assigned per instance: mypyc binds methods early
+            self._feed_0_8(data)
+            return
         for frame_type, channel, payload in self.reader.feed(data):
             self._on_frame(frame_type, channel, payload)
             if self.state is CLOSED:
@@ -282,7 +292,7 @@ class AMQPConnection(asyncio.Protocol):
             return b""
         if dialect.framing_0_8:  # served by the 0-9-1 code, its method frames translated (amqp/legacy.py)
             log.info("connection %s: AMQP %s client", self.peer, dialect.name)
-            self._feed = self._feed_0_8  # type: ignore[method-assign]
+            self._framing_0_8 = True
             self.send_method = self._send_method_0_8
         self._to(STARTING)
         start = handshake.start(self.server.server_properties, self.mechanisms, dialect.version)
@@ -528,12 +538,13 @@ class AMQPConnection(asyncio.Protocol):
                 channel.method_key = 0
                 raise UnexpectedFrame("type 8, all octets = <<>>")
             channel.handle(frame_type, payload)
-        except UnknownMethod as exc:
-            log.warning("connection %s: %s; dropping the connection", self.peer, exc)
+        # one name per clause: compiled by mypyc, a name shared by the clauses has the first one's type
+        except UnknownMethod as unknown:
+            log.warning("connection %s: %s; dropping the connection", self.peer, unknown)
             self._abort()
-        except ChannelException as exc:
+        except ChannelException as soft:
             assert channel is not None
-            self._close_channel(channel, exc)
+            self._close_channel(channel, soft)
         except ConnectionException as exc:
             if isinstance(exc, (_NoMethod, _NoMethodFrameError, ChannelCrashed)):
                 key = 0

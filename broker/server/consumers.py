@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import AccessRefused, AMQPNotImplemented, NotAllowed, PreconditionFailed
@@ -36,7 +36,7 @@ from .interfaces import ConnectionPort, HeldAck
 from .reply_to import ReplyConsumer
 
 # The channel's logger: the log lines (and operators' filters on them) did not move with the code.
-log = logging.getLogger(__name__.rpartition(".")[0] + ".channel")
+log: Final = logging.getLogger(__name__.rpartition(".")[0] + ".channel")
 
 
 class ChannelConsumer:

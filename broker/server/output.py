@@ -16,13 +16,14 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+from typing import Final
 
 from ottermq.amqp import fastpath
 from pamqp.base import Frame
 
 from .interfaces import ConfirmSender
 
-FLUSH_THRESHOLD = 256 * 1024
+FLUSH_THRESHOLD: Final = 256 * 1024
 
 
 class Output:

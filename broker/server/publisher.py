@@ -20,6 +20,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import AMQPNotImplemented, ChannelException, PreconditionFailed
@@ -36,7 +37,7 @@ from .confirms import Confirms
 from .interfaces import ConnectionPort, HeldAcks
 from .reply_to import REPLY_PREFIX, ReplyTarget, fast_reply_to
 
-TX_COMMIT = spec.Tx.Commit.index
+TX_COMMIT: Final = spec.Tx.Commit.index
 
 Publish = tuple[str, str, bool, bool]
 """A ``basic.publish``'s ``(exchange, routing key, mandatory, immediate)``."""
@@ -129,7 +130,7 @@ class Publisher:
         ttl = parse_expiration(expiration) if expiration is not None else None
         message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
         keys = None
-        cc = b"CC" in raw_props
+        cc = raw_props.find(b"CC") >= 0  # `b"CC" in raw_props` first tries it as an int: an error per call
         if cc:  # sender-selected distribution (CC/BCC headers), rare
             message, keys = sender_selected(message)  # 406 here, also in tx mode (as RabbitMQ)
         stats = self.stats

@@ -16,6 +16,9 @@ from pamqp import frame as pframe
 from pamqp import header as pheader
 from pamqp.heartbeat import Heartbeat
 
+# installed (compiled by mypyc) and pure-Python modules, the same expectations (tests/conftest.py)
+pytestmark = pytest.mark.hot_path
+
 M = TypeVar("M", bound=base.Frame)
 
 FRAME_MAX = 4096

@@ -12,6 +12,9 @@ from pamqp import commands as spec
 from pamqp import encode as pamqp_encode
 from pamqp import frame as pframe
 
+# installed (compiled by mypyc) and pure-Python modules, the same expectations (tests/conftest.py)
+pytestmark = pytest.mark.hot_path
+
 
 def publish_payload(exchange: bytes = b"ex", routing_key: bytes = b"rk", bits: int = 0) -> bytes:
     return (
@@ -115,7 +118,7 @@ def test_frame_max_too_small_for_a_body() -> None:
 
 def test_body_may_be_any_buffer() -> None:
     body = bytearray(b"z" * 10_000)
-    got = fastpath.encode_content(1, b"\x00\x00", memoryview(body), 4096)  # type: ignore[arg-type]
+    got = fastpath.encode_content(1, b"\x00\x00", memoryview(body), 4096)
     assert got == fastpath.encode_content(1, b"\x00\x00", bytes(body), 4096)
 
 

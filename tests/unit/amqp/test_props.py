@@ -17,6 +17,9 @@ from ottermq.amqp.props import (
 from ottermq.amqp.table import LongLong, Timestamp, encode_table
 from pamqp import commands
 
+# installed (compiled by mypyc) and pure-Python modules, the same expectations (tests/conftest.py)
+pytestmark = pytest.mark.hot_path
+
 FULL = commands.Basic.Properties(
     content_type="application/json",
     content_encoding="gzip",

@@ -9,6 +9,9 @@ import pytest
 from ottermq.amqp.errors import FrameError
 from ottermq.amqp.reader import FrameReader
 
+# installed (compiled by mypyc) and pure-Python modules, the same expectations (tests/conftest.py)
+pytestmark = pytest.mark.hot_path
+
 
 def frame(ftype: int, channel: int, payload: bytes, end: int = 0xCE) -> bytes:
     return struct.pack(">BHI", ftype, channel, len(payload)) + payload + bytes([end])

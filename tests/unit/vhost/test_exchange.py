@@ -19,6 +19,9 @@ from ottermq.vhost.exchange import (
     make_exchange,
 )
 
+# installed (compiled by mypyc) and pure-Python modules, the same expectations (tests/conftest.py)
+pytestmark = pytest.mark.hot_path
+
 Q1, Q2, Q3 = ("queue", "q1"), ("queue", "q2"), ("queue", "q3")
 X1 = ("exchange", "x1")
 

@@ -10,6 +10,9 @@ from ottermq.vhost.arguments import parse_queue_args
 from ottermq.vhost.message import Entry, Message
 from ottermq.vhost.queue import Queue
 
+# installed (compiled by mypyc) and pure-Python modules, the same expectations (tests/conftest.py)
+pytestmark = pytest.mark.hot_path
+
 
 class FakeTTL:
     enabled = True
