@@ -3,6 +3,12 @@
 The vhost reports durable exchanges, queues, bindings and the persistent messages of durable
 queues (``vhost.DefinitionStore``, ``vhost.queue.MessageStore``); this turns them into records
 and queues them on the store. Nothing here awaits: the store batches and commits on its own.
+
+A stored entry's ``store_id`` is its queue's id (the very int object the queue holds) when its
+message id is ``(queue id << SEQ_BITS) | entry.seq``, as it nearly always is: no int object per
+queued message (32 octets each). Otherwise (the store moved the seq on, e.g. in a queue redeclared
+under a name whose old messages used higher seqs; recovered entries) it is the full message id.
+Message ids are at least ``1 << SEQ_BITS`` and queue ids below it, so ``_message_id`` tells them apart.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from ottermq.vhost.exchange import Destination, Exchange
 from ottermq.vhost.message import Entry
 from ottermq.vhost.queue import Queue
 
+from .schema import SEQ_BITS
 from .store import BindingRecord, ExchangeRecord, MessageRecord, QueueRecord, Store
 
 
@@ -76,7 +83,7 @@ class DurableHook:
     # -- messages -------------------------------------------------------------------------
     def message_added(self, queue: Queue, entry: Entry) -> None:
         message = entry.message
-        entry.store_id = self.store.insert_message(
+        message_id = self.store.insert_message(
             MessageRecord(
                 queue.store_id,
                 entry.seq,
@@ -91,15 +98,23 @@ class DurableHook:
                 entry.delivery_count,
             )
         )
+        queue_id = queue.store_id
+        entry.store_id = queue_id if message_id == (queue_id << SEQ_BITS) | entry.seq else message_id
 
     def message_removed(self, entry: Entry) -> None:
-        self.store.delete_message(entry.store_id)
+        self.store.delete_message(_message_id(entry))
 
     def message_delivered(self, entry: Entry) -> None:
-        self.store.mark_delivered(entry.store_id, entry.delivery_count)
+        self.store.mark_delivered(_message_id(entry), entry.delivery_count)
 
     def queue_purged(self, queue: Queue) -> None:
         self.store.purge_queue(queue.store_id)
 
     def queue_touched(self, queue: Queue, expires_at: int) -> None:
         self.store.touch_queue(queue.store_id, expires_at)
+
+
+def _message_id(entry: Entry) -> int:
+    """The stored entry's message id (see the module docstring)."""
+    sid = entry.store_id
+    return sid if sid >> SEQ_BITS else (sid << SEQ_BITS) | entry.seq

@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ottermq.amqp.errors import AMQPError, NotAllowed
 from ottermq.persistence.memory import MemoryStore
@@ -82,7 +82,9 @@ class Node:
         self.disk_alarm = False
         self.disk_free_probe: Callable[[], int | None] = self._disk_free  # tests put a fake one here
         self._memory_timer: asyncio.TimerHandle | None = None
-        self.heap = HeapTrimmer(process_rss)  # hands freed heap pages back after a backlog drains
+        # hands freed heap pages back after a backlog drains (and the store's page cache, see _drained)
+        self.heap = HeapTrimmer(process_rss, on_drained=self._drained)
+        self._release: asyncio.Task[None] | None = None
         # x-delayed-message exchanges and persistent deduplication caches (broker/node/delayed.py)
         self.delays = DelayService(self.vhosts, self.store, loop, self.ttl.now)
         self.dedup = DedupPersistence(self.store, self.ttl.now)
@@ -189,6 +191,8 @@ class Node:
     async def close(self) -> None:
         """Commit what is pending and close the archive (once the connections are gone: nothing
         confirmed is lost)."""
+        if self._release is not None:  # a page-cache release in flight finishes before the store closes
+            await asyncio.gather(self._release, return_exceptions=True)
         await self.store.close()  # commits what is pending: nothing confirmed is lost
         await self.archive.close()  # writes buffered dead-letter records, finishes .part files
 
@@ -274,6 +278,21 @@ class Node:
         self.check_disk()
         self.heap.tick()
         self._memory_timer = self.loop.call_later(1.0, self.check_memory)
+
+    def _drained(self) -> None:
+        """A backlog drained (``HeapTrimmer``): trim now, and again once the store gave back its cache."""
+        self.heap.trim()
+        release = getattr(self.store, "release_memory", None)
+        if release is not None and (self._release is None or self._release.done()):
+            self._release = self.loop.create_task(self._release_store_memory(release))
+
+    async def _release_store_memory(self, release: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await release()
+        except Exception as exc:  # a closed store, an I/O error: memory only, nothing to undo
+            log.debug("store memory not released: %s", exc)
+            return
+        self.heap.trim()
 
     def set_alarm(self, on: bool) -> None:
         """Block (or unblock) publishing connections, as RabbitMQ's memory alarm does."""

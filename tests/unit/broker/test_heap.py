@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from ottermq.broker.node.heap import HeapTrimmer
 from ottermq.broker.node.node import process_rss
@@ -45,3 +47,30 @@ def test_off_without_glibc() -> None:
     t._libc = None  # as on musl or macOS
     t.tick()
     assert (t.enabled, t.trims, t.free_held(), t.trim()) == (False, 0, 0, 0)
+
+
+def test_a_drained_python_heap_is_collected_once_then_handed_back() -> None:
+    drained: list[int] = []
+    t = HeapTrimmer(process_rss, threshold=1 << 62, every=1, blocks_drop=100_000)
+    t.on_drained = lambda: drained.append(t.collections)
+    # a backlog of more blocks than the process holds (a drain must halve the count): a tuple, a str and
+    # an int each
+    backlog = [(i + 1000, str(i)) for i in range(max(200_000, sys.getallocatedblocks()))]
+    t.tick()  # the peak
+    assert drained == []
+    del backlog
+    t.tick()
+    assert drained == [1] and t.collections == 1
+    t.tick()
+    t.tick()
+    assert t.collections == 1  # the peak was reset to what was left
+
+
+def test_a_small_drop_is_no_drain() -> None:
+    t = HeapTrimmer(process_rss, threshold=1 << 62, every=1, blocks_drop=1 << 40)
+    t.on_drained = lambda: pytest.fail("not a drain")
+    backlog = [(i, str(i)) for i in range(50_000)]
+    t.tick()
+    del backlog
+    t.tick()
+    assert t.collections == 0

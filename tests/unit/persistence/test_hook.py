@@ -15,6 +15,7 @@ import pytest
 from ottermq.dlx.deadletter import DeadLetterer
 from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.memory import MemoryStore
+from ottermq.persistence.schema import SEQ_BITS
 from ottermq.persistence.store import MessageRecord, StoreError
 from ottermq.ttl.deadline import expires_at
 from ottermq.vhost.message import Message, sender_selected
@@ -87,7 +88,9 @@ def test_message_added_writes_the_whole_record():
         assert entry.store_id
         await s.store.flush()
         [row] = await s.rows(q)
-        assert (row.id, row.queue_id, row.seq) == (entry.store_id, q.store_id, entry.seq)
+        message_id = (q.store_id << SEQ_BITS) | entry.seq
+        assert (row.id, row.queue_id, row.seq) == (message_id, q.store_id, entry.seq)
+        assert entry.store_id is q.store_id  # no int object of its own per stored entry
         assert (row.exchange, row.routing_key, row.body) == ("", "q", b"payload")
         assert row.props == entry.message.raw_props
         assert (row.enqueued_at, row.deadline) == (T0, T0 + 5000)

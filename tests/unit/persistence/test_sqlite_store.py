@@ -475,3 +475,19 @@ def test_stats_report_bytes_on_disk(tmp_path: Path) -> None:
         await store.close()
 
     run(main)
+
+
+def test_release_memory_keeps_the_data_and_needs_an_open_store(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "ottermq.db")
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        for seq in range(1, 2001):
+            store.insert_message(message(q, seq))
+        await store.release_memory()  # in order with the batch before it: the inserts are committed
+        assert [m.seq for m in await messages(store, q)] == list(range(1, 2001))
+        await store.close()
+        with pytest.raises(StoreError):
+            await store.release_memory()
+
+    run(main)
