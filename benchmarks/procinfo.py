@@ -60,6 +60,25 @@ def tree_cpu_seconds(pid: int | None) -> float | None:
     return own + sum(cpu_seconds(child) or 0.0 for child in children(pid))
 
 
+def wait_quiet(
+    pids: list[int | None], idle: float = 0.05, window: float = 0.5, max_wait: float = 20.0
+) -> float:
+    """Wait until the brokers ``pids`` (with their workers) are idle: less than ``idle`` of a core over
+    ``window`` seconds. Brokers measured in turns share the cores, and one still busy after its own run
+    (RabbitMQ collects garbage and emits stats for a few seconds) would take a core from the next; at most
+    ``max_wait`` seconds. The seconds waited."""
+    start = time.perf_counter()
+    known = [pid for pid in pids if pid is not None]
+    while True:
+        before = [tree_cpu_seconds(pid) or 0.0 for pid in known]
+        time.sleep(window)
+        after = [tree_cpu_seconds(pid) or 0.0 for pid in known]
+        busy = max((b - a for a, b in zip(before, after, strict=True)), default=0.0) / window
+        waited = time.perf_counter() - start
+        if busy < idle or waited >= max_wait:
+            return waited
+
+
 def rss_bytes(pid: int | None) -> int | None:
     """Resident set size of ``pid`` (``VmRSS`` in ``/proc/<pid>/status``)."""
     if pid is None:

@@ -36,7 +36,14 @@ from cloadgen import C_SCENARIOS  # noqa: E402
 from cloadgen import binary as c_binary  # noqa: E402
 from delayed_bench import DELAYED_SCENARIOS  # noqa: E402
 from goloadgen import GO_SCENARIOS  # noqa: E402
-from procinfo import OtterMQProcess, RssSampler, find_broker_pid, raise_fd_limit, tree_cpu_seconds  # noqa: E402
+from procinfo import (  # noqa: E402
+    OtterMQProcess,
+    RssSampler,
+    find_broker_pid,
+    raise_fd_limit,
+    tree_cpu_seconds,
+    wait_quiet,
+)
 from scenarios import FULL, QUICK, Context, Outcome, Scenario, failed  # noqa: E402
 from scenarios import SCENARIOS as PY_SCENARIOS  # noqa: E402
 from wire import BrokerURL, RawConnection  # noqa: E402
@@ -313,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                         _prepare(otter, scenario)
                         target.url, target.pid = BrokerURL(port=otter.port), otter.pid
                     ctx = Context(url=target.url, sizes=sizes, pid=target.pid)
+                    wait_quiet([t.pid for t in targets])
                     report.runs.append(run_once(scenario, target, ctx, rep, timeout))
         if not otter.alive:
             log.warning("ottermq died during the last scenario; see %s", otter.log_path)

@@ -1,7 +1,7 @@
 """Multi-vhost scaling: N vhosts, each with its own publisher and no-ack consumer, all at once.
 
     python benchmarks/vhosts.py [--compare amqp://guest:guest@127.0.0.1:5672/%2F] [--quick]
-        [--vhosts 1,2,4,8] [--count 300000] [--reps 3] [--json vhosts.json]
+        [--vhosts 1,2,4,8] [--count 300000] [--reps 3] [--json vhosts.json] [--png benchmarks/vhosts.png]
 
 For each N, every broker gets N vhosts (``bench-v1`` ... made over the management API, with
 permissions for the benchmark's user). Then N copies of the C generator run at the same time: the
@@ -22,7 +22,13 @@ Reported per N and broker (medians of ``--reps``, the brokers in turns A B C A B
 - the scaling ratio: throughput at N over throughput at 1, for the same broker.
 
 The ottermq brokers are started fresh for each N (the vhosts then go one to each worker, as the
-least busy worker takes the next vhost).
+least busy worker takes the next vhost). Before each run every broker must be idle (``wait_quiet``):
+RabbitMQ keeps a core busy for seconds after a run, which would otherwise be taken from the next one.
+
+The PNG (``--png``, matplotlib) has the throughput curves and, on paper, the curve expected on a
+16-core machine: ``min(N, 16)`` workers busy, each at the one-worker rate at N=1 times the efficiency
+measured here at the highest N that has a worker per vhost (``auto``'s rate over ``cores`` times the
+one-worker rate), the generators on cores of their own.
 """
 
 from __future__ import annotations
@@ -45,7 +51,13 @@ if str(_HERE) not in sys.path:  # PYTHONSAFEPATH=1 (the Makefile sets it) leaves
     sys.path.insert(0, str(_HERE))
 
 from cloadgen import binary, run_cgen  # noqa: E402
-from procinfo import OtterMQProcess, find_broker_pid, raise_fd_limit, tree_cpu_seconds  # noqa: E402
+from procinfo import (  # noqa: E402
+    OtterMQProcess,
+    find_broker_pid,
+    raise_fd_limit,
+    tree_cpu_seconds,
+    wait_quiet,
+)
 from scenarios import FULL, QUICK, Context  # noqa: E402
 from wire import BrokerURL  # noqa: E402
 
@@ -116,6 +128,52 @@ def ottermq(label: str, workers: str, src: Path | None) -> Broker:
     )
 
 
+def expected(points: list[int], one_worker: float, efficiency: float, cores: int = 16) -> list[float]:
+    """On paper: msgs/s with ``cores`` workers for each N (see the module docstring)."""
+    return [min(n, cores) * one_worker * efficiency for n in points]
+
+
+def plot(summary: dict[str, Any], labels: list[str], path: Path) -> bool:
+    """Throughput and scaling against N, with the 16-core curve on paper; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    points = sorted({p["n"] for p in summary["points"]})
+    rate = {(p["broker"], p["n"]): p["msgs_per_s"] for p in summary["points"]}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for label in labels:
+        ys = [rate.get((label, n)) or float("nan") for n in points]
+        left.plot([str(n) for n in points], ys, marker="o", label=label)
+        base = rate.get((label, points[0]))
+        right.plot(
+            [str(n) for n in points],
+            [y / base if base else float("nan") for y in ys],
+            marker="o",
+            label=label,
+        )
+    paper = summary.get("expected_16_cores")
+    if paper:
+        right.plot([str(n) for n in points], [v / paper[0] for v in paper], "k--", label="16 cores, on paper")
+    left.set_title(f"{summary['count_per_vhost']:,} no-ack msgs per vhost, C generator")
+    left.set_xlabel("vhosts (one publisher + one consumer each)")
+    left.set_ylabel("msgs/s, all vhosts")
+    left.set_ylim(bottom=0)
+    right.set_title(f"throughput over N=1 ({summary['cores']} cores here)")
+    right.set_xlabel("vhosts")
+    right.set_ylim(bottom=0)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -131,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small counts, one rep")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--png", type=Path, default=_HERE / "vhosts.png", help="the curves")
     parser.add_argument("--ottermq-src", type=Path)
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -156,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 make_vhosts(broker, n)
             for _rep in range(reps):
                 for broker in brokers:
+                    wait_quiet([b.pid for b in brokers])
                     result = asyncio.run(one_point(broker, n, count, sizes))
                     rows.setdefault((broker.label, n), []).append(result)
                     print(f"N={n} {broker.label}: {json.dumps(result)}", file=sys.stderr)
@@ -195,8 +255,25 @@ def main(argv: list[str] | None = None) -> int:
         auto = next((p for p in summary["points"] if p["n"] == n and p["broker"] == labels[1]), None)
         if one and auto and one["msgs_per_s"] and auto["msgs_per_s"]:
             print(f"N={n}: workers=auto / workers=1 = {auto['msgs_per_s'] / one['msgs_per_s']:.2f}")
+    cores = os.cpu_count() or 1
+    one = {p["n"]: p["msgs_per_s"] for p in summary["points"] if p["broker"] == labels[0]}
+    auto = {p["n"]: p["msgs_per_s"] for p in summary["points"] if p["broker"] == labels[1]}
+    full = [n for n in points if n <= cores and one.get(points[0]) and auto.get(n)]
+    if full and points[0] == 1:
+        n = max(full)
+        efficiency = auto[n] / (n * one[1])
+        summary["efficiency"] = efficiency
+        summary["expected_16_cores"] = expected(points, one[1], efficiency)
+        print(
+            f"per-worker efficiency at N={n}: {efficiency:.2f}; on paper with 16 cores: "
+            + ", ".join(
+                f"N={p}: {v:,.0f} msgs/s" for p, v in zip(points, summary["expected_16_cores"], strict=True)
+            )
+        )
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
+    if not args.quick and plot(summary, labels, args.png):
+        print(f"curves: {args.png}")
     return 0
 
 
