@@ -13,7 +13,8 @@ What is checked, with pika and the management API on a private broker with vhost
 - a worker killed is started again and recovers its vhosts' durable messages; a connection to its
   vhost meanwhile gets RabbitMQ's ``530 NOT_ALLOWED - vhost a is down``; the other worker's
   connections carry on;
-- the assignment survives a restart of the whole broker.
+- the assignment survives a restart of the whole broker;
+- a user's connection and channel limits count the connections and channels in every worker.
 """
 
 from __future__ import annotations
@@ -295,3 +296,43 @@ def test_a_users_connection_limit_counts_every_workers_connections(two_workers: 
 
     assert poll_until(third)
     second.close()
+
+
+def test_a_users_channel_limit_counts_every_workers_channels(two_workers: Any) -> None:
+    _process, broker = two_workers
+    assert broker.api("/api/users/carol", "PUT", {"password": "pw", "tags": ""})[0] == 201
+    for vhost in ("a", "b"):  # worker 1's and worker 0's
+        assert broker.api(f"/api/permissions/{vhost}/carol", "PUT", EVERYTHING)[0] == 201
+    assert broker.api("/api/user-limits/carol/max-channels", "PUT", {"value": 3})[0] == 204
+    carol = pika.PlainCredentials("carol", "pw")
+    in_a, in_b = connect(broker, "a", credentials=carol), connect(broker, "b", credentials=carol)
+    held = [in_a.channel(), in_a.channel(), in_b.channel()]  # 2 in worker 1, 1 in worker 0
+
+    def refused(vhost: str) -> bool:
+        """A new connection's first channel is refused (530, connection closed) in ``vhost``'s worker."""
+        conn = connect(broker, vhost, credentials=carol)
+        try:
+            conn.channel().close()
+        except pika.exceptions.ConnectionClosedByBroker as closed:
+            assert closed.reply_code == 530
+            assert "has reached the maximum allowed user limit of (3)" in closed.reply_text
+            return True
+        conn.close()
+        return False
+
+    assert poll_until(lambda: refused("b"), interval=0.1)  # worker 0 counts worker 1's two
+    assert poll_until(lambda: refused("a"), interval=0.1)  # and worker 1 worker 0's one
+    held[0].close()  # one channel free in worker 1: worker 0 hears of it
+
+    def opens_in_b() -> bool:
+        conn = connect(broker, "b", credentials=carol)
+        try:
+            conn.channel()
+        except pika.exceptions.ConnectionClosedByBroker:
+            return False
+        conn.close()
+        return True
+
+    assert poll_until(opens_in_b, interval=0.1)
+    in_a.close()
+    in_b.close()

@@ -99,6 +99,10 @@ class Node:
         # that connection limits count every worker's connections
         self.elsewhere: dict[int, tuple[str, str]] = {}
         self.workers: WorkerPool | None = None
+        # several workers: the channels the users with a max-channels limit have open in the other
+        # workers (sent by worker 0), and who to tell when this worker's change (see channels_changed)
+        self.channels_elsewhere: dict[str, int] = {}
+        self.on_channels_changed: Callable[[], None] | None = None
 
     # -- listeners ---------------------------------------------------------------------------
     def add_listing(self, listing: Listing) -> None:
@@ -375,8 +379,26 @@ class Node:
             )
 
     def user_channels(self, username: str) -> int:
-        """Channels open on ``username``'s connections (the ``max-channels`` limit counts them all)."""
-        return sum(c.channel_count() for c in self.connections if c.username == username)
+        """Channels open on ``username``'s connections (the ``max-channels`` limit counts them all),
+        in every worker: the other workers' as worker 0 last reported them (a few milliseconds old)."""
+        here = sum(c.channel_count() for c in self.connections if c.username == username)
+        return here + self.channels_elsewhere.get(username, 0)
+
+    def limited_user_channels(self) -> dict[str, int]:
+        """This worker's open channels per user that has a ``max-channels`` limit (0s included)."""
+        users = self.limits.by_kind["user"]
+        counts = {name: 0 for name in users if self.limits.limit("user", name, "max-channels") is not None}
+        for c in self.connections:
+            if c.username in counts:
+                counts[c.username] += c.channel_count()
+        return counts
+
+    def channels_changed(self, username: str) -> None:
+        """A channel of ``username`` opened or closed here: with several workers, and a ``max-channels``
+        limit on that user, the other workers are told (coalesced by the callee)."""
+        report = self.on_channels_changed
+        if report is not None and self.limits.limit("user", username, "max-channels") is not None:
+            report()
 
     def apply_limits(self) -> None:
         """Give each vhost its ``max-queues`` limit (after recovery and on every change)."""

@@ -574,11 +574,13 @@ class AMQPConnection(asyncio.Protocol):
             )
         self.channels[number] = Channel(self, number)
         self.node.churn.channels_opened += 1
+        self.node.channels_changed(self.username)
         self.send_method(number, spec.Channel.OpenOk())
 
     def channel_closed(self, number: int) -> None:
         """Forget a channel after the close handshake completed."""
-        self.channels.pop(number, None)
+        if self.channels.pop(number, None) is not None:
+            self.node.channels_changed(self.username)
 
     def close_channel(self, channel: ChannelPort, exc: ChannelException) -> None:
         """Close ``channel`` with ``exc`` outside frame handling (e.g. a failed store commit)."""
@@ -693,6 +695,8 @@ class AMQPConnection(asyncio.Protocol):
                 channel.shutdown()
             except Exception:
                 log.exception("error releasing channel %s", channel.number)
+        if channels:
+            self.node.channels_changed(self.username)
         queues, self.exclusive_queues = self.exclusive_queues, set()
         for queue in queues:
             if not queue.deleted:

@@ -14,6 +14,10 @@ Rules:
   the TLS socket and the other end.
 - ``sync`` sends the metadata snapshot to every running worker and waits for their answers (up to
   ``SYNC_TIMEOUT``): a change made through the management API is answered once every worker has it.
+- User channel limits (``max-channels``) count every worker's channels: a worker reports its open
+  channels per limited user whenever they change (``channels``, coalesced per event-loop turn), and
+  worker 0 sends each worker the sum of the others' (``channels_elsewhere``) when it changes. A
+  limit is checked against counts a few milliseconds old.
 - ``stop``: SIGTERM to every worker and wait (they close their connections with 320 and commit),
   then SIGKILL what is left.
 """
@@ -73,6 +77,8 @@ class Child:
     synced: dict[int, asyncio.Future[None]] = field(default_factory=dict)
     offered: dict[int, Offer] = field(default_factory=dict)  # sent, not yet taken
     serving: set[int] = field(default_factory=set)  # taken, not yet closed
+    channels: dict[str, int] = field(default_factory=dict)  # its open channels per limited user
+    told: dict[str, int] = field(default_factory=dict)  # the other workers' channels, as last sent to it
 
     @property
     def up(self) -> bool:
@@ -94,6 +100,7 @@ class Supervisor:
         self._seq = 0
         self._offers = 0
         self._stopping = False
+        self._spreading = False  # a channels_elsewhere round is scheduled
         # the processes start at once (importing Python takes a while); they get their settings and
         # the metadata in ``start``, once worker 0's store is open
         self._launching: asyncio.Future[list[Child]] = asyncio.gather(
@@ -130,6 +137,7 @@ class Supervisor:
                 raise StartupError("workers", self.count, f"worker {index} did not start") from None
         self.broker.amqp.router = self.route
         node.owns = lambda name: self.owners.owner(name) == 0
+        node.on_channels_changed = self._spread_soon
         node.workers = self
         log.info("%d workers: %s", self.count, self.describe())
 
@@ -200,12 +208,41 @@ class Supervisor:
             number = int(message.get("id") or 0)
             child.serving.discard(number)
             self.broker.node.elsewhere.pop(number, None)
+        elif kind == "channels":
+            child.channels = {str(k): int(v) for k, v in (message.get("counts") or {}).items()}
+            self._spread_soon()
         elif kind == "synced":
             waiter = child.synced.pop(int(message.get("seq") or 0), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
+    # -- user channel limits -----------------------------------------------------------------------
+    def _spread_soon(self) -> None:
+        if not self._spreading:
+            self._spreading = True
+            self.loop.call_soon(self._spread)
+
+    def _spread(self) -> None:
+        """Tell every worker the channels the limited users have open in the other workers."""
+        self._spreading = False
+        node = self.broker.node
+        here = node.limited_user_channels()
+        up = [c for c in self.children.values() if c.up]
+        users = set(here).union(*(c.channels for c in up))
+        total = {u: here.get(u, 0) + sum(c.channels.get(u, 0) for c in up) for u in users}
+        node.channels_elsewhere = {u: n - here.get(u, 0) for u, n in total.items() if n - here.get(u, 0)}
+        for child in up:
+            others = {
+                u: n - child.channels.get(u, 0) for u, n in total.items() if n - child.channels.get(u, 0)
+            }
+            if others != child.told:
+                child.told = others
+                child.control.send({"type": "channels_elsewhere", "counts": others})
+
     def _on_closed(self, child: Child) -> None:
+        if child.channels or child.told:  # its channels closed with it
+            child.channels, child.told = {}, {}
+            self._spread_soon()
         for number in (*child.serving, *child.offered):  # its connections died with it
             self.broker.node.elsewhere.pop(number, None)
         child.serving.clear()
@@ -336,6 +373,7 @@ class Supervisor:
                     }
                 )
                 waiters.append(waiter)
+        self._spread_soon()  # a max-channels limit set or removed: who is counted changed
         if waiters:
             done, pending = await asyncio.wait(waiters, timeout=SYNC_TIMEOUT)
             if pending:

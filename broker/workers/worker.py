@@ -62,6 +62,7 @@ class Worker:
         self.loop = loop
         self.broker: Broker | None = None
         self.owned: set[str] = set()  # the vhosts worker 0 gave this worker
+        self._reporting = False  # a report of this worker's channels per limited user is scheduled
         self.stop = asyncio.Event()
         self._started: asyncio.Future[Message] = loop.create_future()
         self.control = Control(sock, loop, self._on_message, self.stop.set)
@@ -95,9 +96,25 @@ class Worker:
             except Exception:
                 log.exception("worker %d: metadata from worker 0 not applied", self.index)
             self.control.send({"type": "synced", "seq": message.get("seq")})
+            self._report_channels()  # the limited users may have changed
+            return
+        if kind == "channels_elsewhere" and broker is not None:
+            counts = message.get("counts") or {}
+            broker.node.channels_elsewhere = {str(k): int(v) for k, v in counts.items()}
             return
         for fd in fds:
             socket.socket(fileno=fd).close()
+
+    def _report_soon(self) -> None:
+        """A limited user's channels changed here: report them once this event-loop turn is over."""
+        if not self._reporting:
+            self._reporting = True
+            self.loop.call_soon(self._report_channels)
+
+    def _report_channels(self) -> None:
+        self._reporting = False
+        if self.broker is not None:
+            self.control.send({"type": "channels", "counts": self.broker.node.limited_user_channels()})
 
     async def run(self) -> None:
         start = await self._started
@@ -108,6 +125,7 @@ class Worker:
         self.owned = set(start.get("owned") or ())
         broker.node.owns = lambda name: name in self.owned
         broker.node.worker_index = self.index
+        broker.node.on_channels_changed = self._report_soon
         await broker.node.open(seed=False)
         metadata.sync(broker.node, start["definitions"])
         self.broker = broker
