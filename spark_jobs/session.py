@@ -258,6 +258,13 @@ def class_data_options(jvm_flags: str) -> tuple[str, Path | None]:
         else:
             dump.unlink(missing_ok=True)
         pid_file.unlink(missing_ok=True)
+    for pid_file in folder.glob("*.pid"):  # a JVM that never dumped (killed, or it failed): its note
+        try:
+            orphan = not pid_file.with_suffix(".dump").exists() and not _alive(int(pid_file.read_text()))
+        except (OSError, ValueError):
+            orphan = True
+        if orphan:
+            pid_file.unlink(missing_ok=True)
     if archive.is_file():
         return f"-XX:SharedArchiveFile={archive} {_CDS_QUIET}", None
     if dumping:

@@ -202,3 +202,26 @@ def test_cli_without_pyspark_gives_a_hint(
     monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark -> ImportError
     assert entry(["anything"]) == 2  # type: ignore[operator]
     assert "pip install 'ottermq[spark]'" in capsys.readouterr().err  # type: ignore[attr-defined]
+
+
+def test_a_jvm_that_never_dumped_its_class_archive_leaves_no_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import subprocess
+    import tempfile
+
+    from ottermq.spark_jobs import session
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(session.CDS_ENV, raising=False)
+    folder = session._cds_folder()
+    if folder is None or session._java() is None:
+        pytest.skip("no java here")
+    dead = subprocess.Popen(["true"])  # a pid that has exited
+    dead.wait()
+    (folder / "k-1-1.pid").write_text(str(dead.pid))  # killed before its JVM dumped anything
+    (folder / "k-2-2.pid").write_text(str(os.getpid()))  # a JVM still running: it dumps at its exit
+    (folder / "k-3-3.pid").write_text("garbage")
+    session.class_data_options("")
+    assert sorted(p.name for p in folder.glob("*.pid")) == ["k-2-2.pid"]
