@@ -160,6 +160,7 @@ class VHost:
         self.dedup_store: DedupStore | None = None  # set by broker/wiring.py when persistent
         # timer source for queues' delayed retry: (epoch ms, callback) -> handle (broker/wiring.py)
         self.call_at: Callable[[int, Callable[[], None]], Any] | None = None
+        self.call_soon: Callable[[Callable[[], None]], Any] | None = None  # the event loop's (queues)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
@@ -433,6 +434,7 @@ class VHost:
         dedup = self._dedup_settings("queue", queue, {})  # 406 before the queue exists
         queue.on_expired = self._expire_queue
         queue.call_at = self.call_at
+        queue.call_soon = self.call_soon
         self.queues[name] = queue
         self.queues_created += 1
         if self.policies or self.operator_policies:

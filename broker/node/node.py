@@ -214,6 +214,7 @@ class Node:
             vhost.delayer = self.delays
             vhost.dedup_store = self.dedup
             vhost.call_at = make_call_at(self.loop, self.ttl.now)
+            vhost.call_soon = self.loop.call_soon
         return vhost
 
     def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool:

@@ -45,7 +45,7 @@ from ..node.stats import MessageStats
 from . import handshake
 from .channel import Channel, UnknownMethod, expect_open
 from .endpoints import Endpoints
-from .flow import STORE_HIGH_WATER, FlowControl
+from .flow import READ_BUDGET, STORE_HIGH_WATER, FlowControl
 from .handshake import FRAME_MIN_SIZE, ClientCapabilities, HandshakeError
 from .output import Output
 from .states import Routed, State, Step, check_transition, route
@@ -170,6 +170,12 @@ class AMQPConnection(asyncio.Protocol):
         self._recv_flag = True
         self.recv_oct += len(data)
         self.recv_cnt += 1
+        flow = self.flow
+        flow.read_octets += len(data)
+        if flow.read_octets > READ_BUDGET and not flow.yielding:  # give way for a loop turn (flow.py)
+            flow.yielding = True
+            flow.update_reading()
+            self.loop.call_soon(self._next_turn)
         if self.state is CLOSED or self._held:
             return
         if self._recording is not None and self.state < RUNNING:
@@ -253,6 +259,13 @@ class AMQPConnection(asyncio.Protocol):
             )
         else:
             log.debug("connection %s closed", self.peer)
+
+    def _next_turn(self) -> None:
+        flow = self.flow
+        flow.read_octets = 0
+        flow.yielding = False
+        if not self._held:  # offered to another worker: it stays paused (hold)
+            flow.update_reading()
 
     def pause_writing(self) -> None:
         self.flow.paused = True

@@ -10,6 +10,10 @@ Rules (uvicorn's ``flow_control.py``, plus RabbitMQ's ``connection.blocked``):
   more than ``STORE_HIGH_WATER`` writes wait for the store, until what was queued when it stopped
   is committed (RabbitMQ's credit flow: publishers faster than the disk are slowed down to it,
   not left to fill memory with writes waiting). Clients are not told (no ``connection.blocked``).
+- A connection read ``READ_BUDGET`` octets since it last gave way pauses reading until the next
+  event-loop turn (``yielding``): libuv reads a socket that keeps having data up to 32 times per
+  turn, and a fast publisher (256 KiB per read) would hold the loop for hundreds of milliseconds,
+  while the other connections of the process (handshakes, heartbeats, consumers) wait.
 - Reading is paused or resumed only when the wanted state changes, and never once the connection
   is closed (``stop``).
 """
@@ -19,12 +23,22 @@ from __future__ import annotations
 import asyncio
 
 STORE_HIGH_WATER = 50_000  # writes waiting for the store (a persistent publish is one)
+READ_BUDGET = 256 * 1024  # octets read from one connection before it gives way for a loop turn
 
 
 class FlowControl:
     """The read and delivery switches of one connection (see the module rules)."""
 
-    __slots__ = ("_reading", "_transport", "alarm_blocked", "has_published", "paused", "store_wait")
+    __slots__ = (
+        "_reading",
+        "_transport",
+        "alarm_blocked",
+        "has_published",
+        "paused",
+        "read_octets",
+        "store_wait",
+        "yielding",
+    )
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None  # set once the connection is made
@@ -33,6 +47,8 @@ class FlowControl:
         self.alarm_blocked = False  # memory alarm on (RabbitMQ's connection.blocked)
         self.has_published = False
         self.store_wait = False  # the store's write backlog is over its high-water mark
+        self.read_octets = 0  # read since the connection last gave way (READ_BUDGET)
+        self.yielding = False  # not read until the next loop turn
 
     def start(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -54,7 +70,11 @@ class FlowControl:
 
     def update_reading(self) -> None:
         """Read from the socket unless its output is backed up or the memory alarm blocks us."""
-        want = not self.paused and not ((self.alarm_blocked or self.store_wait) and self.has_published)
+        want = (
+            not self.paused
+            and not self.yielding
+            and not ((self.alarm_blocked or self.store_wait) and self.has_published)
+        )
         transport = self._transport
         if want == self._reading or transport is None:
             return

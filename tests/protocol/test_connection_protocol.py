@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ottermq.broker.server.flow import READ_BUDGET
 from ottermq.broker.server.states import State
 from pamqp import body as pbody
 from pamqp import commands as spec
@@ -241,3 +242,27 @@ def test_publishers_are_not_read_while_the_stores_write_backlog_is_over_its_mark
     assert broker.store.pending == 0 and client.transport.reading
     queued = [entry.message.body for entry in broker.vhosts["/"].queues["durable"].ready_entries()]
     assert queued == [b"m0", b"m1", b"m2", b"m3"]
+
+
+def test_a_connection_read_past_its_budget_gives_way_for_a_loop_turn(client, loop):
+    """libuv reads a busy socket up to 32 times per turn: past READ_BUDGET octets the connection stops
+    being read until the next turn, so the process's other connections are served in between."""
+    publish = b"".join(
+        pframe.marshal(f, 1)
+        for f in (
+            spec.Basic.Publish(exchange="", routing_key="nowhere"),
+            pheader.ContentHeader(0, 1000, spec.Basic.Properties()),
+            pbody.ContentBody(b"x" * 1000),
+        )
+    )
+    chunk = publish * 64  # ~70 KiB, as a read from a fast publisher
+    sent = 0
+    while sent <= READ_BUDGET:
+        assert client.transport.reading
+        client.conn.data_received(chunk)  # reads within one turn: no loop.run_soon in between
+        sent += len(chunk)
+    assert not client.transport.reading
+    loop.run_soon()  # the next turn
+    assert client.transport.reading
+    client.conn.data_received(chunk)
+    assert client.transport.reading  # the count starts again

@@ -37,7 +37,7 @@ class Timer:
 
 
 class Clock:
-    """Epoch ms, and the ``call_later`` part of a loop measured on it."""
+    """Epoch ms, and the ``call_later`` and ``call_soon`` part of a loop measured on it."""
 
     def __init__(self) -> None:
         self.ms = T0
@@ -50,6 +50,9 @@ class Clock:
         timer = Timer(self.ms + delay * 1000, cb, args)
         self.timers.append(timer)
         return timer
+
+    def call_soon(self, cb: Callable[..., Any], *args: Any) -> Timer:
+        return self.call_later(0, cb, *args)
 
     def advance(self, ms: int) -> None:
         end = self.ms + ms

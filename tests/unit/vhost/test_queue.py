@@ -8,7 +8,7 @@ import pytest
 from ottermq.ttl.deadline import expires_at
 from ottermq.vhost.arguments import parse_queue_args
 from ottermq.vhost.message import Entry, Message
-from ottermq.vhost.queue import Queue
+from ottermq.vhost.queue import DISPATCH_BUDGET, Queue
 
 # installed (compiled by mypyc) and pure-Python modules, the same expectations (tests/conftest.py)
 pytestmark = pytest.mark.hot_path
@@ -377,3 +377,29 @@ def test_queue_without_ttl_never_reads_the_clock_on_get_or_dispatch():
     q.pop()
     q.add_consumer(FakeConsumer(capacity=1))
     assert reads == []
+
+
+def test_a_dispatch_hands_out_a_budget_per_event_loop_turn():
+    q, _ttl, _sink = make()
+    turns: list[Any] = []
+    q.call_soon = turns.append  # the event loop's call_soon: what the next turn runs
+    n = DISPATCH_BUDGET * 2 + 10
+    for i in range(n):
+        q.enqueue(msg(str(i).encode()))
+    c = FakeConsumer()
+    q.add_consumer(c)  # dispatches
+    assert len(c.got) == DISPATCH_BUDGET and len(turns) == 1
+    q.dispatch()  # more work this turn (a publish, an ack): the next turn is already scheduled
+    assert len(c.got) == 2 * DISPATCH_BUDGET and len(turns) == 1
+    turns.pop()()
+    assert len(c.got) == n and not turns
+    assert [e.message.body for e in c.got] == [str(i).encode() for i in range(n)]  # in order
+
+
+def test_without_an_event_loop_a_dispatch_hands_out_all():
+    q, _ttl, _sink = make()
+    for i in range(DISPATCH_BUDGET + 10):
+        q.enqueue(msg(str(i).encode()))
+    c = FakeConsumer()
+    q.add_consumer(c)
+    assert len(c.got) == DISPATCH_BUDGET + 10
