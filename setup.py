@@ -1,7 +1,7 @@
 """Build ottermq; compile the message hot path with mypyc when it can, else install it as pure Python.
 
 Everything but the extension modules is in pyproject.toml. The modules to compile are
-``ottermq.amqp.native.MODULES`` (read from amqp/native.py, not imported). They are compiled when
+``ottermq.amqp.native.MODULES`` (amqp/native.py, loaded from its file). They are compiled when
 
 - ``OTTERMQ_PURE_PYTHON`` is not set (``OTTERMQ_PURE_PYTHON=1 pip install .`` builds pure Python),
 - mypyc (the build requirement ``mypy``) turns them into C, and
@@ -21,36 +21,34 @@ compiled modules when an editable install's ``.py`` was edited after the build.
 
 from __future__ import annotations
 
-import ast
 import hashlib
+import importlib.util
 import os
 import shutil
 import sys
 import tomllib
 import traceback
 from pathlib import Path
+from types import ModuleType
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-PURE_ENV = "OTTERMQ_PURE_PYTHON"
-BUILD_INFO = "ottermq.amqp._build_info"
 
 
-def _pure_requested() -> bool:
-    return os.environ.get(PURE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+def _load_native() -> ModuleType:
+    """amqp/native.py, loaded from its file (it imports the standard library only; the package itself
+    is not importable while it is being built): its ``MODULES``, ``BUILD_INFO`` and
+    ``pure_requested`` are what the broker reads at run time too."""
+    spec = importlib.util.spec_from_file_location("_ottermq_native", HERE / "amqp" / "native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _compiled_modules() -> list[str]:
-    """``MODULES`` of amqp/native.py (a tuple literal)."""
-    tree = ast.parse((HERE / "amqp" / "native.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "MODULES" for t in node.targets
-        ):
-            return list(ast.literal_eval(node.value))
-    raise RuntimeError("amqp/native.py defines no MODULES")
+native = _load_native()
 
 
 def _package_dirs() -> dict[str, str]:
@@ -106,7 +104,7 @@ class BuildHotPath(build_ext):
     def _generate(self) -> tuple[list[Extension], str]:
         from mypyc.build import mypycify
 
-        modules = _compiled_modules()
+        modules = native.MODULES
         work = HERE / "build" / "mypyc"
         src = work / "src" / "ottermq"
         if src.exists():
@@ -148,7 +146,7 @@ class BuildHotPath(build_ext):
 
     def _info_files(self) -> list[Path]:
         build_py = self.get_finalized_command("build_py")
-        parts = BUILD_INFO.split(".")
+        parts = native.BUILD_INFO.split(".")
         files = [Path(self.build_lib, *parts).with_suffix(".py")]
         if self.inplace:
             files.append(Path(build_py.get_package_dir(".".join(parts[:-1])), parts[-1] + ".py"))
@@ -185,5 +183,5 @@ class BuildHotPath(build_ext):
 
 # Placeholders with the modules' names: they make the wheel platform-specific; BuildHotPath.run
 # replaces them with mypyc's extensions (or none).
-placeholders = [] if _pure_requested() else [Extension(m, sources=[]) for m in _compiled_modules()]
+placeholders = [] if native.pure_requested() else [Extension(m, sources=[]) for m in native.MODULES]
 setup(ext_modules=placeholders, cmdclass={"build_ext": BuildHotPath})

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 PURE_ENV = "OTTERMQ_PURE_PYTHON"
 """Set to ``1`` (``true``, ``yes``) to run the pure-Python modules, or to build without compiling."""
 
-# Read by setup.py (a literal: it is parsed, not imported). All of them or none is compiled.
+# Read by setup.py, and by the Makefile with sed (one name per line). All of them or none is compiled.
 MODULES = (
     "ottermq.amqp.reader",
     "ottermq.amqp.fastpath",
