@@ -119,6 +119,16 @@ class BatchingStore:
     async def _commit(self, ops: list[Op | None]) -> None:
         await self._sql(engine.write_batch, ops)
 
+    async def release_memory(self) -> None:
+        """Give back the page cache's memory (``PRAGMA shrink_memory``), e.g. after a backlog drained:
+        the cache fills while a backlog is written and would stay full; pages are read back as
+        needed. In order with the batches (on ``SQLiteStore``'s thread).
+
+        Raises:
+            StoreError: the store is not open (SQLiteStore).
+        """
+        await self._sql(engine.shrink_memory)
+
     async def _commit_each(self, ops: list[Op | None]) -> set[int]:
         """Apply ``ops`` one by one in one transaction, leaving out (and returning the indexes of)
         those that fail with one of ``DATA_ERRORS``.

@@ -141,6 +141,11 @@ def read_dedup(conn: sqlite3.Connection) -> list[DedupRecord]:
     return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
 
 
+def shrink_memory(conn: sqlite3.Connection) -> None:
+    """Free the connection's unused cache memory (the data stays; pages are read back as needed)."""
+    conn.execute("PRAGMA shrink_memory").fetchall()
+
+
 def read_counts(conn: sqlite3.Connection) -> tuple[int, int]:
     """The number of messages and of queues."""
     return (

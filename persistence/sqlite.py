@@ -220,16 +220,6 @@ class SQLiteStore(BatchingStore):
             **counters,
         }
 
-    async def release_memory(self) -> None:
-        """Give back the page cache's memory (``PRAGMA shrink_memory``), e.g. after a backlog drained: the
-        cache fills to ``CACHE_KIB`` while a backlog is written and would stay full; pages are read
-        back as needed. Runs on the store's thread, in order with the batches.
-
-        Raises:
-            StoreError: the store is not open.
-        """
-        await self._sql(_shrink_memory)
-
     async def checkpoint(self) -> None:
         """Flush, then copy the WAL into the database file and truncate the WAL (benchmarks, backups).
 
@@ -303,10 +293,6 @@ async def _read_stats(path: Path) -> tuple[int, int, int, int]:
             await one(FREELIST_COUNT),
             await one("PRAGMA page_size"),
         )
-
-
-def _shrink_memory(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA shrink_memory").fetchall()
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:

@@ -267,3 +267,7 @@ class Store(Protocol):
     async def stats(self) -> dict[str, int]:
         """``messages``, ``bytes_on_disk`` (db + wal), ... for benchmarks and logs."""
         ...
+
+    async def release_memory(self) -> None:
+        """Give back memory the store holds as cache (after a backlog drained); the data stays."""
+        ...

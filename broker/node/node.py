@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from ottermq.amqp.errors import AMQPError, NotAllowed
 from ottermq.persistence.memory import MemoryStore
@@ -287,13 +287,12 @@ class Node:
     def _drained(self) -> None:
         """A backlog drained (``HeapTrimmer``): trim now, and again once the store gave back its cache."""
         self.heap.trim()
-        release = getattr(self.store, "release_memory", None)
-        if release is not None and (self._release is None or self._release.done()):
-            self._release = self.loop.create_task(self._release_store_memory(release))
+        if self._release is None or self._release.done():
+            self._release = self.loop.create_task(self._release_store_memory())
 
-    async def _release_store_memory(self, release: Callable[[], Awaitable[None]]) -> None:
+    async def _release_store_memory(self) -> None:
         try:
-            await release()
+            await self.store.release_memory()
         except Exception as exc:  # a closed store, an I/O error: memory only, nothing to undo
             log.debug("store memory not released: %s", exc)
             return

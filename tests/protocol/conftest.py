@@ -242,6 +242,9 @@ class InstantStore:
     def pending(self) -> int:
         return len(self.ops)
 
+    async def release_memory(self) -> None:
+        pass  # no cache to give back
+
     def after_commit(self, callback: Callable[[bool], None]) -> None:
         if not self._callbacks:
             self.loop.call_soon(self._commit)
