@@ -45,7 +45,7 @@ from ..node.stats import MessageStats
 from . import handshake
 from .channel import Channel, UnknownMethod, expect_open
 from .endpoints import Endpoints
-from .flow import READ_BUDGET, STORE_HIGH_WATER, FlowControl
+from .flow import STORE_HIGH_WATER, FlowControl
 from .handshake import FRAME_MIN_SIZE, ClientCapabilities, HandshakeError
 from .output import Output
 from .states import Routed, State, Step, check_transition, route
@@ -131,7 +131,6 @@ class AMQPConnection(asyncio.Protocol):
         # tune-ok, whose answers the client had already, then the rest from its connection.open).
         self._recording: list[bytes] | None = [] if server.takes_over else None
         self._handshake_fed = 0  # bytes of handshake frames handled (after the 8-byte header)
-        self._held = False  # offered to another worker: nothing is read until it answers
         self._replay = replay
         self._relayed = endpoints  # a TLS connection worker 0 terminates (``RelayedEndpoints``)
 
@@ -171,12 +170,9 @@ class AMQPConnection(asyncio.Protocol):
         self.recv_oct += len(data)
         self.recv_cnt += 1
         flow = self.flow
-        flow.read_octets += len(data)
-        if flow.read_octets > READ_BUDGET and not flow.yielding:  # give way for a loop turn (flow.py)
-            flow.yielding = True
-            flow.update_reading()
-            self.loop.call_soon(self._next_turn)
-        if self.state is CLOSED or self._held:
+        if flow.read(len(data)):  # give way for a loop turn (flow.py)
+            self.loop.call_soon(flow.next_turn)
+        if self.state is CLOSED or flow.held:
             return
         if self._recording is not None and self.state < RUNNING:
             self._recording.append(data)
@@ -228,7 +224,7 @@ class AMQPConnection(asyncio.Protocol):
         buf = self._pending + data if self._pending else data
         self._pending = b""
         pos = 0
-        while AWAIT_HEADER < self.state < RUNNING and len(buf) - pos >= 7 and not self._held:
+        while AWAIT_HEADER < self.state < RUNNING and len(buf) - pos >= 7 and not self.flow.held:
             size = int.from_bytes(buf[pos + 3 : pos + 7], "big")
             end = pos + size + 8
             if size > self.reader.frame_max:
@@ -259,13 +255,6 @@ class AMQPConnection(asyncio.Protocol):
             )
         else:
             log.debug("connection %s closed", self.peer)
-
-    def _next_turn(self) -> None:
-        flow = self.flow
-        flow.read_octets = 0
-        flow.yielding = False
-        if not self._held:  # offered to another worker: it stays paused (hold)
-            flow.update_reading()
 
     def pause_writing(self) -> None:
         self.flow.paused = True
@@ -457,14 +446,13 @@ class AMQPConnection(asyncio.Protocol):
     def hold(self) -> None:
         """Offered to another worker: read nothing more until it takes the socket (``handed_off``)
         or cannot (``refuse``)."""
-        self._held = True
         self._recording = None
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self.flow.held = True
+        self.flow.update_reading()
 
     def refuse(self, exc: ConnectionException) -> None:
         """The worker offered this connection died before taking it: close it with ``exc``."""
-        self._held = False
+        self.flow.held = False  # reading stays paused while it closes
         self._close_connection(exc, 0)
         self._flush()
 
@@ -486,7 +474,8 @@ class AMQPConnection(asyncio.Protocol):
 
     def _forget(self) -> None:
         self._recording = None
-        self._held = False
+        self.flow.held = False
+        self.flow.stop()  # the transport is the other worker's (or the relay's) now: left as it is
         self._to(CLOSED)
         if self._timer is not None:
             self._timer.cancel()

@@ -11,9 +11,12 @@ Rules (uvicorn's ``flow_control.py``, plus RabbitMQ's ``connection.blocked``):
   is committed (RabbitMQ's credit flow: publishers faster than the disk are slowed down to it,
   not left to fill memory with writes waiting). Clients are not told (no ``connection.blocked``).
 - A connection read ``READ_BUDGET`` octets since it last gave way pauses reading until the next
-  event-loop turn (``yielding``): libuv reads a socket that keeps having data up to 32 times per
-  turn, and a fast publisher (256 KiB per read) would hold the loop for hundreds of milliseconds,
-  while the other connections of the process (handshakes, heartbeats, consumers) wait.
+  event-loop turn (``read`` says when; the connection schedules ``next_turn``): libuv reads a socket
+  that keeps having data up to 32 times per turn, and a fast publisher (256 KiB per read) would hold
+  the loop for hundreds of milliseconds, while the other connections of the process (handshakes,
+  heartbeats, consumers) wait.
+- A connection offered to another worker (``held``) is not read until that worker takes it or
+  cannot; none of the other switches resumes it.
 - Reading is paused or resumed only when the wanted state changes, and never once the connection
   is closed (``stop``).
 """
@@ -34,6 +37,7 @@ class FlowControl:
         "_transport",
         "alarm_blocked",
         "has_published",
+        "held",
         "paused",
         "read_octets",
         "store_wait",
@@ -49,6 +53,7 @@ class FlowControl:
         self.store_wait = False  # the store's write backlog is over its high-water mark
         self.read_octets = 0  # read since the connection last gave way (READ_BUDGET)
         self.yielding = False  # not read until the next loop turn
+        self.held = False  # offered to another worker: nothing is read until it answers
 
     def start(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -68,11 +73,28 @@ class FlowControl:
         if self.alarm_blocked:
             self.update_reading()
 
+    def read(self, octets: int) -> bool:
+        """Count ``octets`` just read; True when they used up the budget: reading pauses, and the
+        caller schedules ``next_turn`` for the event loop's next turn."""
+        self.read_octets += octets
+        if self.read_octets <= READ_BUDGET or self.yielding:
+            return False
+        self.yielding = True
+        self.update_reading()
+        return True
+
+    def next_turn(self) -> None:
+        """A new event-loop turn: the connection is read again (unless another switch says no)."""
+        self.read_octets = 0
+        self.yielding = False
+        self.update_reading()
+
     def update_reading(self) -> None:
         """Read from the socket unless its output is backed up or the memory alarm blocks us."""
         want = (
             not self.paused
             and not self.yielding
+            and not self.held
             and not ((self.alarm_blocked or self.store_wait) and self.has_published)
         )
         transport = self._transport
