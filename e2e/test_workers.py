@@ -63,6 +63,16 @@ def connect(broker: Any, vhost: str, **kwargs: Any) -> pika.BlockingConnection:
     return pika.BlockingConnection(broker.params(virtual_host=vhost, **kwargs))
 
 
+def limited_user(broker: Any, user: str, limit: str, value: int) -> pika.PlainCredentials:
+    """A user (password ``pw``) with every permission in vhosts ``a`` and ``b`` (worker 1's and worker
+    0's) and the user limit ``limit`` set to ``value``; its credentials."""
+    assert broker.api(f"/api/users/{user}", "PUT", {"password": "pw", "tags": ""})[0] == 201
+    for vhost in ("a", "b"):
+        assert broker.api(f"/api/permissions/{vhost}/{user}", "PUT", EVERYTHING)[0] == 201
+    assert broker.api(f"/api/user-limits/{user}/{limit}", "PUT", {"value": value})[0] == 204
+    return pika.PlainCredentials(user, "pw")
+
+
 def worker_pids(process: Any) -> dict[int, int]:
     """Worker index -> pid, from the children of the broker process."""
     out = {}
@@ -275,11 +285,7 @@ def test_a_tls_connection_to_another_workers_vhost_is_relayed(
 
 def test_a_users_connection_limit_counts_every_workers_connections(two_workers: Any) -> None:
     _process, broker = two_workers
-    assert broker.api("/api/users/bob", "PUT", {"password": "pw", "tags": ""})[0] == 201
-    for vhost in ("a", "b"):  # worker 1's and worker 0's
-        assert broker.api(f"/api/permissions/{vhost}/bob", "PUT", EVERYTHING)[0] == 201
-    assert broker.api("/api/user-limits/bob/max-connections", "PUT", {"value": 2})[0] == 204
-    bob = pika.PlainCredentials("bob", "pw")
+    bob = limited_user(broker, "bob", "max-connections", 2)
     first, second = connect(broker, "a", credentials=bob), connect(broker, "b", credentials=bob)
     for vhost in ("a", "b"):
         with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
@@ -300,11 +306,7 @@ def test_a_users_connection_limit_counts_every_workers_connections(two_workers: 
 
 def test_a_users_channel_limit_counts_every_workers_channels(two_workers: Any) -> None:
     _process, broker = two_workers
-    assert broker.api("/api/users/carol", "PUT", {"password": "pw", "tags": ""})[0] == 201
-    for vhost in ("a", "b"):  # worker 1's and worker 0's
-        assert broker.api(f"/api/permissions/{vhost}/carol", "PUT", EVERYTHING)[0] == 201
-    assert broker.api("/api/user-limits/carol/max-channels", "PUT", {"value": 3})[0] == 204
-    carol = pika.PlainCredentials("carol", "pw")
+    carol = limited_user(broker, "carol", "max-channels", 3)
     in_a, in_b = connect(broker, "a", credentials=carol), connect(broker, "b", credentials=carol)
     held = [in_a.channel(), in_a.channel(), in_b.channel()]  # 2 in worker 1, 1 in worker 0
 

@@ -230,11 +230,14 @@ class Supervisor:
         up = [c for c in self.children.values() if c.up]
         users = set(here).union(*(c.channels for c in up))
         total = {u: here.get(u, 0) + sum(c.channels.get(u, 0) for c in up) for u in users}
-        node.channels_elsewhere = {u: n - here.get(u, 0) for u, n in total.items() if n - here.get(u, 0)}
+
+        def elsewhere(own: dict[str, int]) -> dict[str, int]:
+            """The channels of the workers other than the one whose counts are ``own`` (none: left out)."""
+            return {u: n - own.get(u, 0) for u, n in total.items() if n > own.get(u, 0)}
+
+        node.channels_elsewhere = elsewhere(here)
         for child in up:
-            others = {
-                u: n - child.channels.get(u, 0) for u, n in total.items() if n - child.channels.get(u, 0)
-            }
+            others = elsewhere(child.channels)
             if others != child.told:
                 child.told = others
                 child.control.send({"type": "channels_elsewhere", "counts": others})
