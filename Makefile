@@ -15,7 +15,7 @@ export PYTHONSAFEPATH := 1
 # subpackages such as broker/management count):
 #   run-install  the broker alone (`make run`): `pip install -e .`, no extras (under 100 MB)
 #   analytics    + the spark and tools extras (`ottermq dlq report|compact|select|replay|watch|export`)
-#   install      + dev (`make test`, lint, typecheck): dev,spark,tools (over 1 GB: pyspark, playwright, ...)
+#   install      + dev (`make test`, lint, typecheck): dev,spark,tools,postgresql (over 1 GB: pyspark, ...)
 # A wider layer touches the narrower stamps, so `make test` then `make run` re-installs nothing, and
 # `make run` then `make test` only adds the extras. Strict editable installs (a link tree that mypy follows,
 # see STYLE.md) for all; PIP_INSTALL hides setuptools' "Editable installation" notice, which says that
@@ -43,7 +43,7 @@ $(SPARK_STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) |
 	@touch $@ $(RUN_STAMP)
 
 $(STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) | $(VENV)/.created
-	$(PIP_INSTALL) -e '.[dev,spark,tools]' $(EDITABLE)
+	$(PIP_INSTALL) -e '.[dev,spark,tools,postgresql]' $(EDITABLE)
 	@touch $@ $(SPARK_STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
@@ -74,6 +74,7 @@ clients:
 	bash .ci/install-cgen.sh
 	bash .ci/install-rabbitmqadmin.sh
 	bash .ci/install-chromium.sh
+	bash .ci/install-postgresql.sh
 
 # `make test` runs the suite in TEST_WORKERS processes (pytest-xdist), a file's tests together in one
 # (each with its own session broker): most e2e time is spent waiting on sockets, timers and JVMs, so

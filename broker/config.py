@@ -169,7 +169,35 @@ class Settings(BaseSettings):
     enable_qll: bool = Field(True, description="Queue length limits")
     max_message_size: int = Field(134217728, ge=1, description="Largest accepted body (bytes)")
     store: str = Field(
-        "sqlite", pattern="^(sqlite|memory)$", description="sqlite (durable, default) or memory"
+        "sqlite",
+        pattern="^(sqlite|memory|postgresql)$",
+        description="sqlite (durable, default), postgresql (durable, shared by an active and its"
+        " standbys: docs/postgresql.md) or memory",
+    )
+    postgres_url: str | None = Field(
+        None,
+        description="OTTERMQ_STORE=postgresql: a libpq URL (postgresql://user:password@host:5432/db);"
+        " what it leaves out comes from PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGPASSFILE...",
+    )
+    postgres_password_file: Path | None = Field(
+        None, description="A file holding the PostgreSQL password (instead of one in the URL)"
+    )
+    postgres_schema: str = Field(
+        "ottermq",
+        min_length=1,
+        max_length=50,
+        description="The PostgreSQL schema holding the broker's tables (created if missing); the brokers"
+        " of one active/standby group share it",
+    )
+    lease_seconds: Duration = Field(
+        10.0,
+        ge=1,
+        le=3600,
+        description="PostgreSQL: how long the active's lease lasts unrenewed before a standby takes over"
+        " (a crashed active is replaced at once; this bounds a paused or cut-off one)",
+    )
+    standby_poll_seconds: Duration = Field(
+        0.2, gt=0, le=60, description="PostgreSQL: how often a standby checks whether it can take over"
     )
     sync: str = Field(
         "FULL",

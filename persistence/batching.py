@@ -64,6 +64,7 @@ from .store import (
     PolicyRecord,
     QueueRecord,
     StoreError,
+    StoreFenced,
     UserRecord,
     VHostRecord,
 )
@@ -81,6 +82,9 @@ class BatchingStore:
     ``stats``."""
 
     _needs_open = True  # SQLiteStore: writes before open() raise; MemoryStore works without open()
+    # failures of a batch caused by a value (split the batch) or by the database (retry it)
+    _data_errors: tuple[type[BaseException], ...] = DATA_ERRORS
+    _io_errors: tuple[type[BaseException], ...] = (sqlite3.Error, StoreError)
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -166,13 +170,14 @@ class BatchingStore:
                 self._ops, self._callbacks, self._dead = [], [], 0
                 self._inserts, self._marks, self._touches = {}, {}, {}
                 ok = True
+                fenced = False
                 refused: set[int] = set()
                 if live:
                     self._inflight, self._inflight_callbacks = live, callbacks
                     try:
                         try:
                             await self._commit(ops)
-                        except DATA_ERRORS as exc:  # a value, not the disk: split the batch
+                        except self._data_errors as exc:  # a value, not the disk: split the batch
                             refused = await self._commit_each(ops)
                             self.refused_ops += len(refused)
                             log.error(
@@ -182,7 +187,11 @@ class BatchingStore:
                                 type(exc).__name__,
                                 exc,
                             )
-                    except (sqlite3.Error, StoreError) as exc:  # "database or disk is full", I/O errors
+                    except StoreFenced as exc:  # another broker is active: this one writes no more
+                        ok, fenced = False, True
+                        self.failed_batches += 1
+                        log.error("store: a batch of %d ops is not written: %s", live, exc)
+                    except self._io_errors as exc:  # "database or disk is full", I/O errors
                         ok = False
                         self.failed_batches += 1
                         log.error("store: a batch of %d ops failed and was rolled back: %s", live, exc)
@@ -200,8 +209,8 @@ class BatchingStore:
                     start = max(start, mark)
                 if ok:
                     self._retry_delay = 0.0
-                elif self._closing:
-                    log.error("store: closing; %d ops of the failed batch are not written", live)
+                elif self._closing or fenced:
+                    log.error("store: %d ops of the failed batch are not written", live)
                 else:
                     self._requeue([op for op in ops if op is not None])
                     self._retry_delay = min(max(self._retry_delay * 2, RETRY_MIN), RETRY_MAX)

@@ -23,6 +23,11 @@ class StoreError(Exception):
     """The store cannot be used (newer schema, corrupt or unreadable file, disk full...)."""
 
 
+class StoreFenced(StoreError):
+    """The store's broker lost the leadership to another broker (``PostgresStore`` with a lease):
+    the batch was not written, and no later one will be."""
+
+
 @dataclass(slots=True)
 class VHostRecord:
     name: str

@@ -12,7 +12,9 @@ from ottermq.dlx.deadletter import DeadLetterer, death_count
 from ottermq.dlx.xdeath import dead_letter_routing_keys
 from ottermq.persistence.archive import DeadLetterArchive, NullArchive
 from ottermq.persistence.hook import DurableHook
+from ottermq.persistence.lease import Lease
 from ottermq.persistence.memory import MemoryStore
+from ottermq.persistence.postgres import PostgresStore
 from ottermq.persistence.sqlite import SQLiteStore
 from ottermq.persistence.store import Store
 from ottermq.ttl.default import DefaultTTLManager
@@ -21,6 +23,7 @@ from ottermq.ttl.noop import NoopTTLManager
 from ottermq.vhost.vhost import VHost
 
 from ..config import Settings
+from .startup import StartupError
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +33,49 @@ _NULL_ARCHIVE = NullArchive()
 _archives: dict[Path, DeadLetterArchive] = {}
 
 
-def open_store(settings: Settings) -> Store:
-    """``OTTERMQ_STORE``: SQLite under ``OTTERMQ_DATA_DIR`` (default) or memory."""
+def open_store(settings: Settings, lease: Lease | None = None) -> Store:
+    """``OTTERMQ_STORE``: SQLite under ``OTTERMQ_DATA_DIR`` (default), PostgreSQL (fenced by
+    ``lease``: see ``make_lease``) or memory."""
     if settings.store == "memory":
         return MemoryStore()
+    if settings.store == "postgresql":
+        return PostgresStore(
+            settings.postgres_url,
+            schema=settings.postgres_schema,
+            password=postgres_password(settings),
+            lease=lease,
+            application_name=lease.application_name if lease is not None else "ottermq",
+        )
     return SQLiteStore(settings.data_dir / "ottermq.db", synchronous=settings.sync.upper())
+
+
+def make_lease(settings: Settings) -> Lease | None:
+    """The leadership of the brokers sharing ``OTTERMQ_POSTGRES_SCHEMA`` (None: not PostgreSQL)."""
+    if settings.store != "postgresql":
+        return None
+    return Lease(
+        settings.postgres_url,
+        schema=settings.postgres_schema,
+        password=postgres_password(settings),
+        lease_seconds=settings.lease_seconds,
+        poll_seconds=settings.standby_poll_seconds,
+    )
+
+
+def postgres_password(settings: Settings) -> str | None:
+    """``OTTERMQ_POSTGRES_PASSWORD_FILE``'s first line (None: the URL's or libpq's own).
+
+    Raises:
+        StartupError: the file cannot be read.
+    """
+    path = settings.postgres_password_file
+    if path is None:
+        return None
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise StartupError("postgres_password_file", path, f"cannot be read ({exc.strerror})") from None
+    return lines[0] if lines else ""
 
 
 def make_hook(store: Store, ttl: TTLManager) -> DurableHook:

@@ -1,0 +1,273 @@
+"""``Lease``: which of the brokers sharing one PostgreSQL schema is the active one.
+
+Rules:
+- The truth is the row of ``ottermq_leader`` (``postgres_sql``): an epoch, its holder and a lease
+  deadline on the database's clock (one clock for every broker: no skew between machines). Every
+  commit of the active checks the epoch inside its transaction (``PostgresStore``, ``ottermq_fence``),
+  so a broker that lost the leadership cannot commit, hence cannot confirm, anything.
+- ``acquire`` waits as a standby until it can take over, then raises the epoch (``take_over``), in a
+  transaction holding the fence lock exclusively: commits of the old active in flight finish first,
+  later ones see the new epoch and fail. A standby takes over when
+  * the leadership advisory lock is free: the active holds it on a connection of its own for its whole
+    life, so a broker killed (``kill -9``, a crash, its machine's kernel closing the socket) frees it
+    at once: the standby notices within one poll (``poll_seconds``);
+  * or the lease ran out (the active did not renew it for ``lease_seconds``: paused, hung, cut off
+    from the database): the standby first terminates the old holder's database sessions (its
+    lock and its store connection, named ``ottermq <holder>`` in ``pg_stat_activity``), then takes
+    over, with the lock when it can get it.
+  * or nobody ever held it, or the last holder released it (a clean shutdown, ``release``).
+- The active renews the lease every ``lease_seconds / 4`` (``UPDATE ... WHERE epoch = mine``). A
+  renewal that finds another epoch, a failed commit's fence, or no successful renewal for a whole
+  ``lease_seconds`` (the database unreachable: a standby may be taking over) is the end: ``lost`` is
+  called once, and the broker stops accepting publishes, closes its connections with 320 and exits.
+- ``failovers`` counts take-overs from a holder that had not released the lease (it died or was
+  fenced); a take-over after a clean shutdown is not one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import postgres_sql as pg
+from .postgres import CONNECT_TIMEOUT, IO_ERRORS, _migrate, require_driver
+from .store import StoreError
+
+try:
+    import asyncpg
+except ImportError:  # pragma: no cover - the postgresql extra is not installed
+    asyncpg = None
+
+log = logging.getLogger(__name__)
+
+STANDBY, ACTIVE, LOST = "standby", "active", "lost"
+TAKE_OVER_LOCK_TIMEOUT = "2s"  # a take-over waits at most this for commits in flight, then retries
+
+
+def holder_name() -> str:
+    """This broker's name in the leadership row: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Lease:
+    """The leadership of the brokers sharing ``schema``.
+
+    Args:
+        url, password: as ``PostgresStore``'s.
+        schema: the PostgreSQL schema whose ``ottermq_leader`` row is the leadership.
+        lease_seconds: how long the active's lease lasts without a renewal (``OTTERMQ_LEASE_SECONDS``).
+        poll_seconds: how often a standby checks (``OTTERMQ_STANDBY_POLL_SECONDS``).
+        holder: this broker's name (default ``host:pid``).
+
+    Attributes:
+        role: ``standby``, ``active`` or ``lost``.
+        epoch: the epoch this broker holds (0 before it is active).
+        failovers: take-overs so far, this one included (as read when taking over).
+        on_lost: called once with the reason when an active loses the leadership.
+    """
+
+    def __init__(
+        self,
+        url: str | None,
+        *,
+        schema: str = "ottermq",
+        password: str | None = None,
+        lease_seconds: float = 10.0,
+        poll_seconds: float = 0.2,
+        holder: str | None = None,
+    ) -> None:
+        self.url = url
+        self.schema = schema
+        self.password = password
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.holder = holder or holder_name()
+        self.application_name = f"ottermq {self.holder}"[:63]
+        self.role = STANDBY
+        self.epoch = 0
+        self.failovers = 0
+        self.on_lost: Callable[[str], None] | None = None
+        self._conn: Any = None
+        self._locked = False  # this broker holds the leadership advisory lock
+        self._renewed = 0.0  # time.monotonic() of the last successful renewal
+        self._renewer: asyncio.Task[None] | None = None
+        self._lock_key, self._fence_key, _ = pg.lock_keys(schema)
+
+    # -- connecting ---------------------------------------------------------------------------
+    async def _connection(self) -> Any:
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            self._locked = False  # a session's advisory lock ends with it
+            kwargs: dict[str, Any] = {} if self.password is None else {"password": self.password}
+            conn = self._conn = await asyncpg.connect(
+                self.url,
+                timeout=CONNECT_TIMEOUT,
+                server_settings={
+                    "search_path": pg.quote_ident(self.schema),
+                    "application_name": self.application_name,
+                },
+                **kwargs,
+            )
+        return conn
+
+    # -- standby ------------------------------------------------------------------------------
+    async def acquire(self) -> None:
+        """Wait (a standby) until this broker is the active one; create the schema if it is new.
+
+        Raises:
+            StoreError: no driver, or the schema belongs to another program or a newer OtterMQ.
+        """
+        require_driver()
+        migrated = False
+        announced = False
+        while True:
+            try:
+                conn = await self._connection()
+                if not migrated:
+                    await _migrate(conn, self.schema)
+                    migrated = True
+                if await self._try_take_over(conn):
+                    break
+                if not announced:
+                    log.info("standby: %s is active; waiting to take over", await self._current_holder(conn))
+                    announced = True
+            except StoreError:
+                raise
+            except IO_ERRORS as exc:
+                log.warning("standby: PostgreSQL unreachable (%s); retrying", exc)
+                await self._drop_connection()
+            await asyncio.sleep(self.poll_seconds)
+        self.role = ACTIVE
+        self._renewed = time.monotonic()
+        self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
+        log.info(
+            "active: took the leadership over (epoch %d, %d failovers so far)", self.epoch, self.failovers
+        )
+
+    async def _current_holder(self, conn: Any) -> str:
+        row = await conn.fetchrow("SELECT holder FROM ottermq_leader WHERE id = 1")
+        return str(row["holder"]) if row and row["holder"] else "another broker"
+
+    async def _try_take_over(self, conn: Any) -> bool:
+        if not self._locked:
+            self._locked = bool(
+                await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", pg.LOCK_CLASS, self._lock_key)
+            )
+        row = await conn.fetchrow(
+            "SELECT holder, lease_until IS NULL OR lease_until < clock_timestamp() AS expired "
+            "FROM ottermq_leader WHERE id = 1"
+        )
+        holder, expired = row["holder"], row["expired"]
+        if not self._locked:
+            if not expired and holder is not None:
+                return False  # the active is alive and renewing
+            if holder is not None:  # its lease ran out while it still holds the lock: end its sessions
+                ended = await conn.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = $1 AND pid <> pg_backend_pid()",
+                    f"ottermq {holder}"[:63],
+                )
+                log.warning("standby: the lease of %s ran out; ended %d of its sessions", holder, ended)
+        return await self.take_over(conn)
+
+    async def take_over(self, conn: Any) -> bool:
+        """Raise the epoch and write this broker's lease, once commits in flight are done.
+
+        Returns:
+            False when commits of the old active held the fence lock too long (try again).
+        """
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = '{TAKE_OVER_LOCK_TIMEOUT}'")
+                await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", pg.LOCK_CLASS, self._fence_key)
+                row = await conn.fetchrow(
+                    "UPDATE ottermq_leader SET epoch = epoch + 1, holder = $1, "
+                    "failovers = failovers + (holder IS NOT NULL)::int, "
+                    "lease_until = clock_timestamp() + make_interval(secs => $2) "
+                    "WHERE id = 1 RETURNING epoch, failovers",
+                    self.holder,
+                    float(self.lease_seconds),
+                )
+        except asyncpg.exceptions.LockNotAvailableError:
+            log.warning("standby: commits of the old active still hold the fence; retrying")
+            return False
+        self.epoch, self.failovers = int(row["epoch"]), int(row["failovers"])
+        return True
+
+    # -- active -------------------------------------------------------------------------------
+    async def _renew_forever(self) -> None:
+        every = self.lease_seconds / 4
+        while self.role == ACTIVE:
+            await asyncio.sleep(every)
+            try:
+                await self.renew()
+            except IO_ERRORS as exc:
+                await self._drop_connection()
+                if time.monotonic() - self._renewed > self.lease_seconds:
+                    self.lost(f"the lease could not be renewed for {self.lease_seconds:g} s ({exc})")
+                else:
+                    log.warning("active: renewing the lease failed (%s); retrying", exc)
+
+    async def renew(self) -> None:
+        """Extend the lease (and take the advisory lock back after a reconnect).
+
+        Raises:
+            IO_ERRORS: the database is unreachable (the caller retries until the lease ends).
+        """
+        conn = await self._connection()
+        if not self._locked:
+            self._locked = bool(
+                await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", pg.LOCK_CLASS, self._lock_key)
+            )
+        renewed = await conn.fetchval(
+            "UPDATE ottermq_leader SET lease_until = clock_timestamp() + make_interval(secs => $2) "
+            "WHERE id = 1 AND epoch = $1 RETURNING epoch",
+            self.epoch,
+            float(self.lease_seconds),
+        )
+        if renewed is None:
+            self.lost(f"another broker took the leadership over (this one held epoch {self.epoch})")
+            return
+        self._renewed = time.monotonic()
+
+    def fenced(self, reason: str) -> None:
+        """A commit found the epoch moved on (``PostgresStore``)."""
+        self.lost(reason)
+
+    def lost(self, reason: str) -> None:
+        """The end of this broker's leadership: tell ``on_lost`` once."""
+        if self.role != ACTIVE:
+            return
+        self.role = LOST
+        log.error("active: leadership lost: %s", reason)
+        if self.on_lost is not None:
+            self.on_lost(reason)
+
+    async def release(self) -> None:
+        """A clean shutdown: end the lease at once (a standby takes over without waiting) and close."""
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.cancel()
+        if self.role == ACTIVE and self._conn is not None and not self._conn.is_closed():
+            try:
+                await self._conn.execute(
+                    "UPDATE ottermq_leader SET holder = NULL, lease_until = NULL WHERE id = 1 AND epoch = $1",
+                    self.epoch,
+                )
+            except IO_ERRORS as exc:
+                log.warning("releasing the lease: %s", exc)
+        self.role = STANDBY if self.role == ACTIVE else self.role
+        await self._drop_connection()
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn, self._locked = self._conn, None, False
+        if conn is not None and not conn.is_closed():
+            try:
+                await conn.close(timeout=2)
+            except IO_ERRORS:
+                conn.terminate()

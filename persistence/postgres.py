@@ -1,0 +1,439 @@
+"""``PostgresStore``: the durable store on PostgreSQL (asyncpg), for brokers that outgrow one disk.
+
+Rules:
+- The same store as SQLite's: ``batching.BatchingStore`` queues the same ``(statement, params)`` ops
+  (``schema``'s statements), coalesces them, allocates the ids and fires the commit callbacks; this
+  class only runs them on PostgreSQL, in its dialect (``postgres_sql.STATEMENTS``). A confirm goes out
+  after the batch's ``COMMIT`` returned, so it is as durable as the server's ``synchronous_commit``
+  and ``synchronous_standby_names`` make a commit (see docs/postgresql.md).
+- One batch, one transaction, few round trips: ``BEGIN`` (with the fence check, below) is one, each
+  run of consecutive ops with the same statement is one (a run of message inserts is one binary
+  ``COPY``; a run of message deletes one ``DELETE ... = ANY($1)``; any other run one pipelined
+  ``executemany``), ``COMMIT`` is one. Never a round trip per message.
+- Fencing: a store given a ``Lease`` begins every transaction with ``ottermq_fence(epoch)``
+  (``postgres_sql``). When another broker took the leadership over, that raises, the batch is rolled
+  back and reported failed (no confirm), the store refuses every later write (``StoreFenced``) and
+  the lease is told (``Lease.fenced``), which stops the broker. Two actives can never both commit.
+- A batch that fails for a value (``DATA_ERRORS``: an integer over 64 bits, the NUL character in a
+  text, a constraint) is split, as on SQLite (``_commit_each``: one savepoint per op). A batch that
+  fails because the server or the connection did (``IO_ERRORS``) goes back to the front of the queue
+  (``BatchingStore``) and is tried again once the store has reconnected.
+- One connection, used by one operation at a time (``_lock``): commits, reads and ``stats`` take
+  turns. Reads (``BatchingStore``'s, by the ``engine`` function they name) wait for the writes queued
+  before them, as on SQLite.
+- The tables live in one PostgreSQL schema (``OTTERMQ_POSTGRES_SCHEMA``, created if missing), so
+  several brokers (or worker processes, or tests) can share one database; ``open`` creates and
+  migrates it (``postgres_sql``) and loads the id counters as the SQLite store's open does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from itertools import groupby
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from . import engine
+from . import postgres_sql as pg
+from . import schema as s
+from .batching import BatchingStore
+from .engine import Op
+from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord, StoreError, StoreFenced
+
+try:
+    import asyncpg
+except ImportError:  # pragma: no cover - the postgresql extra is not installed
+    asyncpg = None
+
+if TYPE_CHECKING:
+    from .store import Store
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+COPY_MIN = 8  # a run of at least this many message inserts is one COPY (fewer: executemany)
+CONNECT_TIMEOUT = 10.0
+
+
+def _errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    if asyncpg is None:
+        return (), ()
+    x = asyncpg.exceptions
+    data = (
+        OverflowError,
+        TypeError,
+        ValueError,
+        x.DataError,  # SQLSTATE class 22, and the driver's "invalid input for query argument"
+        x.IntegrityConstraintViolationError,  # 23
+        x.ProgramLimitExceededError,  # 54: e.g. a key too long for a B-tree entry
+    )
+    io = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError, StoreError)
+    return data, io
+
+
+DATA_ERRORS, IO_ERRORS = _errors()
+
+
+class Fence(Protocol):
+    """What a fenced store checks (``lease.Lease``): the epoch its commits must still hold, and who
+    to tell when one finds it moved on."""
+
+    epoch: int
+
+    def fenced(self, reason: str) -> None: ...
+
+
+def require_driver() -> None:
+    """Raises: StoreError: asyncpg is not installed."""
+    if asyncpg is None:
+        raise StoreError(
+            "OTTERMQ_STORE=postgresql needs the asyncpg driver: pip install 'ottermq[postgresql]'"
+        )
+
+
+class PostgresStore(BatchingStore):
+    """The durable ``Store`` on PostgreSQL: batched write-behind (group commit), fenced by a lease.
+
+    Args:
+        url: a libpq connection URL (``postgresql://user:pass@host:port/db?sslmode=...``); what it
+            leaves out comes from the standard ``PG*`` variables (``PGHOST``, ``PGPASSWORD``,
+            ``PGPASSFILE``, ...), as with ``psql``.
+        schema: the PostgreSQL schema holding the tables (created if missing).
+        password: overrides the URL's password (``OTTERMQ_POSTGRES_PASSWORD_FILE``).
+        lease: the leadership every commit checks (None: no fencing, one broker per schema).
+        application_name: how the connection shows in ``pg_stat_activity``.
+    """
+
+    _data_errors = DATA_ERRORS
+    _io_errors = IO_ERRORS
+
+    def __init__(
+        self,
+        url: str | None,
+        *,
+        schema: str = "ottermq",
+        password: str | None = None,
+        lease: Fence | None = None,
+        application_name: str = "ottermq",
+    ) -> None:
+        super().__init__()
+        self.url = url
+        self.schema = schema
+        self.password = password
+        self.lease = lease
+        self.application_name = application_name
+        self._conn: Any = None  # asyncpg.Connection
+        self._lock = asyncio.Lock()
+        self._fenced = False
+        self._reads: dict[Callable[..., Any], Callable[..., Awaitable[Any]]] = {
+            engine.read_definitions: self._read_definitions,
+            engine.read_messages: self._read_messages,
+            engine.read_delayed: self._read_delayed,
+            engine.read_dedup: self._read_dedup,
+            engine.shrink_memory: self._nothing,  # the server manages its own memory
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect, create or migrate the schema, tidy the message ranges, load the id counters.
+
+        Raises:
+            StoreError: no driver, the server is unreachable or refuses us, the schema belongs to
+                another program or to a newer OtterMQ.
+        """
+        require_driver()
+        if self._conn is not None:
+            raise StoreError(f"the PostgreSQL store (schema {self.schema}) is already open")
+        try:
+            conn = await self._connect()
+        except IO_ERRORS as exc:
+            raise StoreError(f"cannot connect to PostgreSQL ({self.where()}): {exc}") from exc
+        try:
+            await _migrate(conn, self.schema)
+            counters = await _load_counters(conn)
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, StoreError):
+                raise
+            if isinstance(exc, IO_ERRORS):
+                raise StoreError(f"cannot open the PostgreSQL store ({self.where()}): {exc}") from exc
+            raise
+        self._conn = conn
+        self._loop = asyncio.get_running_loop()
+        self._closed = False
+        self._load_ids(*counters)
+        log.info("opened PostgreSQL store %s (%d durable queues)", self.where(), len(counters[0]))
+
+    def where(self) -> str:
+        """The server, database and schema, without the password (for messages)."""
+        conn = self._conn
+        if conn is not None:
+            addr, params = conn._addr, conn._params  # noqa: SLF001 - asyncpg exposes no accessor
+            return f"{addr[0]}:{addr[1]}/{params.database} schema {self.schema}"
+        return f"schema {self.schema}"
+
+    async def _connect(self) -> Any:
+        kwargs: dict[str, Any] = {}
+        if self.password is not None:
+            kwargs["password"] = self.password
+        conn = await asyncpg.connect(
+            self.url,
+            timeout=CONNECT_TIMEOUT,
+            server_settings={
+                "search_path": pg.quote_ident(self.schema),
+                "application_name": self.application_name,
+            },
+            **kwargs,
+        )
+        return conn
+
+    async def close(self) -> None:
+        """Commit what is queued (failures are logged), then close the connection."""
+        if self._conn is None:
+            return
+        await self._drain()
+        self._closed = True
+        conn, self._conn, self._loop = self._conn, None, None
+        try:
+            await conn.close(timeout=5)
+        except IO_ERRORS as exc:
+            log.warning("closing the PostgreSQL connection: %s", exc)
+            conn.terminate()
+
+    async def _connection(self) -> Any:
+        """The open connection, reconnected if the server or the network dropped it.
+
+        Raises:
+            StoreError: the store is not open; IO_ERRORS: reconnecting failed.
+        """
+        conn = self._conn
+        if conn is None or self._closed and not self._closing:
+            raise StoreError("the store is not open")
+        if conn.is_closed():
+            log.warning("PostgreSQL connection lost (%s): reconnecting", self.where())
+            conn = self._conn = await self._connect()
+            log.info("PostgreSQL connection back (%s)", self.where())
+        return conn
+
+    # -- the database -------------------------------------------------------------------------
+    async def _sql(self, fn: Callable[..., T], *args: Any) -> T:
+        read = self._reads[fn]
+        async with self._lock:
+            conn = await self._connection()
+            result: T = await read(conn, *args)
+            return result
+
+    async def _commit(self, ops: list[Op | None]) -> None:
+        async with self._lock:
+            conn = await self._begin()
+            try:
+                await self._apply(conn, ops)
+                await conn.execute("COMMIT")
+            except BaseException:
+                await _rollback(conn)
+                raise
+
+    async def _commit_each(self, ops: list[Op | None]) -> set[int]:
+        refused: set[int] = set()
+        async with self._lock:
+            conn = await self._begin()
+            try:
+                for i, op in enumerate(ops):
+                    if op is None:
+                        continue
+                    await conn.execute("SAVEPOINT op")
+                    try:
+                        await conn.execute(pg.STATEMENTS[op[0]], *op[1])
+                    except DATA_ERRORS:
+                        await conn.execute("ROLLBACK TO SAVEPOINT op")
+                        refused.add(i)
+                    await conn.execute("RELEASE SAVEPOINT op")
+                await conn.execute("COMMIT")
+            except BaseException:
+                await _rollback(conn)
+                raise
+        return refused
+
+    async def _begin(self) -> Any:
+        """Connect if needed and open the batch's transaction, checking the lease's epoch in it.
+
+        Raises:
+            StoreFenced: another broker took the leadership over (now or before).
+        """
+        if self._fenced:
+            raise StoreFenced("this broker lost the leadership: it no longer writes")
+        conn = await self._connection()
+        lease = self.lease
+        if lease is None:
+            await conn.execute("BEGIN")
+            return conn
+        try:  # one round trip: the fence runs in the transaction it guards
+            await conn.execute(f"BEGIN; SELECT ottermq_fence({int(lease.epoch)})")
+        except asyncpg.PostgresError as exc:
+            await _rollback(conn)
+            if exc.sqlstate == pg.FENCED:
+                self._fenced = True
+                lease.fenced(str(exc))
+                raise StoreFenced(f"this broker lost the leadership: {exc}") from exc
+            raise
+        return conn
+
+    async def _apply(self, conn: Any, ops: list[Op | None]) -> None:
+        statements = pg.STATEMENTS
+        for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
+            rows = [p for _, p in group]
+            if len(rows) == 1:
+                await conn.execute(statements[statement], *rows[0])
+            elif statement == s.INSERT_MESSAGE and len(rows) >= COPY_MIN:
+                await conn.copy_records_to_table(
+                    "messages", records=rows, columns=pg.MESSAGE_COLUMNS, schema_name=self.schema
+                )
+            elif statement == s.DELETE_MESSAGE:
+                await conn.execute(pg.DELETE_MESSAGE_IDS, [row[0] for row in rows])
+            else:
+                await conn.executemany(statements[statement], rows)
+
+    # -- reads (the engine functions BatchingStore names, on PostgreSQL) ---------------------------
+    @staticmethod
+    async def _read_definitions(conn: Any) -> Definitions:
+        queries = (
+            s.SELECT_VHOSTS,
+            s.SELECT_USERS,
+            s.SELECT_PERMISSIONS,
+            s.SELECT_EXCHANGES,
+            s.SELECT_QUEUES,
+            s.SELECT_BINDINGS,
+            s.SELECT_POLICIES,
+            s.SELECT_LIMITS,
+        )
+        return s.definitions(*[await conn.fetch(pg.STATEMENTS[q]) for q in queries])
+
+    @staticmethod
+    async def _read_messages(
+        conn: Any, queue_id: int, after: int, high: int, chunk: int
+    ) -> list[MessageRecord]:
+        rows = await conn.fetch(pg.STATEMENTS[s.SELECT_MESSAGES], after, high, chunk)
+        return s.message_records(queue_id, rows)
+
+    @staticmethod
+    async def _read_delayed(conn: Any, after: int, chunk: int) -> list[DelayedRecord]:
+        return s.delayed_records(await conn.fetch(pg.STATEMENTS[s.SELECT_DELAYED], after, chunk))
+
+    @staticmethod
+    async def _read_dedup(conn: Any) -> list[DedupRecord]:
+        rows = await conn.fetch(pg.STATEMENTS[s.SELECT_DEDUP])
+        return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
+
+    @staticmethod
+    async def _nothing(conn: Any) -> None:
+        return None
+
+    async def stats(self) -> dict[str, int]:
+        """``messages``, ``queues``, ``bytes_on_disk`` (the schema's tables with their indexes and
+        TOAST), ``pending``, ``batches``, ``failed_batches``.
+
+        Raises:
+            StoreError: the store is not open; IO_ERRORS: the server is unreachable.
+        """
+        counters = {"pending": self.pending, "batches": self.batches, "failed_batches": self.failed_batches}
+        async with self._lock:
+            conn = await self._connection()
+            messages = await conn.fetchval(s.COUNT_MESSAGES)
+            queues = await conn.fetchval(s.COUNT_QUEUES)
+            size = await conn.fetchval(pg.TABLE_BYTES, self.schema)
+        return {"messages": int(messages), "queues": int(queues), "bytes_on_disk": int(size), **counters}
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: PostgresStore) -> Store:  # mypy checks PostgresStore against the Protocol
+        return store
+
+
+async def _rollback(conn: Any) -> None:
+    """Roll back the open transaction, if the connection is still there to do it."""
+    if conn.is_closed() or not conn.is_in_transaction():
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except IO_ERRORS as exc:
+        log.warning("rollback failed (%s): closing the connection", exc)
+        conn.terminate()
+
+
+async def _migrate(conn: Any, schema: str) -> None:
+    """Create the schema and its tables, or check and migrate them, in one transaction under the
+    migration lock (brokers starting together migrate once).
+
+    Raises:
+        StoreError: the schema holds another program's tables or a newer OtterMQ's.
+    """
+    _, _, migration_key = pg.lock_keys(schema)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", pg.LOCK_CLASS, migration_key)
+        if not await conn.fetchval(pg.SCHEMA_EXISTS, schema):
+            await conn.execute(f"CREATE SCHEMA {pg.quote_ident(schema)}")
+        if await conn.fetchval(pg.HAS_VERSION_TABLE, schema):
+            version = int(await conn.fetchval(pg.SELECT_VERSION))
+        elif await conn.fetchval(pg.COUNT_TABLES, schema):
+            raise StoreError(
+                f"PostgreSQL schema {schema!r} holds tables of another program; refusing to use it "
+                "(choose another with OTTERMQ_POSTGRES_SCHEMA)"
+            )
+        else:
+            version = 0
+            await conn.execute(pg.CREATE_VERSION_TABLE)
+            await conn.execute(pg.INSERT_VERSION, 0)
+        if version > pg.SCHEMA_VERSION:
+            raise StoreError(
+                f"PostgreSQL schema {schema!r} was written by a newer OtterMQ (schema {version}, this "
+                f"version understands up to {pg.SCHEMA_VERSION}); refusing to use it"
+            )
+        steps = pg.migrations(schema)
+        for target in range(version + 1, pg.SCHEMA_VERSION + 1):
+            for statement in steps[target]:
+                await conn.execute(statement)
+        if version != pg.SCHEMA_VERSION:
+            await conn.execute(pg.SET_VERSION, pg.SCHEMA_VERSION)
+            if version:
+                log.info("migrated PostgreSQL schema %s from %d to %d", schema, version, pg.SCHEMA_VERSION)
+
+
+async def _load_counters(conn: Any) -> tuple[s.QueueIds, dict[int, int], int]:
+    """``engine.load_counters`` on PostgreSQL: delete orphaned messages, compact queue ids once too
+    many are used, read each queue's highest seq and the highest delayed-message id."""
+    rows = await conn.fetch("SELECT id, vhost, name FROM queues ORDER BY id")
+    queues = [(int(i), str(v), str(n)) for i, v, n in rows]
+    async with conn.transaction():
+        gaps, start = [], 0
+        for queue_id in [q[0] for q in queues] + [s.MAX_QUEUE_ID + 1]:
+            if queue_id > start:  # the ids [start, queue_id) hold no queue
+                gaps.append((start << s.SEQ_BITS, (queue_id << s.SEQ_BITS) - 1))
+            start = queue_id + 1
+        orphans = await conn.fetchval(
+            "WITH gone AS (DELETE FROM messages m USING unnest($1::BIGINT[], $2::BIGINT[]) AS g(low, high) "
+            "WHERE m.id BETWEEN g.low AND g.high RETURNING 1) SELECT count(*) FROM gone",
+            [g[0] for g in gaps],
+            [g[1] for g in gaps],
+        )
+        if orphans:
+            log.warning("deleted %d messages of queues that no longer exist", orphans)
+        if queues and queues[-1][0] > s.COMPACT_QUEUE_IDS_ABOVE:
+            compacted = []
+            for new_id, (old_id, vhost, name) in enumerate(queues, start=1):
+                if new_id != old_id:
+                    low, high = s.queue_range(old_id)
+                    await conn.execute(pg.MOVE_QUEUE, new_id, old_id)
+                    await conn.execute(pg.MOVE_MESSAGES, (old_id - new_id) << s.SEQ_BITS, low, high)
+                compacted.append((new_id, vhost, name))
+            log.warning("compacted queue ids: %d queues now use ids 1..%d", len(queues), len(queues))
+            queues = compacted
+    tops = await conn.fetchmany(pg.MAX_SEQ, [s.queue_range(q[0]) for q in queues]) if queues else []
+    last_seq = {}
+    for (queue_id, _, _), (top,) in zip(queues, tops, strict=True):
+        last_seq[queue_id] = 0 if top is None else top - (queue_id << s.SEQ_BITS)
+    last_delayed = await conn.fetchval(s.SELECT_MAX_DELAYED)
+    return queues, last_seq, int(last_delayed or 0)
