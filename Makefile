@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install run-install analytics clients run test test-workers unit e2e screenshots conformance fuzz bench lint typecheck clean
+.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance fuzz bench lint typecheck clean
 
 # One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
 # is added/removed: strict editable installs link files one by one, so new modules need a re-run;
@@ -87,15 +87,31 @@ XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load
 # second time on its pure-Python sources (OTTERMQ_PURE_PYTHON=1), as a machine without a compiler runs it.
 PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(BIN)/pytest $(XDIST) tests/unit tests/protocol
 
+# A throwaway PostgreSQL (.ci/postgres.py: initdb in a temp dir, a free port, stopped at the end) around
+# a command, which finds it in OTTERMQ_TEST_POSTGRES_URL: the store contract tests, the active/standby
+# tests (e2e/test_postgres_ha.py) and the PostgreSQL pass below use it.
+WITH_PG := $(BIN)/python .ci/postgres.py run --
+# The end-to-end files that exercise the store, run again with OTTERMQ_STORE=postgresql (a schema per
+# broker process): restarts and crashes, TTL, dead-lettering and moves, delayed messages and dedup,
+# policies, limits, definitions and the definitions CLI, the management API's fuzzer.
+PG_E2E := $(addprefix e2e/test_,durability.py dlx.py ttl.py ttl_head_expiry.py queue_expiry.py \
+	length_limits.py delayed_dedup.py dead_letter_moves.py policies.py limits.py definitions_roundtrip.py \
+	management_definitions.py ottermq_process.py http_fuzz.py basic.py queues.py)
+
 # every test, then the end-to-end suite again with two worker processes (docs/workers.md: the suite's
-# vhost / belongs to worker 1, so each of its connections is handed over by worker 0)
+# vhost / belongs to worker 1, so each of its connections is handed over by worker 0), then the store's
+# end-to-end files on PostgreSQL
 test: install clients
-	$(BIN)/pytest $(XDIST)
-	OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+	$(WITH_PG) $(BIN)/pytest $(XDIST)
+	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+	$(WITH_PG) env OTTERMQ_STORE=postgresql $(BIN)/pytest $(XDIST) $(PG_E2E)
 	$(PURE_TESTS)
 
 test-workers: install clients
-	OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+
+test-postgresql: install clients
+	$(WITH_PG) env OTTERMQ_STORE=postgresql $(BIN)/pytest $(XDIST) $(PG_E2E)
 
 unit: install
 	$(BIN)/pytest $(XDIST) tests

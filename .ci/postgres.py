@@ -3,7 +3,9 @@ at the end. Debian's ``postgresql`` package provides the binaries (``.ci/install
 
     python .ci/postgres.py run -- CMD ARGS...   start one, run CMD with OTTERMQ_TEST_POSTGRES_URL set,
                                                 stop it, exit with CMD's status
-    python .ci/postgres.py start DIR            start one in DIR (kept running), print its URL
+    python .ci/postgres.py start [DIR]          start one in DIR (default: a new temp dir; as root, every
+                                                directory above DIR must be open to the postgres user),
+                                                kept running; print its URL, then DIR
     python .ci/postgres.py stop DIR             stop the one in DIR and delete DIR
 
 Imported by the test fixtures (``tests/unit/persistence/conftest.py``, ``e2e/conftest.py``) and the
@@ -148,8 +150,10 @@ def main(argv: list[str]) -> int:
             env = dict(os.environ, OTTERMQ_TEST_POSTGRES_URL=server.url)
             print(f"postgres.py: PostgreSQL on {server.url} (data in {server.directory})", flush=True)
             return subprocess.run(argv[2:], env=env, check=False).returncode
-    if len(argv) == 2 and argv[0] == "start":
-        print(start(Path(argv[1])).url)
+    if argv[:1] == ["start"] and len(argv) <= 2:
+        server = start(Path(argv[1]) if len(argv) == 2 else None)
+        print(server.url)
+        print(server.directory)
         return 0
     if len(argv) == 2 and argv[0] == "stop":
         directory = Path(argv[1])

@@ -26,7 +26,8 @@ from typing import Protocol
 
 from ottermq.amqp import native
 from ottermq.persistence.archive import NullArchive
-from ottermq.persistence.store import Definitions, Store
+from ottermq.persistence.lease import Lease
+from ottermq.persistence.store import Definitions, Store, StoreError
 
 from . import VERSION
 from .config import Settings
@@ -43,7 +44,7 @@ from .node.startup import (
     read_definitions,
 )
 from .node.tls import TLSConfigError, web_context, web_files
-from .node.wiring import Archive, open_store, shared_archive
+from .node.wiring import Archive, make_lease, open_store, redact_url, shared_archive
 from .server.listener import AMQPServer
 
 log = logging.getLogger(__name__)
@@ -166,12 +167,12 @@ class Broker:
             await self.prometheus.start()
         self.node.start_alarms()
 
-    async def shutdown(self, timeout: float = 5.0) -> None:
-        """Stop accepting, close every connection with 320, wait for them to go, then close the
-        store (committing what is pending) and the archive."""
+    async def shutdown(self, timeout: float = 5.0, reason: str = "shutdown") -> None:
+        """Stop accepting, close every connection with 320 (``reason`` in its text), wait for them to
+        go, then close the store (committing what is pending) and the archive."""
         await self.close_listeners()
         self.node.stop()
-        await self.amqp.shutdown(timeout)
+        await self.amqp.shutdown(timeout, reason)
         await self.node.close()
         log.info("OtterMQ stopped")
 
@@ -208,24 +209,115 @@ async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None
     reload_tls: list[Callable[[], None]] = []  # SIGHUP: TLS files read again, once the broker exists
     loop.add_signal_handler(signal.SIGHUP, lambda: [f() for f in reload_tls])
     definitions = read_definitions(settings)
-    # Constructing the broker and its store touches no file; the archive starts once checked.
-    broker = Broker(settings, loop, open_store(settings), archive=NullArchive())
-    await broker.listen()
-    reload_tls.append(broker.reload_tls)
-    extension: Extension | None = None
+    if settings.store == "postgresql" and settings.workers > 1:
+        raise StartupError(
+            "workers",
+            settings.workers,
+            "OTTERMQ_STORE=postgresql runs in one worker process (which worker owns a vhost is kept in"
+            " the data dir, which a standby on another machine does not have)",
+            "set OTTERMQ_WORKERS=1",
+        )
+    lease = make_lease(settings)  # OTTERMQ_STORE=postgresql: active or standby
+    if lease is not None and not await _lead(lease, stop):
+        return  # stopped while a standby
+    lost = asyncio.Event()
+    if lease is not None:
+        lease.on_lost = lambda _reason: lost.set()
     try:
-        check_archive_dir(settings)  # before the data dir: a failure here leaves no store behind
-        prepare_data_dir(settings)
-        broker.node.archive = shared_archive(settings)
-        extension = extend(broker) if extend is not None else None
-        await broker.start(definitions, extension.start if extension is not None else None)
-    except BaseException:
-        await broker.close_listeners()
+        # Constructing the broker and its store touches no file; the archive starts once checked.
+        broker = Broker(settings, loop, open_store(settings, lease), archive=NullArchive())
+        broker.node.lease = lease
+        await _listen(broker, lease)
+        reload_tls.append(broker.reload_tls)
+        extension: Extension | None = None
+        try:
+            check_archive_dir(settings)  # before the data dir: a failure here leaves no store behind
+            prepare_data_dir(settings)
+            broker.node.archive = shared_archive(settings)
+            extension = extend(broker) if extend is not None else None
+            await broker.start(definitions, extension.start if extension is not None else None)
+        except BaseException:
+            await broker.close_listeners()
+            if extension is not None:
+                await extension.stop()
+            raise
+        await _first(stop.wait(), lost.wait())
+        reason = LEADERSHIP_LOST if lost.is_set() else "shutdown"
         if extension is not None:
-            await extension.stop()
-        raise
-    await stop.wait()
-    if extension is not None:
-        await asyncio.gather(broker.shutdown(), extension.stop())
-    else:
-        await broker.shutdown()
+            await asyncio.gather(broker.shutdown(reason=reason), extension.stop())
+        else:
+            await broker.shutdown(reason=reason)
+    finally:
+        if lease is not None:
+            await lease.release()
+    if lost.is_set():
+        raise LeadershipLost("another broker took the leadership over: this one stopped (see the log)")
+
+
+LEADERSHIP_LOST = "leadership lost"
+
+
+class LeadershipLost(Exception):
+    """An active broker stopped because another one took over (``Lease``): the process exits with
+    ``EXIT_LEADERSHIP_LOST`` so that a service manager starts it again, as a standby."""
+
+
+EXIT_LEADERSHIP_LOST = 3
+
+
+async def _first(*waits: Awaitable[object]) -> None:
+    """Wait until the first of ``waits`` is done; cancel the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _listen(broker: Broker, lease: Lease | None) -> None:
+    """``broker.listen()``; a broker that just took the leadership over waits up to two leases for an
+    address the old active still holds (the same port on the same machine: it is stopping).
+
+    Raises:
+        StartupError: as ``Broker.listen``.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (2 * lease.lease_seconds if lease is not None else 0)
+    waited = False
+    while True:
+        try:
+            await broker.listen()
+            return
+        except StartupError as exc:
+            if not exc.in_use or loop.time() > deadline:
+                raise
+            if not waited:
+                log.warning("active: %s; waiting for the old active to let go of it", exc)
+                waited = True
+            await asyncio.sleep(0.1)
+
+
+async def _lead(lease: Lease, stop: asyncio.Event) -> bool:
+    """Wait as a standby (binding nothing) until ``lease`` is this broker's, or ``stop`` is set.
+
+    Returns:
+        True once this broker is the active one; False when stopped first.
+
+    Raises:
+        StartupError: PostgreSQL is unusable (no driver, a schema of another program or version).
+    """
+    acquire = asyncio.ensure_future(lease.acquire())
+    await _first(asyncio.shield(acquire), stop.wait())
+    if not acquire.done():
+        acquire.cancel()
+        await asyncio.gather(acquire, return_exceptions=True)
+        await lease.release()
+        log.info("standby stopped")
+        return False
+    try:
+        acquire.result()
+    except StoreError as exc:
+        await lease.release()
+        raise StartupError("postgres_url", redact_url(lease.url), str(exc)) from None
+    return True

@@ -305,6 +305,41 @@ class BrokerProcess:
         """Start (or start again) and wait until the AMQP port is served: up to ``timeout`` seconds,
         by default 30 (60 with ``OTTERMQ_WORKERS``: every worker starts first), a ceiling for a
         machine busy with other tests, not a target."""
+        workers = self.launch()
+        if timeout is None:
+            timeout = 60.0 if workers > 1 else 30.0
+        self.wait_until_serving(timeout)
+        return self.broker
+
+    def wait_until_serving(self, timeout: float = 30.0) -> None:
+        """Wait until the AMQP port is served (fails if the process exits or ``timeout`` passes)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while not _port_open(self.broker.host, self.port):
+            if self.proc.poll() is not None:
+                self.died = True
+                pytest.fail(f"ottermq exited with {self.proc.returncode} during startup:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"ottermq did not listen on {self.port} within {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def store_env(self) -> dict[str, str]:
+        """The settings a command line tool needs to open this broker's store (its data dir; with
+        ``OTTERMQ_STORE=postgresql`` the database and schema too)."""
+        env = {"OTTERMQ_DATA_DIR": str(self.data_dir)}
+        store = self.extra_env.get("OTTERMQ_STORE", os.environ.get("OTTERMQ_STORE", "sqlite")).lower()
+        if store == "postgresql":
+            env.update(
+                OTTERMQ_STORE=store,
+                OTTERMQ_POSTGRES_URL=self.extra_env.get("OTTERMQ_POSTGRES_URL") or postgres_url(),
+                OTTERMQ_POSTGRES_SCHEMA=self.extra_env.get("OTTERMQ_POSTGRES_SCHEMA")
+                or schema_for(self.data_dir),
+            )
+        return env
+
+    def launch(self) -> int:
+        """Start the process without waiting for it to serve (a standby binds nothing until it takes
+        over); returns its number of worker processes."""
         env = dict(os.environ)
         env.update(
             OTTERMQ_BROKER_HOST=self.broker.host,
@@ -316,9 +351,8 @@ class BrokerProcess:
             PYTHONSAFEPATH="1",
         )
         env.update(self.extra_env)
+        env.update(self.store_env())  # make test's PostgreSQL pass: a schema per data dir
         workers = _give_default_vhost_to_the_last_worker(env, self.data_dir)
-        if timeout is None:
-            timeout = 60.0 if workers > 1 else 30.0
         log = open(self.broker.log_path, "ab")  # noqa: SIM115 - the child keeps its own handle
         try:
             self.proc = subprocess.Popen(
@@ -330,15 +364,7 @@ class BrokerProcess:
             )
         finally:
             log.close()
-        deadline = time.monotonic() + timeout
-        while not _port_open(self.broker.host, self.port):
-            if self.proc.poll() is not None:
-                self.died = True
-                pytest.fail(f"ottermq exited with {self.proc.returncode} during startup:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"ottermq did not listen on {self.port} within {timeout} s:\n{self.log_tail()}")
-            time.sleep(0.05)
-        return self.broker
+        return workers
 
     def log_tail(self, lines: int = 60) -> str:
         return self.broker.log_tail(lines)
@@ -385,6 +411,41 @@ class BrokerProcess:
             )
         else:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------------
+# PostgreSQL (OTTERMQ_STORE=postgresql)
+# --------------------------------------------------------------------------------------------------------
+_POSTGRES: dict[str, Any] = {}
+POSTGRES_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.py"
+
+
+def postgres_url() -> str:
+    """The PostgreSQL server of the session: ``OTTERMQ_TEST_POSTGRES_URL`` (``make test`` starts one for
+    every test process), or one started now by ``.ci/postgres.py`` and stopped when the session ends.
+    Fails (not skips) when PostgreSQL is not installed."""
+    url = os.environ.get("OTTERMQ_TEST_POSTGRES_URL") or _POSTGRES.get("url")
+    if url:
+        return str(url)
+    started = subprocess.run(
+        [sys.executable, str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, check=False
+    )
+    if started.returncode:
+        pytest.fail(f"cannot start a PostgreSQL for the tests:\n{started.stdout}{started.stderr}")
+    url, directory = started.stdout.split()
+    _POSTGRES.update(url=url, directory=directory)
+    return url
+
+
+def schema_for(data_dir: Path) -> str:
+    """The PostgreSQL schema of the broker on ``data_dir`` (a restarted broker finds its data)."""
+    return "e2e_" + uuid.uuid5(uuid.NAMESPACE_URL, str(data_dir.resolve())).hex[:16]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    directory = _POSTGRES.pop("directory", None)
+    if directory is not None:
+        subprocess.run([sys.executable, str(POSTGRES_SCRIPT), "stop", directory], check=False)
 
 
 @pytest.fixture(scope="session")

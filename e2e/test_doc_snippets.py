@@ -73,6 +73,8 @@ SKIPPED = {
     "pip-spark": "installs from a package index (make install has the spark extra)",
     "spark-hdfs": "needs an HDFS cluster",
     "spark-submit": "needs a Spark cluster; tests/spark/test_cluster.py runs spark-submit on a local one",
+    "postgresql-active-standby": "installs from a package index and serves until stopped, on a database host;"
+    " e2e/test_postgres_ha.py runs an active and a standby on a throwaway PostgreSQL",
 }
 
 RUNNERS: dict[str, str] = {}
@@ -675,7 +677,8 @@ def test_changing_a_password_live(broker_process, tmp_path):
 
 
 @runs("change-password-offline")
-def test_changing_a_password_with_the_broker_stopped(broker_process, tmp_path):
+def test_changing_a_password_with_the_broker_stopped(broker_process, tmp_path, monkeypatch):
+    monkeypatch.setenv("OTTERMQ_STORE", "sqlite")  # the snippet's store is the data dir's
     b = broker_process(data_dir=tmp_path / "data")
     b.start()
     assert b.stop() == 0

@@ -20,6 +20,8 @@ import pytest
 pytestmark = pytest.mark.extension
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
+# tests of the SQLite store's data dir and file (the PostgreSQL pass of make test runs them on SQLite too)
+SQLITE = {"OTTERMQ_STORE": "sqlite"}
 
 
 def connect(broker) -> tuple[pika.BlockingConnection, pika.adapters.blocking_connection.BlockingChannel]:
@@ -225,7 +227,7 @@ def test_kill_9_under_load_loses_no_confirmed_message(broker_process, poll_until
 
 
 def test_corrupt_database_is_reported_not_replaced(broker_process):
-    process = broker_process()
+    process = broker_process(SQLITE)
     process.start()
     process.stop()
     db = process.data_dir / "ottermq.db"
@@ -241,7 +243,7 @@ def test_corrupt_database_is_reported_not_replaced(broker_process):
 
 
 def test_newer_schema_is_refused(broker_process):
-    process = broker_process()
+    process = broker_process(SQLITE)
     process.start()
     process.stop()
     with sqlite3.connect(process.data_dir / "ottermq.db") as db:
@@ -253,9 +255,9 @@ def test_newer_schema_is_refused(broker_process):
 
 
 def test_second_broker_on_the_same_data_dir_is_refused(broker_process):
-    first = broker_process()
+    first = broker_process(SQLITE)
     first.start()
-    second = broker_process(data_dir=first.data_dir)
+    second = broker_process(SQLITE, data_dir=first.data_dir)
     with pytest.raises(pytest.fail.Exception):
         second.start(timeout=10)
     second.died = False
@@ -290,7 +292,7 @@ GUEST_HASH = "Jb2wpdgX4zZI0JVNeMTMC7OAG9s6Sfzya9BR1t4X/gv300Iq"  # RabbitMQ's sh
 
 
 def _cli(*args: str, data_dir) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, OTTERMQ_DATA_DIR=str(data_dir), PYTHONSAFEPATH="1")
+    env = dict(os.environ, OTTERMQ_DATA_DIR=str(data_dir), PYTHONSAFEPATH="1", **SQLITE)
     return subprocess.run(
         [sys.executable, "-m", "ottermq.broker", "definitions", *args],
         env=env,
@@ -346,7 +348,7 @@ def test_definitions_cli_import_then_serve_then_export(broker_process, tmp_path)
     }
     path = tmp_path / "defs.json"
     path.write_text(json.dumps(defs))
-    process = broker_process()
+    process = broker_process(SQLITE)
     result = _cli("import", str(path), data_dir=process.data_dir)
     assert result.returncode == 0, result.stderr
     b = process.start()

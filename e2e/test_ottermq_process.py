@@ -372,7 +372,7 @@ def test_password_changed_with_definitions_import(broker_process, tmp_path):
     process.start()
     defs = tmp_path / "defs.json"
     defs.write_text('{"users": [{"name": "guest", "password": "new-secret", "tags": ["administrator"]}]}')
-    env = dict(os.environ, PYTHONSAFEPATH="1", OTTERMQ_DATA_DIR=str(process.data_dir))
+    env = dict(os.environ, PYTHONSAFEPATH="1", **process.store_env())  # its data dir, or its PostgreSQL
     command = [sys.executable, "-m", "ottermq.broker", "definitions", "import", str(defs)]
     running = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert running.returncode == 1 and "stop the broker first" in running.stderr

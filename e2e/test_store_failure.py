@@ -28,6 +28,9 @@ from .polling import poll_until
 pytestmark = pytest.mark.extension
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
+SQLITE = {
+    "OTTERMQ_STORE": "sqlite"
+}  # a full disk under the SQLite store (also in make test's PostgreSQL pass)
 
 
 def _set_file_size_limit(proc, limit: int) -> None:
@@ -47,7 +50,7 @@ def _bodies(ch, queue: str) -> list[bytes]:
 
 
 def test_full_disk_nacks_fails_tx_retries_acks_and_loses_nothing(broker_process):
-    proc = broker_process()
+    proc = broker_process(SQLITE)
     broker = proc.start()
     conn = pika.BlockingConnection(broker.params())
     ch = conn.channel()
@@ -102,7 +105,7 @@ def test_full_disk_nacks_fails_tx_retries_acks_and_loses_nothing(broker_process)
 
 
 def test_disk_full_at_publish_time_recovers_without_a_restart(broker_process):
-    proc = broker_process()
+    proc = broker_process(SQLITE)
     broker = proc.start()
     conn = pika.BlockingConnection(broker.params())
     ch = conn.channel()

@@ -49,7 +49,9 @@ def two_worker_process(broker_process: Any, data_dir: Path) -> Any:
     data_dir.mkdir(parents=True, exist_ok=True)
     assignment = {"workers": 2, "vhosts": {"/": 0, "a": 1, "b": 0}}
     (data_dir / "workers.json").write_text(json.dumps(assignment))
-    return broker_process({"OTTERMQ_WORKERS": "2", "OTTERMQ_VHOSTS": "/,a,b"}, data_dir)
+    # SQLite: workers keep which one owns a vhost in the data dir (PostgreSQL runs one worker)
+    env = {"OTTERMQ_WORKERS": "2", "OTTERMQ_VHOSTS": "/,a,b", "OTTERMQ_STORE": "sqlite"}
+    return broker_process(env, data_dir)
 
 
 @pytest.fixture

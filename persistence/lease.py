@@ -94,6 +94,7 @@ class Lease:
         self.on_lost: Callable[[str], None] | None = None
         self._conn: Any = None
         self._locked = False  # this broker holds the leadership advisory lock
+        self._migrated = False  # the schema was created or checked
         self._renewed = 0.0  # time.monotonic() of the last successful renewal
         self._renewer: asyncio.Task[None] | None = None
         self._lock_key, self._fence_key, _ = pg.lock_keys(schema)
@@ -123,18 +124,15 @@ class Lease:
             StoreError: no driver, or the schema belongs to another program or a newer OtterMQ.
         """
         require_driver()
-        migrated = False
         announced = False
         while True:
             try:
-                conn = await self._connection()
-                if not migrated:
-                    await _migrate(conn, self.schema)
-                    migrated = True
-                if await self._try_take_over(conn):
-                    break
-                if not announced:
-                    log.info("standby: %s is active; waiting to take over", await self._current_holder(conn))
+                if await self.try_acquire():
+                    return
+                if not announced and self._conn is not None:
+                    log.info(
+                        "standby: %s is active; waiting to take over", await self._current_holder(self._conn)
+                    )
                     announced = True
             except StoreError:
                 raise
@@ -142,12 +140,31 @@ class Lease:
                 log.warning("standby: PostgreSQL unreachable (%s); retrying", exc)
                 await self._drop_connection()
             await asyncio.sleep(self.poll_seconds)
+
+    async def try_acquire(self) -> bool:
+        """Take the leadership over if it is free now (see the module rules); never waits.
+
+        Returns:
+            True when this broker is now the active one.
+
+        Raises:
+            StoreError: no driver, or the schema belongs to another program or a newer OtterMQ.
+            IO_ERRORS: PostgreSQL is unreachable.
+        """
+        require_driver()
+        conn = await self._connection()
+        if not self._migrated:
+            await _migrate(conn, self.schema)
+            self._migrated = True
+        if not await self._try_take_over(conn):
+            return False
         self.role = ACTIVE
         self._renewed = time.monotonic()
         self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
         log.info(
             "active: took the leadership over (epoch %d, %d failovers so far)", self.epoch, self.failovers
         )
+        return True
 
     async def _current_holder(self, conn: Any) -> str:
         row = await conn.fetchrow("SELECT holder FROM ottermq_leader WHERE id = 1")

@@ -14,10 +14,12 @@ Rules:
   (``postgres_sql``). When another broker took the leadership over, that raises, the batch is rolled
   back and reported failed (no confirm), the store refuses every later write (``StoreFenced``) and
   the lease is told (``Lease.fenced``), which stops the broker. Two actives can never both commit.
-- A batch that fails for a value (``DATA_ERRORS``: an integer over 64 bits, the NUL character in a
-  text, a constraint) is split, as on SQLite (``_commit_each``: one savepoint per op). A batch that
-  fails because the server or the connection did (``IO_ERRORS``) goes back to the front of the queue
-  (``BatchingStore``) and is tried again once the store has reconnected.
+- Text holds what SQLite's holds: the NUL character, which PostgreSQL's text refuses, is written
+  escaped (``escape``; U+FFFF is the escape) and read back as it was.
+- A batch that fails for a value (``DATA_ERRORS``: an integer over 64 bits, a constraint) is split,
+  as on SQLite (``_commit_each``: one savepoint per op). A batch that fails because the server or
+  the connection did (``IO_ERRORS``) goes back to the front of the queue (``BatchingStore``) and is
+  tried again once the store has reconnected.
 - One connection, used by one operation at a time (``_lock``): commits, reads and ``stats`` take
   turns. Reads (``BatchingStore``'s, by the ``engine`` function they name) wait for the writes queued
   before them, as on SQLite.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from itertools import groupby
 from operator import itemgetter
@@ -56,6 +59,38 @@ T = TypeVar("T")
 
 COPY_MIN = 8  # a run of at least this many message inserts is one COPY (fewer: executemany)
 CONNECT_TIMEOUT = 10.0
+
+# PostgreSQL's text cannot hold NUL, SQLite's can (a queue name, a routing key): text is written with
+# NUL as ESC "0" and ESC as ESC ESC, ESC being U+FFFF (a noncharacter), and read back the other way.
+NUL, ESC = "\x00", "\uffff"
+_ESCAPED = re.compile("\uffff(.)", re.S)
+
+
+def escape(text: str) -> str:
+    """``text`` as PostgreSQL stores it (see ``NUL``)."""
+    return text.replace(ESC, ESC + ESC).replace(NUL, ESC + "0") if NUL in text or ESC in text else text
+
+
+def unescape(text: str) -> str:
+    """The text ``escape`` stored."""
+    return _ESCAPED.sub(lambda m: NUL if m.group(1) == "0" else m.group(1), text) if ESC in text else text
+
+
+def _text_in(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(escape(v) if type(v) is str else v for v in row)
+
+
+def _text_out(row: Any) -> tuple[Any, ...]:
+    return tuple(unescape(v) if type(v) is str else v for v in row)
+
+
+def _message_in(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An INSERT_MESSAGE row (the hot path: only its exchange and routing key are free text; its CC/BCC
+    keys are JSON, which escapes NUL itself)."""
+    exchange, key = row[1], row[2]
+    if NUL in exchange or ESC in exchange or NUL in key or ESC in key:
+        return (row[0], escape(exchange), escape(key), *row[3:])
+    return row
 
 
 def _errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
@@ -246,7 +281,7 @@ class PostgresStore(BatchingStore):
                         continue
                     await conn.execute("SAVEPOINT op")
                     try:
-                        await conn.execute(pg.STATEMENTS[op[0]], *op[1])
+                        await conn.execute(pg.STATEMENTS[op[0]], *_params(op[0], op[1]))
                     except DATA_ERRORS:
                         await conn.execute("ROLLBACK TO SAVEPOINT op")
                         refused.add(i)
@@ -284,7 +319,7 @@ class PostgresStore(BatchingStore):
     async def _apply(self, conn: Any, ops: list[Op | None]) -> None:
         statements = pg.STATEMENTS
         for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
-            rows = [p for _, p in group]
+            rows = [_params(statement, p) for _, p in group]
             if len(rows) == 1:
                 await conn.execute(statements[statement], *rows[0])
             elif statement == s.INSERT_MESSAGE and len(rows) >= COPY_MIN:
@@ -309,22 +344,28 @@ class PostgresStore(BatchingStore):
             s.SELECT_POLICIES,
             s.SELECT_LIMITS,
         )
-        return s.definitions(*[await conn.fetch(pg.STATEMENTS[q]) for q in queries])
+        return s.definitions(*[map(_text_out, await conn.fetch(pg.STATEMENTS[q])) for q in queries])
 
     @staticmethod
     async def _read_messages(
         conn: Any, queue_id: int, after: int, high: int, chunk: int
     ) -> list[MessageRecord]:
         rows = await conn.fetch(pg.STATEMENTS[s.SELECT_MESSAGES], after, high, chunk)
-        return s.message_records(queue_id, rows)
+        records = s.message_records(queue_id, rows)
+        for record in records:
+            if ESC in record.exchange or ESC in record.routing_key:
+                record.exchange, record.routing_key = unescape(record.exchange), unescape(record.routing_key)
+        return records
 
     @staticmethod
     async def _read_delayed(conn: Any, after: int, chunk: int) -> list[DelayedRecord]:
-        return s.delayed_records(await conn.fetch(pg.STATEMENTS[s.SELECT_DELAYED], after, chunk))
+        return s.delayed_records(
+            map(_text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_DELAYED], after, chunk))
+        )
 
     @staticmethod
     async def _read_dedup(conn: Any) -> list[DedupRecord]:
-        rows = await conn.fetch(pg.STATEMENTS[s.SELECT_DEDUP])
+        rows = map(_text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_DEDUP]))
         return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
 
     @staticmethod
@@ -351,6 +392,18 @@ if TYPE_CHECKING:
 
     def _conforms(store: PostgresStore) -> Store:  # mypy checks PostgresStore against the Protocol
         return store
+
+
+def _params(statement: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An op's params with their text escaped (``escape``)."""
+    if statement == s.INSERT_MESSAGE:
+        return _message_in(params)
+    if statement in _NO_TEXT:
+        return params
+    return _text_in(params)
+
+
+_NO_TEXT = frozenset({s.DELETE_MESSAGE, s.MARK_DELIVERED, s.DELETE_MESSAGES, s.TOUCH_QUEUE, s.DELETE_QUEUE})
 
 
 async def _rollback(conn: Any) -> None:
@@ -406,7 +459,7 @@ async def _load_counters(conn: Any) -> tuple[s.QueueIds, dict[int, int], int]:
     """``engine.load_counters`` on PostgreSQL: delete orphaned messages, compact queue ids once too
     many are used, read each queue's highest seq and the highest delayed-message id."""
     rows = await conn.fetch("SELECT id, vhost, name FROM queues ORDER BY id")
-    queues = [(int(i), str(v), str(n)) for i, v, n in rows]
+    queues = [(int(i), unescape(v), unescape(n)) for i, v, n in rows]
     async with conn.transaction():
         gaps, start = [], 0
         for queue_id in [q[0] for q in queues] + [s.MAX_QUEUE_ID + 1]:

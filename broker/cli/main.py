@@ -23,7 +23,7 @@ def _run_server() -> int:
     for warning in unknown_variables():
         log.warning("%s", warning)
     from ..node.startup import StartupError
-    from ..runtime import serve
+    from ..runtime import EXIT_LEADERSHIP_LOST, LeadershipLost, serve
     from ..workers.supervisor import Supervisor
 
     extend = Supervisor if settings.workers > 1 else None
@@ -37,6 +37,9 @@ def _run_server() -> int:
     except StartupError as exc:
         log.error("cannot start: %s", exc)
         return 1
+    except LeadershipLost as exc:
+        log.error("%s", exc)
+        return EXIT_LEADERSHIP_LOST
     return 0
 
 
@@ -44,18 +47,34 @@ def _definitions(action: str, path: str) -> int:
     """Export or import RabbitMQ definitions JSON on the store in ``OTTERMQ_DATA_DIR``."""
     import json
 
-    from ottermq.persistence.store import StoreError
+    from ottermq.persistence.postgres import IO_ERRORS
+    from ottermq.persistence.store import Store, StoreError
 
     from ..node.definitions import DefinitionsError, definitions_to_json, load_definitions_file
     from ..node.node import Node
     from ..node.startup import StartupError, lock_data_dir
-    from ..node.wiring import open_store
+    from ..node.wiring import make_lease, open_store
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
     async def run() -> None:
-        store = open_store(settings)
+        lease = make_lease(settings)  # PostgreSQL: the CLI works only while no broker is active
+        if lease is None:
+            await run_on(open_store(settings))
+            return
+        try:
+            if not await lease.try_acquire():
+                raise StoreError(f"a broker is active on PostgreSQL schema {lease.schema!r} (it is in use)")
+            await run_on(open_store(settings, lease))
+        except StoreError:
+            raise
+        except IO_ERRORS as exc:
+            raise StoreError(f"PostgreSQL: {exc}") from exc
+        finally:
+            await lease.release()
+
+    async def run_on(store: Store) -> None:
         if action == "export":
             await store.open()
             try:

@@ -15,6 +15,8 @@ Rules:
 5. ottermq is one node without mirrored or quorum queues: the quorum/mirror-sync criticality checks
    answer ``single node cluster`` as RabbitMQ's do on one node. ``certificate-expiration`` reads the
    certificates of the TLS listeners (AMQPS, HTTPS, Prometheus over HTTPS).
+6. ottermq's ``active`` check says whether this node is the active one of an active/standby group
+   (``OTTERMQ_STORE=postgresql``); a node on its own is always active.
 """
 
 from __future__ import annotations
@@ -127,6 +129,17 @@ async def protocol_listener(request: web.Request) -> web.Response:
     return failed("No active listener", missing=asked, protocols=protocols)
 
 
+async def active(request: web.Request) -> web.Response:
+    """ottermq: whether this node is the active one (a load balancer's check). Standbys bind no port,
+    so only an active node answers 200; one that just lost the leadership answers 503 while it stops."""
+    lease = broker_of(request).lease
+    if lease is None:
+        return ok(role="active", store=broker_of(request).settings.store)
+    if lease.role != "active":
+        return failed("this node lost the leadership", role=lease.role, epoch=lease.epoch)
+    return ok(role="active", store="postgresql", epoch=lease.epoch, failovers=lease.failovers)
+
+
 async def single_node(request: web.Request) -> web.Response:
     """Quorum and mirror-sync criticality: nothing can be critical on a single node."""
     return ok(reason="single node cluster")
@@ -187,6 +200,7 @@ def add_routes(routes: web.RouteTableDef, prefix: str) -> None:
     routes.get(f"{checks}/virtual-hosts")(virtual_hosts)
     routes.get(f"{checks}/port-listener/{{port}}")(port_listener)
     routes.get(f"{checks}/protocol-listener/{{protocol}}")(protocol_listener)
+    routes.get(f"{checks}/active")(active)
     routes.get(f"{checks}/node-is-quorum-critical")(single_node)
     routes.get(f"{checks}/node-is-mirror-sync-critical")(single_node)
     routes.get(f"{checks}/certificate-expiration/{{within}}/{{unit}}")(certificate_expiration)

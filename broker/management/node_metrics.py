@@ -259,6 +259,34 @@ def node_metrics(broker: Node) -> Iterator[Metric]:
     for name, text, on in alarms:
         yield GaugeMetricFamily(name, text, value=1 if on else 0)
     yield from auth_metrics(broker)
+    yield from leadership_metrics(broker)
+
+
+ROLES = ("active", "standby", "lost")
+
+
+def leadership_metrics(broker: Node) -> Iterator[Metric]:
+    """``ottermq_ha_role{role}`` (1 for this node's role; a broker without a PostgreSQL lease is the
+    active one), ``ottermq_ha_epoch`` and ``ottermq_ha_failovers_total`` (take-overs from a node that
+    had not released the leadership, as counted in the database)."""
+    lease = broker.lease
+    role = lease.role if lease is not None else "active"
+    family = GaugeMetricFamily(
+        "ottermq_ha_role", "This node's role: active, standby or lost", labels=["role"]
+    )
+    for name in ROLES:
+        family.add_metric([name], 1 if name == role else 0)
+    yield family
+    yield GaugeMetricFamily(
+        "ottermq_ha_epoch",
+        "Leadership epoch this node holds (OTTERMQ_STORE=postgresql; 0 otherwise)",
+        value=lease.epoch if lease is not None else 0,
+    )
+    yield CounterMetricFamily(
+        "ottermq_ha_failovers",
+        "Take-overs by a standby of a node that had not released the leadership",
+        value=lease.failovers if lease is not None else 0,
+    )
 
 
 def auth_metrics(broker: Node) -> Iterator[Metric]:

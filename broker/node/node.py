@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from ottermq.amqp.errors import AMQPError, NotAllowed
+from ottermq.persistence.lease import Lease
 from ottermq.persistence.memory import MemoryStore
 from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
 from ottermq.vhost.policy import PolicyError
@@ -33,7 +34,15 @@ from .operations import Operations
 from .recovery import recover
 from .startup import StartupError
 from .stats import Churn, MessageStats
-from .wiring import Archive, make_call_at, make_hook, make_ttl_manager, make_vhost, shared_archive
+from .wiring import (
+    Archive,
+    make_call_at,
+    make_hook,
+    make_ttl_manager,
+    make_vhost,
+    shared_archive,
+    store_setting,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +104,8 @@ class Node:
         # management API reaches them. One process owns every vhost.
         self.owns: Callable[[str], bool] = lambda _name: True
         self.worker_index = 0  # this process's number among the workers (0: the first, or the only one)
+        # OTTERMQ_STORE=postgresql: the leadership this broker holds as the active one (health, metrics)
+        self.lease: Lease | None = None
         # worker 0 of several: the open connections it handed to other workers, as (vhost, user), so
         # that connection limits count every worker's connections
         self.elsewhere: dict[int, tuple[str, str]] = {}
@@ -146,7 +157,7 @@ class Node:
             await self.store.open()
             defs = await self.store.load_definitions()
         except StoreError as exc:
-            raise StartupError("data_dir", settings.data_dir, str(exc)) from None
+            raise StartupError(*store_setting(settings), str(exc)) from None
         self.auth.load(defs)
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
@@ -179,7 +190,7 @@ class Node:
         try:
             await self.store.flush()
         except StoreError as exc:
-            raise StartupError("data_dir", settings.data_dir, str(exc)) from None
+            raise StartupError(*store_setting(settings), str(exc)) from None
         return applied
 
     def start_alarms(self) -> None:

@@ -29,8 +29,9 @@ class StartupError(Exception):
         fix: what to do about it (optional).
     """
 
-    def __init__(self, field: str, value: object, cause: str, fix: str = "") -> None:
+    def __init__(self, field: str, value: object, cause: str, fix: str = "", *, in_use: bool = False) -> None:
         self.setting = env_name(field)
+        self.in_use = in_use  # a listening address another process holds (it may let go soon)
         text = f"{self.setting}={'' if value is None else value}: {cause}"
         super().__init__(f"{text} ({fix})" if fix else text)
 
@@ -51,7 +52,7 @@ def listener_startup_error(settings: Settings, exc: OSError, port_field: str, sw
     port = getattr(settings, port_field)
     if exc.errno == errno.EADDRINUSE:
         fix = f"set {env_name(port_field)} to a free port, or {env_name(switch)}=false"
-        return StartupError(port_field, port, os_cause(exc), fix)
+        return StartupError(port_field, port, os_cause(exc), fix, in_use=True)
     if settings.web_host or settings.broker_host:  # unknown or foreign address
         field = "web_host" if settings.web_host else "broker_host"
         return StartupError(field, settings.web_host or settings.broker_host, os_cause(exc))
@@ -88,12 +89,13 @@ def _in_use(data_dir: Path) -> str:
 
 
 def prepare_data_dir(settings: Settings) -> int | None:
-    """Lock ``OTTERMQ_DATA_DIR`` (sqlite store only); returns the lock's descriptor.
+    """Lock ``OTTERMQ_DATA_DIR`` (durable stores: SQLite's file, and with PostgreSQL the dead-letter
+    move jobs' state); returns the lock's descriptor.
 
     Raises:
         StartupError: the directory is a file, not writable, or in use.
     """
-    if settings.store != "sqlite":
+    if settings.store == "memory":
         return None
     try:
         return lock_data_dir(settings.data_dir)

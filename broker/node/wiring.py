@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from ottermq.dlx.deadletter import DeadLetterer, death_count
 from ottermq.dlx.xdeath import dead_letter_routing_keys
@@ -60,6 +61,25 @@ def make_lease(settings: Settings) -> Lease | None:
         lease_seconds=settings.lease_seconds,
         poll_seconds=settings.standby_poll_seconds,
     )
+
+
+def redact_url(url: str | None) -> str | None:
+    """``url`` without its password (for messages and logs)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def store_setting(settings: Settings) -> tuple[str, object]:
+    """The setting that names where the store is, and its value (for ``StartupError``)."""
+    if settings.store == "postgresql":
+        return "postgres_url", redact_url(settings.postgres_url)
+    return "data_dir", settings.data_dir
 
 
 def postgres_password(settings: Settings) -> str | None:

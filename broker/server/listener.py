@@ -131,7 +131,8 @@ class AMQPServer:
             fix = f"set {env_name(field)} to a free port" if exc.errno == errno.EADDRINUSE else ""
             if settings.broker_host and exc.errno == errno.EADDRNOTAVAIL:
                 raise StartupError("broker_host", settings.broker_host, os_cause(exc)) from None
-            raise StartupError(field, port, os_cause(exc), fix) from None
+            in_use = exc.errno == errno.EADDRINUSE
+            raise StartupError(field, port, os_cause(exc), fix, in_use=in_use) from None
         return self._servers
 
     def prepare_tls(self) -> None:
@@ -182,11 +183,12 @@ class AMQPServer:
         for server in self._servers:
             server.close()
 
-    async def shutdown(self, timeout: float) -> None:
-        """Stop the checks, close every connection with 320, wait for them to go, abort the rest."""
+    async def shutdown(self, timeout: float, reason: str = "shutdown") -> None:
+        """Stop the checks, close every connection with 320 (``broker forced connection closure with
+        reason '<reason>'``), wait for them to go, abort the rest."""
         self.ack_timeouts.stop()
         for conn in list(self.connections):
-            conn.force_close("shutdown")
+            conn.force_close(reason)
         deadline = self.loop.time() + timeout
         while self.connections and self.loop.time() < deadline:
             await asyncio.sleep(0.02)

@@ -127,6 +127,11 @@ BAD_VALUES = {
     "max_message_size": "0",
     "store": "postgres",
     "sync": "OFF",
+    "postgres_url": None,  # any string; connecting reports a bad one (StartupError)
+    "postgres_password_file": None,  # any path; start-up reports an unreadable one (StartupError)
+    "postgres_schema": "s" * 51,  # over the 50 characters allowed (PostgreSQL names stop at 63 bytes)
+    "lease_seconds": "0.5",
+    "standby_poll_seconds": "0",
     "definitions_file": None,  # any path; start-up reports a missing file (StartupError)
     "memory_high_watermark": "0",
     "handshake_timeout": "0",

@@ -4,9 +4,9 @@ schema of its own per test, on the throwaway server ``postgres_url`` gives)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import sqlite3
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,33 +23,24 @@ AnyStore = MemoryStore | SQLiteStore | PostgresStore
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def load_postgres_sandbox() -> Any:
-    """``.ci/postgres.py`` (the throwaway server), imported from its file."""
-    spec = importlib.util.spec_from_file_location("ottermq_ci_postgres", ROOT / ".ci" / "postgres.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """``OTTERMQ_TEST_POSTGRES_URL`` (``make test`` starts one server for every test process), or a
-    server started for this session; fails (not skips) when PostgreSQL is not installed."""
+    server started for this session by ``.ci/postgres.py``; fails (not skips) when PostgreSQL is not
+    installed."""
     url = os.environ.get("OTTERMQ_TEST_POSTGRES_URL")
     if url:
         yield url
         return
-    sandbox = load_postgres_sandbox()
+    script = [sys.executable, str(ROOT / ".ci" / "postgres.py")]
+    started = subprocess.run([*script, "start"], capture_output=True, text=True, check=False)
+    if started.returncode:
+        pytest.fail(f"cannot start a PostgreSQL for the tests:\n{started.stdout}{started.stderr}")
+    url, directory = started.stdout.split()
     try:
-        server = sandbox.start()
-    except FileNotFoundError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield server.url
+        yield url
     finally:
-        server.stop()
+        subprocess.run([*script, "stop", directory], check=False)
 
 
 def drop_schema(url: str, schema: str) -> None:

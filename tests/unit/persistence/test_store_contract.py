@@ -649,3 +649,40 @@ def test_delayed_messages_and_dedup_keys_round_trip(new_store: Factory) -> None:
         ("queue", "q", b"Sa", 99),
         ("exchange", "x", b"Sa", None),
     ]
+
+
+def test_text_holds_the_nul_character_and_every_other(new_store: Factory) -> None:
+    """SQLite's text holds NUL; PostgreSQL's does not, so the PostgreSQL store escapes it (and its escape)."""
+    names = ["a\x00b", "\x00", "\uffff0", "\uffff\x00\uffff", "\\0", "plain"]
+
+    async def write() -> None:
+        store = new_store()
+        await store.open()
+        for name in names:
+            store.put_vhost(VHostRecord(name, name, [name]))
+            q = store.put_queue(QueueRecord(name, name))
+            store.insert_message(message(q, 1, exchange=name, routing_key=name, extra_keys=(name,)))
+            store.put_binding(BindingRecord(name, name, "queue", name, name))
+        await store.flush()
+        await store.close()
+
+    async def read() -> None:
+        store = new_store()
+        await store.open()
+        defs = await store.load_definitions()
+        assert sorted(v.name for v in defs.vhosts) == sorted(names)
+        assert all(v.description == v.name and v.tags == [v.name] for v in defs.vhosts)
+        assert sorted((q.vhost, q.name) for q in defs.queues) == sorted((n, n) for n in names)
+        assert sorted(b.routing_key for b in defs.bindings) == sorted(names)
+        for q in defs.queues:
+            [m] = await messages(store, q.id)
+            assert (m.exchange, m.routing_key, m.extra_keys) == (q.name, q.name, (q.name,))
+        store.delete_binding(BindingRecord("a\x00b", "a\x00b", "queue", "a\x00b", "a\x00b"))
+        store.delete_vhost("\x00")
+        await store.flush()
+        defs = await store.load_definitions()
+        assert "\x00" not in {v.name for v in defs.vhosts} and len(defs.bindings) == len(names) - 2
+        await store.close()
+
+    run(write)
+    run(read)
