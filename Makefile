@@ -162,6 +162,11 @@ bench: install
 	  $(BIN)/python benchmarks/vhosts.py; \
 	fi
 	$(BIN)/python benchmarks/ipc.py
+	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
+	  $(BIN)/python benchmarks/postgres.py --compare "$(RABBIT_URL)"; \
+	else \
+	  $(BIN)/python benchmarks/postgres.py; \
+	fi
 
 lint: install
 	$(BIN)/ruff check $(PKGS) tests e2e benchmarks setup.py

@@ -3,9 +3,11 @@ at the end. Debian's ``postgresql`` package provides the binaries (``.ci/install
 
     python .ci/postgres.py run -- CMD ARGS...   start one, run CMD with OTTERMQ_TEST_POSTGRES_URL set,
                                                 stop it, exit with CMD's status
-    python .ci/postgres.py start [DIR]          start one in DIR (default: a new temp dir; as root, every
+    python .ci/postgres.py start [--fsync] [DIR]
+                                                start one in DIR (default: a new temp dir; as root, every
                                                 directory above DIR must be open to the postgres user),
-                                                kept running; print its URL, then DIR
+                                                kept running; print its URL, then DIR. --fsync: commits
+                                                are flushed to disk, as in production (the benchmarks)
     python .ci/postgres.py stop DIR             stop the one in DIR and delete DIR
 
 Imported by the test fixtures (``tests/unit/persistence/conftest.py``, ``e2e/conftest.py``) and the
@@ -150,8 +152,13 @@ def main(argv: list[str]) -> int:
             env = dict(os.environ, OTTERMQ_TEST_POSTGRES_URL=server.url)
             print(f"postgres.py: PostgreSQL on {server.url} (data in {server.directory})", flush=True)
             return subprocess.run(argv[2:], env=env, check=False).returncode
-    if argv[:1] == ["start"] and len(argv) <= 2:
-        server = start(Path(argv[1]) if len(argv) == 2 else None)
+    if argv[:1] == ["start"]:
+        fsync = "--fsync" in argv  # as in production (the benchmarks); the tests run without
+        rest = [a for a in argv[1:] if a != "--fsync"]
+        if len(rest) > 1:
+            print(__doc__, file=sys.stderr)
+            return 2
+        server = start(Path(rest[0]) if rest else None, fast=not fsync)
         print(server.url)
         print(server.directory)
         return 0

@@ -62,3 +62,14 @@ def test_hot_path_ab_runs_every_scenario_on_a_tree(tmp_path: Path) -> None:
     assert set(run) == {"publish", "noack", "ack-each", "confirms", "fanout10", "persistent"}
     assert all(0 < v < 10_000 for v in run.values())
     assert "persistent" in result.stdout
+
+
+def test_postgresql_benchmark_measures_confirms_failovers_and_bytes(tmp_path: Path) -> None:
+    out = tmp_path / "postgres.json"
+    result = _run(str(BENCH / "postgres.py"), "--quick", "--json", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert set(figures["confirms"]) == {"ottermq sqlite", "ottermq postgresql"}
+    assert all(v > 0 for rates in figures["confirms"].values() for v in rates.values())
+    assert len(figures["failover_s"]) == 3 and all(0 < s < 60 for s in figures["failover_s"])
+    assert figures["bytes_per_message"]["postgresql"] > 100 and figures["bytes_per_message"]["sqlite"] > 100
