@@ -12,6 +12,8 @@ active one binds its ports; the standby waits on the leadership lease and binds 
   own port, as behind a load balancer) takes over, the old one is resumed: it exits with status 3
   without confirming anything the new active does not have.
 * a clean shutdown hands over at once and is not counted as a failover.
+* clients that recover by themselves continue on the new active: the Java client's automatic recovery,
+  Bunny's, aio-pika's robust connection (their consumers and topology come back).
 
 ottermq only (RabbitMQ replicates with Raft, not through a database): every test is an extension.
 """
@@ -31,8 +33,11 @@ import pika
 import pika.exceptions
 import pytest
 
+from . import client_programs as programs
 from .conftest import BrokerProcess, postgres_url
-from .polling import poll_until
+from .polling import poll_until, poll_until_async
+from .test_java_client import java_client  # noqa: F401 - the fixture, compiled once per session
+from .test_ruby_client import ruby_client  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.extension
 
@@ -303,3 +308,87 @@ def test_a_clean_shutdown_hands_over_at_once_and_is_no_failover(broker_process: 
     assert count(params, f"ha.handover.{schema}") == 0
     health = http_json(f"{second.broker.management_url}/api/health/checks/active")
     assert health["role"] == "active" and health["failovers"] == 0
+
+
+@pytest.fixture
+def pair(broker_process: Any) -> tuple[BrokerProcess, Any]:
+    """An active and a standby on one address; returns the active and ``fail_over()``, which kills
+    the active (SIGKILL) and waits until the standby serves."""
+    schema = f"ha_{uuid.uuid4().hex[:10]}"
+    active = broker_process(ha_env(schema))
+    active.start()
+    standby = broker_process(ha_env(schema))
+    same_address(standby, active)
+    standby.launch()
+    standby_waiting(standby)
+
+    def fail_over() -> None:
+        active.kill()
+        standby.wait_until_serving(timeout=30)
+
+    return active, fail_over
+
+
+def test_the_java_clients_recovery_continues_on_the_new_active(
+    pair: tuple[BrokerProcess, Any],
+    java_client: list[str],  # noqa: F811
+) -> None:
+    active, fail_over = pair
+    run = programs.run_across_restart([*java_client, "recovery", active.broker.url, "ha-java"], fail_over)
+    assert run.data["after"] == "after" and run.data["events"][-1] == "recovered"
+    run.self_check()
+
+
+def test_bunnys_recovery_continues_on_the_new_active(
+    pair: tuple[BrokerProcess, Any],
+    ruby_client: list[str],  # noqa: F811
+) -> None:
+    active, fail_over = pair
+    run = programs.run_across_restart([*ruby_client, "recovery", active.broker.url, "ha-ruby"], fail_over)
+    assert run.data == {"after": "after"}
+    run.self_check()
+
+
+def test_an_aio_pika_robust_connection_continues_on_the_new_active(pair: tuple[BrokerProcess, Any]) -> None:
+    import asyncio
+
+    import aio_pika
+
+    active, fail_over = pair
+
+    async def main() -> None:
+        conn = await aio_pika.connect_robust(active.broker.url, reconnect_interval=0.2)
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            queue = await ch.declare_queue("ha.robust", durable=True)
+            got: list[bytes] = []
+
+            async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+                async with message.process():
+                    got.append(message.body)
+
+            await queue.consume(on_message)
+            await ch.default_exchange.publish(
+                aio_pika.Message(b"before", delivery_mode=aio_pika.DeliveryMode.PERSISTENT), "ha.robust"
+            )
+
+            async def delivered(body: bytes) -> bool:
+                return body in got
+
+            await poll_until_async(lambda: delivered(b"before"), what="the delivery before the failover")
+            await asyncio.get_running_loop().run_in_executor(None, fail_over)
+            for _ in range(100):  # the robust connection reconnects by itself, then publishing works again
+                try:
+                    await ch.default_exchange.publish(
+                        aio_pika.Message(b"after", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                        "ha.robust",
+                    )
+                    break
+                except (aio_pika.exceptions.AMQPError, ConnectionError, RuntimeError):
+                    await asyncio.sleep(0.1)
+            await poll_until_async(
+                lambda: delivered(b"after"), timeout=30, what="the delivery after the failover"
+            )
+            await queue.delete(if_unused=False, if_empty=False)
+
+    asyncio.run(main())
