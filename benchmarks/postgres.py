@@ -124,8 +124,10 @@ class Node:
         )
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log_from = 0  # where this start's lines begin in the log
 
     def start(self) -> None:
+        self.log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "ottermq.broker"], env=self.env, stdout=logf, stderr=subprocess.STDOUT
@@ -137,7 +139,10 @@ class Node:
             self.proc.wait()
 
     def waiting(self) -> bool:
-        return "standby:" in self.log_path.read_text(errors="replace")
+        """This start of the process logged that it waits as a standby."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self.log_from)
+            return b"standby:" in f.read()
 
 
 def _listening(port: int) -> bool:
