@@ -76,6 +76,12 @@ def test_single_node_is_never_critical(broker, check):
     )
 
 
+@pytest.mark.extension  # ottermq's check for a load balancer in front of an active/standby group
+def test_a_node_on_its_own_is_the_active_one(broker):
+    status, _, body = call(broker, "/api/health/checks/active")
+    assert status == 200 and body["status"] == "ok" and body["role"] == "active"
+
+
 def test_certificate_expiration_parameters(broker):
     base = "/api/health/checks/certificate-expiration"
     assert call(broker, f"{base}/1/months")[0::2] == (200, {"status": "ok"})
