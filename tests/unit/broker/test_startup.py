@@ -117,3 +117,26 @@ def test_password_differs_from_the_stored_one():
     assert not auth.password_differs("guest", "first")
     assert auth.password_differs("guest", "second")
     assert not auth.password_differs("nobody", "second")  # no such user: nothing to compare
+
+
+def test_the_postgresql_password_file_gives_its_first_line(tmp_path):
+    from ottermq.broker.node.wiring import postgres_password
+
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\nignored\n")
+    assert postgres_password(Settings(_env_file=None, postgres_password_file=secret)) == "s3cret"
+    assert postgres_password(Settings(_env_file=None)) is None
+    with pytest.raises(StartupError, match="OTTERMQ_POSTGRES_PASSWORD_FILE=.*cannot be read"):
+        postgres_password(Settings(_env_file=None, postgres_password_file=tmp_path / "missing"))
+
+
+def test_a_postgresql_url_is_shown_without_its_password():
+    from ottermq.broker.node.wiring import redact_url, store_setting
+
+    assert (
+        redact_url("postgresql://u:pw@db:5432/x?sslmode=require")
+        == "postgresql://u:***@db:5432/x?sslmode=require"
+    )
+    assert redact_url("postgresql://u@db/x") == "postgresql://u@db/x"
+    settings = Settings(_env_file=None, store="postgresql", postgres_url="postgresql://u:pw@db/x")
+    assert store_setting(settings) == ("postgres_url", "postgresql://u:***@db/x")
