@@ -385,3 +385,16 @@ def test_an_aio_pika_robust_connection_continues_on_the_new_active(pair: tuple[B
             await queue.delete(if_unused=False, if_empty=False)
 
     asyncio.run(main())
+
+
+def test_a_standby_stops_at_once_on_sigterm(broker_process: Any) -> None:
+    schema = f"ha_{uuid.uuid4().hex[:10]}"
+    active = broker_process(ha_env(schema))
+    broker = active.start()
+    standby = broker_process(ha_env(schema))
+    standby.launch()
+    standby_waiting(standby)
+    assert standby.stop(timeout=10) == 0
+    assert "standby stopped" in standby.log_tail(20)
+    conn = pika.BlockingConnection(broker.params(connection_attempts=1))  # the active goes on serving
+    conn.close()
