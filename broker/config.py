@@ -164,6 +164,12 @@ class Settings(BaseSettings):
         default_factory=lambda: ["guest"], description="Users allowed to log in only from loopback"
     )
     max_priority: int = Field(255, ge=1, le=255, description="Highest x-max-priority accepted")
+    quorum_delivery_limit: int | None = Field(
+        None,
+        ge=0,
+        description="Delivery limit of quorum queues that set none (argument or policy): RabbitMQ 4's"
+        " default is 20; empty = none, as RabbitMQ 3.10",
+    )
     enable_ttl: bool = Field(True, description="Message TTL and queue expiry")
     enable_dlx: bool = Field(True, description="Dead-lettering")
     enable_qll: bool = Field(True, description="Queue length limits")

@@ -12,9 +12,9 @@ RabbitMQ 3.10 rules pinned here:
     * A repeated death in the same queue for the same reason increments ``count`` and moves the entry to the
       front. A dead-letter cycle without a ``rejected`` death is dropped when the message would re-enter a
       queue it already died in; a cycle through a rejection continues.
-    * ``x-delivery-limit`` is a quorum-queue argument: RabbitMQ 3.10 refuses it on a classic queue; ottermq
-      implements it there (extension) with quorum-queue semantics (the values are RabbitMQ's, read from
-      its quorum queues; see ``test_classic_queue_delivery_limit``).
+    * ``x-delivery-limit`` is a quorum-queue argument (``test_quorum_queues.py``): RabbitMQ 3.10 refuses it on
+      a classic queue; ottermq implements it there (extension) with quorum-queue counting (the values are
+      RabbitMQ's, read from its quorum queues; see ``test_classic_queue_delivery_limit``).
 """
 
 from __future__ import annotations
@@ -583,11 +583,10 @@ def test_classic_queue_delivery_limit(connect, with_dlq):
 
     There is nothing here both brokers do: RabbitMQ 3.10 refuses the argument on a classic queue (406
     ``PRECONDITION_FAILED - invalid arg 'x-delivery-limit' for queue '<q>' in vhost '/' of queue type
-    rabbit_classic_queue``) and ottermq has no quorum queues. The expected values are what RabbitMQ 3.10.8
-    does with ``x-queue-type: quorum``, ``x-delivery-limit: 2``: each redelivery counts in
-    ``x-delivery-count``, the third nack dead-letters with reason ``delivery_limit``, and the dead letter
-    keeps the publisher's headers. One difference is not asserted here: RabbitMQ's dead letter has no
-    ``x-delivery-count``, ottermq's keeps the last one (2).
+    rabbit_classic_queue``). The expected values are what RabbitMQ 3.10.8 does with ``x-queue-type:
+    quorum``, ``x-delivery-limit: 2`` (``e2e/test_quorum_queues.py`` asserts them on both brokers): each
+    redelivery counts in ``x-delivery-count``, the third nack dead-letters with reason ``delivery_limit``,
+    and the dead letter is the message as published, without ``x-delivery-count``.
     """
     conn = connect()
     ch = conn.channel()
@@ -596,4 +595,4 @@ def test_classic_queue_delivery_limit(connect, with_dlq):
     assert seen == [(False, None), (True, 1), (True, 2)]
     assert body == b"poison" and deaths(props) == [(q, "delivery_limit", 1)]
     assert props.headers["x-first-death-reason"] == "delivery_limit"
-    assert props.headers["app"] == "v"
+    assert props.headers["app"] == "v" and "x-delivery-count" not in props.headers

@@ -4,17 +4,29 @@ Rules (every text below was read back from RabbitMQ 3.10.8; see ``tests/unit/vho
 - ``queue.declare`` checks, in this order, and reports only the first failure:
   1. ``x-dead-letter-exchange`` must be a longstr:
      ``invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'``.
-  2. ``x-queue-type``:
+  2. ``x-queue-type`` (``classic`` or ``quorum``; a stream is refused with a text that says so):
      ``invalid arg 'x-queue-type' for queue 'q' in vhost '/': "unsupported queue type 'foo'"``.
-  3. RabbitMQ's ``declare_args`` in its fixed order (``x-expires``, ``x-message-ttl``,
-     ``x-dead-letter-routing-key``, ``x-max-length``, ``x-max-length-bytes``, ``x-max-priority``,
-     ``x-overflow``, ``x-queue-mode``, ``x-queue-version``, ``x-single-active-consumer``), whatever the
-     order in the table: ``invalid arg 'K' for queue 'q' in vhost '/': <erlang term>``.
-  4. Arguments that belong to quorum queues or streams, in table order:
-     ``invalid arg 'x-max-age' for queue 'q' in vhost '/' of queue type rabbit_classic_queue``.
-  Unknown arguments are accepted and ignored.
-- On redeclare RabbitMQ validates nothing: it compares the classic queue's own argument list only
-  (``EQUIVALENCE_KEYS``), so ``x-message-ttl: -1`` on an existing queue reports inequivalence.
+  3. RabbitMQ's ``declare_args`` in its fixed order, whatever the order in the table, for the
+     arguments of the queue's type (``CLASSIC_ARGS``/``QUORUM_ARGS``): ``x-expires``, ``x-message-ttl``,
+     ``x-dead-letter-routing-key``, ``x-dead-letter-strategy``, ``x-max-length``, ``x-max-length-bytes``,
+     ``x-max-in-memory-length``, ``x-max-in-memory-bytes``, ``x-max-priority``, ``x-overflow``,
+     ``x-queue-mode``, ``x-queue-version``, ``x-single-active-consumer``,
+     ``x-quorum-initial-group-size``, ``x-queue-leader-locator``:
+     ``invalid arg 'K' for queue 'q' in vhost '/': <erlang term>``.
+  4. Arguments that belong to another queue type, in table order:
+     ``invalid arg 'x-max-age' for queue 'q' in vhost '/' of queue type rabbit_classic_queue``
+     (``x-max-priority`` on a quorum queue: ``... of queue type rabbit_quorum_queue``).
+  5. A quorum queue's declare flags (``check_quorum_properties``), after its arguments: ``invalid
+     property 'auto-delete' for queue 'q' in vhost '/'``, then ``'exclusive-owner'``, then ``'non-durable'``.
+  Unknown arguments are accepted and ignored. A server-named quorum queue is refused before anything
+  else (``check_server_named``: ``Cannot declare a server-named queue for type rabbit_quorum_queue``).
+- A quorum queue's ``x-delivery-limit`` is not validated (RabbitMQ 3.10 compares the delivery count
+  with whatever it is, in Erlang term order): an integer is the limit (negative ones dead-letter at
+  the first return), a float counts as its floor, anything else is a limit never reached.
+- On redeclare RabbitMQ validates nothing: it compares the existing queue type's own argument list
+  only (``EQUIVALENCE_KEYS`` for classic queues, ``QUORUM_EQUIVALENCE_KEYS`` for quorum queues), so
+  ``x-message-ttl: -1`` on an existing queue reports inequivalence, and ``x-max-priority`` on a
+  quorum queue is ignored.
 - Error texts name AMQP types (``signedint``, ``longstr``, ...): values decoded by
   ``ottermq.amqp.table`` carry their wire tag; plain values are inferred the way pika encodes them
   (``int`` -> ``signedint``, ``long`` outside 32 bits, ``str`` -> ``longstr``, ``bytes`` ->
@@ -33,6 +45,7 @@ ottermq extensions (RabbitMQ 3.10 accepts the first and rejects the second on cl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,13 +58,17 @@ from .values import amqp_type_name, erl_binary, erl_equal, erl_term, freeze_valu
 __all__ = [
     "EQUIVALENCE_KEYS",
     "EXACT_TTL_ARG",
+    "NEVER",
     "MAX_EXPIRY",
     "OVERFLOW_MODES",
+    "QUORUM_EQUIVALENCE_KEYS",
     "QueueArgs",
     "amqp_type_name",
     "assert_args_equivalence",
     "check_args_equivalence",
     "check_flag_equivalence",
+    "check_quorum_properties",
+    "check_server_named",
     "erl_binary",
     "erl_equal",
     "erl_term",
@@ -59,6 +76,7 @@ __all__ = [
     "longstr_text",
     "parse_exchange_args",
     "parse_queue_args",
+    "queue_type_of",
 ]
 
 MAX_EXPIRY = 315_360_000_000
@@ -69,7 +87,19 @@ OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_MODES = ("default", "lazy")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")  # RabbitMQ 4.3's x-delayed-retry-type
 QUEUE_VERSIONS = (1, 2)
-SUPPORTED_QUEUE_TYPES = ("classic",)
+SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
+DLX_STRATEGIES = ("at-most-once", "at-least-once")
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
+# RabbitMQ's module per queue type, as its texts name them
+TYPE_MODULES = {
+    "classic": "rabbit_classic_queue",
+    "quorum": "rabbit_quorum_queue",
+    "stream": "rabbit_stream_queue",
+}
+NEVER = 2**63
+"""A quorum queue's delivery limit when ``x-delivery-limit`` is no number: never exceeded (in RabbitMQ
+an integer count is below any atom or binary), but a limit all the same (returns go first, see
+``vhost/queue.py``), and the lower of it and a policy's is the policy's."""
 
 EQUIVALENCE_KEYS = (
     "x-expires",
@@ -86,22 +116,45 @@ EQUIVALENCE_KEYS = (
     "x-queue-type",
     "x-queue-master-locator",
 )
-"""Queue arguments RabbitMQ 3.10 compares on redeclare of a classic queue, in its order."""
+"""Queue arguments RabbitMQ 3.10 compares on redeclare of a classic queue, in its order (its
+``rabbit_classic_queue`` ``queue_arguments``)."""
 
-# Arguments of other queue types that RabbitMQ 3.10 refuses on a classic queue
-# (x-delivery-limit is left out: ottermq implements it for classic queues).
-_OTHER_TYPE_ARGS = frozenset(
-    {
-        "x-dead-letter-strategy",
-        "x-max-in-memory-length",
-        "x-max-in-memory-bytes",
-        "x-quorum-initial-group-size",
-        "x-max-age",
-        "x-stream-max-segment-size-bytes",
-        "x-initial-cluster-size",
-        "x-queue-leader-locator",
-    }
+QUORUM_EQUIVALENCE_KEYS = (
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-dead-letter-strategy",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-overflow",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-quorum-initial-group-size",
+    "x-delivery-limit",
+    "x-message-ttl",
+    "x-queue-leader-locator",
 )
+"""The arguments of a quorum queue (``rabbit_quorum_queue`` ``queue_arguments``), in RabbitMQ 3.10's
+order: those it validates on declare and compares on redeclare."""
+
+_STREAM_ARGS = (
+    "x-queue-type",
+    "x-max-length-bytes",
+    "x-queue-leader-locator",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+)
+_ALL_TYPE_ARGS = frozenset(EQUIVALENCE_KEYS) | frozenset(QUORUM_EQUIVALENCE_KEYS) | frozenset(_STREAM_ARGS)
+_TYPE_ARGS = {"classic": frozenset(EQUIVALENCE_KEYS), "quorum": frozenset(QUORUM_EQUIVALENCE_KEYS)}
+# Arguments of other queue types that RabbitMQ 3.10 refuses on a queue of each type
+# (x-delivery-limit is left out for classic queues: ottermq implements it there).
+_OTHER_TYPE_ARGS = {
+    "classic": _ALL_TYPE_ARGS - _TYPE_ARGS["classic"] - {"x-delivery-limit"},
+    "quorum": _ALL_TYPE_ARGS - _TYPE_ARGS["quorum"],
+}
 
 _INTEGER_TYPES = frozenset(
     {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
@@ -215,8 +268,10 @@ def check_args_equivalence(
     *,
     existing_types: Types = None,
     new_types: Types = None,
+    queue_type: str = "classic",
 ) -> None:
-    """Compare a redeclared queue's arguments with the existing ones (``EQUIVALENCE_KEYS`` only).
+    """Compare a redeclared queue's arguments with the existing ones: the arguments of the existing
+    queue's type only (``EQUIVALENCE_KEYS``, ``QUORUM_EQUIVALENCE_KEYS``).
 
     Raises:
         PreconditionFailed: e.g. ``inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/':
@@ -226,7 +281,7 @@ def check_args_equivalence(
     assert_args_equivalence(
         existing_raw or {},
         new_raw or {},
-        EQUIVALENCE_KEYS,
+        QUORUM_EQUIVALENCE_KEYS if queue_type == "quorum" else EQUIVALENCE_KEYS,
         f"queue '{queue}' in vhost '{vhost}'",
         existing_types,
         new_types,
@@ -301,6 +356,57 @@ def _unsupported(what: str, value: object) -> _Invalid:
     return _Invalid(f"\"unsupported {what} '{_plain(value)}'\"")
 
 
+def queue_type_of(arguments: Mapping[str, Any] | None, types: Types = None) -> str | None:
+    """The ``x-queue-type`` a declare asks for: ``classic`` without one, None when it is no longstr."""
+    if not arguments or "x-queue-type" not in arguments:
+        return "classic"
+    value = arguments["x-queue-type"]
+    if _type_of("x-queue-type", value, types) != "longstr":
+        return None
+    return longstr_text(value)
+
+
+def check_server_named(arguments: Mapping[str, Any] | None, types: Types = None) -> None:
+    """A server-named queue (``queue.declare`` with an empty name) must be a classic one; checked
+    before anything else (RabbitMQ's channel, before it generates the name).
+
+    Raises:
+        PreconditionFailed: ``Cannot declare a server-named queue for type rabbit_quorum_queue``.
+    """
+    module = TYPE_MODULES.get(queue_type_of(arguments, types) or "classic")
+    if module is not None and module != TYPE_MODULES["classic"]:
+        raise PreconditionFailed(f"Cannot declare a server-named queue for type {module}")
+
+
+def check_quorum_properties(
+    name: str, durable: bool, exclusive: bool, auto_delete: bool, vhost: str = "/"
+) -> None:
+    """A new quorum queue's flags, in RabbitMQ 3.10's order (after its arguments).
+
+    Raises:
+        PreconditionFailed: ``invalid property 'auto-delete' for queue 'q' in vhost '/'`` (then
+            ``exclusive-owner``, then ``non-durable``).
+    """
+    for wrong, prop in (
+        (auto_delete, "auto-delete"),
+        (exclusive, "exclusive-owner"),
+        (not durable, "non-durable"),
+    ):
+        if wrong:
+            raise PreconditionFailed(f"invalid property '{prop}' for queue '{name}' in vhost '{vhost}'")
+
+
+def _quorum_delivery_limit(value: object) -> int:
+    """A quorum queue's ``x-delivery-limit``: see the module rules."""
+    if isinstance(value, bool):
+        return NEVER
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return math.floor(value)
+    return NEVER
+
+
 def parse_queue_args(
     arguments: Mapping[str, Any] | None,
     queue: str,
@@ -341,23 +447,30 @@ def parse_queue_args(
         if "x-queue-type" in args:
             key = "x-queue-type"
             queue_type = _longstr(args[key], type_of(key))
+            if queue_type == "stream":
+                raise _Invalid("\"unsupported queue type 'stream'\" (ottermq does not implement streams)")
             if queue_type not in SUPPORTED_QUEUE_TYPES:
                 raise _unsupported("queue type", queue_type)
+        own = _TYPE_ARGS[queue_type]
         parsed: dict[str, Any] = {}
         for key, check in _DECLARE_CHECKS:
-            if key in args:
+            if key in args and key in own:
                 parsed[key] = check(args[key], type_of(key), args, max_priority_cap)
+        others = _OTHER_TYPE_ARGS[queue_type]
         for key in args:
-            if key in _OTHER_TYPE_ARGS:
+            if key in others:
                 raise PreconditionFailed(
-                    f"invalid arg '{key}' for {resource} of queue type rabbit_classic_queue"
+                    f"invalid arg '{key}' for {resource} of queue type {TYPE_MODULES[queue_type]}"
                 )
         delivery_limit = None
         exact_ttl = False
         retry: dict[str, Any] = {}
         for key, value in args.items():  # ottermq extensions, checked last
             if key == "x-delivery-limit":
-                delivery_limit = _non_neg_int(value, type_of(key))
+                if queue_type == "quorum":
+                    delivery_limit = _quorum_delivery_limit(value)
+                else:
+                    delivery_limit = _non_neg_int(value, type_of(key))
             elif key == "x-delayed-retry-type":
                 kind = _longstr(value, type_of(key))
                 if kind not in RETRY_TYPES:
@@ -452,17 +565,44 @@ def _check_sac(value: object, type_name: str, _args: Mapping[str, Any], _cap: in
     return bool(value)
 
 
+def _check_dls(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> str:
+    strategy = _longstr(value, type_name)
+    if strategy not in DLX_STRATEGIES:
+        raise _Invalid("invalid_dlx_strategy")
+    return strategy
+
+
+def _check_group_size(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> int:
+    number = _non_neg_int(value, type_name)
+    if number == 0:
+        raise _Invalid("{value_zero,0}")
+    return number
+
+
+def _check_locator(value: object, type_name: str, _args: Mapping[str, Any], _cap: int) -> str:
+    locator = _longstr(value, type_name)
+    if locator not in LEADER_LOCATORS:
+        raise _Invalid("invalid_queue_locator_arg")
+    return locator
+
+
+# RabbitMQ's declare_args, in its order; each queue type checks those of its own arguments
 _DECLARE_CHECKS = (
     ("x-expires", _check_expires),
     ("x-message-ttl", _check_ttl),
     ("x-dead-letter-routing-key", _check_dlrk),
+    ("x-dead-letter-strategy", _check_dls),
     ("x-max-length", _check_non_neg),
     ("x-max-length-bytes", _check_non_neg),
+    ("x-max-in-memory-length", _check_non_neg),
+    ("x-max-in-memory-bytes", _check_non_neg),
     ("x-max-priority", _check_priority),
     ("x-overflow", _check_overflow),
     ("x-queue-mode", _check_mode),
     ("x-queue-version", _check_version),
     ("x-single-active-consumer", _check_sac),
+    ("x-quorum-initial-group-size", _check_group_size),
+    ("x-queue-leader-locator", _check_locator),
 )
 
 

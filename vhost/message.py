@@ -149,10 +149,16 @@ def published_message(exchange: str, routing_key: str, raw_props: bytes, body: b
 
 
 def with_delivery_count(message: Message, count: int) -> Message:
-    """A copy of ``message`` whose headers carry ``x-delivery-count`` (as quorum queues do)."""
+    """A copy of ``message`` whose headers carry ``x-delivery-count`` as a long, the table sorted by
+    key as RabbitMQ's quorum queues write it (``rabbit_basic:add_header``)."""
     headers = dict(message.headers or {})
     headers["x-delivery-count"] = LongLong(count)
-    return message.with_props(rewrite_props(message.raw_props, encode_table(headers), drop_expiration=False))
+    table = dict(sorted(headers.items(), key=_key_octets))
+    return message.with_props(rewrite_props(message.raw_props, encode_table(table), drop_expiration=False))
+
+
+def _key_octets(item: tuple[str, Any]) -> bytes:
+    return item[0].encode("utf-8", "surrogateescape")
 
 
 def sender_selected(message: Message) -> tuple[Message, list[str] | None]:

@@ -6,10 +6,11 @@ queues; the management API validates with :func:`make_policy`.
 Rules:
 
 1. A policy has ``pattern`` (a regular expression *searched* in the queue or exchange name),
-   ``apply-to`` (``all``, ``queues``, ``exchanges``; and RabbitMQ 3.12's ``classic_queues``, which is
-   every queue here, ``quorum_queues`` and ``streams``, which match nothing), ``priority`` (an
-   integer, default 0) and a non-empty ``definition``. Invalid ones raise :class:`PolicyError` with
-   RabbitMQ's text (its ``Validation failed`` reasons, Erlang terms as ``~p`` prints them).
+   ``apply-to`` (``all``, ``queues``, ``exchanges``; and RabbitMQ 3.12's ``classic_queues`` and
+   ``quorum_queues``, which match queues of that type, and ``streams``, which matches nothing),
+   ``priority`` (an integer, default 0) and a non-empty ``definition``. Invalid ones raise
+   :class:`PolicyError` with RabbitMQ's text (its ``Validation failed`` reasons, Erlang terms as
+   ``~p`` prints them).
 2. Of the policies that match an object, the one with the highest priority applies (ties: the
    first by name); at most one user policy and one operator policy apply to an object.
 3. A queue's effective settings merge, key by key:
@@ -18,19 +19,24 @@ Rules:
      the user policy;
    - then the queue's own ``x-`` arguments: the lower value of ``message-ttl``, ``expires``,
      ``max-length``, ``max-length-bytes``, ``delivery-limit``, ``consumer-timeout``; the argument
-     wins for ``dead-letter-exchange``, ``dead-letter-routing-key`` and ``overflow``.
+     wins for ``dead-letter-exchange``, ``dead-letter-routing-key`` and ``overflow``. A quorum queue
+     differs (``rabbit_quorum_queue:ra_machine_config``): the policy wins for ``overflow`` and
+     ``expires``; with neither argument nor policy, its ``delivery-limit`` is the node's default
+     (``OTTERMQ_QUORUM_DELIVERY_LIMIT``, RabbitMQ 4's 20 when set; unset by default, as 3.10).
 4. ``ottermq-exact-ttl`` (true/false) is the policy spelling of the ``x-ottermq-exact-ttl``
    extension argument (policy keys are argument names without ``x-``, as RabbitMQ's are); the
    argument wins when the queue declares it. RabbitMQ refuses the key as not recognised, so a
    policy that uses it is ottermq-only; operator policies do not take it.
 5. Keys other RabbitMQ features read (``ha-*``, ``queue-mode``, ``max-age``, federation, ...) are
-   accepted and have no effect here. A policy holding a key of quorum queues or streams
+   accepted and have no effect here. A policy holding a key a queue type does not support does not
+   apply to a queue of that type, as in RabbitMQ 3.10 (``is_policy_applicable``), which skips it and
+   applies the next matching policy: for classic queues the keys of quorum queues and streams
    (``max-age``, ``stream-max-segment-size-bytes``, ``initial-cluster-size``,
-   ``dead-letter-strategy``, ``queue-leader-locator``) does not apply to a classic queue, so to no
-   queue here, as in RabbitMQ 3.10, which skips it and applies the next matching policy. RabbitMQ
-   skips ``delivery-limit`` policies for classic queues too; ottermq applies them (its extension,
-   as the ``x-delivery-limit`` argument is); unknown keys are refused (``... are not recognised policy
-   settings``). ``consumer-timeout`` is RabbitMQ 3.12's key; 3.10 refuses it.
+   ``dead-letter-strategy``, ``queue-leader-locator``; RabbitMQ skips ``delivery-limit`` policies for
+   classic queues too, ottermq applies them, its extension, as the ``x-delivery-limit`` argument
+   is); for quorum queues ``max-priority``, ``queue-mode``, ``single-active-consumer``, ``ha-*``,
+   ``queue-master-locator`` and the stream keys. Unknown keys are refused (``... are not recognised
+   policy settings``). ``consumer-timeout`` is RabbitMQ 3.12's key; 3.10 refuses it.
 6. Deduplication keys (ottermq extensions, LavinMQ's queue and exchange arguments without ``x-``):
    ``message-deduplication``, ``cache-size``, ``cache-ttl``, ``deduplication-header``,
    ``cache-persistence``; they apply to queues and exchanges, the argument wins (``dedup.py``).
@@ -51,17 +57,17 @@ from .arguments import QueueArgs
 from .bounds import MAX_DURATION, OutOfBounds, check_duration, check_int64
 from .patterns import Pattern, PatternError, compile_pattern
 
-# RabbitMQ 3.10's three, and 3.12's queue-type ones: classic_queues is every queue here (all are
-# classic), quorum_queues and streams match nothing
+# RabbitMQ 3.10's three, and 3.12's queue-type ones (``streams`` matches nothing here)
 APPLY_TO = ("all", "queues", "exchanges", "classic_queues", "quorum_queues", "streams")
 _APPLIES = {
     "all": ("queue", "exchange"),
     "queues": ("queue",),
     "exchanges": ("exchange",),
     "classic_queues": ("queue",),
-    "quorum_queues": (),
+    "quorum_queues": ("queue",),
     "streams": (),
 }
+_QUEUE_TYPE_OF = {"classic_queues": "classic", "quorum_queues": "quorum"}
 OVERFLOW = ("drop-head", "reject-publish", "reject-publish-dlx")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")
 LOWER_WINS = ("message-ttl", "expires", "max-length", "max-length-bytes", "delivery-limit")
@@ -76,21 +82,17 @@ INERT_KEYS = frozenset(
         "ha-promote-on-failure",
         "queue-mode",
         "queue-master-locator",
-        "queue-leader-locator",
         "queue-version",
         "max-age",
         "stream-max-segment-size-bytes",
-        "max-in-memory-length",
-        "max-in-memory-bytes",
-        "dead-letter-strategy",
         "federation-upstream",
         "federation-upstream-set",
         "initial-cluster-size",
     }
 )
-# Keys of quorum queues and streams: RabbitMQ 3.10 does not apply a policy holding one to a classic
-# queue at all (``rabbit_classic_queue:is_policy_applicable``), so the next matching policy applies.
-# ``delivery-limit`` is one of them there; here it is our extension on classic queues (rule 5).
+# Keys a queue type does not support: RabbitMQ 3.10 does not apply a policy holding one to a queue of
+# that type at all (``is_policy_applicable``), so the next matching policy applies. ``delivery-limit``
+# is one for classic queues there; here it is our extension on classic queues (rule 5).
 NOT_FOR_CLASSIC = frozenset(
     {
         "max-age",
@@ -100,6 +102,23 @@ NOT_FOR_CLASSIC = frozenset(
         "queue-leader-locator",
     }
 )
+NOT_FOR_QUORUM = frozenset(
+    {
+        "max-priority",
+        "queue-mode",
+        "single-active-consumer",
+        "ha-mode",
+        "ha-params",
+        "ha-sync-mode",
+        "ha-promote-on-shutdown",
+        "ha-promote-on-failure",
+        "queue-master-locator",
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "initial-cluster-size",
+    }
+)
+_NOT_FOR = {"classic": NOT_FOR_CLASSIC, "quorum": NOT_FOR_QUORUM}
 OPERATOR_KEYS = frozenset(
     {
         "expires",
@@ -170,6 +189,13 @@ CHECKS: dict[str, tuple[Any, str]] = {
     "dead-letter-routing-key": (_text, "dead letter routing key"),
     "overflow": (lambda v: v in OVERFLOW, "overflow value"),
     "delivery-limit": (_non_negative, "delivery limit"),
+    "dead-letter-strategy": (lambda v: v in ("at-most-once", "at-least-once"), "dead letter strategy"),
+    "max-in-memory-length": (_non_negative, "maximum memory in bytes"),  # sic (RabbitMQ's text)
+    "max-in-memory-bytes": (_non_negative, "maximum memory in bytes"),
+    "queue-leader-locator": (
+        lambda v: v in ("client-local", "balanced", "random", "least-leaders"),
+        "queue leader locator value",
+    ),
     "alternate-exchange": (_text, "alternate exchange name"),
     "consumer-timeout": (_non_negative, "consumer timeout"),
     # ottermq extensions (rule 4)
@@ -199,12 +225,16 @@ class Policy:
     operator: bool = False
     regex: Pattern = field(compare=False, repr=False, default=compile_pattern(""))
 
-    def applies(self, kind: str, name: str) -> bool:
-        """Whether this policy matches the ``kind`` (``queue``/``exchange``) object ``name``."""
+    def applies(self, kind: str, name: str, queue_type: str = "classic") -> bool:
+        """Whether this policy matches the ``kind`` (``queue``/``exchange``) object ``name`` (a queue
+        of ``queue_type``: ``classic`` or ``quorum``)."""
         if kind not in _APPLIES[self.apply_to]:
             return False
-        if kind == "queue" and not NOT_FOR_CLASSIC.isdisjoint(self.definition):
-            return False  # every queue here is classic (rule 5)
+        if kind == "queue":
+            if _QUEUE_TYPE_OF.get(self.apply_to, queue_type) != queue_type:
+                return False
+            if not _NOT_FOR[queue_type].isdisjoint(self.definition):
+                return False  # a key this queue type does not support (rule 5)
         return self.regex.matches(name)  # bounded; out of time counts as no match (logged)
 
     def as_json(self) -> dict[str, Any]:
@@ -261,11 +291,12 @@ def make_policy(
     return Policy(vhost, name, pattern, apply_to, priority, dict(definition), operator, regex)
 
 
-def choose(policies: Iterable[Policy], kind: str, name: str) -> Policy | None:
-    """The policy that applies to ``name``: the highest priority among those matching, ties by name."""
+def choose(policies: Iterable[Policy], kind: str, name: str, queue_type: str = "classic") -> Policy | None:
+    """The policy that applies to ``name`` (a queue of ``queue_type``): the highest priority among
+    those matching, ties by name."""
     best: Policy | None = None
     for policy in sorted(policies, key=lambda p: p.name):
-        if policy.applies(kind, name) and (best is None or policy.priority > best.priority):
+        if policy.applies(kind, name, queue_type) and (best is None or policy.priority > best.priority):
             best = policy
     return best
 
@@ -298,6 +329,8 @@ _QUEUE_FIELDS = {
     "delayed-retry-min": "delayed_retry_min",
     "delayed-retry-max": "delayed_retry_max",
 }
+# a quorum queue's policy value wins over its argument (``policyHasPrecedence``)
+_QUORUM_POLICY_WINS = ("overflow", "expires")
 _ARGUMENT_WINS = (
     "dead-letter-exchange",
     "dead-letter-routing-key",
@@ -309,23 +342,32 @@ _ARGUMENT_WINS = (
 )
 
 
-def effective_args(declared: QueueArgs, definition: Mapping[str, Any]) -> QueueArgs:
+def effective_args(
+    declared: QueueArgs, definition: Mapping[str, Any], quorum_delivery_limit: int | None = None
+) -> QueueArgs:
     """``declared`` (a queue's own arguments) with a merged policy ``definition`` applied (rule 3,
-    second step). ``raw`` stays the declared table, so declare-equivalence is unchanged."""
+    second step); a quorum queue left without a delivery limit gets ``quorum_delivery_limit``.
+    ``raw`` stays the declared table, so declare-equivalence is unchanged."""
     changes: dict[str, Any] = {}
+    quorum = declared.queue_type == "quorum"
     for key, attribute in _QUEUE_FIELDS.items():
         if key not in definition:
             continue
         value = definition[key]
         own = getattr(declared, attribute)
         argument_given = f"x-{key}" in declared.raw
-        if key in _ARGUMENT_WINS:
+        if quorum and key in _QUORUM_POLICY_WINS:
+            changes[attribute] = value
+        elif key in _ARGUMENT_WINS:
             if not argument_given:
                 changes[attribute] = value
         elif own is None:
             changes[attribute] = value
         else:
             changes[attribute] = min(own, value)
+    if quorum and quorum_delivery_limit is not None:
+        if changes.get("delivery_limit", declared.delivery_limit) is None:
+            changes["delivery_limit"] = quorum_delivery_limit
     return dataclasses.replace(declared, **changes) if changes else declared
 
 

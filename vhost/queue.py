@@ -27,6 +27,15 @@ Rules:
 - Length limits count ready messages and their body bytes: ``drop-head`` dead-letters the head
   (``maxlen``), ``reject-publish`` refuses the new message, ``reject-publish-dlx`` refuses and
   dead-letters it.
+- Quorum queues (``quorum``, RabbitMQ 3.10's ``rabbit_fifo``): every message is stored, persistent or
+  not; every return counts in ``delivery_count`` and goes out with ``x-delivery-count`` (a long), and
+  ``basic.get`` always carries it (0 on the first get); the stored message never carries it (nor do
+  its dead letters). A return goes first (``QuorumReady``) when the consumer's channel went away
+  (``down``) or the queue has a delivery limit; a nack, reject or recover without a delivery limit
+  puts the message at the back. ``reject-publish`` is a soft limit: a publish that takes the queue
+  over its limit is accepted, the next ones are refused until the queue is down to 80 % of it;
+  ``reject-publish-dlx`` acts as ``drop-head``. ``delivery_count`` counts returns on classic queues
+  too when they have ``x-delivery-limit`` or a delayed retry (ottermq extensions).
 - The queue never imports the broker or dlx: consumers implement ``Consumer``, dead letters go
   to an injected ``DeadLetterSink``, timers to an injected ``TTLManager``.
 """
@@ -42,7 +51,7 @@ from ottermq.ttl.noop import NoopTTLManager
 
 from .dedup import DedupCache
 from .message import HELD, OUT, READY, Entry, Message, with_delivery_count
-from .ready import PriorityReady, Ready
+from .ready import PriorityReady, QuorumReady, Ready
 
 if TYPE_CHECKING:
     from .arguments import QueueArgs
@@ -99,6 +108,14 @@ class DropSink:
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         pass
+
+
+def _overflow_mode(args: QueueArgs) -> str:
+    """The overflow behaviour in force: a quorum queue ignores ``reject-publish-dlx`` (RabbitMQ 3.10
+    logs a warning and keeps its default, ``drop-head``)."""
+    if args.overflow == "reject-publish-dlx" and args.queue_type == "quorum":
+        return "drop-head"
+    return args.overflow
 
 
 def _positive_ms(value: object) -> int | None:
@@ -163,6 +180,8 @@ class Queue:
         "_max_bytes",
         "_overflow",
         "_delivery_limit",
+        "quorum",
+        "_blocked",
         "store",
         "store_id",
         "_last_now",
@@ -203,7 +222,15 @@ class Queue:
         self.owner = owner
         self.args = args
         self.consumers: list[Consumer] = []
-        self._ready: Ready = PriorityReady(args.max_priority) if args.max_priority else Ready()
+        self.quorum = args.queue_type == "quorum"
+        self._blocked = False  # a quorum queue's reject-publish soft limit is in force
+        self._ready: Ready = (
+            PriorityReady(args.max_priority)
+            if args.max_priority
+            else QuorumReady()
+            if self.quorum
+            else Ready()
+        )
         self._rr = 0
         self._seq = 0
         self.had_consumer = False
@@ -217,7 +244,7 @@ class Queue:
         self._heap: list[tuple[int, int, Entry]] | None = [] if args.exact_ttl else None
         self._max_len = args.max_length if limits else None
         self._max_bytes = args.max_length_bytes if limits else None
-        self._overflow = args.overflow
+        self._overflow = _overflow_mode(args)
         self._delivery_limit = args.delivery_limit
         # durable queues get a MessageStore (broker/wiring.py); store_id is the queue's row
         self.store: MessageStore | None = None
@@ -259,7 +286,11 @@ class Queue:
         """
         size = len(message.body)
         if (self._max_len is not None or self._max_bytes is not None) and self._overflow != "drop-head":
-            if self._would_overflow(size):
+            if self.quorum:
+                if self._blocked and not self._below_soft_limit():
+                    return None
+                self._blocked = False
+            elif self._would_overflow(size):
                 if self._overflow == "reject-publish-dlx":
                     self.sink.dead_letter(self, [Entry(message, 0)], MAXLEN)
                 return None
@@ -281,12 +312,12 @@ class Queue:
                 # A no-ack consumer takes it for good: nothing is left to store (its publisher's
                 # confirm goes out at once, as RabbitMQ's does for a message consumed before it is
                 # persisted). Any other consumer may return it: it is stored first.
-                if message.persistent and self.store is not None and not consumer.no_ack:
+                if (message.persistent or self.quorum) and self.store is not None and not consumer.no_ack:
                     self.store.message_added(self, entry)
                 entry.state = OUT
                 consumer.deliver(self, entry)
                 return entry
-        if message.persistent and self.store is not None:
+        if (message.persistent or self.quorum) and self.store is not None:
             self.store.message_added(self, entry)
         ready.append(entry)
         self.ready_bytes += size
@@ -294,6 +325,8 @@ class Queue:
             self.dispatch()
         if self._max_len is not None or self._max_bytes is not None:
             self._drop_head_overflow()
+            if self.quorum and self._over_limit():
+                self._blocked = True
         deadline = entry.deadline
         if deadline is not None and entry.state == READY:
             if self._heap is not None:
@@ -308,6 +341,20 @@ class Queue:
         max_len, max_bytes = self._max_len, self._max_bytes
         return (max_len is not None and len(self._ready) + 1 > max_len) or (
             max_bytes is not None and self.ready_bytes + size > max_bytes
+        )
+
+    def _over_limit(self) -> bool:
+        max_len, max_bytes = self._max_len, self._max_bytes
+        return (max_len is not None and len(self._ready) > max_len) or (
+            max_bytes is not None and self.ready_bytes > max_bytes
+        )
+
+    def _below_soft_limit(self) -> bool:
+        """A quorum queue's ``reject-publish`` lets publishes in again at 80 % of its limits
+        (``rabbit_fifo:is_below_soft_limit``)."""
+        max_len, max_bytes = self._max_len, self._max_bytes
+        return (max_len is None or len(self._ready) <= int(max_len * 0.8)) and (
+            max_bytes is None or self.ready_bytes <= int(max_bytes * 0.8)
         )
 
     def _drop_head_overflow(self) -> None:
@@ -371,19 +418,37 @@ class Queue:
                 self._seq = entry.seq
 
     def recovered(self) -> None:
-        """All stored entries are in: order the deadline heap, expire what lapsed, arm timers."""
+        """All stored entries are in: order the deadline heap, dead-letter what is over the delivery
+        limit (a quorum queue counts a delivery cut short by the restart as a return), expire what
+        lapsed, arm timers."""
         if self._heap is not None:
             heapq.heapify(self._heap)
+        limit = self._delivery_limit
+        if limit is not None:
+            over = [e for e in self._ready if e.delivery_count > limit]
+            for entry in over:
+                self._ready.discard(entry)  # a tombstone, as an exact-TTL expiry
+                self.ready_bytes -= len(entry.message.body)
+            if over:
+                self._dead(over, DELIVERY_LIMIT)
         self.expire(self.ttl.now())
 
-    def requeue(self, entries: list[Entry], failed: bool | None = True) -> None:
-        """Return delivered entries to their original positions, marked redelivered.
+    def outgoing(self, entry: Entry, get: bool = False) -> Message:
+        """The message to send for ``entry``: with ``x-delivery-count`` once it was returned, and on
+        every ``basic.get`` (``get``) from a quorum queue."""
+        if entry.delivery_count or (get and self.quorum):
+            return with_delivery_count(entry.message, entry.delivery_count)
+        return entry.message
+
+    def requeue(self, entries: list[Entry], failed: bool | None = True, down: bool = False) -> None:
+        """Return delivered entries, marked redelivered: to their original positions (a quorum queue:
+        see the module rules; ``down``: the consumer's channel went away).
 
         Then, as RabbitMQ's ``requeue_and_run``: ``drop-head`` overflow, then expired heads are
         dead-lettered. An entry past its deadline is therefore dead-lettered (``expired``) if it
-        lands at the head, and otherwise waits (counted) until it gets there. With
-        ``x-delivery-limit`` an entry returned more often than the limit is dead-lettered as
-        ``delivery_limit`` (an expired one is not counted as a return).
+        lands at the head, and otherwise waits (counted) until it gets there. With a delivery
+        limit an entry returned more often than the limit is dead-lettered as ``delivery_limit``
+        (an expired one is not counted as a return).
 
         Delayed retry (RabbitMQ 4.3's ``x-delayed-retry-*``): ``failed`` says whether the return is a
         failure (``basic.reject``, a channel or connection closed with the delivery) or not
@@ -401,19 +466,20 @@ class Queue:
         limit = self._delivery_limit
         retry = self._retry_applies(failed)
         for entry in entries:
-            if (limit is not None or retry) and (entry.deadline is None or now < entry.deadline):
+            if (limit is not None or retry or self.quorum) and (
+                entry.deadline is None or now < entry.deadline
+            ):
                 entry.delivery_count += 1
                 if limit is not None and entry.delivery_count > limit:
                     over_limit.append(entry)
                     continue
-                entry.message = with_delivery_count(entry.message, entry.delivery_count)
             entry.redelivered = True
             if retry:
                 held.append(entry)
             else:
                 back.append(entry)
         if back:
-            self._put_back(back)
+            self._put_back(back, down or limit is not None)
         if held:
             self._hold(held, now)
         if over_limit:
@@ -421,17 +487,26 @@ class Queue:
         if back and self.consumers:
             self.dispatch()
 
-    def _put_back(self, back: list[Entry]) -> None:
+    def _put_back(self, back: list[Entry], first: bool = True) -> None:
+        """Entries are ready again: in place (a quorum queue: first, or at the back unless ``first``)."""
+        if self._blocked and self._below_soft_limit():
+            self._blocked = False
         for entry in back:
             entry.state = READY
             self.ready_bytes += len(entry.message.body)
-        self._ready.requeue(back)
+        if self.quorum and not first:
+            for entry in back:
+                self._ready.append(entry)
+        else:
+            self._ready.requeue(back)
         if self._heap is not None:
             for entry in back:
                 if entry.deadline is not None:
                     heapq.heappush(self._heap, (entry.deadline, entry.seq, entry))
         if self._max_len is not None or self._max_bytes is not None:
             self._drop_head_overflow()  # a requeue into a full queue drops the (new) head
+            if self.quorum and self._over_limit():
+                self._blocked = True
         self._drop_expired()
 
     # -- delayed retry ----------------------------------------------------------------------
@@ -616,7 +691,7 @@ class Queue:
         self.args = args
         self._max_len = args.max_length if self._limits else None
         self._max_bytes = args.max_length_bytes if self._limits else None
-        self._overflow = args.overflow
+        self._overflow = _overflow_mode(args)
         self._delivery_limit = args.delivery_limit
         if args.expires != old.expires:
             self.touch()

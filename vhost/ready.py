@@ -1,7 +1,12 @@
-"""Ready entries of a queue in delivery order: a plain deque, or one per priority level.
+"""Ready entries of a queue in delivery order: a plain deque, or one per priority level, or a quorum
+queue's two.
 
 Rules:
 - Entries are kept in ``seq`` order; a requeue merges entries back into their original positions.
+- A quorum queue (``QuorumReady``, RabbitMQ 3.10's ``rabbit_fifo``) has no original positions: a
+  return (``requeue``) joins the returns, which go out first, in the order they came back; ``append``
+  puts a new message, or a requeued one (``rabbit_fifo``'s requeue: a nack without a delivery
+  limit), at the back.
 - Exact-TTL expiries are tombstones (state ``GONE``) left in place and skipped by every read.
 - ``pop_expired``/``head_deadline`` look only at the head: the highest non-empty priority level's
   first entry (a priority queue expires like one queue read in delivery order).
@@ -90,6 +95,49 @@ def _merge(q: deque[Entry], entries: list[Entry]) -> deque[Entry]:
 
 def _seq(entry: Entry) -> int:
     return entry.seq
+
+
+class QuorumReady(Ready):
+    """A quorum queue's ready entries: its returns (served first, in return order), then the rest."""
+
+    __slots__ = ("_returns",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._returns: deque[Entry] = deque()
+
+    def __len__(self) -> int:
+        return len(self._returns) + len(self._q) - self._dead
+
+    def popleft(self) -> Entry:
+        returns = self._returns
+        while returns:
+            entry = returns.popleft()
+            if entry.state != GONE:
+                return entry
+            self._dead -= 1
+        return super().popleft()
+
+    def peek(self) -> Entry | None:
+        returns = self._returns
+        while returns and returns[0].state == GONE:
+            returns.popleft()
+            self._dead -= 1
+        return returns[0] if returns else super().peek()
+
+    def clear(self) -> list[Entry]:
+        entries = [e for e in self._returns if e.state != GONE]
+        self._returns.clear()
+        return entries + super().clear()
+
+    def __iter__(self) -> Iterator[Entry]:
+        for e in self._returns:
+            if e.state != GONE:
+                yield e
+        yield from super().__iter__()
+
+    def requeue(self, entries: list[Entry]) -> None:
+        self._returns.extend(entries)
 
 
 class PriorityReady(Ready):

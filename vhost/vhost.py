@@ -4,6 +4,9 @@ Rules:
 - The default exchange ``""`` routes by queue name; it cannot be declared, deleted or bound (403).
 - Names starting with ``amq.`` are reserved for declares (403), except passive declares.
 - Exclusive queues belong to one connection; any other connection touching them gets 405.
+- Quorum queues (``x-queue-type: quorum``) are durable, non-exclusive, non-auto-delete queues with
+  quorum-queue rules (``arguments.py``, ``queue.py``); ``quorum_delivery_limit`` is the delivery limit
+  of those with none of their own (RabbitMQ 4's default of 20, opt-in: None = RabbitMQ 3.10's none).
 - Routing walks exchange-to-exchange bindings breadth first, visiting each exchange once; an
   exchange that routes nowhere hands the message to its ``alternate-exchange`` (RabbitMQ's rule).
 - Deleting a queue removes its bindings; an auto-delete exchange goes when its last binding does.
@@ -24,6 +27,7 @@ from .arguments import (
     QueueArgs,
     check_args_equivalence,
     check_flag_equivalence,
+    check_quorum_properties,
     parse_queue_args,
 )
 from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_settings
@@ -154,6 +158,7 @@ class VHost:
         self.max_priority = max_priority
         self.ttl: TTLManager = ttl if ttl is not None else NoopTTLManager()
         self.limits = limits
+        self.quorum_delivery_limit: int | None = None  # OTTERMQ_QUORUM_DELIVERY_LIMIT (broker/wiring.py)
         self.sink: DeadLetterSink = DropSink()  # replaced by broker/wiring.py
         self.store: DefinitionStore | None = None  # set by broker/wiring.py when persistent
         self.delayer: Delayer | None = None  # set by broker/wiring.py (x-delayed-message exchanges)
@@ -202,16 +207,18 @@ class VHost:
                 self._apply_dedup_policy("exchange", exchange, policy.definition if policy else {})
 
     def _apply_to_queue(self, queue: Queue) -> None:
-        user = choose(self.policies.values(), "queue", queue.name)
-        operator = choose(self.operator_policies.values(), "queue", queue.name)
+        kind = queue.args.queue_type
+        user = choose(self.policies.values(), "queue", queue.name, kind)
+        operator = choose(self.operator_policies.values(), "queue", queue.name, kind)
         if user is None and operator is None and queue.policy is None and queue.operator_policy is None:
-            return
+            if kind != "quorum" or self.quorum_delivery_limit is None:
+                return
         definition = merge(user, operator)
         queue.set_policy(
             user.name if user else None,
             operator.name if operator else None,
             definition,
-            effective_args(queue.declared_args, definition),
+            effective_args(queue.declared_args, definition, self.quorum_delivery_limit),
         )
         self._apply_dedup_policy("queue", queue, definition)
 
@@ -409,7 +416,9 @@ class VHost:
                 )
             check_flag_equivalence(name, "durable", durable, queue.durable, self.name)
             check_flag_equivalence(name, "auto_delete", auto_delete, queue.auto_delete, self.name)
-            check_args_equivalence(queue.args.raw, arguments or {}, name, self.name)
+            check_args_equivalence(
+                queue.args.raw, arguments or {}, name, self.name, queue_type=queue.args.queue_type
+            )
             return queue
         if name.startswith("amq.") and not generated:
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -419,6 +428,8 @@ class VHost:
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) is reached"
             )
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
+        if args.queue_type == "quorum":
+            check_quorum_properties(name, durable, exclusive, auto_delete, self.name)
         queue = Queue(
             name,
             self.name,
@@ -437,7 +448,7 @@ class VHost:
         queue.call_soon = self.call_soon
         self.queues[name] = queue
         self.queues_created += 1
-        if self.policies or self.operator_policies:
+        if self.policies or self.operator_policies or args.queue_type == "quorum":
             self._apply_to_queue(queue)
         if dedup is not None and queue.dedup is None:  # no policy configured it
             self._configure_dedup("queue", queue, dedup)

@@ -24,7 +24,7 @@ from ottermq.amqp.errors import AMQPError, FrameError
 from ottermq.amqp.props import PROPERTIES, PROPERTY_FLAGS, decode_properties, join_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.bounds import OutOfBounds, field_table
-from ottermq.vhost.message import Entry
+from ottermq.vhost.message import Entry, Message
 
 from .common import (
     NotFound,
@@ -74,8 +74,13 @@ def payload_json(body: bytes, encoding: str, truncate: int | None) -> tuple[str,
     return base64.b64encode(cut).decode("ascii"), "base64"
 
 
-def message_json(entry: Entry, message_count: int, encoding: str, truncate: int | None) -> dict[str, Any]:
-    message = entry.message
+def message_json(
+    entry: Entry, message_count: int, encoding: str, truncate: int | None, message: Message | None = None
+) -> dict[str, Any]:
+    """One message as the API shows it; ``message``: what a ``basic.get`` hands out for the entry
+    (``Queue.outgoing``; default: the entry's own)."""
+    if message is None:
+        message = entry.message
     payload, payload_encoding = payload_json(message.body, encoding, truncate)
     return {
         "payload_bytes": len(message.body),
@@ -124,9 +129,13 @@ async def get_messages(request: web.Request) -> web.Response:
         if entry is None:
             break
         taken.append(entry)
-        shown.append(message_json(entry, queue.message_count, encoding, truncate))
+        got = queue.outgoing(entry, get=True)  # as basic.get hands it out (a quorum queue's x-delivery-count)
+        shown.append(message_json(entry, queue.message_count, encoding, truncate, got))
     if ackmode.endswith("requeue_true"):
-        queue.requeue(taken, failed=None)  # a look at the queue, not a consumer's return: never held
+        # a look at the queue, not a consumer's return: never held. RabbitMQ's ack_requeue_true closes
+        # its channel with the messages unacked (a quorum queue's "down" return), reject_requeue_true
+        # rejects them (a quorum queue without a delivery limit puts them at the back)
+        queue.requeue(taken, failed=None, down=ackmode == "ack_requeue_true")
     elif ackmode == "reject_requeue_false":
         queue.reject(taken)
     else:

@@ -1,7 +1,10 @@
 """``GET /api/queues``, ``/api/queues/{vhost}``, ``/api/queues/{vhost}/{name}``; ``PUT`` and ``DELETE``
 ``/api/queues/{vhost}/{name}`` and ``DELETE /api/queues/{vhost}/{name}/contents`` (purge).
 
-Rules (RabbitMQ 3.10, ``rabbit_mgmt_wm_queue``): PUT declares as ``queue.declare`` does (201 when
+Rules (RabbitMQ 3.10, ``rabbit_mgmt_wm_queue``): a quorum queue shows ``"type": "quorum"`` and its
+quorum fields (``leader``, ``members``, ``online``: this node; ``open_files``, ``messages_dlx``,
+``message_bytes_dlx``, ``single_active_consumer_ctag``) and not a classic queue's
+``exclusive_consumer_tag`` and ``head_message_timestamp``. PUT declares as ``queue.declare`` does (201 when
 created, 204 when it existed and is equivalent, 400 with the channel's reason otherwise); DELETE
 honours ``if-empty``/``if-unused`` (400 when not met) and is 404 for a missing queue; permissions are
 the API user's, as for a channel of that user (refused: 401 ``Access refused.``).
@@ -77,7 +80,7 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
         "auto_delete": queue.auto_delete,
         "exclusive": queue.exclusive,
         "arguments": json_value(queue.args.raw or {}),
-        "type": "classic",
+        "type": queue.args.queue_type,
         "node": node,
         "state": "running",
         **policy_fields(queue.policy_definition, queue.policy, queue.operator_policy),
@@ -85,12 +88,22 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
         "message_bytes": queue.ready_bytes + unacked,
         "message_bytes_ready": queue.ready_bytes,
         "message_bytes_unacknowledged": unacked,
-        "head_message_timestamp": head_timestamp(queue),
         "consumers": len(consumers),
-        "exclusive_consumer_tag": next(
-            (getattr(c, "tag", None) for c in consumers if getattr(c, "exclusive", False)), None
-        ),
     }
+    exclusive_tag = next((getattr(c, "tag", None) for c in consumers if getattr(c, "exclusive", False)), None)
+    if queue.quorum:  # one node: the leader, the only member, online
+        body.update(
+            leader=node,
+            members=[node],
+            online=[node],
+            open_files={node: 0},
+            messages_dlx=0,  # dead letters are moved at once (no at-least-once backlog)
+            message_bytes_dlx=0,
+            single_active_consumer_ctag=None,
+        )
+    else:
+        body["head_message_timestamp"] = head_timestamp(queue)
+        body["exclusive_consumer_tag"] = exclusive_tag
     if any(counts):  # RabbitMQ shows message_stats once the queue saw traffic
         body["message_stats"] = with_rates(QUEUE_STATS, counts, rates[:n])
     if queue.dedup is not None:  # ottermq extensions

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from ottermq.amqp.errors import AccessRefused, PreconditionFailed
 from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.persistence.store import LimitRecord, PolicyRecord
+from ottermq.vhost.arguments import check_server_named
 from ottermq.vhost.bounds import OutOfBounds, field_table
 from ottermq.vhost.message import Message, sender_selected
 from ottermq.vhost.policy import Policy, make_policy
@@ -268,13 +269,17 @@ class Operations:
         arguments: dict[str, Any] | None = None,
         owner: object | None = None,
         generated: bool = False,
+        server_named: bool = False,
     ) -> Declared:
-        """``queue.declare`` of a named (or already generated) queue (rule 2).
+        """``queue.declare`` of a named (or already generated) queue (rule 2); ``server_named``: the
+        client asked for a name (only a classic queue may have one: checked first).
 
         Raises:
             AccessRefused, NotFound, ResourceLocked, PreconditionFailed: as a channel answers.
         """
         arguments = arguments or {}
+        if server_named:
+            check_server_named(arguments)
         created = name not in vhost.queues
         if not passive:
             self._declare_allowed(

@@ -9,7 +9,9 @@ Rules:
 - Nothing recovered is written back: the vhosts' store hooks are attached only afterwards.
 - Bindings whose source or destination is gone are ignored (and deleted from the store).
 - Messages come back with ``redelivered`` set if they had been delivered before; their TTL
-  deadline and ``x-delivery-count`` are the stored ones; ``x-expires`` clocks resume.
+  deadline and delivery count are the stored ones (a quorum queue counts the delivery as a return,
+  as RabbitMQ's does when it finds the consumer gone: one over its limit is dead-lettered);
+  ``x-expires`` clocks resume.
 - Dead-lettering runs only once every queue is loaded, so DLX targets exist.
 """
 
@@ -25,7 +27,7 @@ from typing import Protocol
 from ottermq.amqp.props import quick_props
 from ottermq.persistence.hook import DurableHook
 from ottermq.persistence.store import BindingRecord, Definitions, MessageRecord, QueueRecord, Store
-from ottermq.vhost.message import Entry, Message, SelectedMessage, with_delivery_count
+from ottermq.vhost.message import Entry, Message, SelectedMessage
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
@@ -114,7 +116,7 @@ async def _recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict
 
 async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
     need_priority = bool(queue.args.max_priority)
-    limit = queue.args.delivery_limit
+    quorum = queue.quorum
     total = 0
     async for chunk in _prefetched(store.iter_messages(queue_id)):
         entries: list[Entry] = []
@@ -124,11 +126,9 @@ async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
             message = Message(r.exchange, r.routing_key, r.props, r.body, True, priority, None)
             if r.extra_keys:
                 message = SelectedMessage(message, r.props, tuple(r.extra_keys))
-            if r.delivery_count and limit is not None:
-                message = with_delivery_count(message, r.delivery_count)
             entry = Entry(message, r.seq, r.deadline, r.enqueued_at)
             entry.redelivered = r.delivered
-            entry.delivery_count = r.delivery_count
+            entry.delivery_count = r.delivery_count + 1 if quorum and r.delivered else r.delivery_count
             entry.store_id = r.id
             append(entry)
         queue.recover(entries)

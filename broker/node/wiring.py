@@ -150,11 +150,13 @@ def make_call_at(
 
 
 def make_vhost(name: str, settings: Settings, ttl: TTLManager, archive: Archive | None = None) -> VHost:
-    """A virtual host wired with the TTL manager, the dead-letter sink and length limits.
+    """A virtual host wired with the TTL manager, the dead-letter sink, length limits and quorum
+    queues' default delivery limit.
 
     ``archive`` defaults to :func:`shared_archive`; the broker closes it at shutdown.
     """
     vhost = VHost(name, settings.max_priority, ttl=ttl, limits=settings.enable_qll)
+    vhost.quorum_delivery_limit = settings.quorum_delivery_limit
     if archive is None:
         archive = shared_archive(settings)
     vhost.sink = DeadLetterer(vhost, ttl.now, enabled=settings.enable_dlx, archive=archive)

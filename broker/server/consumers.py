@@ -7,12 +7,16 @@ Rules:
   order with the counters QoS reads (``unacked_count``, each consumer's ``unacked``).
 - QoS: ``prefetch`` applies to consumers created afterwards, ``global_prefetch`` to the whole
   channel; a consumer takes a delivery only while both allow it, the socket's output is not backed
-  up and the channel is open.
+  up and the channel is open. As RabbitMQ 3.10, consuming from a quorum queue after a
+  ``basic.qos(global=true)`` with a non-zero prefetch count is a 540 connection error (``global_qos``
+  records the last global qos as sent, whatever ``spec_qos`` makes of it).
 - An ack, nack or reject names a delivery tag (``multiple``: every tag up to it; tag 0 with
   ``multiple``: all); an unknown tag is a 406. In a transaction they are held (``hold_acks``) and
   carried out at commit, in order.
 - ``shutdown`` (the channel closes, either side): the consumers leave their queues, the reply
-  consumer ends, and every unacked delivery is requeued (redelivered).
+  consumer ends, and every unacked delivery is requeued (redelivered; ``down`` for quorum queues).
+- What goes out is ``Queue.outgoing``: the stored message, with ``x-delivery-count`` where the
+  queue adds it.
 - It knows its channel only by what ``Channel`` passes in: the connection (``ConnectionPort``), the
   channel number and its counters. The queue a consume or get names is resolved by the channel.
 """
@@ -114,6 +118,7 @@ class Consumers:
         "consumers",
         "flow",
         "global_prefetch",
+        "global_qos",
         "number",
         "prefetch",
         "reply",
@@ -139,6 +144,7 @@ class Consumers:
         self.unacked_count = 0
         self.prefetch = 0  # applies to consumers created afterwards
         self.global_prefetch = 0
+        self.global_qos = False  # the last basic.qos(global=true) had a non-zero prefetch count
         self._held: list[HeldAck] | None = None  # a transaction's acks; None: not transactional
         self._send = conn.send
         self._frame_max = conn.frame_max  # fixed once the connection runs
@@ -167,7 +173,7 @@ class Consumers:
             queue.unacked += 1
             if entry.store_id:
                 queue.delivered(entry)
-        message = entry.message
+        message = entry.message if not entry.delivery_count else queue.outgoing(entry)
         self._send(
             fastpath.encode_deliver(
                 self.number,
@@ -227,7 +233,7 @@ class Consumers:
         self.consumers.clear()
         for consumer in consumers:
             self.vhost.consumer_removed(consumer.queue, consumer)
-        self.requeue_all()
+        self.requeue_all(down=True)
 
     # -- the read API (snapshots, the consumer timeout): never per message -------------------
     def infos(self, ref: ChannelRef) -> tuple[ConsumerInfo, ...]:
@@ -343,14 +349,14 @@ class Consumers:
             return
         self._reject(self._take_unacked(tag, multiple), requeue, failed)
 
-    def _reject(self, taken: list[Unacked], requeue: bool, failed: bool = True) -> None:
+    def _reject(self, taken: list[Unacked], requeue: bool, failed: bool = True, down: bool = False) -> None:
         queues = self._settle(taken)
         by_queue: dict[Queue, list[Entry]] = {}
         for entry, queue, _consumer in taken:
             by_queue.setdefault(queue, []).append(entry)
         for queue, entries in by_queue.items():
             if requeue:
-                queue.requeue(entries, failed)
+                queue.requeue(entries, failed, down)
             else:
                 queue.reject(entries)
         for queue in queues:
@@ -361,13 +367,14 @@ class Consumers:
         if not (multiple and tag == 0) and tag not in self._unacked:
             raise PreconditionFailed(f"unknown delivery tag {tag}")
 
-    def requeue_all(self, failed: bool = True) -> None:
-        """Requeue every unacked message (channel close: a failed delivery; basic.recover: not one)."""
+    def requeue_all(self, failed: bool = True, down: bool = False) -> None:
+        """Requeue every unacked message (channel close: a failed delivery, ``down``; basic.recover:
+        not one)."""
         if self._unacked:
             taken = list(self._unacked.values())
             self._unacked.clear()
             self.unacked_count = 0
-            self._reject(taken, True, failed)
+            self._reject(taken, True, failed, down)
 
     # -- a transaction's acks (interfaces.HeldAcks, used by the publisher's tx methods) ------
     def hold_acks(self) -> None:
@@ -401,6 +408,8 @@ class Consumers:
     def on_basic_qos(self, m: spec.Basic.Qos) -> None:
         if m.prefetch_size:
             raise AMQPNotImplemented(f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            self.global_qos = m.prefetch_count > 0
         if m.global_ or self.conn.capabilities.spec_qos:  # spec_qos: see handshake.ClientCapabilities
             self.global_prefetch = m.prefetch_count
         else:
@@ -421,11 +430,16 @@ class Consumers:
 
         Raises:
             NotAllowed: the tag is in use on this channel (530).
+            AMQPNotImplemented: a quorum queue and a global prefetch count (540, as RabbitMQ 3.10).
             AccessRefused: the queue has an exclusive consumer, or this one asks to be and others exist.
         """
         tag = m.consumer_tag or generated_name("amq.ctag-")
         if tag in self.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        if self.global_qos and queue.quorum:
+            raise AMQPNotImplemented(
+                f"queue '{queue.name}' in vhost '{self.vhost.name}' does not support global qos"
+            )
         if queue.consumers and (m.exclusive or queue.has_exclusive_consumer()):
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
         consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, self.prefetch)
@@ -473,7 +487,7 @@ class Consumers:
             self.unacked_count += 1
             queue.unacked += 1
             queue.delivered(entry)
-        message = entry.message
+        message = queue.outgoing(entry, get=True)
         self._send(
             fastpath.encode_get_ok(
                 self.number,

@@ -120,6 +120,7 @@ class Topology:
             arguments=m.arguments,
             owner=self.conn,
             generated=generated,
+            server_named=generated,
         ).queue
         assert queue is not None
         if m.exclusive and queue.owner is self.conn:

@@ -169,11 +169,12 @@ ROUTES.push([/^#\/queues\/([^/]+)\/([^/]+)$/, "Queue", async (main, vhost, name)
       ["Total", q.messages], ["Consumers", q.consumers], ["Bytes", fmtBytes(q.message_bytes)],
       ["Incoming", fmtRate(ms.publish_details)], ["Deliver / get", fmtRate(ms.deliver_get_details)], ["Ack", fmtRate(ms.ack_details)]]
       .map(([l, n]) => h("div", {class: "card"}, h("div", {class: "n"}, typeof n === "number" ? fmtNum(n) : (n || "0")), h("div", {class: "l"}, l)))),
-    kvTable([["State", q.state], ["Durable", String(q.durable)], ["Auto delete", String(q.auto_delete)],
+    kvTable([["Type", q.type], ["State", q.state], ["Durable", String(q.durable)], ["Auto delete", String(q.auto_delete)],
       ["Exclusive", String(q.exclusive)], ["Arguments", h("pre", {}, JSON.stringify(q.arguments || {}, null, 2))],
       ["Policy", q.policy || "none"], ["Operator policy", q.operator_policy || "none"],
       ["Effective policy definition", h("pre", {}, JSON.stringify(q.effective_policy_definition || {}, null, 2))],
-      ["Head message timestamp", fmtTime(q.head_message_timestamp)]]));
+      ...(q.type === "quorum" ? [["Leader", q.leader], ["Members", (q.members || []).join(", ")]]
+        : [["Head message timestamp", fmtTime(q.head_message_timestamp)]])]));
     replace(consumersEl, table([["Channel", (c) => (c.channel_details || {}).name || ""], ["Consumer tag", (c) => c.consumer_tag],
       ["Ack required", (c) => String(c.ack_required)], ["Prefetch", (c) => fmtNum(c.prefetch_count), {num: true}],
       ["Exclusive", (c) => String(c.exclusive)], ["Arguments", (c) => show(c.arguments)]], q.consumer_details || [], {empty: "No consumers."}));

@@ -10,8 +10,8 @@ Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` i
 - ``permissions``: ``user``, ``vhost``, ``configure``, ``write``, ``read`` (regexes, checked).
 - ``queues``/``exchanges``: only durable entities are stored, so non-durable ones are skipped
   with a warning; so are names starting with ``amq.`` and the default exchange (RabbitMQ skips
-  those too) and queues of a type other than classic (quorum, stream). Arguments are validated
-  the way ``queue.declare``/``exchange.declare`` would; exchange types must be built in.
+  those too) and streams. Classic and quorum queues keep their type (``x-queue-type``). Arguments
+  are validated the way ``queue.declare``/``exchange.declare`` would; exchange types must be built in.
 - ``bindings``: ``source``, ``vhost``, ``destination``, ``destination_type``, ``routing_key``,
   ``arguments``; a binding whose endpoint is skipped above is skipped too.
 - ``policies``: ``vhost``, ``name``, ``pattern``, ``apply-to``, ``priority``, ``definition``, validated
@@ -250,10 +250,8 @@ def _read_queue(entry: _Entry, transient: bool) -> QueueRecord | None:
         return None
     args = decode_table(arguments)[0]
     queue_type = args.get("x-queue-type", "classic")
-    if queue_type != "classic":
-        log.warning(
-            "%s: skipping a queue of type %r (only classic queues are supported)", entry.where, queue_type
-        )
+    if queue_type == "stream":
+        log.warning("%s: skipping a stream (ottermq has classic and quorum queues only)", entry.where)
         return None
     try:
         parse_queue_args(args, name, vhost)

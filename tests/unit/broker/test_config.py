@@ -121,6 +121,7 @@ BAD_VALUES = {
     "vhosts": None,  # any list of names
     "loopback_users": None,  # any list of names
     "max_priority": "256",
+    "quorum_delivery_limit": "-1",
     "enable_ttl": "maybe",
     "enable_dlx": "2",
     "enable_qll": "yes please",

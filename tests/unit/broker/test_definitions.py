@@ -4,8 +4,8 @@
 one scratch vhost ``ottprobe`` and its users) for: a topic exchange with an alternate exchange, an
 internal exchange (RabbitMQ leaves it out of the export but keeps the bindings to it), an
 exchange-to-exchange binding, a headers binding with typed arguments, queues with arguments, a
-quorum queue, transient entities, a policy, a vhost limit and a topic permission. bob's password
-is ``bobpw``.
+quorum queue (imported with its type), transient entities, a policy, a vhost limit and a topic
+permission. bob's password is ``bobpw``.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def expected_from_rabbitmq(export: dict[str, Any]) -> dict[str, Any]:
     # runtime parameters other than operator policies and vhost limits are ignored
     kept = ("operator_policy", "vhost-limits")
     expected["parameters"] = [p for p in expected["parameters"] if p["component"] in kept]
-    skipped = {("queue", "q.quorum"), ("queue", "q.transient"), ("exchange", "ex.transient")}
+    skipped = {("queue", "q.transient"), ("exchange", "ex.transient")}
     expected["queues"] = [q for q in expected["queues"] if ("queue", q["name"]) not in skipped]
     expected["exchanges"] = [x for x in expected["exchanges"] if ("exchange", x["name"]) not in skipped]
     for exchange in expected["exchanges"]:
@@ -302,7 +302,7 @@ def test_rabbitmq_export_round_trip(caplog: pytest.LogCaptureFixture) -> None:
     messages = "\n".join(caplog.messages)
     assert "in 'topic_permissions'" in messages
     assert "policies are not implemented" not in messages
-    assert "skipping a queue of type 'quorum'" in messages
+    assert "q.quorum" not in messages  # a quorum queue is imported with its type
     assert "skipping a non-durable queue" in messages
     assert "skipping a non-durable exchange" in messages
     assert "limits are not implemented" not in messages
@@ -324,7 +324,9 @@ def test_rabbitmq_export_records() -> None:
     assert (main.type, main.auto_delete, main.internal) == ("topic", False, False)
     e2e = next(b for b in defs.bindings if b.destination_kind == "exchange")
     assert (e2e.source, e2e.destination, e2e.routing_key) == ("ex.main", "ex.internal", "to.internal")
-    assert {q.name for q in defs.queues} == {"q.args", "q.plain", "q.autodel"}
+    assert {q.name for q in defs.queues} == {"q.args", "q.plain", "q.autodel", "q.quorum"}
+    quorum = next(q for q in defs.queues if q.name == "q.quorum")
+    assert decode_table(quorum.arguments)[0] == {"x-queue-type": "quorum"}
 
 
 def test_rabbitmq_export_through_a_store() -> None:
@@ -521,7 +523,7 @@ def test_skipped_entities_and_their_bindings(caplog: pytest.LogCaptureFixture) -
     text = "\n".join(caplog.messages)
     assert "not importing the default exchange" in text
     assert "skipping a exchange whose name begins with 'amq.'" in text or "begins with 'amq.'" in text
-    assert "skipping a queue of type 'stream'" in text
+    assert "skipping a stream (ottermq has classic and quorum queues only)" in text
     assert "skipping a binding of the default exchange" in text
     assert text.count("skipped with its source or destination") == 4
 

@@ -382,6 +382,49 @@ def test_recovered_entries_keep_their_delivery_count_and_deadline():
         [back] = list(broker.vhosts["/"].queues["q"].ready_entries())
         assert isinstance(back, Entry)
         assert (back.redelivered, back.delivery_count, back.deadline) == (True, 1, T0 + 60_000)
-        assert (back.message.headers or {})["x-delivery-count"] == 1
+        assert back.message.headers is None  # the stored message; the count goes out on delivery
+        assert (broker.vhosts["/"].queues["q"].outgoing(back).headers or {})["x-delivery-count"] == 1
+
+    run(body)
+
+
+def test_a_quorum_queue_comes_back_with_its_type_and_transient_messages_and_counts_the_cut_delivery():
+    """Quorum queues store every message, persistent or not; a delivery the restart cut short counts as
+    a return (RabbitMQ returns it when it finds the consumer gone): over the limit, it is dead-lettered."""
+
+    async def body() -> None:
+        store, clock = MemoryStore(), Clock()
+        vh = boot(store, clock).vhosts["/"]
+        durable_queue(vh, "dlq")
+        q = durable_queue(
+            vh,
+            "q",
+            **{
+                "x-queue-type": "quorum",
+                "x-delivery-limit": 1,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": "dlq",
+            },
+        )
+        for body_ in (b"once", b"twice", b"never"):
+            publish(vh, "q", body_, persistent=False)
+        first = q.pop()
+        second = q.pop()
+        assert first is not None and second is not None
+        q.delivered(first)  # in flight at the crash: count 0 -> 1
+        q.requeue([second])  # returned once (count 1), then delivered again: 1 -> 2, over the limit
+        second = q.pop()
+        assert second is not None and second.message.body == b"twice"
+        q.delivered(second)
+        await store.flush()
+        crash(clock)
+
+        broker = boot(store, clock)
+        await recover(broker, store, broker.hook)
+        back = broker.vhosts["/"].queues["q"]
+        assert back.quorum and back.args.queue_type == "quorum"
+        got = [(e.message.body, e.redelivered, e.delivery_count) for e in back.ready_entries()]
+        assert got == [(b"once", True, 1), (b"never", False, 0)]
+        assert bodies(broker.vhosts["/"].queues["dlq"]) == [b"twice"]
 
     run(body)

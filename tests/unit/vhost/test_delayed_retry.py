@@ -88,7 +88,7 @@ def test_linear_back_off_capped() -> None:
         timers.run(ttl.t)
         assert queue.message_count == 1 and queue.delayed_count == 0
         assert queue.peek() is entry and entry.redelivered and entry.delivery_count == attempt
-        assert entry.message.headers == {"x-delivery-count": attempt}
+        assert queue.outgoing(entry).headers == {"x-delivery-count": attempt}
 
 
 @pytest.mark.parametrize(

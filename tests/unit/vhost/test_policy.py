@@ -29,6 +29,10 @@ def policy(name="p", pattern=".*", definition=None, apply_to="all", priority=0, 
         ({"delivery-limit": -1}, "-1 is not a valid delivery limit"),
         ({"alternate-exchange": 5}, "5 is not a valid alternate exchange name"),
         ({"ottermq-exact-ttl": "yes"}, '<<"yes">> is not a valid exact TTL setting (true or false)'),
+        ({"dead-letter-strategy": "bogus"}, '<<"bogus">> is not a valid dead letter strategy'),
+        ({"max-in-memory-length": -1}, "-1 is not a valid maximum memory in bytes"),
+        ({"max-in-memory-bytes": "x"}, '<<"x">> is not a valid maximum memory in bytes'),
+        ({"queue-leader-locator": "x"}, '<<"x">> is not a valid queue leader locator value'),
         ({"nope": 1}, '[{<<"nope">>,1}] are not recognised policy settings'),
         (
             {"message-ttl": 5, "other": 2, "bogus": 1},
@@ -73,6 +77,13 @@ def test_choose_highest_priority_matching_kind_and_searched_pattern():
     assert choose([tie_b, tie_a], "queue", "q") is tie_a
 
 
+VALID = {
+    "initial-cluster-size": 3,
+    "dead-letter-strategy": "at-least-once",
+    "queue-leader-locator": "balanced",
+}
+
+
 @pytest.mark.parametrize(
     "key",
     [
@@ -88,7 +99,7 @@ def test_a_policy_with_a_quorum_or_stream_key_is_skipped_for_classic_queues(key)
     other = policy(
         "other",
         "^q$",
-        {"max-length": 1, key: "x" if key != "initial-cluster-size" else 3},
+        {"max-length": 1, key: VALID.get(key, "x")},
         apply_to="all",
         priority=9,
     )
@@ -167,6 +178,92 @@ def test_consumer_timeout_lowest_wins():
 def test_queue_type_apply_to_values_of_rabbitmq_3_12():
     classic = policy("c", apply_to="classic_queues")
     assert classic.applies("queue", "q") and not classic.applies("exchange", "q")
-    for kind in ("quorum_queues", "streams"):
-        nothing = policy(kind, apply_to=kind)
-        assert not nothing.applies("queue", "q") and not nothing.applies("exchange", "q")
+    assert not classic.applies("queue", "q", "quorum")
+    quorum = policy("qq", apply_to="quorum_queues")
+    assert quorum.applies("queue", "q", "quorum")
+    assert not quorum.applies("queue", "q") and not quorum.applies("exchange", "q")
+    streams = policy("s", apply_to="streams")
+    for queue_type in ("classic", "quorum"):
+        assert not streams.applies("queue", "q", queue_type) and not streams.applies("exchange", "q")
+    for apply_to in ("all", "queues"):
+        assert policy(apply_to=apply_to).applies("queue", "q", "quorum")
+
+
+# ---------------------------------------------------------------------------------------------
+# quorum queues (measured on RabbitMQ 3.10.8 through the effect of each policy on a quorum queue)
+# ---------------------------------------------------------------------------------------------
+QUORUM = {"x-queue-type": "quorum"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "applies"),
+    [
+        ("queue-mode", "lazy", False),
+        ("ha-mode", "all", False),
+        ("max-age", "1D", False),
+        ("queue-master-locator", "min-masters", False),
+        ("initial-cluster-size", 3, False),
+        ("stream-max-segment-size-bytes", 5, False),
+        ("dead-letter-strategy", "at-least-once", True),
+        ("queue-leader-locator", "balanced", True),
+        ("delivery-limit", 3, True),
+        ("max-in-memory-length", 1, True),
+    ],
+)
+def test_a_policy_with_a_key_quorum_queues_lack_is_skipped_for_them(key, value, applies):
+    """``rabbit_quorum_queue``'s ``unsupported_policies``: such a policy does not apply, the next
+    matching one does (RabbitMQ 3.10.8 showed ``policy`` and ``effective_policy_definition`` of the
+    lower one)."""
+    lower = policy("lower", "^q", {"max-length-bytes": 1000000})
+    other = policy("other", "^q$", {"max-length": 2, key: value}, priority=9)
+    assert choose([lower, other], "queue", "q", "quorum") is (other if applies else lower)
+
+
+def test_quorum_queue_precedence():
+    """A quorum queue takes the policy's ``overflow`` and ``expires`` over its arguments, the lower
+    ``delivery-limit``, ``max-length``, ``message-ttl``, and its own dead-letter exchange."""
+    declared = parse_queue_args(
+        {
+            **QUORUM,
+            "x-overflow": "reject-publish",
+            "x-expires": 1000,
+            "x-delivery-limit": 1,
+            "x-max-length": 5,
+            "x-message-ttl": 100,
+            "x-dead-letter-exchange": "mine",
+        },
+        "q",
+    )
+    definition = {
+        "overflow": "drop-head",
+        "expires": 5000,
+        "delivery-limit": 5,
+        "max-length": 2,
+        "message-ttl": 500,
+        "dead-letter-exchange": "theirs",
+    }
+    args = effective_args(declared, definition)
+    assert (args.overflow, args.expires, args.delivery_limit, args.max_length, args.message_ttl) == (
+        "drop-head",
+        5000,
+        1,
+        2,
+        100,
+    )
+    assert args.dead_letter_exchange == "mine"
+    classic = effective_args(
+        parse_queue_args({"x-overflow": "reject-publish", "x-expires": 1000}, "q"), definition
+    )
+    assert (classic.overflow, classic.expires) == ("reject-publish", 1000)  # the argument wins
+
+
+def test_quorum_default_delivery_limit_is_opt_in():
+    """``OTTERMQ_QUORUM_DELIVERY_LIMIT`` (RabbitMQ 4's 20) applies to quorum queues with no limit of
+    their own, argument or policy; classic queues never get it."""
+    bare = parse_queue_args(QUORUM, "q")
+    assert effective_args(bare, {}).delivery_limit is None  # unset: RabbitMQ 3.10's none
+    assert effective_args(bare, {}, 20).delivery_limit == 20
+    assert effective_args(bare, {"delivery-limit": 50}, 20).delivery_limit == 50  # the policy's
+    own = parse_queue_args({**QUORUM, "x-delivery-limit": 30}, "q")
+    assert effective_args(own, {}, 20).delivery_limit == 30
+    assert effective_args(parse_queue_args({}, "q"), {}, 20).delivery_limit is None
