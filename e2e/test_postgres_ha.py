@@ -13,7 +13,8 @@ active one binds its ports; the standby waits on the leadership lease and binds 
   without confirming anything the new active does not have.
 * a clean shutdown hands over at once and is not counted as a failover.
 * clients that recover by themselves continue on the new active: the Java client's automatic recovery,
-  Bunny's, aio-pika's robust connection (their consumers and topology come back).
+  Bunny's, aio-pika's robust connection (their consumers and topology come back), and amqp091-go with
+  the reconnect loop its users write (every message it saw confirmed is in the queue).
 
 ottermq only (RabbitMQ replicates with Raft, not through a database): every test is an extension.
 """
@@ -27,6 +28,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -36,6 +38,7 @@ import pytest
 from . import client_programs as programs
 from .conftest import BrokerProcess, postgres_url
 from .polling import poll_until, poll_until_async
+from .test_go_client import go_client  # noqa: F401 - the fixture, built once per session
 from .test_java_client import java_client  # noqa: F401 - the fixture, compiled once per session
 from .test_ruby_client import ruby_client  # noqa: F401 - the fixture
 
@@ -339,6 +342,18 @@ def test_a_clients_automatic_recovery_continues_on_the_new_active(
     run = programs.run_across_restart(argv, fail_over)
     assert run.data["after"] == "after"
     assert run.data.get("events", ["recovered"])[-1] == "recovered"  # the Java client reports its events
+    run.self_check()
+
+
+def test_amqp091_go_with_a_reconnect_loop_continues_on_the_new_active(
+    pair: tuple[BrokerProcess, Any],
+    go_client: Path,  # noqa: F811
+) -> None:
+    active, fail_over = pair
+    argv = [str(go_client), "reconnect", "-url", active.broker.url, "-prefix", "ha-go", "-timeout", "60s"]
+    run = programs.run_across_restart(argv, fail_over)
+    assert run.data["missing"] == [] and run.data["reconnects"] >= 1
+    assert run.data["stored"] >= run.data["confirmed"] >= 100
     run.self_check()
 
 

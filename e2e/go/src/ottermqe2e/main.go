@@ -10,8 +10,8 @@
 //	ottermq-e2e <scenario> -url amqp://guest:guest@127.0.0.1:5672/%2F -prefix e2e.go.1234 [-timeout 5s]
 //	ottermq-e2e <scenario> -url amqps://localhost:5671/%2F -ca ca.pem [-cert c.pem -key c.key -external] ...
 //
-// Scenarios: pubsub, ttl-dlx, return, close, table-roundtrip, publish, flow-secret (run with -h for
-// their flags).
+// Scenarios: pubsub, ttl-dlx, return, close, table-roundtrip, publish, flow-secret, delayed-dedup,
+// reconnect (run with -h for their flags).
 //
 // Every run prints exactly one JSON object on stdout:
 //
@@ -105,6 +105,7 @@ var scenarios = map[string]scenario{
 	"publish":         {"publish one confirmed message with every field type in its headers", publishFlags},
 	"flow-secret":     {"Connection.UpdateSecret, then Channel.Flow(true) and Flow(false) (540)", flowSecretFlags},
 	"delayed-dedup":   {"x-delayed-message exchange and x-message-deduplication (ottermq extensions)", delayedFlags},
+	"reconnect":       {"confirmed publishing with a reconnect loop across a broker restart or failover", reconnectFlags},
 }
 
 func usage() {
