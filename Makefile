@@ -88,7 +88,7 @@ XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load
 PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(BIN)/pytest $(XDIST) tests/unit tests/protocol
 
 # A throwaway PostgreSQL (.ci/postgres.py: initdb in a temp dir, a free port, stopped at the end) around
-# a command, which finds it in OTTERMQ_TEST_POSTGRES_URL: the store contract tests, the active/standby
+# a command, which finds it in TEST_POSTGRES_URL: the store contract tests, the active/standby
 # tests (e2e/test_postgres_ha.py) and the PostgreSQL pass below use it.
 WITH_PG := $(BIN)/python .ci/postgres.py run --
 # The end-to-end files that exercise the store, run again with OTTERMQ_STORE=postgresql (a schema per

@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL server for the tests and benchmarks: initdb in a temp dir, a free port, stopped
 at the end. Debian's ``postgresql`` package provides the binaries (``.ci/install-postgresql.sh``).
 
-    python .ci/postgres.py run -- CMD ARGS...   start one, run CMD with OTTERMQ_TEST_POSTGRES_URL set,
+    python .ci/postgres.py run -- CMD ARGS...   start one, run CMD with TEST_POSTGRES_URL set,
                                                 stop it, exit with CMD's status
     python .ci/postgres.py start [--fsync] [DIR]
                                                 start one in DIR (default: a new temp dir; as root, every
@@ -11,7 +11,7 @@ at the end. Debian's ``postgresql`` package provides the binaries (``.ci/install
     python .ci/postgres.py stop DIR             stop the one in DIR and delete DIR
 
 Imported by the test fixtures (``tests/unit/persistence/conftest.py``, ``e2e/conftest.py``) and the
-benchmarks when OTTERMQ_TEST_POSTGRES_URL is not set, so a single test file runs on its own too.
+benchmarks when TEST_POSTGRES_URL is not set, so a single test file runs on its own too.
 
 initdb and the server refuse to run as root: as root, the data directory is given to Debian's
 ``postgres`` user and the binaries run as that user (``runuser``). The server listens on 127.0.0.1 and
@@ -149,7 +149,7 @@ def running(fast: bool = True):  # type: ignore[no-untyped-def]
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "run" and argv[1] == "--":
         with running() as server:
-            env = dict(os.environ, OTTERMQ_TEST_POSTGRES_URL=server.url)
+            env = dict(os.environ, TEST_POSTGRES_URL=server.url)
             print(f"postgres.py: PostgreSQL on {server.url} (data in {server.directory})", flush=True)
             return subprocess.run(argv[2:], env=env, check=False).returncode
     if argv[:1] == ["start"]:

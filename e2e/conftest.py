@@ -223,20 +223,39 @@ RABBITMQ_PORTS = {4369, 5671, 5672, 15671, 15672, 15692, 25672}
 _PORTS_BELOW = _ephemeral_low()
 
 
+_HANDED_OUT: set[int] = set()  # ports this process gave a broker (not bound yet while it starts)
+
+
+def _port_range() -> tuple[int, int]:
+    """This test process's share of the ports below the ephemeral range: each pytest-xdist worker draws
+    from its own slice, so two workers never pick the same port in the second before its broker binds."""
+    low, high = max(1024, _PORTS_BELOW - 12000), _PORTS_BELOW
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if worker.startswith("gw") and worker[2:].isdigit() and count > 1:
+        size = (high - low) // count
+        low += int(worker[2:]) % count * size
+        high = low + size
+    return low, high
+
+
 def _free_port() -> int:
     """A free port below the range the kernel gives outgoing connections: a broker restarted on its
     ports must find them free, and a client's connection (a reconnect loop, another test's) can take an
-    ephemeral port that a stopped broker had just bound and handed back."""
+    ephemeral port that a stopped broker had just bound and handed back. Never one this process handed
+    out before (its broker may still be starting), nor one another xdist worker may hand out."""
     rng = random.Random()
+    low, high = _port_range()
     for _ in range(200):
-        port = rng.randrange(max(1024, _PORTS_BELOW - 12000), _PORTS_BELOW)
-        if port in RABBITMQ_PORTS:
+        port = rng.randrange(low, high)
+        if port in RABBITMQ_PORTS or port in _HANDED_OUT:
             continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _HANDED_OUT.add(port)
             return port
     with socket.socket() as s:  # a crowded machine: whatever the kernel gives
         s.bind(("127.0.0.1", 0))
@@ -421,10 +440,10 @@ POSTGRES_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres.py"
 
 
 def postgres_url() -> str:
-    """The PostgreSQL server of the session: ``OTTERMQ_TEST_POSTGRES_URL`` (``make test`` starts one for
+    """The PostgreSQL server of the session: ``TEST_POSTGRES_URL`` (``make test`` starts one for
     every test process), or one started now by ``.ci/postgres.py`` and stopped when the session ends.
     Fails (not skips) when PostgreSQL is not installed."""
-    url = os.environ.get("OTTERMQ_TEST_POSTGRES_URL") or _POSTGRES.get("url")
+    url = os.environ.get("TEST_POSTGRES_URL") or _POSTGRES.get("url")
     if url:
         return str(url)
     started = subprocess.run(

@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """``OTTERMQ_TEST_POSTGRES_URL`` (``make test`` starts one server for every test process), or a
+    """``TEST_POSTGRES_URL`` (``make test`` starts one server for every test process), or a
     server started for this session by ``.ci/postgres.py``; fails (not skips) when PostgreSQL is not
     installed."""
-    url = os.environ.get("OTTERMQ_TEST_POSTGRES_URL")
+    url = os.environ.get("TEST_POSTGRES_URL")
     if url:
         yield url
         return
