@@ -290,7 +290,7 @@ async def _listen(broker: Broker, lease: Lease | None) -> None:
             await broker.listen()
             return
         except StartupError as exc:
-            if not exc.in_use or loop.time() > deadline:
+            if lease is None or not exc.in_use or loop.time() > deadline:
                 raise
             if not waited:
                 log.warning("active: %s; waiting for the old active to let go of it", exc)
