@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import postgres_sql as pg
-from .postgres import CONNECT_TIMEOUT, IO_ERRORS, _migrate, require_driver
+from .postgres import IO_ERRORS, _migrate, close_quietly, connect, require_driver
 from .store import StoreError
 
 try:
@@ -104,17 +104,15 @@ class Lease:
         conn = self._conn
         if conn is None or conn.is_closed():
             self._locked = False  # a session's advisory lock ends with it
-            kwargs: dict[str, Any] = {} if self.password is None else {"password": self.password}
-            conn = self._conn = await asyncpg.connect(
-                self.url,
-                timeout=CONNECT_TIMEOUT,
-                server_settings={
-                    "search_path": pg.quote_ident(self.schema),
-                    "application_name": self.application_name,
-                },
-                **kwargs,
-            )
+            conn = self._conn = await connect(self.url, self.schema, self.password, self.application_name)
         return conn
+
+    async def _try_lock(self, conn: Any) -> None:
+        """Take the leadership advisory lock if this session does not hold it yet (never waits)."""
+        if not self._locked:
+            self._locked = bool(
+                await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", pg.LOCK_CLASS, self._lock_key)
+            )
 
     # -- standby ------------------------------------------------------------------------------
     async def acquire(self) -> None:
@@ -171,10 +169,7 @@ class Lease:
         return str(row["holder"]) if row and row["holder"] else "another broker"
 
     async def _try_take_over(self, conn: Any) -> bool:
-        if not self._locked:
-            self._locked = bool(
-                await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", pg.LOCK_CLASS, self._lock_key)
-            )
+        await self._try_lock(conn)
         row = await conn.fetchrow(
             "SELECT holder, lease_until IS NULL OR lease_until < clock_timestamp() AS expired "
             "FROM ottermq_leader WHERE id = 1"
@@ -237,10 +232,7 @@ class Lease:
             IO_ERRORS: the database is unreachable (the caller retries until the lease ends).
         """
         conn = await self._connection()
-        if not self._locked:
-            self._locked = bool(
-                await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", pg.LOCK_CLASS, self._lock_key)
-            )
+        await self._try_lock(conn)
         renewed = await conn.fetchval(
             "UPDATE ottermq_leader SET lease_until = clock_timestamp() + make_interval(secs => $2) "
             "WHERE id = 1 AND epoch = $1 RETURNING epoch",
@@ -284,7 +276,4 @@ class Lease:
     async def _drop_connection(self) -> None:
         conn, self._conn, self._locked = self._conn, None, False
         if conn is not None and not conn.is_closed():
-            try:
-                await conn.close(timeout=2)
-            except IO_ERRORS:
-                conn.terminate()
+            await close_quietly(conn, 2)

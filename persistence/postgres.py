@@ -211,19 +211,7 @@ class PostgresStore(BatchingStore):
         return f"schema {self.schema}"
 
     async def _connect(self) -> Any:
-        kwargs: dict[str, Any] = {}
-        if self.password is not None:
-            kwargs["password"] = self.password
-        conn = await asyncpg.connect(
-            self.url,
-            timeout=CONNECT_TIMEOUT,
-            server_settings={
-                "search_path": pg.quote_ident(self.schema),
-                "application_name": self.application_name,
-            },
-            **kwargs,
-        )
-        return conn
+        return await connect(self.url, self.schema, self.password, self.application_name)
 
     async def close(self) -> None:
         """Commit what is queued (failures are logged), then close the connection."""
@@ -232,11 +220,7 @@ class PostgresStore(BatchingStore):
         await self._drain()
         self._closed = True
         conn, self._conn, self._loop = self._conn, None, None
-        try:
-            await conn.close(timeout=5)
-        except IO_ERRORS as exc:
-            log.warning("closing the PostgreSQL connection: %s", exc)
-            conn.terminate()
+        await close_quietly(conn, 5)
 
     async def _connection(self) -> Any:
         """The open connection, reconnected if the server or the network dropped it.
@@ -404,6 +388,31 @@ def _params(statement: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 _NO_TEXT = frozenset({s.DELETE_MESSAGE, s.MARK_DELIVERED, s.DELETE_MESSAGES, s.TOUCH_QUEUE, s.DELETE_QUEUE})
+
+
+async def connect(url: str | None, schema: str, password: str | None, application_name: str) -> Any:
+    """A connection whose unqualified names are ``schema``'s, named ``application_name`` in
+    ``pg_stat_activity`` (a standby ends an old active's sessions by that name).
+
+    Raises:
+        IO_ERRORS: the server is unreachable or refuses us.
+    """
+    kwargs: dict[str, Any] = {} if password is None else {"password": password}
+    return await asyncpg.connect(
+        url,
+        timeout=CONNECT_TIMEOUT,
+        server_settings={"search_path": pg.quote_ident(schema), "application_name": application_name},
+        **kwargs,
+    )
+
+
+async def close_quietly(conn: Any, timeout: float) -> None:
+    """Close ``conn``, or drop it when the server does not answer (logged)."""
+    try:
+        await conn.close(timeout=timeout)
+    except IO_ERRORS as exc:
+        log.warning("closing a PostgreSQL connection: %s", exc)
+        conn.terminate()
 
 
 async def _rollback(conn: Any) -> None:

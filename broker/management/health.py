@@ -132,9 +132,10 @@ async def protocol_listener(request: web.Request) -> web.Response:
 async def active(request: web.Request) -> web.Response:
     """ottermq: whether this node is the active one (a load balancer's check). Standbys bind no port,
     so only an active node answers 200; one that just lost the leadership answers 503 while it stops."""
-    lease = broker_of(request).lease
+    broker = broker_of(request)
+    lease = broker.lease
     if lease is None:
-        return ok(role="active", store=broker_of(request).settings.store)
+        return ok(role="active", store=broker.settings.store)
     if lease.role != "active":
         return failed("this node lost the leadership", role=lease.role, epoch=lease.epoch)
     return ok(role="active", store="postgresql", epoch=lease.epoch, failovers=lease.failovers)
