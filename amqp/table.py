@@ -39,6 +39,10 @@ Notes:
 * ``t`` re-encodes as ``0x01`` for any non-zero octet, as RabbitMQ does.
 * Table keys that are not valid UTF-8 are decoded with ``surrogateescape`` so they re-encode to the
   same octets.
+* Decoding reads at most ``MAX_DEPTH`` levels of nested tables and arrays: a table or array deeper
+  than that (RabbitMQ accepts any depth that fits in a frame, 15,000 and more) is kept unread as a
+  :class:`RawField` holding its octets, which encodes back to exactly those octets. So no decode,
+  and no code walking a decoded table, recurses without bound, and deep values go on unchanged.
 * Malformed input raises :class:`~ottermq.amqp.errors.FrameError`; values that cannot be encoded
   raise ``ValueError`` (out of range) or ``TypeError`` (unsupported type).
 """
@@ -58,7 +62,9 @@ __all__ = [
     "Long",
     "LongLong",
     "LongStr",
+    "MAX_DEPTH",
     "Octet",
+    "RawField",
     "Short",
     "ShortShort",
     "Timestamp",
@@ -136,6 +142,34 @@ class LongStr(bytes):
     tag: ClassVar[bytes] = b"S"
 
 
+MAX_DEPTH = 64
+"""Levels of nested tables and arrays ``decode_table`` reads; deeper ones become ``RawField``."""
+
+
+class RawField:
+    """A table or array nested deeper than :data:`MAX_DEPTH`, kept as its octets (the tag octet
+    first) and encoded back verbatim. Compares equal to a ``RawField`` with the same octets."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    @property
+    def kind(self) -> str:
+        """``table`` or ``array``."""
+        return "table" if self.raw[:1] == b"F" else "array"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RawField) and other.raw == self.raw
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __repr__(self) -> str:
+        return f"RawField({self.kind}, {len(self.raw)} octets)"
+
+
 _U8 = struct.Struct(">B")
 _I8 = struct.Struct(">b")
 _U16 = struct.Struct(">H")
@@ -174,8 +208,9 @@ def _bad(what: str, pos: int) -> FrameError:
     return FrameError(f"malformed field table: {what} at offset {pos}")
 
 
-def _decode_value(data: bytes, pos: int, end: int) -> tuple[object, int]:
-    """Decode one tagged value starting at the tag octet ``data[pos]``; ``end`` bounds it."""
+def _decode_value(data: bytes, pos: int, end: int, depth: int) -> tuple[object, int]:
+    """Decode one tagged value starting at the tag octet ``data[pos]``; ``end`` bounds it; ``depth``:
+    how many tables and arrays enclose it."""
     if pos >= end:
         raise _bad("missing value", pos)
     tag = data[pos]
@@ -206,10 +241,13 @@ def _decode_value(data: bytes, pos: int, end: int) -> tuple[object, int]:
         if pos >= end:
             raise _bad("truncated boolean", pos)
         return data[pos] != 0, pos + 1
-    if tag == _TABLE:
-        return decode_table(data, pos, end)
-    if tag == _ARRAY:
-        return decode_array(data, pos, end)
+    if tag == _TABLE or tag == _ARRAY:
+        start, stop = _frame_bounds(data, pos, end)
+        if depth >= MAX_DEPTH:  # kept whole, unread: no recursion past MAX_DEPTH
+            return RawField(bytes(data[pos - 1 : stop])), stop
+        if tag == _TABLE:
+            return _decode_table(data, start, stop, depth + 1)
+        return _decode_array(data, start, stop, depth + 1)
     if tag == _VOID:
         return None, pos
     if tag == _DEC:
@@ -247,7 +285,11 @@ def decode_table(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
     Raises:
         FrameError: truncated or malformed table.
     """
-    pos, end = _frame_bounds(data, offset, limit)
+    start, end = _frame_bounds(data, offset, limit)
+    return _decode_table(data, start, end, 0)
+
+
+def _decode_table(data: bytes, pos: int, end: int, depth: int) -> tuple[dict[str, object], int]:
     table: dict[str, object] = {}
     while pos < end:
         klen = data[pos]
@@ -255,7 +297,7 @@ def decode_table(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
         if kstop > end:
             raise _bad("truncated key", pos)
         key = data[pos + 1 : kstop].decode("utf-8", "surrogateescape")
-        value, pos = _decode_value(data, kstop, end)
+        value, pos = _decode_value(data, kstop, end, depth)
         if key not in table:  # a key twice: the first one counts (RabbitMQ's rabbit_misc:table_lookup)
             table[key] = value
     return table, end
@@ -270,10 +312,14 @@ def decode_array(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
     Raises:
         FrameError: truncated or malformed array.
     """
-    pos, end = _frame_bounds(data, offset, limit)
+    start, end = _frame_bounds(data, offset, limit)
+    return _decode_array(data, start, end, 0)
+
+
+def _decode_array(data: bytes, pos: int, end: int, depth: int) -> tuple[list[object], int]:
     values: list[object] = []
     while pos < end:
-        value, pos = _decode_value(data, pos, end)
+        value, pos = _decode_value(data, pos, end, depth)
         values.append(value)
     return values, end
 
@@ -298,6 +344,8 @@ def field_type(value: object) -> str:
     error texts such as ``{unacceptable_type_in_header,"CC",longstr}``."""
     if isinstance(value, bool):
         return "bool"
+    if isinstance(value, RawField):
+        return value.kind
     tag = getattr(value, "tag", None)
     if isinstance(tag, bytes):
         return _TYPE_NAMES[tag]
@@ -358,6 +406,9 @@ def _put_long_bytes(buf: bytearray, tag: bytes, raw: bytes | bytearray | memoryv
 
 def _put_value(buf: bytearray, value: object) -> None:
     cls = type(value)
+    if cls is RawField:
+        buf += value.raw  # type: ignore[attr-defined]
+        return
     tag: bytes | None = getattr(cls, "tag", None)
     if tag is not None:
         if cls is LongStr:

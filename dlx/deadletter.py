@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ottermq.amqp.props import quick_props, rewrite_props
+from ottermq.amqp.props import EXPIRATION_BIT, join_props, quick_props, rewrite_props, split_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.message import Entry, Message, SelectedMessage
 
@@ -32,6 +32,7 @@ from .limits import Limit, limit_in_force
 from .xdeath import X_DEATH, dead_letter_routing_keys, record_death
 
 if TYPE_CHECKING:
+    from ottermq.vhost.exchange import Exchange
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
 
@@ -175,7 +176,8 @@ class DeadLetterer:
         self.lateness = LatenessHistogram()  # expired dead letters: ms past their deadline
         self._work: deque[tuple[Queue, list[Entry], str]] = deque()
         self._busy = False
-        self._cache: dict[tuple[Any, ...], tuple[bytes, frozenset[str] | None, int]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[bytes, frozenset[str] | None, int | None]] = {}
+        self.unrewritten = 0  # dead letters sent on with their original headers (``_unrewritten``)
         self._missing_unreported = 0  # dropped for a missing DLX since the last warning
         self._missing_warn_at = 0  # epoch ms before which no new warning is logged
 
@@ -261,44 +263,90 @@ class DeadLetterer:
             if archive is not None:
                 flat = [x for entry in entries for x in (entry.message, entry.enqueued_at, None, None, drop)]
                 self._archive(archive, now_ms, vhost, queue, reason, dlx_name, flat)
+            queue.forget(entries)
             return
         assert dlx_name is not None
+        archived: list[Any] = []  # flat: message, enqueued_at, death_count, dlx_routing_key, drop_reason
+        handed: list[Entry] = []  # stored (or dropped) copies: their source rows go
+        for entry in entries:
+            try:
+                archived += self._hand_on(queue, entry, reason, exchange, dlx_name, now_ms)
+            except Exception:  # a bug, not the message: it keeps its stored row (back after a restart)
+                log.exception(
+                    "queue '%s' in vhost '%s': a dead letter (%s) could not be handed on; its stored copy"
+                    " is kept",
+                    queue.name,
+                    vhost.name,
+                    reason,
+                )
+                continue
+            handed.append(entry)
+        queue.forget(handed)  # after the new copies: their inserts come first in the store batch
+        if archived and archive is not None:
+            self._archive(archive, now_ms, vhost, queue, reason, dlx_name, archived)
+
+    def _hand_on(
+        self, queue: Queue, entry: Entry, reason: str, exchange: Exchange | None, dlx_name: str, now_ms: int
+    ) -> tuple[Any, ...]:
+        """Publish one dead letter to the DLX; returns its archive record (flat)."""
+        message = entry.message
         dlrk = queue.args.dead_letter_routing_key
         now_s = now_ms // 1000
         cache = self._cache
         if len(cache) > 1024:
             cache.clear()
-        archived: list[Any] = []  # flat: message, enqueued_at, death_count, dlx_routing_key, drop_reason
-        for entry in entries:
-            message = entry.message
-            # The new properties depend only on these: dead letters from one queue with the same
-            # property octets in the same second (a TTL burst, a retry loop) share one rewrite.
-            key = (message.raw_props, queue.name, reason, message.exchange, message.routing_key, now_s, dlrk)
-            rewritten = cache.get(key)
-            if rewritten is None:
-                rewritten = cache[key] = self._rewrite(message, queue.name, reason, now_s, dlrk)
-            raw, cyclic, count = rewritten
-            if dlrk is not None:
-                routing_keys = [dlrk]
-            else:  # every key it was published with: CC and BCC too (RabbitMQ)
-                routing_keys = [message.routing_key, *message.extra_keys]
-            dead: Message = Message(
-                dlx_name, routing_keys[0], raw, message.body, message.persistent, message.priority, None
-            )
-            if len(routing_keys) > 1:
-                dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
-            result = vhost.publish(exchange, dead, cyclic if reason != "rejected" else None, dead_letter=True)
-            if not result.routed:
-                self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
-                if archive is not None:
-                    lost_to = "cycle" if result.excluded else "no_route"
-                    archived += (message, entry.enqueued_at, count, routing_keys[0], lost_to)
-                continue
-            self.routed += 1
-            if archive is not None:
-                archived += (message, entry.enqueued_at, count, routing_keys[0], None)
-        if archived and archive is not None:
-            self._archive(archive, now_ms, vhost, queue, reason, dlx_name, archived)
+        # The new properties depend only on these: dead letters from one queue with the same
+        # property octets in the same second (a TTL burst, a retry loop) share one rewrite.
+        key = (message.raw_props, queue.name, reason, message.exchange, message.routing_key, now_s, dlrk)
+        rewritten = cache.get(key)
+        if rewritten is None:
+            try:
+                rewritten = self._rewrite(message, queue.name, reason, now_s, dlrk)
+            except Exception as exc:  # what the codec refuses stays with this one message
+                rewritten = self._unrewritten(queue, message, reason, exc)
+            cache[key] = rewritten
+        raw, cyclic, count = rewritten
+        if dlrk is not None:
+            routing_keys = [dlrk]
+        else:  # every key it was published with: CC and BCC too (RabbitMQ)
+            routing_keys = [message.routing_key, *message.extra_keys]
+        dead: Message = Message(
+            dlx_name, routing_keys[0], raw, message.body, message.persistent, message.priority, None
+        )
+        if len(routing_keys) > 1:
+            dead = SelectedMessage(dead, raw, tuple(routing_keys[1:]))
+        excluded = cyclic if reason != "rejected" else None
+        result = self.vhost.publish(exchange, dead, excluded, dead_letter=True)
+        if not result.routed:
+            self._drop(queue, 1, reason, "no route from the dead-letter exchange (or a cycle)")
+            lost_to = "cycle" if result.excluded else "no_route"
+            return (message, entry.enqueued_at, count, routing_keys[0], lost_to)
+        self.routed += 1
+        return (message, entry.enqueued_at, count, routing_keys[0], None)
+
+    def _unrewritten(
+        self, queue: Queue, message: Message, reason: str, exc: Exception
+    ) -> tuple[bytes, frozenset[str] | None, int | None]:
+        """A dead letter whose ``x-death`` cannot be written (headers the codec refuses): it goes on
+        with its original headers, ``expiration`` removed, never back into ``queue`` (a cycle
+        guard without ``x-death``)."""
+        self.unrewritten += 1
+        log.warning(
+            "queue '%s' in vhost '%s': x-death could not be added to a dead letter (%s: %s); it is"
+            " dead-lettered (%s) with its original headers",
+            queue.name,
+            self.vhost.name,
+            type(exc).__name__,
+            exc,
+            reason,
+        )
+        try:
+            fields = split_props(message.raw_props)[1]
+            fields.pop(EXPIRATION_BIT, None)
+            raw = join_props(fields)
+        except Exception:  # malformed properties: forwarded as they came
+            raw = message.raw_props
+        return raw, frozenset((queue.name,)), None
 
     @staticmethod
     def _rewrite(

@@ -22,7 +22,8 @@ Rules (each one observed on the wire):
   one. Then:
 
   * an entry with the same ``(queue, reason)`` moves to the front with ``count + 1`` (as
-    ``l``, whatever type it had; 1 if it had none), its fields **sorted by key**, and every
+    ``l``, whatever type it had; 1 if it had none; wrapped to 64 bits as RabbitMQ's encoder
+    does, so 9223372036854775807 + 1 is -9223372036854775808), its fields **sorted by key**, and every
     other field kept as it was: ``time``, ``exchange``, ``routing-keys`` and
     ``original-expiration`` describe the *first* death for that pair;
   * otherwise a new entry goes to the front with its fields sorted by key:
@@ -58,6 +59,7 @@ FIRST_DEATH_EXCHANGE: Final = "x-first-death-exchange"
 LAST_DEATH_QUEUE: Final = "x-last-death-queue"
 LAST_DEATH_REASON: Final = "x-last-death-reason"
 LAST_DEATH_EXCHANGE: Final = "x-last-death-exchange"
+_I64_HALF: Final = 1 << 63
 
 
 def dead_letter_routing_keys(routing_key: str, headers: Mapping[str, object] | None) -> list[str]:
@@ -221,7 +223,7 @@ def _incremented(entry: Mapping[str, object]) -> dict[str, object]:
     if "count" not in entry or not isinstance(count, int) or isinstance(count, bool):
         new = 1
     else:
-        new = int(count) + 1
+        new = (int(count) + 1 + _I64_HALF) % (2 * _I64_HALF) - _I64_HALF  # RabbitMQ: <<N:64/signed>>
     return _sorted({**entry, "count": LongLong(new)})
 
 

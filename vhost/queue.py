@@ -81,7 +81,14 @@ class Consumer(Protocol):
 
 
 class DeadLetterSink(Protocol):
-    """Where expired, rejected and overflowing messages go (``dlx.DeadLetterer`` or a drop)."""
+    """Where expired, rejected and overflowing messages go (``dlx.DeadLetterer`` or a drop).
+
+    Store first, then forget: the sink deletes each entry's stored row (``queue.forget``) itself,
+    only after the entry's dead letter is stored (its insert queued in the same store batch, ahead
+    of the delete) or once it is dropped for good. An entry the sink could not hand on keeps its row:
+    a restart brings it back (a duplicate at worst, never a loss). ``dead_letter`` never raises for
+    one message's sake.
+    """
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None: ...
 
@@ -107,7 +114,7 @@ class DropSink:
     """Dead letters vanish (no DLX wiring, e.g. in unit tests)."""
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
-        pass
+        queue.forget(entries)
 
 
 def _overflow_mode(args: QueueArgs) -> str:
@@ -564,9 +571,9 @@ class Queue:
         self._arm_retry()
 
     def _dead(self, entries: list[Entry], reason: str) -> None:
-        """Entries leave the queue as dead letters: the source rows are deleted in the same
-        store batch as the target rows the sink inserts (a crash leaves them in one place)."""
-        self.forget(entries)
+        """Entries leave the queue as dead letters: the sink stores each one's new copy, then
+        deletes its source row, in the same store batch (``DeadLetterSink``: a crash leaves it in one
+        place or, at worst, in both)."""
         self.sink.dead_letter(self, entries, reason)
 
     def forget(self, entries: list[Entry]) -> None:

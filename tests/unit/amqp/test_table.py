@@ -10,11 +10,13 @@ from decimal import Decimal
 import pytest
 from ottermq.amqp.errors import FrameError
 from ottermq.amqp.table import (
+    MAX_DEPTH,
     Float,
     Long,
     LongLong,
     LongStr,
     Octet,
+    RawField,
     Short,
     ShortShort,
     Timestamp,
@@ -363,3 +365,41 @@ def test_a_key_twice_decodes_to_its_first_value() -> None:
     body = entry(b"a", 1) + entry(b"b", 2) + entry(b"a", 3)
     table, end = decode_table(struct.pack(">I", len(body)) + body)
     assert table == {"a": 1, "b": 2} and end == 4 + len(body)
+
+
+def _nested(levels: int, tag: bytes) -> bytes:
+    """A table ``{"v": <levels of tag-nesting around a long string>}``, built without recursion."""
+    inner = b"S" + struct.pack(">I", 1) + b"x"
+    for _ in range(levels):
+        body = (b"\x01a" if tag == b"F" else b"") + inner
+        inner = tag + struct.pack(">I", len(body)) + body
+    body = b"\x01v" + inner
+    return struct.pack(">I", len(body)) + body
+
+
+@pytest.mark.parametrize("tag", [b"F", b"A"])
+@pytest.mark.parametrize("levels", [1, MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 26_000])
+def test_nesting_of_any_depth_round_trips_and_is_read_only_to_max_depth(tag: bytes, levels: int) -> None:
+    """RabbitMQ accepts headers nested as deep as a frame holds; decoding stops at MAX_DEPTH (no
+    unbounded recursion) and keeps the rest as its octets, encoded back unchanged."""
+    raw = _nested(levels, tag)
+    table, end = decode_table(raw)
+    assert end == len(raw) and encode_table(table) == raw
+    value = table["v"]
+    for _ in range(min(levels, MAX_DEPTH) - 1):
+        value = value["a"] if tag == b"F" else value[0]  # type: ignore[index,call-overload]
+    if levels > MAX_DEPTH:
+        inner = value["a"] if tag == b"F" else value[0]  # type: ignore[index,call-overload]
+        assert isinstance(inner, RawField) and field_type(inner) == ("table" if tag == b"F" else "array")
+        assert inner == RawField(inner.raw) and hash(inner) == hash(RawField(inner.raw))
+    else:
+        assert not isinstance(value, RawField)
+
+
+def test_a_malformed_value_deeper_than_max_depth_is_still_bounded_by_its_length() -> None:
+    raw = bytearray(_nested(MAX_DEPTH + 5, b"A"))
+    raw[-6] = ord("?")  # an unknown tag inside the part that is not read
+    table, _ = decode_table(bytes(raw))
+    assert encode_table(table) == bytes(raw)  # forwarded as it came
+    with pytest.raises(FrameError):
+        decode_table(bytes(raw[:-1]))  # but the lengths still have to add up

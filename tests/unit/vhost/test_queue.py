@@ -61,6 +61,7 @@ class Sink:
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         self.dead.extend((queue.name, reason, e.message.body) for e in entries)
+        queue.forget(entries)  # DeadLetterSink: the sink deletes the stored rows
 
 
 class FakeConsumer:

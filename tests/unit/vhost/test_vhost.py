@@ -66,6 +66,7 @@ class RecordingSink:
 
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         self.dead += [(queue.name, reason) for _ in entries]
+        queue.forget(entries)  # DeadLetterSink: the sink deletes the stored rows
 
 
 class FakeConsumer:
