@@ -11,9 +11,11 @@ Rules:
    while the broker is down: at start what is already due is routed at once, in order.
 2. A persistent message published to a durable delayed exchange is written (``delayed`` table) in
    the store batch its publisher confirm waits for; a failed write takes it back and nacks. When it
-   comes due, deleting its row and inserting it into durable queues go into the same store batch,
-   so a ``kill -9`` leaves it in one place or the other. Transient messages, or any message of a
-   transient exchange, live in memory only.
+   comes due, inserting it into durable queues and then deleting its row go into the same store
+   batch, so a ``kill -9`` leaves it in one place or the other; a message whose routing fails keeps
+   its row (routed again after a restart: a duplicate at worst, never a loss), and one whose
+   ``x-delay`` cannot be rewritten is routed with its headers as they came. Transient messages, or
+   any message of a transient exchange, live in memory only.
 3. ``mandatory`` is checked at publish time, against the bindings of that moment: a message that
    routes nowhere then is returned (``basic.return`` 312 NO_ROUTE) and not kept. (The plugin cannot
    support ``mandatory``; RabbitMQ returns every delayed mandatory message there.) A message that
@@ -148,7 +150,7 @@ class DelayService:
         for item in items:
             try:
                 self._route(item)
-            except Exception:  # one bad message must not stop the others
+            except Exception:  # one bad message must not stop the others; its row stays (a restart retries)
                 log.exception("routing a delayed message from '%s' in vhost '%s'", item.exchange, item.vhost)
         if len(items) == BATCH:  # more are due: next loop turn (rule 4)
             self._armed_at = now
@@ -157,18 +159,35 @@ class DelayService:
             self._arm()
 
     def _route(self, item: Delayed) -> None:
-        if item.store_id:
-            self.store.delete_delayed(item.store_id)  # same batch as the queue inserts (rule 2)
+        """Route one due message; its row is deleted after its new copies are stored (rule 2)."""
         vhost = self.vhosts.get(item.vhost)
         exchange = vhost.exchanges.get(item.exchange) if vhost is not None else None
         if vhost is None or exchange is None:
             self.dropped += 1
+            self._forget(item)
             return
-        result = vhost.publish(exchange, swap_delay_header(item.message, item.delay), checked=True)
+        try:
+            message = swap_delay_header(item.message, item.delay)
+        except Exception as exc:  # headers the codec refuses: the message goes on as it came
+            log.warning(
+                "a delayed message of exchange '%s' in vhost '%s' is routed with its headers unchanged"
+                " (x-delay could not be written: %s: %s)",
+                item.exchange,
+                item.vhost,
+                type(exc).__name__,
+                exc,
+            )
+            message = item.message
+        result = vhost.publish(exchange, message, checked=True)
+        self._forget(item)  # queued behind the queue inserts: the same batch (rule 2)
         if result.routed:
             self.delivered += 1
         else:
             self.unroutable += 1
+
+    def _forget(self, item: Delayed) -> None:
+        if item.store_id:
+            self.store.delete_delayed(item.store_id)
 
     def stop(self) -> None:
         self._cancel()

@@ -191,3 +191,40 @@ def test_dedup_persistence_reloads_live_keys() -> None:
         assert await store.load_dedup() == []
 
     asyncio.run(main())
+
+
+def test_a_due_message_keeps_its_row_until_its_copy_is_stored(monkeypatch: Any) -> None:
+    """Store first, then forget: a due message whose routing fails keeps its row (routed again after a
+    restart); one whose x-delay cannot be rewritten goes on with its headers as they came."""
+    from ottermq.broker.node import delayed
+
+    async def main() -> None:
+        store = MemoryStore()
+        service, vhost, loop, clock = setup(store)
+        x = vhost.exchanges["dx"]
+        for body in (b"ok", b"bug", b"odd"):
+            vhost.publish(x, msg(100, body))
+        await store.flush()
+        real_publish, real_swap = vhost.publish, delayed.swap_delay_header
+
+        def publish(exchange: Any, message: Message, *args: Any, **kwargs: Any) -> Any:
+            if message.body == b"bug":
+                raise RuntimeError("a bug")
+            return real_publish(exchange, message, *args, **kwargs)
+
+        def swap(message: Message, delay: int) -> Message:
+            if message.body == b"odd":
+                raise ValueError("does not fit")
+            return real_swap(message, delay)
+
+        monkeypatch.setattr(vhost, "publish", publish)
+        monkeypatch.setattr(delayed, "swap_delay_header", swap)
+        clock.t += 150
+        loop.fire()
+        queue = vhost.queues["q"]
+        got = {e.message.body: e.message.headers for e in queue.ready_entries()}
+        assert got == {b"ok": {"x-delay": -100}, b"odd": {"x-delay": 100}}
+        await store.flush()
+        assert [r.body for r in await stored_delayed(store)] == [b"bug"]
+
+    asyncio.run(main())
