@@ -19,6 +19,7 @@ from typing import Final
 from pamqp import base, commands, decode, frame
 
 from .errors import FrameError
+from .table import MAX_DEPTH, RawField
 
 __all__ = [
     "BASIC_ACK",
@@ -202,26 +203,59 @@ _ARGUMENTS_AFTER: dict[int, tuple[int, int]] = {
 }
 
 
-def _first_wins_arguments(payload: bytes, strings: int, bits: int) -> dict[str, object]:
-    """The ``arguments`` table at the end of ``payload`` with pamqp's value types, but a key that
-    occurs twice keeps its first value, as RabbitMQ reads it (``rabbit_misc:table_lookup``); pamqp
-    keeps the last."""
+def _arguments_at(payload: bytes, strings: int, bits: int) -> int:
+    """Where the ``arguments`` table (its length prefix) starts in a method ``payload``."""
     pos = 6  # class id, method id, ticket
     for _ in range(strings):
         pos += 1 + payload[pos]
-    pos += bits
+    return pos + bits
+
+
+def _table_bounds(payload: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The content of the table or array whose length prefix is at ``pos``."""
     (length,) = _KEY.unpack_from(payload, pos)
-    pos += 4
-    end = pos + length
+    start = pos + 4
+    if start + length > end:
+        raise ValueError(f"a field table or array of {length} octets runs past its container")
+    return start, start + length
+
+
+def _arguments_table(payload: bytes, pos: int, end: int, depth: int) -> dict[str, object]:
+    """A field table with pamqp's value types, read as RabbitMQ reads it: a key that occurs twice keeps
+    its first value (``rabbit_misc:table_lookup``; pamqp keeps the last); nested tables and arrays to
+    ``MAX_DEPTH``, deeper ones kept as ``RawField`` octets (RabbitMQ accepts any depth a frame holds;
+    pamqp's decoder recursed until Python's limit)."""
     table: dict[str, object] = {}
     while pos < end:
         klen = payload[pos]
         key = payload[pos + 1 : pos + 1 + klen].decode("utf-8")
-        pos += 1 + klen
-        consumed, value = decode.embedded_value(payload[pos:end])
-        pos += consumed
+        value, pos = _argument_value(payload, pos + 1 + klen, end, depth)
         table.setdefault(key, value)
     return table
+
+
+def _argument_value(payload: bytes, pos: int, end: int, depth: int) -> tuple[object, int]:
+    tag = payload[pos]
+    if tag == 0x46 or tag == 0x41:  # F, A
+        start, stop = _table_bounds(payload, pos + 1, end)
+        if depth >= MAX_DEPTH:
+            return RawField(payload[pos:stop]), stop
+        if tag == 0x46:
+            return _arguments_table(payload, start, stop, depth + 1), stop
+        values: list[object] = []
+        while start < stop:
+            value, start = _argument_value(payload, start, stop, depth + 1)
+            values.append(value)
+        return values, stop
+    if tag == 0x53 or tag == 0x78:  # S, x: pamqp reads exactly these octets
+        (length,) = _KEY.unpack_from(payload, pos + 1)
+        window = payload[pos : pos + 5 + length]
+    else:  # a scalar: at most a tag and 8 octets
+        window = payload[pos : pos + 9]
+    consumed, value = decode.embedded_value(window)
+    if pos + consumed > end:
+        raise ValueError("a field value runs past its table")
+    return value, pos + consumed
 
 
 def decode_method(payload: bytes) -> base.Frame:
@@ -236,13 +270,18 @@ def decode_method(payload: bytes) -> base.Frame:
     if cls is None:
         raise FrameError(f"unknown method: class id {key >> 16}, method id {key & 0xFFFF}")
     method: base.Frame = cls()
+    layout = _ARGUMENTS_AFTER.get(key)
     try:
-        method.unmarshal(payload[4:])
+        if layout is None:
+            method.unmarshal(payload[4:])
+            return method
+        # pamqp reads every field but the arguments, which are read here (_arguments_table)
+        at = _arguments_at(payload, *layout)
+        start, end = _table_bounds(payload, at, len(payload))
+        method.unmarshal(payload[4:at] + b"\x00\x00\x00\x00")
+        setattr(method, "arguments", _arguments_table(payload, start, end, 0))  # noqa: B010 (typed Frame)
     except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError, ...
         raise FrameError(f"cannot decode {method.name}: {exc}") from exc
-    layout = _ARGUMENTS_AFTER.get(key)
-    if layout is not None and getattr(method, "arguments", None):  # pamqp read these bytes already
-        setattr(method, "arguments", _first_wins_arguments(payload, *layout))  # noqa: B010 (typed Frame)
     return method
 
 

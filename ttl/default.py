@@ -6,14 +6,18 @@ Rules:
   (RabbitMQ's ``ensure_ttl_timer``); when it fires, the queue drops what expired and asks again
   for its next deadline.
 - Timers are stored on the manager keyed by the queue object, so queues stay free of loop handles.
+- A callback that raises is logged; nothing escapes into the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from .deadline import expires_at
 from .manager import Clock, Expirable, wall_clock_ms
+
+log = logging.getLogger(__name__)
 
 
 class DefaultTTLManager:
@@ -50,7 +54,10 @@ class DefaultTTLManager:
 
     def _fire(self, target: Expirable) -> None:
         self._timers.pop(target, None)
-        target.expire(self._clock())
+        try:
+            target.expire(self._clock())
+        except Exception:  # a bug: logged, and the loop's other timers and connections go on
+            log.exception("the TTL timer of %r failed", target)
 
     def cancel(self, target: Expirable) -> None:
         armed = self._timers.pop(target, None)
@@ -67,7 +74,10 @@ class DefaultTTLManager:
 
     def _fire_expiry(self, target: Expirable) -> None:
         self._expiry.pop(target, None)
-        target.expire_queue(self._clock())
+        try:
+            target.expire_queue(self._clock())
+        except Exception:
+            log.exception("the expiry timer of %r failed", target)
 
     def cancel_queue_expiry(self, target: Expirable) -> None:
         old = self._expiry.pop(target, None)

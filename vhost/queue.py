@@ -278,6 +278,9 @@ class Queue:
         if args.expires is not None:
             self.touch()
 
+    def __repr__(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost}'"
+
     # -- messages -------------------------------------------------------------------------
     @property
     def message_count(self) -> int:

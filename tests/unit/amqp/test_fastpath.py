@@ -158,3 +158,32 @@ def test_of_an_argument_given_twice_the_first_counts(method: Any) -> None:
     assert [getattr(decoded, f, None) for f in ("durable", "internal", "exclusive")] == [
         getattr(method, f, None) for f in ("durable", "internal", "exclusive")
     ]
+
+
+@pytest.mark.parametrize("tag", [b"F", b"A"])
+def test_arguments_nested_as_deep_as_a_frame_holds_decode_to_max_depth(tag: bytes) -> None:
+    """RabbitMQ accepts a queue.declare whose arguments nest 15,000 deep (measured); pamqp's decoder
+    recursed past Python's limit (a 501 here). Read to MAX_DEPTH, the rest kept as its octets."""
+    from ottermq.amqp.table import MAX_DEPTH, RawField, encode_table
+
+    inner = b"S" + struct.pack(">I", 1) + b"x"
+    for _ in range(15_000):
+        body = (b"\x01a" if tag == b"F" else b"") + inner
+        inner = tag + struct.pack(">I", len(body)) + body
+    table = b"\x06x-junk" + inner
+    method = spec.Queue.Declare(queue="q", durable=True)
+    payload = bytearray(pframe.marshal(method, 1)[7:-1])
+    payload[-4:] = struct.pack(">I", len(table))
+    decoded = fastpath.decode_method(bytes(payload) + table)
+    assert (decoded.queue, decoded.durable) == ("q", True)
+    value = decoded.arguments["x-junk"]
+    for _ in range(MAX_DEPTH):
+        value = value["a"] if tag == b"F" else value[0]
+    assert isinstance(value, RawField)
+    assert encode_table(decoded.arguments) == struct.pack(">I", len(table)) + table
+
+
+def test_a_truncated_arguments_table_is_a_frame_error() -> None:
+    payload = bytearray(pframe.marshal(spec.Queue.Declare(queue="q", arguments={"a": "b"}), 1)[7:-1])
+    with pytest.raises(FrameError, match="cannot decode Queue.Declare"):
+        fastpath.decode_method(bytes(payload[:-1]))

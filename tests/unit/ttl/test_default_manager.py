@@ -86,3 +86,24 @@ def test_noop_manager_gives_no_deadlines():
     m = NoopTTLManager()
     assert m.expires_at(1, 5, 5) is None
     m.schedule(Target(), 1)  # nothing armed, nothing raised
+
+
+def test_a_target_that_raises_is_logged_and_its_timer_can_be_armed_again(caplog: Any) -> None:
+    class Failing(Target):
+        def expire(self, now: int) -> None:
+            raise RuntimeError("a bug")
+
+        def expire_queue(self, now: int) -> None:
+            raise RuntimeError("a bug")
+
+    loop, now = Loop(), [1_000]
+    m = DefaultTTLManager(loop, lambda: now[0])  # type: ignore[arg-type]
+    t = Failing()
+    m.schedule(t, 1_000)
+    m.schedule_queue_expiry(t, 1_000)
+    for h in loop.live():
+        h.cancelled = True
+        h.cb(*h.args)  # nothing escapes into the loop
+    assert caplog.text.count("RuntimeError: a bug") == 2
+    m.schedule(t, 2_000)
+    assert [h.when for h in loop.live()] == [1.0]
