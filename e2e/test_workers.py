@@ -157,8 +157,21 @@ def test_metadata_made_over_the_api_is_usable_at_once_in_every_worker(two_worker
     status, queue = broker.api("/api/queues/a/ttl.q")
     assert status == 200 and queue["policy"] == "short"
     assert queue["effective_policy_definition"] == {"message-ttl": 1234}
-    # a user deleted cannot log in to worker 1's vhost
+    # a user deleted is disconnected from every worker's vhosts (320), and cannot log in again
+    assert broker.api("/api/permissions/%2F/ann", "PUT", EVERYTHING)[0] == 201
+    opened = [connect(broker, vhost, credentials=pika.PlainCredentials("ann", "pw")) for vhost in ("a", "/")]
     assert broker.api("/api/users/ann", "DELETE")[0] == 204
+    for conn in opened:
+
+        def closed(conn: pika.BlockingConnection = conn) -> Any:
+            try:
+                conn.process_data_events(time_limit=0.05)
+            except pika.exceptions.ConnectionClosedByBroker as exc:
+                return exc
+            return None
+
+        exc = poll_until(closed, timeout=10, what="ann's connection to be closed")
+        assert (exc.reply_code, exc.reply_text) == (320, "CONNECTION_FORCED - user 'ann' is deleted")
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         connect(broker, "a", credentials=pika.PlainCredentials("ann", "pw"))
     # a vhost deleted is gone from its owner too: its queue with it
@@ -270,7 +283,7 @@ def test_a_tls_connection_to_another_workers_vhost_is_relayed(
         credentials=pika.credentials.ExternalCredentials(),
         client_properties={"connection_name": "tls-to-a"},
     )
-    assert broker.api("/api/users/alice", "PUT", {"password": "", "tags": ""})[0] == 201
+    assert broker.api("/api/users/alice", "PUT", {"password_hash": "", "tags": ""})[0] == 201
     assert broker.api("/api/permissions/a/alice", "PUT", EVERYTHING)[0] == 201
     with pika.BlockingConnection(params) as conn:  # EXTERNAL: the certificate, read in worker 1
         ch = conn.channel()
