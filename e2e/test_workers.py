@@ -65,6 +65,15 @@ def connect(broker: Any, vhost: str, **kwargs: Any) -> pika.BlockingConnection:
     return pika.BlockingConnection(broker.params(virtual_host=vhost, **kwargs))
 
 
+def closed_by_broker(conn: pika.BlockingConnection) -> pika.exceptions.ConnectionClosedByBroker | None:
+    """The broker's Connection.Close of ``conn`` once it arrives, else None (after 50 ms of events)."""
+    try:
+        conn.process_data_events(time_limit=0.05)
+    except pika.exceptions.ConnectionClosedByBroker as exc:
+        return exc
+    return None
+
+
 def limited_user(broker: Any, user: str, limit: str, value: int) -> pika.PlainCredentials:
     """A user (password ``pw``) with every permission in vhosts ``a`` and ``b`` (worker 1's and worker
     0's) and the user limit ``limit`` set to ``value``; its credentials."""
@@ -162,16 +171,8 @@ def test_metadata_made_over_the_api_is_usable_at_once_in_every_worker(two_worker
     opened = [connect(broker, vhost, credentials=pika.PlainCredentials("ann", "pw")) for vhost in ("a", "/")]
     assert broker.api("/api/users/ann", "DELETE")[0] == 204
     for conn in opened:
-
-        def closed(conn: pika.BlockingConnection = conn) -> Any:
-            try:
-                conn.process_data_events(time_limit=0.05)
-            except pika.exceptions.ConnectionClosedByBroker as exc:
-                return exc
-            return None
-
-        exc = poll_until(closed, timeout=10, what="ann's connection to be closed")
-        assert (exc.reply_code, exc.reply_text) == (320, "CONNECTION_FORCED - user 'ann' is deleted")
+        closed = poll_until(lambda c=conn: closed_by_broker(c), timeout=10, what="ann's connection closed")
+        assert (closed.reply_code, closed.reply_text) == (320, "CONNECTION_FORCED - user 'ann' is deleted")
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         connect(broker, "a", credentials=pika.PlainCredentials("ann", "pw"))
     # a vhost deleted is gone from its owner too: its queue with it
