@@ -333,3 +333,32 @@ def test_limits_set_list_clear(ottermq, broker):
         ottermq("limits", "clear", broker.user, "--user-limits", check=False)
     left = {item["vhost"]: item["value"] for item in as_json(ottermq, "limits", "list")}
     assert not left.get(broker.vhost)  # gone, or RabbitMQ's empty [] once all were cleared
+
+
+def test_a_user_without_a_password(ottermq, broker, unique):
+    """``users add NAME --no-password``: RabbitMQ's ``password_hash: ""`` (certificate login only); an
+    empty PASSWORD is refused before anything is sent, as it would never log in."""
+    user = unique("cli-cert-user")
+    vhost = urllib.parse.quote(broker.vhost, safe="")
+    try:
+        empty = ottermq("users", "add", user, "", check=False)
+        assert (empty.returncode, empty.stdout) == (1, "")
+        assert "an empty password never logs in; use --no-password" in empty.stderr
+        assert broker.api(f"/api/users/{user}")[0] == 404
+        ottermq("users", "add", user, "--no-password", "--tags", "management")
+        shown = broker.api(f"/api/users/{user}")[1]
+        assert (shown["password_hash"], shown["tags"]) == ("", ["management"])
+        everything = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert broker.api(f"/api/permissions/{vhost}/{user}", "PUT", everything)[0] == 201
+        for password in ("", "any"):
+            with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+                pika.BlockingConnection(broker.params(credentials=pika.PlainCredentials(user, password)))
+            assert broker.api("/api/whoami", auth=(user, password))[0] == 401
+        ottermq("users", "passwd", user, "now-a-pw")
+        pika.BlockingConnection(broker.params(credentials=pika.PlainCredentials(user, "now-a-pw"))).close()
+        ottermq("users", "passwd", user, "--no-password")
+        assert broker.api(f"/api/users/{user}")[1]["password_hash"] == ""
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(broker.params(credentials=pika.PlainCredentials(user, "now-a-pw")))
+    finally:
+        ottermq("users", "delete", user, check=False)

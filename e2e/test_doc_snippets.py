@@ -697,7 +697,9 @@ def test_users_permissions_and_limits(broker_process, tmp_path):
     ch.queue_declare("orders.new")
     conn.close()
     admin = ("admin", "s3cret")
-    assert "guest" not in [u["name"] for u in http_json(f"{b.broker.management_url}/api/users", admin)]
+    users = {u["name"]: u for u in http_json(f"{b.broker.management_url}/api/users", admin)}
+    assert "guest" not in users
+    assert users["billing-svc"]["password_hash"] == ""  # no password: certificate login only
     limits = http_json(f"{b.broker.management_url}/api/vhost-limits/%2Forders", admin)
     assert limits[0]["value"] == {"max-connections": 200, "max-queues": 1000}
     limits = http_json(f"{b.broker.management_url}/api/user-limits/orders-svc", admin)

@@ -134,7 +134,7 @@ def test_sasl_external_with_the_certificate_common_name(broker_process, pki):
     process = broker_process(env)
     broker = process.start()
     port = int(env["OTTERMQ_SSL_PORT"])
-    assert call(broker, "/api/users/alice", "PUT", {"password": "", "tags": ""})[0] in (201, 204)
+    assert call(broker, "/api/users/alice", "PUT", {"password_hash": "", "tags": ""})[0] in (201, 204)
     everything = {"configure": ".*", "write": ".*", "read": ".*"}
     assert call(broker, "/api/permissions/%2F/alice", "PUT", everything)[0] in (201, 204)
     with amqps(port, client_context(pki, pki["alice"]), pika.credentials.ExternalCredentials()) as conn:
@@ -143,6 +143,10 @@ def test_sasl_external_with_the_certificate_common_name(broker_process, pki):
         assert shown["ssl"] is True and shown["ssl_protocol"] in ("tlsv1.2", "tlsv1.3")
         assert shown["ssl_cipher"] and shown["peer_cert_subject"] == "CN=alice,O=Otters"
         assert shown["peer_cert_issuer"] == "CN=ottermq test CA"
+    # alice has no password: with her certificate but PLAIN, neither "" nor any password logs her in
+    for password in ("", "alice"):
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            amqps(port, client_context(pki, pki["alice"]), pika.PlainCredentials("alice", password))
     # EXTERNAL is offered only with a verified certificate: without one the mechanism is unknown
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         amqps(port, client_context(pki), pika.credentials.ExternalCredentials())
@@ -158,7 +162,7 @@ def test_distinguished_name_login(broker_process, pki):
     process = broker_process(env)
     broker = process.start()
     dn = urllib.parse.quote("CN=alice,O=Otters", safe="")
-    assert call(broker, f"/api/users/{dn}", "PUT", {"password": "", "tags": ""})[0] == 201
+    assert call(broker, f"/api/users/{dn}", "PUT", {"password_hash": "", "tags": ""})[0] == 201
     call(broker, f"/api/permissions/%2F/{dn}", "PUT", {"configure": ".*", "write": ".*", "read": ".*"})
     with amqps(
         int(env["OTTERMQ_SSL_PORT"]),
@@ -304,7 +308,7 @@ def tls_broker(pki, tmp_path_factory):
     env = tls_env(pki, OTTERMQ_SSL_VERIFY="verify_peer")
     process = BrokerProcess(env)
     broker = process.start()
-    call(broker, "/api/users/alice", "PUT", {"password": "", "tags": ""})
+    call(broker, "/api/users/alice", "PUT", {"password_hash": "", "tags": ""})
     call(broker, "/api/permissions/%2F/alice", "PUT", {"configure": ".*", "write": ".*", "read": ".*"})
     # a vhost only alice may use: a client that says EXTERNAL but logs in as guest is refused there
     call(broker, f"/api/vhosts/{ALICE_ONLY}", "PUT", {})

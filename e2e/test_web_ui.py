@@ -158,6 +158,27 @@ def test_login_form_logout_and_refusals(browser, ui_broker, shots):
         context.close()
 
 
+def test_login_form_refuses_an_empty_password_and_takes_a_non_ascii_one(browser, ui_broker):
+    broker = ui_broker[0]
+    empty, accented = f"ui-empty-{uuid.uuid4().hex[:6]}", f"ui-ete-{uuid.uuid4().hex[:6]}"
+    assert call(broker, f"/api/users/{empty}", "PUT", {"password": "", "tags": "administrator"})[0] == 201
+    assert (
+        call(broker, f"/api/users/{accented}", "PUT", {"password": "été-ß", "tags": "management"})[0] == 201
+    )
+    context = browser.new_context(viewport={"width": 1000, "height": 700})
+    tab = UI(context.new_page(), broker)
+    try:
+        tab.login(empty, "")
+        tab.page.wait_for_selector("#login-error:has-text('Login failed')")
+        tab.login(accented, "été-ß")  # the page sends UTF-8, compared as the bytes sent
+        tab.page.wait_for_selector("#nav a")
+        assert accented in tab.page.inner_text("#whoami")
+    finally:
+        context.close()
+        for user in (empty, accented):
+            call(broker, f"/api/users/{user}", "DELETE")
+
+
 # -- overview and queues -------------------------------------------------------------------------------
 def test_overview_shows_live_counts(ui, amqp, shots):
     queue = name("live")
@@ -323,6 +344,17 @@ def test_admin_vhosts_users_permissions_and_visibility(browser, ui, shots):
     call(ui.broker, "/api/queues/%2F/ui.notmine", "DELETE")
     call(ui.broker, f"/api/vhosts/{q(vhost)}", "DELETE")
     call(ui.broker, f"/api/users/{q(user)}", "DELETE")
+
+
+def test_an_empty_password_field_adds_a_user_without_a_password(ui):
+    user = f"ui-cert-{uuid.uuid4().hex[:6]}"
+    page = ui.go("#/admin")
+    form = page.locator("form:has(button:text-is('Add / update user'))")
+    form.locator("input[name=name]").fill(user)
+    page.click("button:text-is('Add / update user')")
+    page.wait_for_selector(f"tr:has(td:text-is('{user}')):has(td:text-is('no (certificate login)'))")
+    assert call(ui.broker, f"/api/users/{q(user)}")[2]["password_hash"] == ""
+    assert call(ui.broker, f"/api/users/{q(user)}", "DELETE")[0] == 204
 
 
 def test_edit_a_policy(ui, amqp, shots):

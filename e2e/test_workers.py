@@ -65,6 +65,15 @@ def connect(broker: Any, vhost: str, **kwargs: Any) -> pika.BlockingConnection:
     return pika.BlockingConnection(broker.params(virtual_host=vhost, **kwargs))
 
 
+def closed_by_broker(conn: pika.BlockingConnection) -> pika.exceptions.ConnectionClosedByBroker | None:
+    """The broker's Connection.Close of ``conn`` once it arrives, else None (after 50 ms of events)."""
+    try:
+        conn.process_data_events(time_limit=0.05)
+    except pika.exceptions.ConnectionClosedByBroker as exc:
+        return exc
+    return None
+
+
 def limited_user(broker: Any, user: str, limit: str, value: int) -> pika.PlainCredentials:
     """A user (password ``pw``) with every permission in vhosts ``a`` and ``b`` (worker 1's and worker
     0's) and the user limit ``limit`` set to ``value``; its credentials."""
@@ -157,8 +166,13 @@ def test_metadata_made_over_the_api_is_usable_at_once_in_every_worker(two_worker
     status, queue = broker.api("/api/queues/a/ttl.q")
     assert status == 200 and queue["policy"] == "short"
     assert queue["effective_policy_definition"] == {"message-ttl": 1234}
-    # a user deleted cannot log in to worker 1's vhost
+    # a user deleted is disconnected from every worker's vhosts (320), and cannot log in again
+    assert broker.api("/api/permissions/%2F/ann", "PUT", EVERYTHING)[0] == 201
+    opened = [connect(broker, vhost, credentials=pika.PlainCredentials("ann", "pw")) for vhost in ("a", "/")]
     assert broker.api("/api/users/ann", "DELETE")[0] == 204
+    for conn in opened:
+        closed = poll_until(lambda c=conn: closed_by_broker(c), timeout=10, what="ann's connection closed")
+        assert (closed.reply_code, closed.reply_text) == (320, "CONNECTION_FORCED - user 'ann' is deleted")
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         connect(broker, "a", credentials=pika.PlainCredentials("ann", "pw"))
     # a vhost deleted is gone from its owner too: its queue with it
@@ -270,7 +284,7 @@ def test_a_tls_connection_to_another_workers_vhost_is_relayed(
         credentials=pika.credentials.ExternalCredentials(),
         client_properties={"connection_name": "tls-to-a"},
     )
-    assert broker.api("/api/users/alice", "PUT", {"password": "", "tags": ""})[0] == 201
+    assert broker.api("/api/users/alice", "PUT", {"password_hash": "", "tags": ""})[0] == 201
     assert broker.api("/api/permissions/a/alice", "PUT", EVERYTHING)[0] == 201
     with pika.BlockingConnection(params) as conn:  # EXTERNAL: the certificate, read in worker 1
         ch = conn.channel()

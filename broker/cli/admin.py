@@ -193,9 +193,21 @@ def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api
     users = sub.add_parser("users", formatter_class=fmt, help=text + api)
     users_sub = users.add_subparsers(dest="action", required=True)
     users_sub.add_parser("list", parents=[common], formatter_class=fmt, help="list users")
-    add = users_sub.add_parser("add", parents=[common], formatter_class=fmt, help="create or replace a user")
+    add = users_sub.add_parser(
+        "add",
+        parents=[common],
+        formatter_class=fmt,
+        help="create or replace a user",
+        description="Create or replace a user: with a PASSWORD, or with --no-password for a user who"
+        " logs in with a TLS client certificate only (SASL EXTERNAL). An empty password never logs in.",
+    )
     add.add_argument("name")
-    add.add_argument("new_password", metavar="PASSWORD")
+    add.add_argument("new_password", metavar="PASSWORD", nargs="?")
+    add.add_argument(
+        "--no-password",
+        action="store_true",
+        help="no password at all (certificate login only; the user's password_hash is empty)",
+    )
     add.add_argument(
         "--tags", default="", help="comma-separated: administrator, monitoring, policymaker, management"
     )
@@ -205,7 +217,10 @@ def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api
         "passwd", parents=[common], formatter_class=fmt, help="set a user's password (its tags are kept)"
     )
     passwd.add_argument("name")
-    passwd.add_argument("new_password", metavar="PASSWORD")
+    passwd.add_argument("new_password", metavar="PASSWORD", nargs="?")
+    passwd.add_argument(
+        "--no-password", action="store_true", help="remove the password (certificate login only)"
+    )
 
     perms = sub.add_parser("permissions", formatter_class=fmt, help="list, set or clear permissions" + api)
     perms_sub = perms.add_subparsers(dest="action", required=True)
@@ -286,6 +301,8 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
     """Run one admin subcommand; returns the exit code."""
     out = out or sys.stdout
     try:
+        if args.command == "users" and args.action in ("add", "passwd"):
+            _secret(args)  # a missing or empty PASSWORD is refused before connecting
         client = client_of(args)
         if not args.quiet:
             announce(client, *describe(args))
@@ -360,6 +377,28 @@ def _call(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]
     raise AdminError(f"unknown command {command}")  # pragma: no cover - argparse limits the choices
 
 
+def _secret(args: argparse.Namespace) -> dict[str, str]:
+    """The password part of a user PUT: ``password``, or ``password_hash: ""`` with ``--no-password``
+    (a user without a password, as RabbitMQ stores one).
+
+    Raises:
+        AdminError: no PASSWORD and no ``--no-password``, both, or an empty PASSWORD (which would
+            never log in).
+    """
+    if args.no_password:
+        if args.new_password is not None:
+            raise AdminError("give a PASSWORD or --no-password, not both")
+        return {"password_hash": ""}
+    if args.new_password is None:
+        raise AdminError("give a PASSWORD, or --no-password for a user who logs in with a certificate only")
+    if not args.new_password:
+        raise AdminError(
+            "an empty password never logs in; use --no-password for a user who logs in with a"
+            " certificate only"
+        )
+    return {"password": args.new_password}
+
+
 def _access(client: AdminClient, command: str, args: argparse.Namespace) -> tuple[Any, list[str]]:
     """``users``, ``permissions`` and ``vhosts`` actions."""
     action = args.action
@@ -368,15 +407,18 @@ def _access(client: AdminClient, command: str, args: argparse.Namespace) -> tupl
         if action == "list":
             return client.request("GET", "/users"), LISTS["users"][0]
         if action == "add":
+            secret = _secret(args)
             tags = [t.strip() for t in args.tags.split(",") if t.strip()]
-            client.request("PUT", path, {"password": args.new_password, "tags": ",".join(tags)})
+            client.request("PUT", path, {**secret, "tags": ",".join(tags)})
             return {"user": args.name, "tags": tags}, ["user", "tags"]
         if action == "passwd":  # a PUT replaces the user: send its tags back with the new password
+            secret = _secret(args)
             current = client.request("GET", path) or {}
             tags = current.get("tags", [])
             tags = tags if isinstance(tags, list) else [t for t in str(tags).split(",") if t]
-            client.request("PUT", path, {"password": args.new_password, "tags": ",".join(tags)})
-            return {"user": args.name, "password": "changed"}, ["user", "password"]
+            client.request("PUT", path, {**secret, "tags": ",".join(tags)})
+            changed = "removed" if args.no_password else "changed"
+            return {"user": args.name, "password": changed}, ["user", "password"]
         client.request("DELETE", path)
         return {"user": args.name, "deleted": True}, ["user", "deleted"]
     if command == "permissions":
@@ -457,6 +499,8 @@ def definitions(action: str, path: str, args: argparse.Namespace, out: Any = Non
     out = out or sys.stdout
     api_path = "/definitions" + (f"/{quote(args.vhost)}" if args.vhost else "")
     try:
+        if args.command == "users" and args.action in ("add", "passwd"):
+            _secret(args)  # a missing or empty PASSWORD is refused before connecting
         client = client_of(args)
         if not args.quiet:
             announce(client, *describe(args))

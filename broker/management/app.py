@@ -4,8 +4,11 @@ and the listener (``ManagementServer``) that ``broker/server.py`` binds and star
 Request rules, in RabbitMQ's order (see ``common.py`` for the exact texts):
 
 1. unknown path -> 404 JSON; known path, other method -> 405 with ``Allow`` (no auth needed);
-2. no ``Authorization`` header -> 401, empty body; bad credentials (or a loopback-only user from
-   another address) -> 401 ``Login failed``; no management tag -> 401 ``Not management user``;
+2. no ``Authorization`` header -> 401, empty body; a ``Basic`` one that does not parse (not strict
+   base64, no ``:``) -> 400, empty body (cowboy's answer); another scheme, bad credentials (or a
+   loopback-only user from another address) -> 401 ``Login failed``; no management tag -> 401
+   ``Not management user``. The credentials are the decoded octets split at the first ``:``,
+   checked by the node's one login rule (``auth.AuthDB.login``: an empty password never logs in);
 3. the handler: a missing object -> 404 JSON;
 4. a successful GET is shaped by ``columns``, ``sort`` and ``sort_reverse`` as RabbitMQ's
    (``common.shape``); rabbitmqadmin sends them with every ``list``.
@@ -18,13 +21,15 @@ answer, errors included, carries ``Cache-Control: no-store`` (the UI's files kee
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from aiohttp import BasicAuth, hdrs, web
+from aiohttp import hdrs, web
 from multidict import CIMultiDictProxy
 from yarl import URL
 
@@ -135,6 +140,26 @@ async def security_headers(_request: web.Request, response: web.StreamResponse) 
     response.headers.setdefault(hdrs.X_CONTENT_TYPE_OPTIONS, "nosniff")
 
 
+def basic_credentials(header: str) -> tuple[bytes, bytes] | None:
+    """``(user, password)`` octets of a ``Basic`` ``Authorization`` header (scheme in any case; the
+    password is everything after the first ``:``), None for another scheme.
+
+    Raises:
+        ValueError: a ``Basic`` header whose token is not strict base64 or has no ``:``.
+    """
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(token.strip().encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error):
+        raise ValueError("malformed Basic credentials") from None
+    login, colon, password = decoded.partition(b":")
+    if not colon:
+        raise ValueError("Basic credentials without ':'")
+    return login, password
+
+
 @web.middleware
 async def rabbit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Cross-site writes, then routing errors, then Basic auth, then the handler (see the module rules)."""
@@ -166,13 +191,17 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     if header is None:
         return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: REALM})
     try:
-        credentials = BasicAuth.decode(header)
+        credentials = basic_credentials(header)
     except ValueError:
-        return json_error(401, "not_authorized", "Login failed", challenge=True)
+        return web.Response(status=400)
+    if credentials is None:  # another scheme: no user, refused as a bad password is
+        credentials = (b"", b"")
     broker = request.app[BROKER_KEY]
-    user = broker.authenticate(credentials.login, credentials.password, request.remote or "", "http")
+    login, password = credentials
+    user = broker.authenticate(login, password, request.remote or "", "http")
     if user is None:  # the same answer whether or not the user exists
-        log.warning("HTTP login refused for user %r from %s", credentials.login, request.remote)
+        shown = login[:256].decode("utf-8", "backslashreplace")
+        log.warning("HTTP login refused for user %r from %s", shown, request.remote)
         return json_error(401, "not_authorized", "Login failed", challenge=True)
     if MANAGEMENT_TAGS.isdisjoint(user.tags):
         return json_error(401, "not_authorised", "Not management user", challenge=True)

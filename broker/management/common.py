@@ -293,7 +293,7 @@ def sort_by_name(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- the write side ------------------------------------------------------------------------------
 
 
-def bad_request(reason: str, error: str = "bad_request") -> web.HTTPException:
+def bad_request(reason: str | list[object], error: str = "bad_request") -> web.HTTPException:
     """RabbitMQ's ``400 {"error":"bad_request","reason":...}`` (or another ``error``)."""
     return web.HTTPBadRequest(
         text=json.dumps({"error": error, "reason": reason}, separators=(",", ":")),

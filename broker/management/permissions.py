@@ -7,14 +7,22 @@ Rules (RabbitMQ 3.10): all need the administrator tag (401 ``Not administrator u
 permissions for a missing user or vhost are 400 ``vhost_or_user_not_found``; a new vhost gives its
 creator full permissions there. Changes go
 through ``broker.auth`` (``AuthDB``), which writes them to the store as ``definitions import`` does,
-so they survive a restart. A user PUT takes ``password`` or ``password_hash`` (+
-``hashing_algorithm``) and ``tags`` (a comma-separated string or a list); with neither password
-field RabbitMQ 3.10 gives a new user a random password and clears an existing user's (no password
-login either way).
+so they survive a restart.
+
+A user PUT (RabbitMQ 3.10.8's answers, measured): ``tags`` is required (a comma-separated string or
+a list; missing: 400 ``tags_not_present``), with ``password`` (hashed) or ``password_hash`` (+
+``hashing_algorithm``; not base64: 400 ``["not_base64", <value>]``), never both (400
+``both_password_and_password_hash_are_provided``). With neither, a new user gets a random password
+and an existing one loses its password. ``"password_hash": ""`` makes a user without a password,
+for certificate login (SASL EXTERNAL) only; ``"password": ""`` is stored (hashed) as RabbitMQ does,
+but an empty password never logs in (``auth.AuthDB.login``). A non-string ``password`` is 400 here
+(RabbitMQ answers 500).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 from typing import Any
 
@@ -50,17 +58,25 @@ async def put_user(request: web.Request) -> web.Response:
     auth = broker_of(request).auth
     name = request.match_info["name"]
     body = await json_body(request)
-    tags = _tags(body.get("tags"))
+    if body.get("tags") is None:
+        raise bad_request("tags_not_present")
+    tags = _tags(body["tags"])
     existing = auth.users.get(name)
     algorithm = body.get("hashing_algorithm", DEFAULT_HASHING_ALGORITHM)
     if not isinstance(algorithm, str):
         raise bad_request("hashing_algorithm must be a string")
-    password, password_hash = body.get("password"), body.get("password_hash")
+    if "password" in body and "password_hash" in body:
+        raise bad_request("both_password_and_password_hash_are_provided")
     try:
-        if isinstance(password, str):
+        if "password" in body:
+            password = body["password"]
+            if not isinstance(password, str):
+                raise bad_request("password must be a string")
             password_hash, algorithm = hash_password(password), DEFAULT_HASHING_ALGORITHM
-        elif isinstance(password_hash, str):
-            pass
+        elif "password_hash" in body:
+            password_hash = body["password_hash"]
+            if not _is_base64(password_hash):
+                raise bad_request(["not_base64", password_hash])
         elif existing is not None:  # RabbitMQ 3.10 clears the password: no password login
             password_hash, algorithm = "", DEFAULT_HASHING_ALGORITHM
         else:  # RabbitMQ 3.10 sets a random one
@@ -69,6 +85,17 @@ async def put_user(request: web.Request) -> web.Response:
     except AuthError as exc:
         raise bad_request(str(exc)) from None
     return web.Response(status=204 if existing is not None else 201)
+
+
+def _is_base64(value: object) -> bool:
+    """Whether ``value`` is a base64 string (``""`` is: a user without a password)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 async def delete_user(request: web.Request) -> web.Response:

@@ -1,9 +1,20 @@
 """Users, virtual hosts and permissions, as RabbitMQ 3.10's internal auth backend.
 
 Password hashes use RabbitMQ's format, so hashes move both ways through definitions files:
-``base64(salt + H(salt + utf8(password)))`` with a random 4-byte salt and ``H`` named by the user's
+``base64(salt + H(salt + password octets))`` with a random 4-byte salt and ``H`` named by the user's
 ``hashing_algorithm`` (``rabbit_password_hashing_sha256`` by default, ``_sha512`` and the legacy
-``_md5`` are also checked). A user whose hash is empty (or shorter than a salt) cannot log in.
+``_md5`` are also checked).
+
+Login rules (``AuthDB.login``, the one check behind PLAIN, AMQPLAIN, EXTERNAL, HTTP Basic, the web
+UI's login and ``update-secret``; each measured on RabbitMQ 3.10.8):
+
+- User names and passwords are octets, compared as sent: a name that is not UTF-8 names nobody, and
+  a password is hashed as its bytes (``\xff`` is not ``U+FFFD``; NUL is an ordinary octet).
+- An empty password never logs in, whatever the stored hash (RabbitMQ creates a user with
+  ``{"password": ""}`` and hashes it, but refuses ``""`` at login: AMQP 403, HTTP 401).
+- A user whose hash is empty has no password (RabbitMQ's ``password_hash: ""``): no password logs
+  it in; it logs in with a verified client certificate (SASL EXTERNAL) only.
+- A user in ``loopback_users`` logs in from a loopback address only.
 
 Permission rules (``rabbit_access_control`` + ``rabbit_auth_backend_internal``):
 
@@ -130,21 +141,31 @@ def _hasher(algorithm: str) -> Callable[[bytes], bytes]:
         raise AuthError(f"unsupported password hashing algorithm '{algorithm}'") from None
 
 
-def hash_password(password: str, algorithm: str = DEFAULT_HASHING_ALGORITHM) -> str:
-    """RabbitMQ's password hash: base64 of a random 4-byte salt + ``H(salt + utf8(password))``.
+def _octets(text: str | bytes) -> bytes:
+    """A credential's octets: bytes as they are, text as UTF-8 (a lone surrogate kept, never raised)."""
+    return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+
+
+def hash_password(password: str | bytes, algorithm: str = DEFAULT_HASHING_ALGORITHM) -> str:
+    """RabbitMQ's password hash: base64 of a random 4-byte salt + ``H(salt + password octets)``
+    (text is hashed as UTF-8).
 
     Raises:
         AuthError: ``algorithm`` is not one of ``HASHING_ALGORITHMS``.
     """
     digest = _hasher(algorithm)
     salt = os.urandom(SALT_SIZE)
-    return base64.b64encode(salt + digest(salt + password.encode("utf-8"))).decode("ascii")
+    return base64.b64encode(salt + digest(salt + _octets(password))).decode("ascii")
 
 
-def check_password(password: str, password_hash: str, algorithm: str = DEFAULT_HASHING_ALGORITHM) -> bool:
-    """Whether ``password`` matches ``password_hash`` (constant-time compare).
+def check_password(
+    password: str | bytes, password_hash: str, algorithm: str = DEFAULT_HASHING_ALGORITHM
+) -> bool:
+    """Whether ``password`` logs in against ``password_hash`` (constant-time compare of the digest
+    of its octets).
 
-    An empty or malformed hash, or an unknown algorithm, matches nothing.
+    An empty password matches nothing, whatever the hash (RabbitMQ refuses it at login); an empty
+    hash (a password-less user), a malformed one or an unknown algorithm matches nothing either.
     """
     digest = HASHING_ALGORITHMS.get(algorithm)
     if digest is None:
@@ -155,8 +176,20 @@ def check_password(password: str, password_hash: str, algorithm: str = DEFAULT_H
         return False
     if len(raw) <= SALT_SIZE:
         return False
+    octets = _octets(password)
     salt, expected = raw[:SALT_SIZE], raw[SALT_SIZE:]
-    return hmac.compare_digest(expected, digest(salt + password.encode("utf-8")))
+    matches = hmac.compare_digest(expected, digest(salt + octets))
+    return matches and bool(octets)
+
+
+def _name(username: str | bytes) -> str | None:
+    """A user name as sent, as text; None for octets that are not UTF-8 (they name nobody)."""
+    if isinstance(username, str):
+        return username
+    try:
+        return username.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def is_loopback(host: str) -> bool:
@@ -310,8 +343,15 @@ class AuthDB:
         """
         first_boot = not self.users
         if first_boot:
-            self.add_user(settings.username, settings.password, tags=["administrator"])
+            password = settings.password or None  # an empty password would never log in
+            self.add_user(settings.username, password, tags=["administrator"])
             log.info("created default user '%s'", settings.username)
+            if password is None:
+                log.warning(
+                    "OTTERMQ_PASSWORD is empty: user '%s' has no password and can log in only with a"
+                    " client certificate (SASL EXTERNAL)",
+                    settings.username,
+                )
         for name in settings.vhosts:
             if name in self.vhosts:
                 continue
@@ -330,33 +370,40 @@ class AuthDB:
         return not check_password(password, user.password_hash, user.hashing_algorithm)
 
     # -- authentication and authorisation ----------------------------------------------------
-    def authenticate(self, username: str, password: str, peer_host: str) -> UserRecord | None:
-        """The user if ``password`` is right and the address is allowed, else None.
+    def login(self, username: str | bytes, password: str | bytes | None, peer_host: str) -> UserRecord | None:
+        """The one login check (see the module's login rules), for every mechanism.
 
-        A user in ``loopback_users`` is refused from a non-loopback ``peer_host``; RabbitMQ sends
-        the same ``login_refused_text`` for that as for a bad password.
+        Args:
+            username: as the client sent it (bytes from SASL and HTTP Basic).
+            password: as the client sent it; None when the credential is a verified client
+                certificate naming the user (SASL EXTERNAL): no password is checked then.
+            peer_host: the client's address, for ``loopback_users``.
+
+        Returns:
+            The user, or None when the login is refused (RabbitMQ gives every refusal the same
+            answer, ``login_refused_text``).
         """
-        user = self.users.get(username)
+        name = _name(username)
+        user = None if name is None else self.users.get(name)
         if user is None:
-            check_password(password, _DUMMY_HASH)  # about the same work as for a known user
+            if password is not None:
+                check_password(password or b"-", _DUMMY_HASH)  # about the same work as for a known user
             return None
-        if not check_password(password, user.password_hash, user.hashing_algorithm):
+        if password is not None and not check_password(password, user.password_hash, user.hashing_algorithm):
             return None
-        if username in self.loopback_users and not is_loopback(peer_host):
-            log.warning("user '%s' can only connect via localhost", username)
+        if user.name in self.loopback_users and not is_loopback(peer_host):
+            log.warning("user '%s' can only connect via localhost", user.name)
             return None
         return user
 
-    def authenticate_external(self, username: str, peer_host: str) -> UserRecord | None:
-        """SASL EXTERNAL: the user named by a verified client certificate, if it exists (no password
-        is checked: the certificate is the credential); loopback-only users as for a password."""
-        user = self.users.get(username)
-        if user is None:
-            return None
-        if username in self.loopback_users and not is_loopback(peer_host):
-            log.warning("user '%s' can only connect via localhost", username)
-            return None
-        return user
+    def authenticate(self, username: str | bytes, password: str | bytes, peer_host: str) -> UserRecord | None:
+        """A password login (PLAIN, AMQPLAIN, HTTP Basic): ``login`` with a password."""
+        return self.login(username, password, peer_host)
+
+    def authenticate_external(self, username: str | bytes, peer_host: str) -> UserRecord | None:
+        """SASL EXTERNAL: ``login`` as the user a verified client certificate names, if it exists (the
+        certificate is the credential; a password-less user logs in this way only)."""
+        return self.login(username, None, peer_host)
 
     def check_vhost(self, user: UserRecord, vhost: str) -> None:
         """``Connection.Open``: the vhost must exist and the user needs a permission entry there.

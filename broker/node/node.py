@@ -256,9 +256,17 @@ class Node:
         self.limits.clear("vhost", name)  # the store drops them with the vhost
 
     def delete_user(self, name: str) -> None:
-        """Delete the user and its limits; its open connections stay open, as in RabbitMQ 3.10."""
+        """Delete the user and its limits, and close its connections with 320 (RabbitMQ 3.10's text,
+        ``user '<name>' is deleted``; each worker closes its own when the deletion reaches it).
+
+        Raises:
+            AuthError: no such user.
+        """
         self.auth.delete_user(name)
         self.limits.clear("user", name)  # the store drops them with the user
+        for conn in list(self.connections):
+            if conn.username == name:
+                conn.force_close("user deleted", f"user '{name}' is deleted")
 
     # -- memory alarm ---------------------------------------------------------------------
     def retire_stats(self, vhost: str, stats: MessageStats) -> None:
@@ -355,10 +363,11 @@ class Node:
             conn.set_blocked(reason is not None, reason or "")
 
     def authenticate(
-        self, username: str, password: str, peer_host: str, protocol: str = "amqp091"
+        self, username: str | bytes, password: str | bytes, peer_host: str, protocol: str = "amqp091"
     ) -> UserRecord | None:
-        """Check credentials; loopback-only users are refused from other addresses. Counted by
-        ``protocol`` (``amqp091``, ``http``) for ``rabbitmq_auth_attempts_*``."""
+        """A password login (``auth.AuthDB.login``: empty passwords and password-less users never log
+        in; loopback-only users from loopback only). Counted by ``protocol`` (``amqp091``, ``http``)
+        for ``rabbitmq_auth_attempts_*``."""
         return self._count_auth(protocol, self.auth.authenticate(username, password, peer_host))
 
     def authenticate_external(self, username: str | None, peer_host: str) -> UserRecord | None:

@@ -6,7 +6,8 @@ Rules (RabbitMQ 3.x's ``rabbit_reader``):
 - ``start-ok``: the client's ``capabilities`` and product (``ClientCapabilities``). An unknown
   mechanism or a response that does not parse is a protocol error (``HandshakeError``: the
   connection closes silently), not a refused login. EXTERNAL takes the user name from the
-  certificate (``OTTERMQ_SSL_CERT_LOGIN_FROM``), with no password. A refused login is answered with
+  certificate (``OTTERMQ_SSL_CERT_LOGIN_FROM``), with no password; PLAIN and AMQPLAIN hand the octets
+  sent to the node's one login check (``auth.AuthDB.login``). A refused login is answered with
   ``refused_login`` (403) for clients with ``authentication_failure_close``; others are dropped.
 - ``tune-ok`` (``negotiate``): ``frame_max`` within [``FRAME_MIN_SIZE``, ours] (0 is refused),
   ``channel_max`` within ours (0 refused when we have a limit); otherwise 530 ``NOT_ALLOWED``.
@@ -97,7 +98,7 @@ def authenticate(
     """The login a ``start-ok`` asks for.
 
     Returns:
-        ``(user name, user)``; the user is None when the login is refused.
+        ``(user name as sent, for the log; user)``; the user is None when the login is refused.
 
     Raises:
         HandshakeError: the mechanism was not offered, or its response does not parse.
@@ -109,10 +110,10 @@ def authenticate(
         login_from, san_type = settings.ssl_cert_login_from, settings.ssl_cert_login_san_type
         username = peer_identity(peer_cert, login_from, san_type)
         return username, node.authenticate_external(username, peer_host)
-    username, password = credentials(mechanism, method.response)
-    if username is None or password is None:  # RabbitMQ: a protocol error, not a refused login
+    login, password = credentials(mechanism, method.response)
+    if login is None or password is None:  # RabbitMQ: a protocol error, not a refused login
         raise HandshakeError(f"{mechanism} response invalid")
-    return username, node.authenticate(username, password, peer_host)
+    return login.decode("utf-8", "backslashreplace"), node.authenticate(login, password, peer_host)
 
 
 def refused_login(mechanism: str) -> spec.Connection.Close:

@@ -71,17 +71,40 @@ class FakeLoop:
         self.run_soon()
 
 
+class FakeSSLObject:
+    """What a TLS transport's ``ssl_object`` tells about a verified client certificate."""
+
+    def __init__(self, cert: dict[str, Any]) -> None:
+        self.cert = cert
+
+    def getpeercert(self) -> dict[str, Any]:
+        return self.cert
+
+    def version(self) -> str:
+        return "TLSv1.3"
+
+    def cipher(self) -> tuple[str, str, int]:
+        return ("TLS_AES_256_GCM_SHA384", "TLSv1.3", 256)
+
+
 class MockTransport(asyncio.Transport):
-    def __init__(self, protocol: AMQPConnection, peer: str = "127.0.0.1") -> None:
+    def __init__(
+        self, protocol: AMQPConnection, peer: str = "127.0.0.1", cert: dict[str, Any] | None = None
+    ) -> None:
         super().__init__()
         self.protocol = protocol
         self.buffer = bytearray()
         self.closed = False
         self.reading = True
         self.peer = peer
+        self.ssl_object = FakeSSLObject(cert) if cert is not None else None
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return (self.peer, 40000) if name == "peername" else default
+        if name == "peername":
+            return (self.peer, 40000)
+        if name == "ssl_object" and self.ssl_object is not None:
+            return self.ssl_object
+        return default
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
@@ -109,12 +132,15 @@ class MockTransport(asyncio.Transport):
 
 
 class Client:
-    """Drives one AMQPConnection with pamqp-built frames and decodes its output."""
+    """Drives one AMQPConnection with pamqp-built frames and decodes its output; ``cert`` makes it a
+    TLS client with that verified certificate (``getpeercert()``'s shape), offered SASL EXTERNAL."""
 
-    def __init__(self, server: AMQPServer, loop: FakeLoop, peer: str = "127.0.0.1") -> None:
+    def __init__(
+        self, server: AMQPServer, loop: FakeLoop, peer: str = "127.0.0.1", cert: dict[str, Any] | None = None
+    ) -> None:
         self.loop = loop
         self.conn = AMQPConnection(server)
-        self.transport = MockTransport(self.conn, peer)
+        self.transport = MockTransport(self.conn, peer, cert)
         self.conn.connection_made(self.transport)
         self._pending = bytearray()
 
@@ -310,8 +336,8 @@ def server(broker: Node) -> AMQPServer:
 
 @pytest.fixture
 def make_client(server: AMQPServer, loop: FakeLoop) -> Callable[..., Client]:
-    def make(peer: str = "127.0.0.1") -> Client:
-        return Client(server, loop, peer)
+    def make(peer: str = "127.0.0.1", cert: dict[str, Any] | None = None) -> Client:
+        return Client(server, loop, peer, cert)
 
     return make
 

@@ -14,10 +14,14 @@ ROUTES.push([/^#\/admin$/, "Admin", async (main) => {
     "Add virtual host", (d) => api("PUT", `/vhosts/${enc(d.name)}`, {description: d.description})),
     h("h2", {}, "Users"), usersEl,
     actionForm("inline", [field("Username", h("input", {name: "name", required: true})),
-      field("Password", h("input", {name: "password", type: "password"})),
+      field("Password", h("input", {name: "password", type: "password", autocomplete: "new-password",
+        placeholder: "empty: no password (certificate login)"})),
       field("Tags (comma-separated)", h("input", {name: "tags", placeholder: "management"})),
       h("button", {type: "submit", class: "primary"}, "Add / update user")],
-    "Add user", (d) => api("PUT", `/users/${enc(d.name)}`, {password: d.password, tags: d.tags})),
+    // an empty password never logs in: an empty field makes a user without one (password_hash "",
+    // RabbitMQ's form for a user who logs in with a client certificate only)
+    "Add user", (d) => api("PUT", `/users/${enc(d.name)}`,
+      d.password ? {password: d.password, tags: d.tags} : {password_hash: "", tags: d.tags})),
     h("h2", {}, "Permissions"), permsEl,
     actionForm("inline", [field("User", userOptions), field("Virtual host", vhostOptions),
       field("Configure regexp", h("input", {name: "configure", value: ".*"})),
@@ -35,6 +39,7 @@ ROUTES.push([/^#\/admin$/, "Admin", async (main) => {
         () => api("DELETE", `/vhosts/${enc(v.name)}`), {confirmText: `Delete virtual host '${v.name}' and everything in it?`})}, "Delete")]], vhosts));
     replace(usersEl, table([["Name", (u) => u.name], ["Tags", (u) => (Array.isArray(u.tags) ? u.tags : String(u.tags || "").split(",")).filter(Boolean).map((t) => h("span", {class: "tag"}, t))],
       ["Can access virtual hosts", (u) => perms.filter((p) => p.user === u.name).map((p) => p.vhost).join(", ") || "No access"],
+      ["Has password", (u) => (u.password_hash ? "yes" : "no (certificate login)")],
       ["", (u) => h("button", {type: "button", class: "danger", onclick: () => act("Delete user",
         () => api("DELETE", `/users/${enc(u.name)}`), {confirmText: `Delete user '${u.name}'?`})}, "Delete")]], users));
     replace(permsEl, table([["User", (p) => p.user], ["Virtual host", (p) => p.vhost], ["Configure", (p) => p.configure],

@@ -3,8 +3,10 @@
 Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` import:
 
 - ``users``: ``name``; ``password_hash`` (base64) with ``hashing_algorithm`` (when missing, md5
-  for files from RabbitMQ 3.0-3.5, sha256 otherwise), or a cleartext ``password`` (hashed here),
-  or neither (a user that cannot log in with a password); ``tags`` as a list (3.9+) or a
+  for files from RabbitMQ 3.0-3.5, sha256 otherwise), or a cleartext ``password`` (hashed here;
+  an empty one is stored too, and never logs in), or neither (a random password, as RabbitMQ
+  3.10 gives it). ``"password_hash": ""`` is a user without a password (certificate login only),
+  exported the same way. ``tags`` as a list (3.9+) or a
   comma-separated string (older files; the legacy ``administrator`` flag too). ``limits`` ignored.
 - ``vhosts``: ``name``; ``description``/``tags`` at the top level or under ``metadata``.
 - ``permissions``: ``user``, ``vhost``, ``configure``, ``write``, ``read`` (regexes, checked).
@@ -39,6 +41,7 @@ import binascii
 import json
 import logging
 import re
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -152,8 +155,11 @@ def _read_user(entry: _Entry, default_algorithm: str) -> UserRecord:
     if has_password:
         password_hash = hash_password(entry.string("password"), DEFAULT_HASHING_ALGORITHM)
         algorithm = DEFAULT_HASHING_ALGORITHM
+    elif not has_hash:  # RabbitMQ 3.10: a random password nobody knows
+        password_hash = hash_password(secrets.token_urlsafe(24), DEFAULT_HASHING_ALGORITHM)
+        algorithm = DEFAULT_HASHING_ALGORITHM
     else:
-        password_hash = entry.string("password_hash", "")
+        password_hash = entry.string("password_hash")
         try:
             base64.b64decode(password_hash, validate=True)
         except (binascii.Error, ValueError):

@@ -4,11 +4,12 @@ what they say on stderr."""
 from __future__ import annotations
 
 import argparse
+import io
 import os
 from pathlib import Path
 
 import pytest
-from ottermq.broker.cli.admin import GET_COLUMNS, add_parsers, cell, describe, format_table, get_row
+from ottermq.broker.cli.admin import GET_COLUMNS, add_parsers, cell, describe, format_table, get_row, run
 from ottermq.broker.cli.api import AdminError, announce, client_of
 from ottermq.broker.cli.dlq_move import progress
 from ottermq.broker.cli.main import main
@@ -213,6 +214,60 @@ def test_the_password_is_not_shown_in_help(capsys: pytest.CaptureFixture[str]) -
 )
 def test_what_each_command_says_it_does(argv: list[str], doing: str, scope: str) -> None:
     assert describe(parse(argv, OWN)) == (doing, scope)
+
+
+NO_PASSWORD_HINT = "use --no-password for a user who logs in with a certificate only"
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["users", "add", "carol", ""], f"an empty password never logs in; {NO_PASSWORD_HINT}"),
+        (["users", "passwd", "carol", ""], f"an empty password never logs in; {NO_PASSWORD_HINT}"),
+        (
+            ["users", "add", "carol"],
+            "give a PASSWORD, or --no-password for a user who logs in with a certificate only",
+        ),
+        (["users", "add", "carol", "pw", "--no-password"], "give a PASSWORD or --no-password, not both"),
+    ],
+)
+def test_a_user_gets_a_password_or_no_password(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # refused before connecting: nothing listens on port 9, which would be another error
+    assert run(parse([*argv, "--url", "http://127.0.0.1:9", "--quiet"], OWN)) == 1
+    assert capsys.readouterr().err == f"ottermq users: {error}\n"
+
+
+class RecordingClient:
+    url = "http://localhost:15672"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, object]] = []
+
+    def request(self, method: str, path: str, body: object = None) -> object:
+        self.calls.append((method, path, body))
+        return {"name": "carol", "tags": ["management"]} if method == "GET" else None
+
+
+@pytest.mark.parametrize(
+    ("argv", "put"),
+    [
+        (
+            ["users", "add", "carol", "--no-password", "--tags", "management"],
+            {"password_hash": "", "tags": "management"},
+        ),
+        (["users", "add", "carol", "pw"], {"password": "pw", "tags": ""}),
+        (["users", "passwd", "carol", "--no-password"], {"password_hash": "", "tags": "management"}),
+    ],
+)
+def test_no_password_sends_rabbitmqs_empty_hash(
+    argv: list[str], put: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = RecordingClient()
+    monkeypatch.setattr("ottermq.broker.cli.admin.client_of", lambda _args: client)
+    assert run(parse([*argv, "--quiet"], OWN), out=io.StringIO()) == 0
+    assert client.calls[-1] == ("PUT", "/users/carol", put)
 
 
 class FakeClient:

@@ -198,6 +198,90 @@ def test_user_without_password_cannot_log_in(db: AuthDB) -> None:
     assert db.authenticate("nopass", "", "127.0.0.1") is None
 
 
+# The one login rule (``AuthDB.login``), every credential as octets; each row's outcome is RabbitMQ
+# 3.10.8's for the same user and credentials (PLAIN, AMQPLAIN and HTTP Basic all agree there).
+# Users: "pw" (password "pw"), "empty" (created with password ""), "certonly" (password_hash ""),
+# "nul" ("a\0b"), "fffd" ("\ufffd"), "ete" ("été"), "big" (64 KB of "p"), "guest" (loopback only).
+LOGINS: list[tuple[str, bytes, bytes | None, str, str | None]] = [
+    ("right password", b"pw", b"pw", "192.0.2.1", "pw"),
+    ("wrong password", b"pw", b"pW", "192.0.2.1", None),
+    ("empty password of a user created with ''", b"empty", b"", "192.0.2.1", None),
+    ("any password of a user created with ''", b"empty", b"x", "192.0.2.1", None),
+    ("empty password of a password-less user", b"certonly", b"", "192.0.2.1", None),
+    ("any password of a password-less user", b"certonly", b"certonly", "192.0.2.1", None),
+    ("certificate of a password-less user", b"certonly", None, "192.0.2.1", "certonly"),
+    ("certificate of a user with a password", b"pw", None, "192.0.2.1", "pw"),
+    ("certificate naming nobody", b"nobody", None, "192.0.2.1", None),
+    ("password with NUL", b"nul", b"a\x00b", "192.0.2.1", "nul"),
+    ("password cut at its NUL", b"nul", b"a", "192.0.2.1", None),
+    ("U+FFFD sent as UTF-8", b"fffd", "\ufffd".encode(), "192.0.2.1", "fffd"),
+    ("non-UTF-8 octet where U+FFFD is stored", b"fffd", b"\xff", "192.0.2.1", None),
+    ("UTF-8 password", b"ete", "été".encode(), "192.0.2.1", "ete"),
+    ("the same password in Latin-1", b"ete", "été".encode("latin-1"), "192.0.2.1", None),
+    ("non-UTF-8 password", b"pw", b"\xff\xfe", "192.0.2.1", None),
+    ("the user's own hash as its password", b"pw", b"<hash of pw>", "192.0.2.1", None),
+    ("another user's hash", b"ete", b"<hash of pw>", "192.0.2.1", None),
+    ("64 KB password", b"big", b"p" * 65536, "192.0.2.1", "big"),
+    ("64 KB password, one octet short", b"big", b"p" * 65535, "192.0.2.1", None),
+    ("64 KB user name", b"N" * 65536, b"pw", "192.0.2.1", None),
+    ("non-UTF-8 user name", b"\xff\xfe", b"pw", "192.0.2.1", None),
+    ("empty user name and password", b"", b"", "192.0.2.1", None),
+    ("unknown user, empty password", b"nobody", b"", "192.0.2.1", None),
+    ("loopback-only user from loopback", b"guest", b"guest", "127.0.0.1", "guest"),
+    ("loopback-only user from elsewhere", b"guest", b"guest", "192.0.2.1", None),
+    ("loopback-only user's certificate from elsewhere", b"guest", None, "192.0.2.1", None),
+]
+
+
+@pytest.fixture
+def logins() -> AuthDB:
+    auth = AuthDB(loopback_users=["guest"])
+    for name, password in [
+        ("pw", "pw"),
+        ("empty", ""),
+        ("certonly", None),
+        ("nul", "a\x00b"),
+        ("fffd", "\ufffd"),
+        ("ete", "été"),
+        ("big", "p" * 65536),
+        ("guest", "guest"),
+    ]:
+        auth.add_user(name, password)
+    return auth
+
+
+@pytest.mark.parametrize(
+    ("user", "password", "peer", "expected"), [c[1:] for c in LOGINS], ids=[c[0] for c in LOGINS]
+)
+def test_login_table(
+    logins: AuthDB, user: bytes, password: bytes | None, peer: str, expected: str | None
+) -> None:
+    if password == b"<hash of pw>":
+        password = logins.users["pw"].password_hash.encode()
+    found = logins.login(user, password, peer)
+    assert (found.name if found else None) == expected
+    if password is not None:  # text is the same credential as its UTF-8 octets
+        try:
+            as_text = (user.decode(), password.decode())
+        except UnicodeDecodeError:
+            return
+        found = logins.authenticate(*as_text, peer)
+        assert (found.name if found else None) == expected
+
+
+def test_an_empty_password_matches_not_even_its_own_hash() -> None:
+    assert not check_password("", hash_password(""))
+    assert not check_password(b"", hash_password(b""))
+    assert check_password(b"\xff", hash_password(b"\xff"))  # octets are hashed as they are
+
+
+def test_an_empty_default_password_makes_a_password_less_user(caplog: pytest.LogCaptureFixture) -> None:
+    auth = AuthDB()
+    auth.seed_defaults(settings(password=""))
+    assert auth.users["guest"].password_hash == ""
+    assert "OTTERMQ_PASSWORD is empty" in caplog.text
+
+
 def test_authenticate_imported_rabbitmq_hash() -> None:
     auth = AuthDB()
     for i, (password, password_hash, algorithm) in enumerate(RABBITMQ_HASHES):

@@ -11,6 +11,7 @@ permission. bob's password is ``bobpw``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import dataclasses
 import json
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 from ottermq.amqp.table import LongLong, LongStr, Short, Timestamp, decode_table, encode_table
 from ottermq.broker.config import Settings
-from ottermq.broker.node.auth import check_password
+from ottermq.broker.node.auth import AuthDB, check_password
 from ottermq.broker.node.definitions import (
     DefinitionsError,
     arguments_from_json,
@@ -400,8 +401,27 @@ def test_cleartext_password_is_hashed() -> None:
     assert check_password("pässword", user.password_hash, user.hashing_algorithm)
 
 
-def test_user_without_password() -> None:
-    assert user_defs(tags=[]).users[0].password_hash == ""
+def test_user_without_password_field_gets_a_random_one() -> None:
+    # RabbitMQ 3.10.8: a user with neither 'password' nor 'password_hash' gets a random password
+    first, second = user_defs(tags=[]).users[0], user_defs(tags=[]).users[0]
+    assert len(base64.b64decode(first.password_hash)) == 4 + 32
+    assert first.password_hash != second.password_hash
+    assert not check_password("", first.password_hash, first.hashing_algorithm)
+
+
+def test_password_less_user_round_trips() -> None:
+    # "password_hash": "" is a user without a password (certificate login only), exported as it came
+    user = user_defs(password_hash="", tags=[]).users[0]
+    assert user.password_hash == ""
+    exported = definitions_to_json(Definitions(users=[user]), "3.10.8")["users"][0]
+    assert exported["password_hash"] == ""
+    again = definitions_from_json({"users": [exported]}).users[0]
+    assert again == user
+    auth = AuthDB(loopback_users=[])
+    auth.put_user(again)
+    assert auth.authenticate("u", "", "192.0.2.1") is None
+    assert auth.authenticate("u", "anything", "192.0.2.1") is None
+    assert auth.authenticate_external("u", "192.0.2.1") == user
 
 
 @pytest.mark.parametrize(
