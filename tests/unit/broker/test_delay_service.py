@@ -205,19 +205,19 @@ def test_a_due_message_keeps_its_row_until_its_copy_is_stored(monkeypatch: Any) 
         for body in (b"ok", b"bug", b"odd"):
             vhost.publish(x, msg(100, body))
         await store.flush()
-        real_publish, real_swap = vhost.publish, delayed.swap_delay_header
+        real_swap = delayed.swap_delay_header
 
-        def publish(exchange: Any, message: Message, *args: Any, **kwargs: Any) -> Any:
-            if message.body == b"bug":
-                raise RuntimeError("a bug")
-            return real_publish(exchange, message, *args, **kwargs)
+        class Failing:  # the queue's MessageStore: a bug for one message
+            def message_added(self, queue: Any, entry: Any) -> None:
+                if entry.message.body == b"bug":
+                    raise RuntimeError("a bug")
 
         def swap(message: Message, delay: int) -> Message:
             if message.body == b"odd":
                 raise ValueError("does not fit")
             return real_swap(message, delay)
 
-        monkeypatch.setattr(vhost, "publish", publish)
+        vhost.queues["q"].store = Failing()  # type: ignore[assignment]
         monkeypatch.setattr(delayed, "swap_delay_header", swap)
         clock.t += 150
         loop.fire()

@@ -165,18 +165,18 @@ def test_every_dead_letter_is_stored_before_its_source_row_is_deleted(reason):
         assert inserted < deleted
 
 
-def test_a_dead_letter_that_cannot_be_handed_on_keeps_its_stored_row(monkeypatch, caplog):
+def test_a_dead_letter_that_cannot_be_handed_on_keeps_its_stored_row(caplog):
     w, store = stored_world()
     for body in (b"a", b"bad", b"c"):
         publish_persistent(w, body, expiration="10")
-    real = w.vh.publish
 
-    def failing(exchange: Any, message: Message, *args: Any, **kwargs: Any) -> Any:
-        if message.body == b"bad":
-            raise RuntimeError("a bug")
-        return real(exchange, message, *args, **kwargs)
+    class Failing(OrderStore):
+        def message_added(self, queue: Queue, entry: Entry) -> None:
+            if entry.message.body == b"bad":
+                raise RuntimeError("a bug")
+            store.message_added(queue, entry)
 
-    monkeypatch.setattr(w.vh, "publish", failing)
+    w.vh.queues["dlq"].store = Failing()
     with caplog.at_level(logging.ERROR, "ottermq.dlx.deadletter"):
         w.ttl.advance(50)
     assert [m.body for m in w.take("dlq")] == [b"a", b"c"]
