@@ -136,6 +136,42 @@ class SelectedMessage(Message):
         return SelectedMessage(self, raw_props, self.extra_keys)
 
 
+def check_user_id(username: str | None, user_id: str | None) -> None:
+    """RabbitMQ's ``user_id`` rule: when set, it must be the publishing user's name.
+
+    Raises:
+        PreconditionFailed: ``user_id`` is another user's name.
+    """
+    if user_id is not None and username is not None and user_id != username:
+        raise PreconditionFailed(
+            f"user_id property set to '{user_id}' but authenticated user was '{username}'"
+        )
+
+
+def incoming_message(
+    exchange: str, routing_key: str, raw_props: bytes, body: bytes, username: str | None
+) -> tuple[Message, list[str] | None]:
+    """A message a client publishes (a channel, the management API): the one place its properties are
+    checked, in RabbitMQ's order (``user_id``, ``expiration``, CC/BCC), and its CC/BCC routing keys
+    read.
+
+    Returns:
+        The message to route and its CC/BCC keys (None: it has neither header).
+
+    Raises:
+        PreconditionFailed: ``user_id`` is not ``username``, an invalid ``expiration``, CC/BCC that are
+            not arrays.
+    """
+    delivery_mode, priority, expiration, user_id = quick_props(raw_props)
+    if user_id is not None:
+        check_user_id(username, user_id)
+    ttl = parse_expiration(expiration) if expiration is not None else None
+    message = Message(exchange, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
+    if raw_props.find(b"CC") >= 0:  # `b"CC" in raw_props` first tries it as an int: an error per call
+        return sender_selected(message)  # rare: sender-selected distribution
+    return message, None
+
+
 def published_message(exchange: str, routing_key: str, raw_props: bytes, body: bytes) -> Message:
     """A message from its property octets as published: delivery mode, priority and ``expiration``
     read from them (the management API's publish, delayed messages read back from the store).

@@ -26,10 +26,9 @@ import time
 from typing import Any
 
 from aiohttp import web
-from ottermq.vhost.message import Message
 
 from ..node.tls import amqps_files, read_validity, web_files
-from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, vhost_or_404
+from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, user_of, vhost_or_404
 
 ALIVENESS_QUEUE = "aliveness-test"
 ALIVENESS_BODY = b"test_message"
@@ -68,7 +67,9 @@ async def aliveness_test(request: web.Request) -> web.Response:
     check_permission(request, vhost, "read", "queue", ALIVENESS_QUEUE)
     with amqp_errors():  # e.g. someone declared it durable: 400 with the channel's text
         queue = vhost.declare_queue(ALIVENESS_QUEUE, False, False, False, False, None, None)
-    vhost.publish(None, Message("", ALIVENESS_QUEUE, b"\x00\x00", ALIVENESS_BODY, False, 0, None))
+    ops = broker_of(request).ops
+    with amqp_errors():  # the one publish pipeline (write permission checked above)
+        ops.publish(user_of(request), vhost, "", ALIVENESS_QUEUE, b"\x00\x00", ALIVENESS_BODY, permitted=True)
     entry = queue.pop()
     if entry is None or entry.message.body != ALIVENESS_BODY:
         return failed("aliveness-test failed")

@@ -17,11 +17,15 @@ Rules:
    headers that come as JSON are turned into AMQP field values here (a 64-bit integer at most,
    finite numbers, bounded nesting); names longer than 255 bytes are refused as RabbitMQ refuses a
    queue's (``queue should be less than 255 bytes``), and as an ottermq bound for exchanges.
-4. Publishing (other than a channel's hot path, which calls :meth:`Operations.publish_exchange`
-   and :meth:`Operations.check_user_id` itself): write permission, the exchange exists (404) and is
-   not internal (403), ``user_id`` is the acting user's (406), ``expiration`` and CC/BCC are valid
-   (406); then the vhost's one publish operation, and a message written to the store is withdrawn
-   from its queues if its commit fails.
+4. Publishing is one pipeline for every way in (a channel's publish and ``tx.commit``, the
+   management API's publish, the aliveness test, dead-letter moves): write permission, the exchange
+   exists (404) and is not internal (403) (:meth:`Operations.publish_exchange`); the message's
+   ``user_id`` is the acting user's, ``expiration`` and CC/BCC are valid (406)
+   (``vhost.message.incoming_message``); the vhost's one publish operation routes and stores it
+   (``VHost.publish``, which dead-lettering and delayed messages coming due call too); then
+   :meth:`Operations.settle`: once the store commit holding it is settled, a message whose commit
+   failed is withdrawn from its queues, then the caller's confirm or ``tx.commit-ok`` goes out. A
+   channel's hot path inlines nothing of this but the permission cache.
 5. Policies and limits are validated (RabbitMQ's texts plus the bounds), applied to the vhost, and
    written to the store in one step; a policy whose write fails is taken back in memory, and the
    undo is queued behind the write (which the store retries after an I/O failure), so memory and
@@ -37,11 +41,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ottermq.amqp.errors import AccessRefused, PreconditionFailed
-from ottermq.amqp.props import parse_expiration, quick_props
 from ottermq.persistence.store import LimitRecord, PolicyRecord
 from ottermq.vhost.arguments import check_server_named
 from ottermq.vhost.bounds import OutOfBounds, field_table
-from ottermq.vhost.message import Message, sender_selected
+from ottermq.vhost.message import Message, incoming_message
 from ottermq.vhost.policy import Policy, make_policy
 
 from .limits import Limits, validate
@@ -84,6 +87,10 @@ def arguments_of(value: Any, field: str = "arguments") -> dict[str, Any]:
         return field_table(value, field)
     except OutOfBounds as exc:
         raise PreconditionFailed(str(exc)) from None
+
+
+Stored: TypeAlias = "list[tuple[Queue, Entry]]"
+"""What a publish wrote to the store (``PublishResult.stored``): each entry and its queue."""
 
 
 def withdraw(stored: Iterable[tuple[Queue, Entry]]) -> None:
@@ -171,15 +178,6 @@ class Operations:
             self.allow(user, vhost, "write", "exchange", name)
         return publish_target(vhost, name)
 
-    @staticmethod
-    def check_user_id(username: str | None, user_id: str | None) -> None:
-        """Raises:
-        PreconditionFailed: ``user_id`` is set and is not the publishing user's name."""
-        if user_id is not None and username is not None and user_id != username:
-            raise PreconditionFailed(
-                f"user_id property set to '{user_id}' but authenticated user was '{username}'"
-            )
-
     def message(
         self, user: Actor, exchange: str, routing_key: str, raw_props: bytes, body: bytes
     ) -> tuple[Message, list[str] | None]:
@@ -188,13 +186,8 @@ class Operations:
         Raises:
             PreconditionFailed: ``user_id``, ``expiration`` or CC/BCC refused.
         """
-        delivery_mode, priority, expiration, user_id = quick_props(raw_props)
-        self.check_user_id(user.name if user is not None else None, user_id)
-        ttl = parse_expiration(expiration) if expiration is not None else None
-        message = Message(exchange, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
-        if b"CC" in raw_props:
-            return sender_selected(message)
-        return message, None
+        username = user.name if user is not None else None
+        return incoming_message(exchange, routing_key, raw_props, body, username)
 
     def publish(
         self,
@@ -207,7 +200,7 @@ class Operations:
         mandatory: bool = False,
         permitted: bool = False,
     ) -> PublishResult:
-        """Publish as a client would, without a channel (management API, moves), rule 4.
+        """Publish as a client would, without a channel (management API, aliveness test, moves), rule 4.
 
         Raises:
             AccessRefused, NotFound, PreconditionFailed: see :meth:`publish_exchange` and :meth:`message`.
@@ -215,14 +208,24 @@ class Operations:
         exchange = self.publish_exchange(user, vhost, exchange_name, permitted)
         message, _ = self.message(user, exchange_name, routing_key, raw_props, body)  # CC/BCC keys ride along
         result = vhost.publish(exchange, message, None, mandatory)
-        self.withdraw_on_failure(result)
+        self.settle(result.stored)
         return result
 
-    def withdraw_on_failure(self, result: PublishResult) -> None:
-        """Entries written to the store leave their queues again if the commit fails."""
-        stored = result.stored
-        if stored is not None:
-            self.store.after_commit(lambda ok: None if ok else withdraw(stored))
+    def settle(self, stored: Stored | None, then: Callable[[bool], None] | None = None) -> None:
+        """The end of every publish (rule 4): once the store commit holding ``stored`` is settled, the
+        entries of a failed commit leave their queues again (memory agrees with the store), then
+        ``then(ok)`` runs (a confirm, a ``tx.commit-ok``). With nothing stored, ``then`` runs once the
+        writes queued before it are settled (at the latest on the next loop turn)."""
+        if stored is None and then is None:
+            return
+
+        def settled(ok: bool) -> None:
+            if not ok and stored:
+                withdraw(stored)
+            if then is not None:
+                then(ok)
+
+        self.store.after_commit(settled)
 
     # -- exchanges ------------------------------------------------------------------------------------
     def declare_exchange(

@@ -2,12 +2,13 @@
 
 Rules:
 - ``Publisher`` gets each message whole from the channel (which assembles the content frames) and
-  checks in RabbitMQ's order: write permission, exchange exists (404) and is not internal (403)
-  (``Operations.publish_exchange``), ``user_id`` (``Operations.check_user_id``), ``expiration``,
-  CC/BCC types (406, also in a transaction).
-- The message goes through ``VHost.publish`` (``_published`` does the protocol: basic.return for an
-  unroutable mandatory message, then the confirm). A message written to the store is confirmed
-  after the commit; a failed commit withdraws it and nacks (see ``broker.confirms``).
+  runs the operations layer's publish pipeline (``Operations`` rule 4) with the protocol around it:
+  write permission, exchange exists (404) and is not internal (403) (``Operations.publish_exchange``,
+  its answer cached per channel), ``user_id``, ``expiration``, CC/BCC types (406, also in a
+  transaction; ``vhost.message.incoming_message``), ``VHost.publish``, then ``Operations.settle``.
+- ``_published`` does the protocol: basic.return for an unroutable mandatory message, then the
+  confirm. A message written to the store is confirmed after the commit; a failed commit withdraws
+  it and nacks (see ``broker.confirms``).
 - Direct reply-to: ``reply_to = amq.rabbitmq.reply-to`` is rewritten, and a publish to a reply
   address on the default exchange is delivered at publish time, in a transaction too.
 - A channel is in confirm mode or transactional, never both (406). A transaction holds its
@@ -24,14 +25,12 @@ from typing import Final
 
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import AMQPNotImplemented, ChannelException, PreconditionFailed
-from ottermq.amqp.props import parse_expiration, quick_props
-from ottermq.vhost.message import Entry, Message, sender_selected
+from ottermq.vhost.message import Entry, Message, incoming_message
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import ROUTED, PublishResult
 from pamqp import commands as spec
 from pamqp.base import Frame
 
-from ..node.operations import withdraw
 from ..node.stats import MessageStats
 from .confirms import Confirms
 from .interfaces import ConnectionPort, HeldAcks
@@ -122,23 +121,16 @@ class Publisher:
         permitted = exchange_name == self._write_ok  # write permission is cached per channel
         exchange = ops.publish_exchange(conn.user, self.vhost, exchange_name, permitted)
         self._write_ok = exchange_name
-        delivery_mode, priority, expiration, user_id = quick_props(raw_props)
         if raw_props[0] & 0x02:  # reply-to is set (flag 0x0200): maybe amq.rabbitmq.reply-to
             raw_props = fast_reply_to(raw_props, self._replies.reply)
-        if user_id is not None:
-            ops.check_user_id(conn.username, user_id)
-        ttl = parse_expiration(expiration) if expiration is not None else None
-        message = Message(exchange_name, routing_key, raw_props, body, delivery_mode == 2, priority, ttl)
-        keys = None
-        cc = raw_props.find(b"CC") >= 0  # `b"CC" in raw_props` first tries it as an int: an error per call
-        if cc:  # sender-selected distribution (CC/BCC headers), rare
-            message, keys = sender_selected(message)  # 406 here, also in tx mode (as RabbitMQ)
+        # 406 for user_id, expiration, CC/BCC here, also in tx mode (as RabbitMQ)
+        message, keys = incoming_message(exchange_name, routing_key, raw_props, body, conn.username)
         stats = self.stats
         stats.received += 1
         if self.confirm:
             stats.received_confirm += 1
             self._publish_seq += 1
-        if exchange is None and (cc or routing_key.startswith(REPLY_PREFIX)):
+        if exchange is None and (keys is not None or routing_key.startswith(REPLY_PREFIX)):
             conn.replies.route(message, keys)  # at publish time, even in tx (as RabbitMQ)
         if self.tx:
             self._tx_publishes.append((message, mandatory, exchange_name))
@@ -164,21 +156,16 @@ class Publisher:
         commit when the message was written; a failed commit withdraws it and nacks)."""
         if mandatory and not result.routed:
             self._return_unroutable(message)
-        stored = result.stored
         seq = self._publish_seq if self.confirm else 0
-        if stored is not None:  # confirm once the write is durable
+        refused = result.refused
+        if result.stored is not None:  # confirm once the write is durable (a failed one is withdrawn)
             if seq:
                 self._confirms.wait(seq)
-            refused = result.refused
-            self.conn.node.store.after_commit(lambda ok: self._on_stored(ok, seq, refused, stored))
+                self._ops.settle(result.stored, lambda ok: self._confirm(seq, ok and not refused))
+            else:
+                self._ops.settle(result.stored)
         elif seq:
-            self._confirm(seq, not result.refused)
-
-    def _on_stored(self, ok: bool, seq: int, refused: bool, stored: list[tuple[Queue, Entry]]) -> None:
-        if not ok:  # not on disk: not in memory either (unless a consumer already has it)
-            withdraw(stored)
-        if seq:
-            self._confirm(seq, ok and not refused)
+            self._confirm(seq, not refused)
 
     def _return_unroutable(self, message: Message) -> None:
         if self._confirms.settled:  # earlier publishes' confirms go out before this return
@@ -261,18 +248,16 @@ class Publisher:
         self._acks.settle_held_acks(acks)
         if refused:  # RabbitMQ: a queue refused part of the transaction (what fit stays)
             raise PreconditionFailed("partial tx completion")
-        store = self.conn.node.store
-        if store.pending:  # a commit is durable once its writes are (RabbitMQ: after fsync)
-            store.after_commit(lambda ok: self._on_tx_stored(ok, stored))
-        else:
+        if not self.conn.node.store.pending:  # nothing to wait for
             self.conn.send_method(self.number, spec.Tx.CommitOk())
+            return
+        # durable once its writes are (RabbitMQ: after fsync); a failed commit withdraws them
+        self._ops.settle(stored or None, self._on_tx_stored)
 
-    def _on_tx_stored(self, ok: bool, stored: list[tuple[Queue, Entry]]) -> None:
+    def _on_tx_stored(self, ok: bool) -> None:
         if ok:
             self._send_if_open(spec.Tx.CommitOk())
-            return
-        withdraw(stored)  # memory agrees with the store: the transaction's messages are not in
-        if self._is_open():
+        elif self._is_open():  # its messages were withdrawn: memory agrees with the store
             self._close(TX_COMMIT, PreconditionFailed("partial tx completion"))
 
     def _send_if_open(self, method: Frame) -> None:
