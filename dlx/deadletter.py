@@ -13,12 +13,16 @@ Rules (RabbitMQ's ``rabbit_dead_letter``):
   why it was dropped: ``dlx_disabled``, ``no_dlx``, ``dlx_missing``, ``no_route`` (the DLX routed
   it nowhere) or ``cycle`` (every target was removed by cycle detection).
 - Dead letters caused while dead-lettering (a DLQ that overflows or expires at once) go to a
-  worklist drained by the outermost call: never unbounded recursion.
+  worklist drained by the outermost call: never unbounded recursion. The worklist gets
+  ``TURN_BUDGET`` of each event-loop turn; what is left waits for the next turn. Store first,
+  then forget: each source row is deleted after its dead letter is stored (same store batch), so
+  what waits, or a dead letter that cannot be handed on, is still in its queue after a crash.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Mapping
@@ -38,6 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# seconds of dead-lettering per event-loop turn: a burst (a backlog expiring at once, a nack of
+# thousands, headers of 100 KB each to rewrite) goes on in the next turns, never stalling the loop
+TURN_BUDGET = 0.02
 WARN_EVERY_MS = 10_000  # at most one "dead-letter exchange not found" warning per vhost this often
 
 
@@ -176,6 +183,7 @@ class DeadLetterer:
         self.lateness = LatenessHistogram()  # expired dead letters: ms past their deadline
         self._work: deque[tuple[Queue, list[Entry], str]] = deque()
         self._busy = False
+        self._later = False  # a _drain is scheduled for the next loop turn
         self._cache: dict[tuple[Any, ...], tuple[bytes, frozenset[str] | None, int | None]] = {}
         self.unrewritten = 0  # dead letters sent on with their original headers (``_unrewritten``)
         self._missing_unreported = 0  # dropped for a missing DLX since the last warning
@@ -184,12 +192,27 @@ class DeadLetterer:
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         """Dead-letter ``entries`` that left ``queue`` for ``reason``."""
         self._work.append((queue, entries, reason))
-        if self._busy:
-            return  # the outer call's loop picks it up
+        if not self._busy:  # else the outer call's loop picks it up
+            self._drain()
+
+    def _drain(self) -> None:
+        """Work through the worklist, at most ``TURN_BUDGET`` seconds per event-loop turn: the rest
+        waits for the next turn (its source rows stay stored until each is handed on)."""
+        self._later = False
+        call_soon = self.vhost.call_soon
+        stop = time.perf_counter() + TURN_BUDGET if call_soon is not None else None
         self._busy = True
         try:
             while self._work:
-                self._process(*self._work.popleft())
+                queue, entries, reason = self._work[0]
+                done = self._process(queue, entries, reason, stop)
+                if done < len(entries):  # out of time: the rest on the next turn
+                    self._work[0] = (queue, entries[done:], reason)
+                    if call_soon is not None and not self._later:
+                        self._later = True
+                        call_soon(self._drain)
+                    return
+                self._work.popleft()
         finally:
             self._busy = False
 
@@ -237,15 +260,13 @@ class DeadLetterer:
         self._missing_unreported = 0
         self._missing_warn_at = now_ms + WARN_EVERY_MS
 
-    def _process(self, queue: Queue, entries: list[Entry], reason: str) -> None:
+    def _process(self, queue: Queue, entries: list[Entry], reason: str, stop: float | None = None) -> int:
+        """Dead-letter ``entries`` (one death event) until ``time.perf_counter()`` passes ``stop``;
+        returns how many were handled (at least one)."""
         now_ms = self.clock()
         dlx_name = queue.args.dead_letter_exchange
         vhost = self.vhost
         exchange = None
-        counter = (reason, "at_most_once" if self.enabled and dlx_name is not None else "disabled")
-        self.dead_lettered[counter] = self.dead_lettered.get(counter, 0) + len(entries)
-        if reason == "expired":
-            self.lateness.observe(now_ms, entries)
         if not self.enabled:
             drop, why = "dlx_disabled", "dead-lettering disabled"
         elif dlx_name is None:
@@ -256,6 +277,7 @@ class DeadLetterer:
             drop = None
         archive = self.archive
         if drop is not None:
+            self._count(reason, dlx_name, now_ms, entries)
             self._drop(queue, len(entries), reason, why)
             if drop == "dlx_missing":
                 assert dlx_name is not None
@@ -264,11 +286,15 @@ class DeadLetterer:
                 flat = [x for entry in entries for x in (entry.message, entry.enqueued_at, None, None, drop)]
                 self._archive(archive, now_ms, vhost, queue, reason, dlx_name, flat)
             queue.forget(entries)
-            return
+            return len(entries)
         assert dlx_name is not None
         archived: list[Any] = []  # flat: message, enqueued_at, death_count, dlx_routing_key, drop_reason
         handed: list[Entry] = []  # stored (or dropped) copies: their source rows go
+        done = 0
         for entry in entries:
+            if stop is not None and done and time.perf_counter() > stop:
+                break
+            done += 1
             try:
                 archived += self._hand_on(queue, entry, reason, exchange, dlx_name, now_ms)
             except Exception:  # a bug, not the message: it keeps its stored row (back after a restart)
@@ -281,9 +307,18 @@ class DeadLetterer:
                 )
                 continue
             handed.append(entry)
+        self._count(reason, dlx_name, now_ms, entries[:done] if done < len(entries) else entries)
         queue.forget(handed)  # after the new copies: their inserts come first in the store batch
         if archived and archive is not None:
             self._archive(archive, now_ms, vhost, queue, reason, dlx_name, archived)
+        return done
+
+    def _count(self, reason: str, dlx_name: str | None, now_ms: int, entries: list[Entry]) -> None:
+        """The dead-letter counters (Prometheus) and, for expiries, how late they were."""
+        counter = (reason, "at_most_once" if self.enabled and dlx_name is not None else "disabled")
+        self.dead_lettered[counter] = self.dead_lettered.get(counter, 0) + len(entries)
+        if reason == "expired":
+            self.lateness.observe(now_ms, entries)
 
     def _hand_on(
         self, queue: Queue, entry: Entry, reason: str, exchange: Exchange | None, dlx_name: str, now_ms: int

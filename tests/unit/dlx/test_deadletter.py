@@ -329,11 +329,11 @@ def deepest(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     depth, deepest = [0], [0]
     real = DeadLetterer._process
 
-    def tracked(self: DeadLetterer, queue: Queue, entries: list[Entry], reason: str) -> None:
+    def tracked(self: DeadLetterer, queue: Queue, entries: list[Entry], reason: str, stop: Any = None) -> int:
         depth[0] += 1
         deepest[0] = max(deepest[0], depth[0])
         try:
-            real(self, queue, entries, reason)
+            return real(self, queue, entries, reason, stop)
         finally:
             depth[0] -= 1
 

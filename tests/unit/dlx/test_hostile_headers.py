@@ -183,3 +183,23 @@ def test_a_dead_letter_that_cannot_be_handed_on_keeps_its_stored_row(caplog):
     deleted = {op[2] for op in store.ops if op[0] == "delete"}
     assert deleted == {b"a", b"c"}  # b"bad" is still stored: back after a restart, never lost
     assert "could not be handed on" in caplog.text
+
+
+def test_a_burst_of_dead_letters_is_handed_on_over_several_loop_turns(monkeypatch):
+    """Each loop turn dead-letters for TURN_BUDGET at most (here 0: one message a turn); a message not
+    handed on yet keeps its stored row, and every one is counted once."""
+    monkeypatch.setattr(deadletter, "TURN_BUDGET", 0.0)
+    w, store = stored_world()
+    turns: list[Any] = []
+    w.vh.call_soon = turns.append
+    for body in (b"a", b"b", b"c"):
+        publish_persistent(w, body, expiration="10")
+    w.ttl.advance(50)
+    assert [m.body for m in w.take("dlq")] == [b"a"]
+    assert {op[2] for op in store.ops if op[0] == "delete"} == {b"a"}  # b, c: still stored
+    while turns:
+        turns.pop(0)()
+    assert [m.body for m in w.take("dlq")] == [b"b", b"c"]
+    assert {op[2] for op in store.ops if op[0] == "delete"} == {b"a", b"b", b"c"}
+    assert w.dl.dead_lettered == {("expired", "at_most_once"): 3} and w.dl.routed == 3
+    assert [call["rows"][0][0].body for call in w.archive.calls] == [b"a", b"b", b"c"]

@@ -21,7 +21,7 @@ class Clock:
 
 def test_missing_dlx_warns_at_most_every_interval_with_the_count(caplog):
     clock = Clock()
-    vhost = SimpleNamespace(name="/", exchanges={})
+    vhost = SimpleNamespace(name="/", exchanges={}, call_soon=None)
     sink = DeadLetterer(vhost, clock)  # type: ignore[arg-type]
     args = parse_queue_args({"x-dead-letter-exchange": "gone"}, "work")
     queue = Queue("work", "/", False, False, False, None, args)
