@@ -147,8 +147,9 @@ MAX_DEPTH = 64
 
 
 class RawField:
-    """A table or array nested deeper than :data:`MAX_DEPTH`, kept as its octets (the tag octet
-    first) and encoded back verbatim. Compares equal to a ``RawField`` with the same octets."""
+    """A value kept as its octets (the tag octet first) and encoded back verbatim: a table or array
+    nested deeper than :data:`MAX_DEPTH`, or a value ``decode_table(..., only=...)`` did not read.
+    Compares equal to a ``RawField`` with the same octets."""
 
     __slots__ = ("raw",)
 
@@ -157,8 +158,8 @@ class RawField:
 
     @property
     def kind(self) -> str:
-        """``table`` or ``array``."""
-        return "table" if self.raw[:1] == b"F" else "array"
+        """RabbitMQ's name of its field type (``table``, ``array``, ``longstr``, ...)."""
+        return _RAW_KINDS.get(self.raw[:1], "unknown")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RawField) and other.raw == self.raw
@@ -199,6 +200,8 @@ _SCALARS: dict[int, tuple[struct.Struct, type]] = {
 }
 
 _BOOL, _STR, _TABLE, _ARRAY, _BYTES, _VOID, _DEC = (ord(c) for c in "tSFAxVD")
+# octets after the tag of the values with no length prefix
+_FIXED: dict[int, int] = {tag: st.size for tag, (st, _) in _SCALARS.items()} | {_BOOL: 1, _VOID: 0, _DEC: 5}
 
 
 # --- decoding ---------------------------------------------------------------------------------
@@ -270,7 +273,25 @@ def _frame_bounds(data: bytes, offset: int, limit: int | None) -> tuple[int, int
     return start, end
 
 
-def decode_table(data: bytes, offset: int = 0, limit: int | None = None) -> tuple[dict[str, object], int]:
+def _skip_value(data: bytes, pos: int, end: int) -> int:
+    """Where the value whose tag is at ``data[pos]`` ends, without decoding it."""
+    if pos >= end:
+        raise _bad("missing value", pos)
+    tag = data[pos]
+    size = _FIXED.get(tag)
+    if size is not None:
+        stop = pos + 1 + size
+        if stop > end:
+            raise _bad(f"truncated {chr(tag)!r} value", pos + 1)
+        return stop
+    if tag in (_STR, _BYTES, _TABLE, _ARRAY):
+        return _frame_bounds(data, pos + 1, end)[1]
+    raise _bad(f"unknown field type {bytes((tag,))!r}", pos)
+
+
+def decode_table(
+    data: bytes, offset: int = 0, limit: int | None = None, only: frozenset[str] | None = None
+) -> tuple[dict[str, object], int]:
     """Decode a field table (4-octet length prefix included) starting at ``offset``.
 
     Args:
@@ -280,13 +301,32 @@ def decode_table(data: bytes, offset: int = 0, limit: int | None = None) -> tupl
 
     Returns:
         ``(table, offset just past the table)``; of a key that occurs more than once, the first
-        value (what RabbitMQ reads; the table's bytes are forwarded unchanged elsewhere).
+        value (what RabbitMQ reads; the table's bytes are forwarded unchanged elsewhere). With
+        ``only``, the values of other keys are not decoded: each is a :class:`RawField` of its
+        octets (a rewrite of a few keys of a wide table costs a scan, not a decode).
 
     Raises:
         FrameError: truncated or malformed table.
     """
     start, end = _frame_bounds(data, offset, limit)
-    return _decode_table(data, start, end, 0)
+    if only is None:
+        return _decode_table(data, start, end, 0)
+    table: dict[str, object] = {}
+    pos = start
+    while pos < end:
+        klen = data[pos]
+        kstop = pos + 1 + klen
+        if kstop > end:
+            raise _bad("truncated key", pos)
+        key = data[pos + 1 : kstop].decode("utf-8", "surrogateescape")
+        if key in only:
+            value, pos = _decode_value(data, kstop, end, 0)
+        else:
+            pos = _skip_value(data, kstop, end)
+            value = RawField(data[kstop:pos])
+        if key not in table:
+            table[key] = value
+    return table, end
 
 
 def _decode_table(data: bytes, pos: int, end: int, depth: int) -> tuple[dict[str, object], int]:
@@ -335,6 +375,19 @@ _TYPE_NAMES: dict[bytes, str] = {
     b"T": "timestamp",
     b"f": "float",
     b"S": "longstr",
+}
+
+# a RawField's field type by its tag octet (field_type's names)
+_RAW_KINDS: dict[bytes, str] = {
+    **_TYPE_NAMES,
+    b"L": "long",
+    b"d": "double",
+    b"t": "bool",
+    b"D": "decimal",
+    b"F": "table",
+    b"A": "array",
+    b"x": "binary",
+    b"V": "void",
 }
 
 

@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ottermq.amqp.props import EXPIRATION_BIT, join_props, quick_props, rewrite_props, split_props
-from ottermq.amqp.table import encode_table
+from ottermq.amqp.props import EXPIRATION_BIT, HEADERS_BIT, join_props, quick_props, split_props
+from ottermq.amqp.table import decode_table, encode_table
 from ottermq.vhost.message import Entry, Message, SelectedMessage
 
 from .limits import Limit, limit_in_force
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 # seconds of dead-lettering per event-loop turn: a burst (a backlog expiring at once, a nack of
 # thousands, headers of 100 KB each to rewrite) goes on in the next turns, never stalling the loop
 TURN_BUDGET = 0.02
+_READ_KEYS = frozenset((X_DEATH, "CC"))  # the headers a dead letter's rewrite reads
 WARN_EVERY_MS = 10_000  # at most one "dead-letter exchange not found" warning per vhost this often
 
 
@@ -388,14 +389,19 @@ class DeadLetterer:
         message: Message, queue: str, reason: str, now_s: int, dlrk: str | None
     ) -> tuple[bytes, frozenset[str] | None, int]:
         """The dead letter's property octets, the queues it must not reach (``cycle_queues``) and
-        the ``count`` of this death."""
-        headers = message.headers
+        the ``count`` of this death. Of the headers only ``x-death`` and ``CC`` are decoded; every
+        other value goes on as its octets (a table of thousands of keys costs a scan)."""
+        fields = split_props(message.raw_props)[1]
+        table = fields.get(HEADERS_BIT)
+        headers = decode_table(table, only=_READ_KEYS)[0] if table is not None else None
         keys = dead_letter_routing_keys(message.routing_key, headers)
         expiration = quick_props(message.raw_props)[2]
         new_headers = record_death(
             headers, queue, reason, message.exchange, keys, expiration, now_s, strip_cc=dlrk is not None
         )
-        raw = rewrite_props(message.raw_props, encode_table(new_headers), drop_expiration=True)
+        fields[HEADERS_BIT] = encode_table(new_headers)
+        fields.pop(EXPIRATION_BIT, None)
+        raw = join_props(fields)
         deaths = new_headers.get(X_DEATH)
         deaths = deaths if isinstance(deaths, list) else []
         return raw, cycle_queues(deaths), _front_count(deaths)
