@@ -403,3 +403,23 @@ def test_a_malformed_value_deeper_than_max_depth_is_still_bounded_by_its_length(
     assert encode_table(table) == bytes(raw)  # forwarded as it came
     with pytest.raises(FrameError):
         decode_table(bytes(raw[:-1]))  # but the lengths still have to add up
+
+
+def test_decode_only_some_keys_keeps_every_other_value_as_its_octets() -> None:
+    table = {
+        "a": 1,
+        "b": "text",
+        "c": {"n": [1, 2.5, None, True]},
+        "d": Decimal("1.5"),
+        "e": b"\xff",
+        "f": Short(3),
+        "g": None,
+    }
+    raw = encode_table(table)
+    shallow, end = decode_table(raw, only=frozenset({"b", "c"}))
+    assert end == len(raw) and encode_table(shallow) == raw
+    assert shallow["b"] == "text" and shallow["c"] == {"n": [1, 2.5, None, True]}
+    kinds = {k: field_type(v) for k, v in shallow.items() if isinstance(v, RawField)}
+    assert kinds == {"a": "long", "d": "decimal", "e": "binary", "f": "short", "g": "void"}
+    with pytest.raises(FrameError):
+        decode_table(raw[:-1] + b"?", only=frozenset())  # an unknown field type is refused unread too
