@@ -171,9 +171,13 @@ def _property_octets(name: str, value: Any) -> bytes:
     if not isinstance(value, dict):  # the table: headers
         raise bad_request("property headers must be an object")
     try:
-        return encode_table(field_table(value, "headers"))
+        table = field_table(value, "headers")
     except OutOfBounds as exc:
         raise bad_request(str(exc)) from None
+    try:  # a key of more than 255 octets: no AMQP client could be handed the message
+        return encode_table(table)
+    except (ValueError, TypeError) as exc:
+        raise bad_request(f"property headers: {exc}") from None
 
 
 def encode_properties(props: object) -> bytes:
