@@ -292,6 +292,12 @@ class Settings(BaseSettings):
         description="Concurrent HTTP connections per listener (management API, metrics); one more gets a 503"
         " and is closed at once (on an HTTPS port: closed before the handshake)",
     )
+    web_max_connections_per_address: int = Field(
+        32,
+        ge=0,
+        description="Concurrent HTTP connections per listener from one client address, so one address cannot"
+        " take every place; one more gets the same 503; 0 = no such cap (behind a reverse proxy, raise it)",
+    )
     enable_prometheus: bool = Field(
         True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible)"
     )
