@@ -334,6 +334,13 @@ def not_authorised(reason: str) -> web.HTTPException:
     )
 
 
+def vhost_not_found() -> web.HTTPException:
+    """RabbitMQ's ``404 {"error":"not_found","reason":"vhost_not_found"}`` (a PUT of a vhost's policy
+    or limit where the vhost does not exist)."""
+    body = json.dumps({"error": "not_found", "reason": "vhost_not_found"}, separators=(",", ":"))
+    return web.HTTPNotFound(text=body, content_type="application/json")
+
+
 def require_administrator(request: web.Request) -> None:
     """Raises:
     HTTPUnauthorized: the user lacks the administrator tag (``Not administrator user``)."""
