@@ -1,6 +1,7 @@
 """An aiohttp listener in the broker process: ``bind`` claims the port at start-up (before anything
 is on disk), ``start`` serves once the broker is ready, ``stop`` closes it. The management API and
-the Prometheus endpoint are each one of these.
+the Prometheus endpoint are each one of these: a plain HTTP port, an HTTPS port, or both (a plain
+port of 0 in the settings means none: HTTPS only).
 
 Rules (every port of a listener, plain and HTTPS; the settings are ``OTTERMQ_WEB_*``):
 
@@ -176,7 +177,7 @@ class HTTPListener:
 
     Args:
         broker: the broker whose state the app shows.
-        port: the port to bind.
+        port: the plain HTTP port to bind (0: any free one); None: no plain HTTP port.
         path: the path announced in the log line.
         what: what is served, for the log line.
         make_app: builds the aiohttp application from the broker.
@@ -186,7 +187,7 @@ class HTTPListener:
     def __init__(
         self,
         broker: Node,
-        port: int,
+        port: int | None,
         path: str,
         what: str,
         make_app: Callable[[Node], web.Application],
@@ -215,6 +216,7 @@ class HTTPListener:
         self._tasks: set[asyncio.Task[None]] = set()
         self._full_logged = float("-inf")
         self._address_full_logged = float("-inf")
+        self.failed_on_tls = False  # the last bind failed on the HTTPS port (not the plain one)
 
     @property
     def host(self) -> str:
@@ -222,17 +224,21 @@ class HTTPListener:
         return settings.web_host or settings.broker_host
 
     def bind(self) -> None:
-        """Bind and listen without serving yet: ``port`` (plain HTTP) and, with a TLS context,
-        ``tls_port`` (HTTPS).
+        """Bind and listen without serving yet: ``port`` (plain HTTP; not when None) and, with a TLS
+        context, ``tls_port`` (HTTPS).
 
         Raises:
-            OSError: an address is in use or cannot be bound.
+            OSError: an address is in use or cannot be bound (``failed_on_tls`` says which).
         """
         self.sockets, self._tls = [], set()
+        self.failed_on_tls = False
         try:
-            self.sockets.append(self._bind(self.port))
+            if self.port is not None:
+                self.sockets.append(self._bind(self.port))
             if self.tls_context is not None and self.tls_port is not None:
+                self.failed_on_tls = True
                 sock = self._bind(self.tls_port)
+                self.failed_on_tls = False
                 self.sockets.append(sock)
                 self._tls.add(sock.fileno())
         except OSError:

@@ -132,11 +132,11 @@ class Worker:
         self.broker = broker
         web = prometheus = None
         if settings.enable_web_api:
-            web = broker.web = ManagementServer(broker.node, None)
+            web = broker.web = ManagementServer(broker.node, None, ephemeral=True)
             web.bind()
             await web.start()
         if settings.enable_prometheus:
-            prometheus = broker.prometheus = PrometheusServer(broker.node, None)
+            prometheus = broker.prometheus = PrometheusServer(broker.node, None, ephemeral=True)
             prometheus.bind()
             await prometheus.start()
         broker.amqp.ack_timeouts.start()
