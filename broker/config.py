@@ -252,7 +252,13 @@ class Settings(BaseSettings):
         " to .jsonl, so analyses see it); 0 = only at the end of its hour, on rotation and at shutdown",
     )
     enable_web_api: bool = Field(True, description="Management HTTP API (RabbitMQ-compatible)")
-    web_port: int = Field(15672, ge=0, le=65535, description="Management HTTP API port (RabbitMQ: 15672)")
+    web_port: int = Field(
+        15672,
+        ge=0,
+        le=65535,
+        description="Management HTTP API port (RabbitMQ: 15672); 0 = no plain HTTP listener (HTTPS only, with"
+        " OTTERMQ_WEB_SSL)",
+    )
     web_host: str = Field("", description="Interface of the management HTTP API; empty = OTTERMQ_BROKER_HOST")
     web_api_path: str = Field(
         "/api",
@@ -292,11 +298,21 @@ class Settings(BaseSettings):
         description="Concurrent HTTP connections per listener (management API, metrics); one more gets a 503"
         " and is closed at once (on an HTTPS port: closed before the handshake)",
     )
+    web_max_connections_per_address: int = Field(
+        32,
+        ge=0,
+        description="Concurrent HTTP connections per listener from one client address, so one address cannot"
+        " take every place; one more gets the same 503; 0 = no such cap (behind a reverse proxy, raise it)",
+    )
     enable_prometheus: bool = Field(
         True, description="Prometheus metrics endpoint (rabbitmq_prometheus-compatible)"
     )
     prometheus_port: int = Field(
-        15692, ge=0, le=65535, description="Prometheus metrics port (RabbitMQ: 15692)"
+        15692,
+        ge=0,
+        le=65535,
+        description="Prometheus metrics port (RabbitMQ: 15692); 0 = no plain HTTP listener (HTTPS only,"
+        " with OTTERMQ_PROMETHEUS_SSL)",
     )
     prometheus_path: str = Field(
         "/metrics",

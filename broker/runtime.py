@@ -94,23 +94,29 @@ class Broker:
             raise StartupError(exc.field, exc.value, exc.reason) from None
         await self.amqp.listen()
         self._bound = True
-        if settings.enable_web_api:
-            self.web = ManagementServer(self.node, self.web_tls_context)
+        if settings.enable_web_api and not (settings.web_port or settings.web_ssl):
+            log.info("OTTERMQ_WEB_PORT=0 and OTTERMQ_WEB_SSL=false: the management API has no listener")
+        elif settings.enable_web_api:
+            self.web = web = ManagementServer(self.node, self.web_tls_context)
             try:
-                self.web.bind()
+                web.bind()
             except OSError as exc:
                 self.amqp.close()
-                raise listener_startup_error(settings, exc, "web_port", "enable_web_api") from None
-            self.node.add_listing(self.web.listeners)
-        if settings.enable_prometheus:
-            self.prometheus = PrometheusServer(self.node, self.web_tls_context)
+                port = "web_ssl_port" if web.failed_on_tls else "web_port"
+                raise listener_startup_error(settings, exc, port, "enable_web_api") from None
+            self.node.add_listing(web.listeners)
+        if settings.enable_prometheus and not (settings.prometheus_port or settings.prometheus_ssl):
+            log.info("OTTERMQ_PROMETHEUS_PORT=0 and OTTERMQ_PROMETHEUS_SSL=false: no metrics listener")
+        elif settings.enable_prometheus:
+            self.prometheus = prometheus = PrometheusServer(self.node, self.web_tls_context)
             try:
-                self.prometheus.bind()
+                prometheus.bind()
             except OSError as exc:
                 self.amqp.close()
                 if self.web is not None:
                     self.web.close_sockets()
-                raise listener_startup_error(settings, exc, "prometheus_port", "enable_prometheus") from None
+                port = "prometheus_ssl_port" if prometheus.failed_on_tls else "prometheus_port"
+                raise listener_startup_error(settings, exc, port, "enable_prometheus") from None
             metrics = self.prometheus
             self.node.add_listing(
                 lambda: [(f"{p}/prometheus", ip, port) for p, ip, port in metrics.listeners()]

@@ -614,8 +614,6 @@ def test_the_tls_settings_as_a_dot_env_file(tmp_path):
         "OTTERMQ_SSL_PORT": str(amqps),
         "OTTERMQ_WEB_SSL_PORT": str(https),
         "OTTERMQ_PROMETHEUS_SSL_PORT": str(metrics),
-        "OTTERMQ_WEB_PORT": str(_free_port()),
-        "OTTERMQ_PROMETHEUS_PORT": str(_free_port()),
         "OTTERMQ_BROKER_HOST": "127.0.0.1",
     }
     with make_run("make run", tmp_path, env) as proc:
@@ -630,7 +628,9 @@ def test_the_tls_settings_as_a_dot_env_file(tmp_path):
         pika.BlockingConnection(params).close()
         overview = http_json(f"https://localhost:{https}/api/overview", context=context)
         assert ("amqp/ssl", amqps) in {(entry["protocol"], entry["port"]) for entry in overview["listeners"]}
-        assert "amqp" not in {entry["protocol"] for entry in overview["listeners"]}  # OTTERMQ_BROKER_PORT=0
+        protocols = {entry["protocol"] for entry in overview["listeners"]}
+        assert "amqp" not in protocols  # OTTERMQ_BROKER_PORT=0
+        assert not {"http", "http/prometheus"} & protocols  # OTTERMQ_WEB_PORT=0, OTTERMQ_PROMETHEUS_PORT=0
         with urllib.request.urlopen(f"https://localhost:{metrics}/metrics", timeout=10, context=context) as r:
             assert b"rabbitmq_identity_info" in r.read()
 

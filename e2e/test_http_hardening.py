@@ -6,7 +6,8 @@ What is proved, against a real broker process:
       API keep working; the same for a TLS port (the handshake counts against the same time) and for a
       kept-alive connection idle past ``OTTERMQ_WEB_IDLE_TIMEOUT``;
     * ``OTTERMQ_WEB_MAX_CONNECTIONS``: the connection over the cap gets a 503 and is closed while the
-      ones under it are served; once they close, new ones are served again;
+      ones under it are served; once they close, new ones are served again (the per-address cap:
+      ``test_http_fairness.py``);
     * API answers (errors included) carry ``Cache-Control: no-store`` and ``X-Content-Type-Options: nosniff``;
     * a state-changing request from another origin is refused with 403 before auth, from raw headers and
       from a real Chromium page on another origin (fetch and a text/plain form post, with the browser
@@ -131,13 +132,15 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[CA, Any]:
 
 @pytest.fixture(scope="module")
 def quick(pki: tuple[CA, Any]) -> Iterator[tuple[Broker, int]]:
-    """A broker with 1 s header and idle timeouts, a cap above 300, and HTTPS on a second port."""
+    """A broker with 1 s header and idle timeouts, a cap above 300 (none per address), and HTTPS on a
+    second port."""
     ca, server = pki
     tls_port = _free_port()
     env = {
         "OTTERMQ_WEB_HEADER_TIMEOUT": "1",
         "OTTERMQ_WEB_IDLE_TIMEOUT": "1",
         "OTTERMQ_WEB_MAX_CONNECTIONS": "1000",
+        "OTTERMQ_WEB_MAX_CONNECTIONS_PER_ADDRESS": "0",  # all 300 come from 127.0.0.1
         "OTTERMQ_WEB_SSL": "true",
         "OTTERMQ_WEB_SSL_PORT": str(tls_port),
         "OTTERMQ_WEB_SSL_CERT_FILE": str(server.cert),

@@ -364,3 +364,96 @@ def test_policies_of_a_vhost_without_permissions_are_401(broker):
         assert call(broker, f"/api/policies/{vh}/x", "DELETE", auth=auth)[::2] == (401, obj)
     finally:
         call(broker, f"/api/users/{name}", "DELETE")
+
+
+# -- 7. one vhost, one policy: whose (the matrix measured on RabbitMQ 3.10.8) ----------------------
+
+NOT_ADMIN = (401, {"error": "not_authorised", "reason": "Not administrator user"})
+TAGS = ("", "management", "policymaker", "monitoring", "administrator")
+# path -> status for each tag, (without, with) permissions on the vhost; the 401s' bodies below
+SINGLES = {
+    "vhost": {"": (401, 401), "management": (401, 401), "policymaker": (401, 401), "monitoring": (401, 401)},
+    "no-vhost": {
+        "": (401, 401),
+        "management": (401, 401),
+        "policymaker": (401, 401),
+        "monitoring": (401, 401),
+    },
+    "policy": {"": (401, 401), "management": (401, 401), "policymaker": (401, 200), "monitoring": (401, 401)},
+    "no-policy": {
+        "": (401, 401),
+        "management": (401, 401),
+        "policymaker": (401, 404),
+        "monitoring": (401, 401),
+    },
+    "policy-of-no-vhost": {
+        "": (401, 401),
+        "management": (401, 401),
+        "policymaker": (404, 404),
+        "monitoring": (401, 401),
+    },
+    "operator-policy": {
+        "": (401, 401),
+        "management": (401, 401),
+        "policymaker": (401, 401),
+        "monitoring": (401, 401),
+    },
+    "no-operator-policy": {
+        "": (401, 401),
+        "management": (401, 401),
+        "policymaker": (401, 401),
+        "monitoring": (401, 401),
+    },
+}
+ADMIN = {"vhost": 200, "no-vhost": 404, "policy": 200, "no-policy": 404, "policy-of-no-vhost": 404}
+ADMIN |= {"operator-policy": 200, "no-operator-policy": 404}
+
+
+def test_one_vhost_or_policy_is_shown_to_the_tags_rabbitmq_shows_it_to(broker, other_vhost, make_user):
+    """``GET /api/vhosts/{v}`` is the administrator's alone, and one policy the policymaker's with access to
+    its vhost (and the administrator's), whatever permissions a management or monitoring user has there."""
+    vh = q(other_vhost)
+    policy = {"pattern": "^e2e-nothing$", "definition": {"max-length": 5}, "apply-to": "queues"}
+    assert call(broker, f"/api/policies/{vh}/fid-p", "PUT", policy)[0] == 201
+    assert call(broker, f"/api/operator-policies/{vh}/fid-op", "PUT", policy)[0] == 201
+    missing = "e2e-fid-no-such-vhost"
+    paths = {
+        "vhost": f"/api/vhosts/{vh}",
+        "no-vhost": f"/api/vhosts/{missing}",
+        "policy": f"/api/policies/{vh}/fid-p",
+        "no-policy": f"/api/policies/{vh}/fid-none",
+        "policy-of-no-vhost": f"/api/policies/{missing}/fid-p",
+        "operator-policy": f"/api/operator-policies/{vh}/fid-op",
+        "no-operator-policy": f"/api/operator-policies/{vh}/fid-none",
+    }
+    for tag in TAGS:
+        for with_permissions in (False, True):
+            user = make_user(tag, *([other_vhost] if with_permissions else []))
+            for what, path in paths.items():
+                status, _, body = call(broker, path, auth=(user, "pw"))
+                expected = ADMIN[what] if tag == "administrator" else SINGLES[what][tag][with_permissions]
+                assert status == expected, (tag, with_permissions, what, body)
+                if status != 401 or not tag:
+                    continue  # (no management tag at all: RabbitMQ's "Not management user")
+                if what in ("vhost", "no-vhost", "operator-policy", "no-operator-policy"):
+                    assert (status, body) == NOT_ADMIN, (tag, what)
+                else:
+                    assert (status, body) == NOT_YOURS, (tag, what)
+
+
+def test_writing_one_policy_is_refused_as_reading_it(broker, other_vhost, make_user):
+    """PUT and DELETE of a policy answer a management user as GET does (RabbitMQ's text, not "Not
+    policymaker user"); a PUT into a vhost that does not exist is RabbitMQ's ``vhost_not_found``."""
+    vh = q(other_vhost)
+    policy = {"pattern": "^e2e-nothing$", "definition": {"max-length": 5}}
+    manager, maker = make_user("management", other_vhost), make_user("policymaker", other_vhost)
+    for method, body in (("PUT", policy), ("DELETE", None)):
+        assert (
+            call(broker, f"/api/policies/{vh}/fid-p", method, body, auth=(manager, "pw"))[0::2] == NOT_YOURS
+        )
+    missing = "/api/policies/e2e-fid-no-such-vhost/fid-p"
+    vhost_not_found = (404, {"error": "not_found", "reason": "vhost_not_found"})
+    assert call(broker, missing, "PUT", policy, auth=(maker, "pw"))[0::2] == vhost_not_found
+    assert call(broker, missing, "DELETE", auth=(maker, "pw"))[0::2] == NOT_FOUND
+    assert call(broker, f"/api/policies/{vh}/fid-p", "PUT", policy, auth=(maker, "pw"))[0] == 201
+    assert call(broker, f"/api/policies/{vh}/fid-p", "DELETE", auth=(maker, "pw"))[0] == 204

@@ -155,8 +155,11 @@ def test_dotenv_file_is_read(broker_process, tmp_path):
 def run_broker(tmp_path, timeout: float = 30, args: tuple[str, ...] = (), **settings: str):
     """Run ``python -m ottermq.broker`` in ``tmp_path`` until it exits (it must not start)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTTERMQ_") and k != "LOG_LEVEL"}
-    env.update(
-        PYTHONSAFEPATH="1", OTTERMQ_BROKER_HOST="127.0.0.1", OTTERMQ_WEB_PORT="0", OTTERMQ_PROMETHEUS_PORT="0"
+    env.update(  # no HTTP listener: none of these is about one (a port of 0 would be "no plain HTTP")
+        PYTHONSAFEPATH="1",
+        OTTERMQ_BROKER_HOST="127.0.0.1",
+        OTTERMQ_ENABLE_WEB_API="false",
+        OTTERMQ_ENABLE_PROMETHEUS="false",
     )
     env.update(settings)
     result = subprocess.run(

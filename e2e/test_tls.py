@@ -289,6 +289,36 @@ def test_https_for_the_management_api_and_metrics(broker_process, pki):
         assert b"rabbitmq_build_info" in response.read()
 
 
+def test_https_only_when_the_plain_ports_are_0(broker_process, pki):
+    """OTTERMQ_WEB_PORT=0 and OTTERMQ_PROMETHEUS_PORT=0 turn plain HTTP off, as OTTERMQ_BROKER_PORT=0
+    does for AMQP: only the HTTPS ports listen (before, 0 bound a plain port anywhere free)."""
+    web_port, metrics_port = _free_port(), _free_port()
+    env = tls_env(
+        pki,
+        OTTERMQ_WEB_SSL="true",
+        OTTERMQ_WEB_SSL_PORT=str(web_port),
+        OTTERMQ_WEB_PORT="0",
+        OTTERMQ_PROMETHEUS_SSL="true",
+        OTTERMQ_PROMETHEUS_SSL_PORT=str(metrics_port),
+        OTTERMQ_PROMETHEUS_PORT="0",
+    )
+    process = broker_process(env)
+    process.start()
+    context = client_context(pki)
+    request = urllib.request.Request(f"https://localhost:{web_port}/api/overview")
+    request.add_header("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        listeners = {(i["protocol"], i["port"]) for i in json.loads(response.read())["listeners"]}
+    assert {p for p in listeners if p[0].startswith("http")} == {  # what the broker has bound
+        ("https", web_port),
+        ("https/prometheus", metrics_port),
+    }, listeners
+    with urllib.request.urlopen(
+        f"https://localhost:{metrics_port}/metrics", context=context, timeout=10
+    ) as r:
+        assert b"rabbitmq_build_info" in r.read()
+
+
 # -- the other clients over TLS ------------------------------------------------------------------------
 from . import client_programs as programs  # noqa: E402
 from .test_go_client import go_client  # noqa: E402,F401 - the session fixture building the Go client

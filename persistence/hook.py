@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ottermq.amqp.table import encode_table
 from ottermq.ttl.manager import Clock
 from ottermq.vhost.exchange import Destination, Exchange
 from ottermq.vhost.message import Entry
 from ottermq.vhost.queue import Queue
 
+from .arguments import encode_arguments
 from .schema import SEQ_BITS
 from .store import BindingRecord, ExchangeRecord, MessageRecord, QueueRecord, Store
 
@@ -32,14 +32,14 @@ def exchange_record(vhost: str, exchange: Exchange) -> ExchangeRecord:
         exchange.type,
         exchange.auto_delete,
         exchange.internal,
-        encode_table(dict(exchange.arguments or {})),
+        encode_arguments(dict(exchange.arguments or {})),
     )
 
 
 def binding_record(
     vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
 ) -> BindingRecord:
-    return BindingRecord(vhost, source, dest[0], dest[1], routing_key, encode_table(dict(arguments)))
+    return BindingRecord(vhost, source, dest[0], dest[1], routing_key, encode_arguments(dict(arguments)))
 
 
 class DurableHook:
@@ -62,7 +62,7 @@ class DurableHook:
         self.store.delete_exchange(vhost, name)
 
     def queue_declared(self, queue: Queue) -> None:
-        record = QueueRecord(queue.vhost, queue.name, queue.auto_delete, encode_table(queue.args.raw))
+        record = QueueRecord(queue.vhost, queue.name, queue.auto_delete, encode_arguments(queue.args.raw))
         queue.store_id = self.store.put_queue(record)
         queue.store = self
 

@@ -59,7 +59,7 @@ class ExchangeRecord:
     type: str
     auto_delete: bool = False
     internal: bool = False
-    arguments: bytes = b"\x00\x00\x00\x00"  # AMQP field table (ottermq.amqp.table encoding)
+    arguments: bytes = b"\x00\x00\x00\x00"  # stored arguments (persistence/arguments.py): AMQP field table
 
 
 @dataclass(slots=True)
@@ -67,7 +67,7 @@ class QueueRecord:
     vhost: str
     name: str
     auto_delete: bool = False
-    arguments: bytes = b"\x00\x00\x00\x00"  # AMQP field table, types kept
+    arguments: bytes = b"\x00\x00\x00\x00"  # stored arguments, types kept (persistence/arguments.py)
     expires_at: int | None = None  # x-expires deadline (epoch ms) when the store last heard of it
     id: int = 0  # assigned by the store
 

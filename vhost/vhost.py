@@ -92,7 +92,9 @@ class DefinitionStore(Protocol):
     """Persistence of durable exchanges, queues and bindings (filled by ``persistence.hook``).
 
     The vhost only reports durable entities: exchanges declared durable, queues declared
-    durable and not exclusive, and bindings whose two ends are both durable.
+    durable and not exclusive, and bindings whose two ends are both durable. A declare or an added
+    binding is reported before it is applied in memory; ``ValueError`` or ``TypeError`` from the
+    report (a value the store cannot hold) refuses it, and nothing is applied.
     """
 
     def exchange_declared(self, vhost: str, exchange: Exchange) -> None: ...
@@ -291,9 +293,25 @@ class VHost:
         if store is None or not exchange.durable or not self._durable_dest(dest):
             return
         if added:
-            store.binding_added(self.name, exchange.name, dest, routing_key, args)
+            what = f"binding of {dest[0]} '{dest[1]}' to exchange '{exchange.name}'"
+            self._store_first(
+                what, lambda store: store.binding_added(self.name, exchange.name, dest, routing_key, args)
+            )
         else:
             store.binding_removed(self.name, exchange.name, dest, routing_key, args)
+
+    def _store_first(self, what: str, write: Callable[[DefinitionStore], None]) -> None:
+        """Report a durable change to the store before it is applied (see ``DefinitionStore``).
+
+        Raises:
+            PreconditionFailed: the store cannot hold a value of it (nothing is applied).
+        """
+        if self.store is None:
+            return
+        try:
+            write(self.store)
+        except (ValueError, TypeError) as exc:
+            raise PreconditionFailed(f"cannot store {what} in vhost '{self.name}': {exc}") from None
 
     def _forget_bindings(self, exchange: Exchange, dest: Destination | None) -> None:
         """Tell the store about bindings about to vanish (all of ``exchange``'s, or those to dest)."""
@@ -338,13 +356,15 @@ class VHost:
         policy = choose(self.policies.values(), "exchange", name) if self.policies else None
         # arguments checked (406) before the exchange exists
         settings = self._dedup_settings("exchange", exchange, policy.definition if policy else {})
+        if durable:  # stored first: refused there, it is not declared at all
+            self._store_first(
+                f"exchange '{name}'", lambda store: store.exchange_declared(self.name, exchange)
+            )
         self.exchanges[name] = exchange
         if policy is not None:
             exchange.set_policy(policy.name, policy.definition)
         if settings is not None:
             self._configure_dedup("exchange", exchange, settings)
-        if durable and self.store is not None:
-            self.store.exchange_declared(self.name, exchange)
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
@@ -443,6 +463,8 @@ class VHost:
             limits=self.limits,
         )
         dedup = self._dedup_settings("queue", queue, {})  # 406 before the queue exists
+        if durable and not exclusive:  # stored first: refused there, it is not declared at all
+            self._store_first(f"queue '{name}'", lambda store: store.queue_declared(queue))
         queue.on_expired = self._expire_queue
         queue.call_at = self.call_at
         queue.call_soon = self.call_soon
@@ -452,8 +474,6 @@ class VHost:
             self._apply_to_queue(queue)
         if dedup is not None and queue.dedup is None:  # no policy configured it
             self._configure_dedup("queue", queue, dedup)
-        if durable and not exclusive and self.store is not None:
-            self.store.queue_declared(queue)
         return queue
 
     def delete_queue(self, queue: Queue) -> int:
@@ -499,9 +519,13 @@ class VHost:
         exchange = self._check_bindable(source)
         if dest[0] == "exchange":
             self._check_bindable(dest[1])
-        if exchange.bind(routing_key, dest, arguments):
+        if exchange.bind(routing_key, dest, arguments):  # checked (headers: x-match), then added
+            try:
+                self._binding_changed(True, exchange, dest, routing_key, arguments)
+            except PreconditionFailed:
+                exchange.unbind(routing_key, dest, arguments)  # the store refused it: taken back
+                raise
             self._sources.setdefault(dest, set()).add(source)
-            self._binding_changed(True, exchange, dest, routing_key, arguments)
 
     def unbind(
         self,

@@ -282,14 +282,16 @@ def make_app(broker: Node, api_path: str | None = None) -> web.Application:
 
 
 class ManagementServer(HTTPListener):
-    """The management API's listener on ``OTTERMQ_WEB_HOST:OTTERMQ_WEB_PORT``."""
+    """The management API's listener on ``OTTERMQ_WEB_HOST:OTTERMQ_WEB_PORT`` (0: no plain HTTP port,
+    HTTPS only) and, with ``OTTERMQ_WEB_SSL``, ``OTTERMQ_WEB_SSL_PORT``; ``ephemeral``: a worker's
+    internal listener on any free port instead."""
 
-    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None) -> None:
+    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None, ephemeral: bool = False) -> None:
         settings = broker.settings
         tls = tls_context if settings.web_ssl else None
         super().__init__(
             broker,
-            settings.web_port,
+            0 if ephemeral else settings.web_port or None,
             settings.web_api_path,
             "management API",
             make_app,

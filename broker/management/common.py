@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import math
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from ottermq.amqp.errors import AMQPError
+from ottermq.amqp.table import MAX_DEPTH, RawField
 from ottermq.vhost.patterns import PatternError, PatternTimeout, compile_pattern
 
 if TYPE_CHECKING:
@@ -131,22 +133,44 @@ def selected_vhosts(request: web.Request, owned_only: bool = True) -> list[VHost
     return [vhost for name, vhost in vhosts if owns(name) and may_use_vhost(request, name)]
 
 
-def json_value(value: object) -> Any:
+MAX_SHOWN_DEPTH = MAX_DEPTH + 2  # tables and arrays shown nested (a decoded header nests at most MAX_DEPTH)
+
+
+def json_value(value: object, depth: int = 0) -> Any:
     """An AMQP field value as RabbitMQ's management API shows it (longstr bytes as text,
-    timestamps as epoch seconds, decimals as numbers, tables and arrays recursively)."""
-    if value is None or isinstance(value, bool | int | float | str):
+    timestamps as epoch seconds, decimals as numbers, tables and arrays recursively).
+
+    Total: what cannot be shown as JSON is shown as a text saying so, never an exception. A table or
+    array the codec kept unread (``RawField``, deeper than its ``MAX_DEPTH``; RabbitMQ shows any
+    depth) or nested past ``MAX_SHOWN_DEPTH`` is ``"(table nested too deep to show: N octets)"``; a
+    non-finite float is its name (``"NaN"``, ``"Infinity"``); a value of another type its ``str``.
+    """
+    if value is None or isinstance(value, bool | int | str):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _float_name(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", "replace")
     if isinstance(value, Decimal):
-        return float(value)
+        return float(value) if value.is_finite() else str(value)
     if isinstance(value, datetime.datetime):
         return int(value.timestamp())
+    if isinstance(value, RawField):
+        return f"({value.kind} nested too deep to show: {len(value.raw)} octets)"
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_SHOWN_DEPTH:
+        return f"({'table' if isinstance(value, Mapping) else 'array'} nested too deep to show)"
     if isinstance(value, Mapping):
-        return {str(k): json_value(v) for k, v in value.items()}
+        return {str(k): json_value(v, depth + 1) for k, v in value.items()}
     if isinstance(value, Iterable):
-        return [json_value(v) for v in value]
-    return str(value)
+        return [json_value(v, depth + 1) for v in value]
+    try:
+        return str(value)
+    except Exception:  # an object whose str() fails: its type still says something
+        return f"({type(value).__name__} value)"
+
+
+def _float_name(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def _path_value(item: Any, path: list[str]) -> Any:
@@ -308,6 +332,13 @@ def not_authorised(reason: str) -> web.HTTPException:
         content_type="application/json",
         headers={"WWW-Authenticate": REALM},
     )
+
+
+def vhost_not_found() -> web.HTTPException:
+    """RabbitMQ's ``404 {"error":"not_found","reason":"vhost_not_found"}`` (a PUT of a vhost's policy
+    or limit where the vhost does not exist)."""
+    body = json.dumps({"error": "not_found", "reason": "vhost_not_found"}, separators=(",", ":"))
+    return web.HTTPNotFound(text=body, content_type="application/json")
 
 
 def require_administrator(request: web.Request) -> None:

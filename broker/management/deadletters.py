@@ -25,6 +25,7 @@ import asyncio
 from typing import Any
 
 from aiohttp import web
+from ottermq.amqp.errors import FrameError
 from ottermq.amqp.props import get_headers
 from ottermq.persistence.memory import MemoryStore
 from ottermq.vhost.message import Entry
@@ -177,7 +178,10 @@ async def browse(request: web.Request) -> web.Response:
 
 def _message_json(entry: Entry, truncate: int | None) -> dict[str, Any]:
     message = entry.message
-    headers = get_headers(message.raw_props)  # not kept on the message (memory)
+    try:
+        headers = get_headers(message.raw_props)  # not kept on the message (memory)
+    except FrameError:  # a raw client's malformed table, kept as it came: no deaths to show
+        headers = None
     payload, encoding = payload_json(message.body, "auto", truncate)
     return {
         "id": entry.seq,

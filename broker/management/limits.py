@@ -17,7 +17,15 @@ import json
 from aiohttp import web
 
 from ..node.limits import LimitError
-from .common import NotFound, bad_request, broker_of, json_body, require_administrator, visible_vhosts
+from .common import (
+    NotFound,
+    bad_request,
+    broker_of,
+    json_body,
+    require_administrator,
+    vhost_not_found,
+    visible_vhosts,
+)
 
 
 def _listing(kind: str, owners: dict[str, dict[str, int]], only: set[str] | None = None) -> web.Response:
@@ -57,8 +65,7 @@ def _owner(request: web.Request, kind: str) -> str:
     if kind == "vhost":
         vhost = request.match_info["vhost"]
         if vhost not in broker.vhosts:
-            body = json.dumps({"error": "not_found", "reason": "vhost_not_found"}, separators=(",", ":"))
-            raise web.HTTPNotFound(text=body, content_type="application/json")
+            raise vhost_not_found()
         return vhost
     user = request.match_info["user"]
     if user not in broker.auth.users:

@@ -1,6 +1,7 @@
 """An aiohttp listener in the broker process: ``bind`` claims the port at start-up (before anything
 is on disk), ``start`` serves once the broker is ready, ``stop`` closes it. The management API and
-the Prometheus endpoint are each one of these.
+the Prometheus endpoint are each one of these: a plain HTTP port, an HTTPS port, or both (a plain
+port of 0 in the settings means none: HTTPS only).
 
 Rules (every port of a listener, plain and HTTPS; the settings are ``OTTERMQ_WEB_*``):
 
@@ -10,6 +11,9 @@ Rules (every port of a listener, plain and HTTPS; the settings are ``OTTERMQ_WEB
 - ``MAX_CONNECTIONS``: with that many connections open, a new one is refused at once: on a plain
   port it gets a fixed ``503`` (RabbitMQ's JSON error shape, ``Connection: close``) and is closed; on
   an HTTPS port it is closed before any handshake, so a flood costs no TLS work.
+- ``MAX_CONNECTIONS_PER_ADDRESS`` (0: none): with that many connections open from one client IP
+  address, a new one from it is refused the same way, so one address (260 half-open sockets, say)
+  cannot take every place and starve the others. Both counts cover all ports of the listener.
 - ``HEADER_TIMEOUT``: from its accept, a connection has this long to finish its TLS handshake (if
   any) and the head of its first request (the blank line after the headers). Late, it gets
   ``408 Request Timeout`` and is closed if it sent anything, else it is closed silently (cowboy, under
@@ -63,6 +67,7 @@ class Limits:
     header_timeout: float = 10.0
     idle_timeout: float = 15.0
     max_connections: int = 256
+    max_per_address: int = 32  # 0: no per-address cap
 
 
 def head_complete(tail: bytes, data: bytes) -> tuple[bool, bytes]:
@@ -172,7 +177,7 @@ class HTTPListener:
 
     Args:
         broker: the broker whose state the app shows.
-        port: the port to bind.
+        port: the plain HTTP port to bind (0: any free one); None: no plain HTTP port.
         path: the path announced in the log line.
         what: what is served, for the log line.
         make_app: builds the aiohttp application from the broker.
@@ -182,7 +187,7 @@ class HTTPListener:
     def __init__(
         self,
         broker: Node,
-        port: int,
+        port: int | None,
         path: str,
         what: str,
         make_app: Callable[[Node], web.Application],
@@ -201,11 +206,17 @@ class HTTPListener:
         self._runner: web.AppRunner | None = None
         settings = broker.settings
         self.limits = Limits(
-            settings.web_header_timeout, settings.web_idle_timeout, settings.web_max_connections
+            settings.web_header_timeout,
+            settings.web_idle_timeout,
+            settings.web_max_connections,
+            settings.web_max_connections_per_address,
         )
         self.open_connections = 0  # accepted and not yet closed, handshakes included
+        self.by_address: dict[str, int] = {}  # the same, per client IP address (none at 0)
         self._tasks: set[asyncio.Task[None]] = set()
         self._full_logged = float("-inf")
+        self._address_full_logged = float("-inf")
+        self.failed_on_tls = False  # the last bind failed on the HTTPS port (not the plain one)
 
     @property
     def host(self) -> str:
@@ -213,17 +224,21 @@ class HTTPListener:
         return settings.web_host or settings.broker_host
 
     def bind(self) -> None:
-        """Bind and listen without serving yet: ``port`` (plain HTTP) and, with a TLS context,
-        ``tls_port`` (HTTPS).
+        """Bind and listen without serving yet: ``port`` (plain HTTP; not when None) and, with a TLS
+        context, ``tls_port`` (HTTPS).
 
         Raises:
-            OSError: an address is in use or cannot be bound.
+            OSError: an address is in use or cannot be bound (``failed_on_tls`` says which).
         """
         self.sockets, self._tls = [], set()
+        self.failed_on_tls = False
         try:
-            self.sockets.append(self._bind(self.port))
+            if self.port is not None:
+                self.sockets.append(self._bind(self.port))
             if self.tls_context is not None and self.tls_port is not None:
+                self.failed_on_tls = True
                 sock = self._bind(self.tls_port)
+                self.failed_on_tls = False
                 self.sockets.append(sock)
                 self._tls.add(sock.fileno())
         except OSError:
@@ -283,7 +298,7 @@ class HTTPListener:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                conn, _address = await loop.sock_accept(sock)
+                conn, address = await loop.sock_accept(sock)
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 continue
             except OSError as exc:
@@ -297,14 +312,22 @@ class HTTPListener:
                 )
                 await asyncio.sleep(_ACCEPT_RETRY)
                 continue
+            ip = str(address[0]) if isinstance(address, tuple) else str(address)
             if self.open_connections >= self.limits.max_connections:
                 self._log_full(loop.time())
                 refuse(conn, context is not None)
                 continue
+            if 0 < self.limits.max_per_address <= self.by_address.get(ip, 0):
+                self._log_address_full(loop.time(), ip)
+                refuse(conn, context is not None)
+                continue
             self.open_connections += 1
-            self._spawn(self._serve(conn, context, loop.time() + self.limits.header_timeout))
+            self.by_address[ip] = self.by_address.get(ip, 0) + 1
+            self._spawn(self._serve(conn, context, loop.time() + self.limits.header_timeout, ip))
 
-    async def _serve(self, conn: socket.socket, context: ssl.SSLContext | None, deadline: float) -> None:
+    async def _serve(
+        self, conn: socket.socket, context: ssl.SSLContext | None, deadline: float, ip: str
+    ) -> None:
         """Hand an accepted socket to aiohttp behind the header deadline (a TLS handshake within it)."""
         released = False
 
@@ -313,6 +336,11 @@ class HTTPListener:
             if not released:
                 released = True
                 self.open_connections -= 1
+                left = self.by_address[ip] - 1
+                if left:
+                    self.by_address[ip] = left
+                else:
+                    del self.by_address[ip]
 
         runner = self._runner
         if runner is None or runner.server is None:
@@ -343,6 +371,17 @@ class HTTPListener:
                 "%s: %d HTTP connections open (OTTERMQ_WEB_MAX_CONNECTIONS); refusing new ones",
                 self.what,
                 self.limits.max_connections,
+            )
+
+    def _log_address_full(self, now: float, ip: str) -> None:
+        if now - self._address_full_logged >= _FULL_LOG_EVERY:
+            self._address_full_logged = now
+            log.warning(
+                "%s: %d HTTP connections open from %s (OTTERMQ_WEB_MAX_CONNECTIONS_PER_ADDRESS); refusing"
+                " new ones from it",
+                self.what,
+                self.limits.max_per_address,
+                ip,
             )
 
     def close_sockets(self) -> None:

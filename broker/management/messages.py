@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 from ottermq.amqp.errors import AMQPError, FrameError
-from ottermq.amqp.props import PROPERTIES, PROPERTY_FLAGS, decode_properties, join_props
-from ottermq.amqp.table import encode_table
+from ottermq.amqp.props import PROPERTIES, PROPERTY_FLAGS, join_props, split_props
+from ottermq.amqp.table import decode_table, encode_table
 from ottermq.vhost.bounds import OutOfBounds, field_table
 from ottermq.vhost.message import Entry, Message
 
@@ -38,7 +38,6 @@ from .common import (
 )
 
 ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
-PAMQP_NAMES = {"type": "message_type"}  # RabbitMQ's property name -> pamqp's attribute
 
 
 def _required(body: dict[str, Any], key: str) -> Any:
@@ -49,18 +48,33 @@ def _required(body: dict[str, Any], key: str) -> Any:
 
 def properties_json(raw_props: bytes) -> dict[str, Any] | list[Any]:
     """The set properties of a message by RabbitMQ's names (none: ``[]``, as RabbitMQ shows an
-    empty Erlang property list)."""
+    empty Erlang property list).
+
+    Total: each property is read on its own, ``headers`` with the bounded table codec and shown by
+    ``json_value``; headers whose octets do not decode (a raw client's; RabbitMQ closes such a
+    publisher's connection) show as a text saying why, and a property list that does not split at
+    all as ``[]``. Never an exception: one message must not break a listing for everyone.
+    """
     try:
-        props = decode_properties(raw_props)
+        _flags, fields = split_props(raw_props)
     except FrameError:  # octets a raw client sent that do not decode: kept and forwarded, not shown
         return []
-    flags = int.from_bytes(raw_props[:2], "big") if len(raw_props) >= 2 else 0
     shown = {
-        name: json_value(getattr(props, PAMQP_NAMES.get(name, name)))
-        for bit, name, _ in PROPERTIES
-        if flags & bit
+        name: _property_json(codec.name, fields[bit]) for bit, name, codec in PROPERTIES if bit in fields
     }
     return shown or []
+
+
+def _property_json(codec: str, octets: bytes) -> Any:
+    """One property's JSON value from its field octets (a shortstr's and a table's length included)."""
+    if codec == "shortstr":
+        return octets[1:].decode("utf-8", "replace")
+    if codec in ("octet", "timestamp"):
+        return int.from_bytes(octets, "big")  # a timestamp: epoch seconds, as RabbitMQ shows it
+    try:
+        return json_value(decode_table(octets)[0])
+    except FrameError as exc:
+        return f"(headers not shown: {exc.text})"
 
 
 def payload_json(body: bytes, encoding: str, truncate: int | None) -> tuple[str, str]:
@@ -171,9 +185,13 @@ def _property_octets(name: str, value: Any) -> bytes:
     if not isinstance(value, dict):  # the table: headers
         raise bad_request("property headers must be an object")
     try:
-        return encode_table(field_table(value, "headers"))
+        table = field_table(value, "headers")
     except OutOfBounds as exc:
         raise bad_request(str(exc)) from None
+    try:  # a key of more than 255 octets: no AMQP client could be handed the message
+        return encode_table(table)
+    except (ValueError, TypeError) as exc:
+        raise bad_request(f"property headers: {exc}") from None
 
 
 def encode_properties(props: object) -> bytes:

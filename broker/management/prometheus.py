@@ -457,11 +457,14 @@ def make_app(broker: Node, path: str | None = None) -> web.Application:
 
 
 class PrometheusServer(HTTPListener):
-    """The metrics listener on ``OTTERMQ_PROMETHEUS_PORT``."""
+    """The metrics listener on ``OTTERMQ_PROMETHEUS_PORT`` (0: no plain HTTP port, HTTPS only) and, with
+    ``OTTERMQ_PROMETHEUS_SSL``, ``OTTERMQ_PROMETHEUS_SSL_PORT``; ``ephemeral``: a worker's internal
+    listener on any free port instead."""
 
-    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None) -> None:
+    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None, ephemeral: bool = False) -> None:
         settings = broker.settings
-        port, path = settings.prometheus_port, settings.prometheus_path
+        port = 0 if ephemeral else settings.prometheus_port or None
+        path = settings.prometheus_path
         tls = tls_context if settings.prometheus_ssl else None
         tls_port = settings.prometheus_ssl_port
         super().__init__(broker, port, path, "Prometheus metrics", make_app, tls_port, tls)

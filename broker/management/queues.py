@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from ottermq.amqp.props import decode_properties
+from ottermq.amqp.errors import FrameError
+from ottermq.amqp.props import PROPERTY_FLAGS, split_props
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
@@ -41,16 +42,21 @@ from .exchanges import dedup_json
 from .policies import policy_fields
 from .rates import QUEUE_STATS, TOTALS, queue_counts, queue_key, totals, with_rates
 
+TIMESTAMP_BIT = PROPERTY_FLAGS["timestamp"]
+
 
 def head_timestamp(queue: Queue) -> int | None:
     """The ``timestamp`` property of the queue's head message, if it has one (RabbitMQ's
     ``head_message_timestamp``; null for an empty queue or a head without one)."""
     entry = queue.peek()
     raw = entry.message.raw_props if entry is not None else b""
-    if len(raw) < 2 or not raw[1] & 0x40:  # the timestamp flag, 0x0040
+    if len(raw) < 2 or not raw[1] & TIMESTAMP_BIT:
         return None
-    stamp = decode_properties(raw).timestamp
-    return int(stamp.timestamp()) if stamp is not None else None
+    try:  # only the property list is walked: headers that do not decode are not this listing's concern
+        octets = split_props(raw)[1].get(TIMESTAMP_BIT)
+    except FrameError:
+        return None
+    return int.from_bytes(octets, "big") if octets else None
 
 
 def unacked_bytes(request: web.Request) -> dict[Queue, int]:

@@ -1,4 +1,4 @@
-"""``GET /api/vhosts``, ``/api/vhosts/{vhost}``."""
+"""``GET /api/vhosts`` (the vhosts the user may see), ``/api/vhosts/{vhost}`` (administrators)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import web
 from ottermq.vhost.vhost import VHost
 
-from .common import broker_of, node_name, sampler_of, vhost_or_404, visible_vhosts
+from .common import broker_of, node_name, require_administrator, sampler_of, vhost_or_404, visible_vhosts
 from .rates import MESSAGE_FIELDS, TOTALS, message_counts, totals, vhost_key, with_rates
 
 
@@ -49,6 +49,10 @@ async def list_vhosts(request: web.Request) -> web.Response:
 
 
 async def get_vhost(request: web.Request) -> web.Response:
+    """One vhost: administrators only, whether or not it exists (RabbitMQ 3.10.8's
+    ``rabbit_mgmt_wm_vhost``: 401 ``Not administrator user`` for every other tag, with or without
+    permissions there; the list shows others the vhosts they may see)."""
+    require_administrator(request)
     return web.json_response(_json(request, vhost_or_404(request)))
 
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ottermq.amqp.errors import AMQPError
+from ottermq.amqp.errors import AMQPError, FrameError
 from ottermq.amqp.props import get_headers, rewrite_props
 from ottermq.amqp.table import encode_table
 from ottermq.vhost.message import READY, Entry, Message
@@ -130,7 +130,10 @@ class LastDeaths:
             return self._memo[raw]
         except KeyError:
             pass
-        deaths = deaths_of(get_headers(raw))
+        try:
+            deaths = deaths_of(get_headers(raw))
+        except FrameError:  # a raw client's malformed table, kept as it came: no death to read
+            deaths = []
         last: LastDeath | None = None
         if deaths:
             d = deaths[0]

@@ -45,6 +45,7 @@ def worker_settings(settings: Settings, index: int) -> Settings:
             "data_dir": settings.data_dir / f"worker-{index}",
             "web_host": "127.0.0.1",
             "web_port": 0,
+            "web_max_connections_per_address": 0,  # every request comes from worker 0, at 127.0.0.1
             "web_ssl": False,
             "prometheus_port": 0,
             "prometheus_ssl": False,
@@ -131,11 +132,11 @@ class Worker:
         self.broker = broker
         web = prometheus = None
         if settings.enable_web_api:
-            web = broker.web = ManagementServer(broker.node, None)
+            web = broker.web = ManagementServer(broker.node, None, ephemeral=True)
             web.bind()
             await web.start()
         if settings.enable_prometheus:
-            prometheus = broker.prometheus = PrometheusServer(broker.node, None)
+            prometheus = broker.prometheus = PrometheusServer(broker.node, None, ephemeral=True)
             prometheus.bind()
             await prometheus.start()
         broker.amqp.ack_timeouts.start()

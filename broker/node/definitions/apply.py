@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ottermq.amqp.errors import AMQPError
-from ottermq.amqp.table import decode_table
+from ottermq.persistence.arguments import decode_arguments
 from ottermq.persistence.store import BindingRecord, Definitions, QueueRecord
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
@@ -147,7 +147,7 @@ def apply_definitions(
                 durable=is_durable("exchange", x.vhost, x.name),
                 auto_delete=x.auto_delete,
                 internal=x.internal,
-                arguments=decode_table(x.arguments)[0],
+                arguments=decode_arguments(x.arguments),
             )
         except AMQPError as exc:
             if restore is None:
@@ -169,7 +169,7 @@ def apply_definitions(
                 q.name,
                 durable=is_durable("queue", q.vhost, q.name),
                 auto_delete=q.auto_delete,
-                arguments=decode_table(q.arguments)[0],
+                arguments=decode_arguments(q.arguments),
                 generated=restore is not None,
             )
         except AMQPError as exc:
@@ -224,7 +224,7 @@ def _bind(node: Target, ops: Operations, b: BindingRecord, restore: Restore | No
         return False
     kind = "queue" if b.destination_kind == "queue" else "exchange"
     try:
-        ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_table(b.arguments)[0])
+        ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_arguments(b.arguments))
     except AMQPError as exc:
         if restore is None:
             raise

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from ottermq.amqp.errors import FrameError
-from ottermq.amqp.table import decode_table, encode_table
+from ottermq.persistence.arguments import decode_arguments, encode_arguments
 from ottermq.vhost.bounds import OutOfBounds, field_table
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,8 @@ class DefinitionsError(ValueError):
 
 
 def arguments_from_json(value: Any, where: str = "arguments") -> bytes:
-    """Encode a JSON ``arguments`` object as an AMQP field table (``None``/``[]`` = empty).
+    """Encode a JSON ``arguments`` object as stored arguments (``persistence.arguments``: an AMQP
+    field table, widened for keys over 255 octets; ``None``/``[]`` = empty).
 
     Raises:
         DefinitionsError: not an object, or a value that cannot be encoded.
@@ -38,7 +39,7 @@ def arguments_from_json(value: Any, where: str = "arguments") -> bytes:
     if not isinstance(value, dict):
         raise DefinitionsError(f"{where}: 'arguments' must be an object, got {value!r}")
     try:  # the one set of bounds (vhost.bounds): 64-bit integers, finite numbers, bounded nesting
-        return encode_table(field_table(value))
+        return encode_arguments(field_table(value))
     except (OutOfBounds, ValueError, TypeError) as exc:
         raise DefinitionsError(f"{where}: {exc}") from None
 
@@ -85,7 +86,7 @@ def arguments_to_json(raw: bytes) -> dict[str, Any]:
         DefinitionsError: the bytes are not a valid field table.
     """
     try:
-        table, _ = decode_table(raw)
+        table = decode_arguments(raw)
     except FrameError as exc:
         raise DefinitionsError(f"stored arguments are not a valid field table: {exc}") from None
     dropped = [0]

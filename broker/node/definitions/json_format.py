@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ottermq.amqp.errors import AMQPError
-from ottermq.amqp.table import decode_table
+from ottermq.persistence.arguments import decode_arguments
 from ottermq.persistence.store import (
     BindingRecord,
     Definitions,
@@ -106,6 +106,15 @@ class _Entry:
             raise self.fail(f"'{key}' must be a string, got {value!r}")
         if non_empty and not value:
             raise self.fail(f"'{key}' must not be empty")
+        return self.text(key, value)
+
+    def text(self, key: str, value: str) -> str:
+        """``value`` if it can be stored: Unicode text, not a lone surrogate escape such as ``"\\ud800"``
+        (which JSON allows and no name, key or password is encoded from)."""
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self.fail(f"'{key}' is not valid Unicode (a lone surrogate)") from None
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -120,9 +129,9 @@ class _Entry:
         if value is None:
             return []
         if isinstance(value, str):
-            return [tag.strip() for tag in value.split(",") if tag.strip()]
+            return [self.text("tags", tag.strip()) for tag in value.split(",") if tag.strip()]
         if isinstance(value, list) and all(isinstance(tag, str) for tag in value):
-            return [tag.strip() for tag in value if tag.strip()]
+            return [self.text("tags", tag.strip()) for tag in value if tag.strip()]
         raise self.fail(f"'tags' must be a list of strings or a comma-separated string, got {value!r}")
 
 
@@ -197,6 +206,7 @@ def _read_vhost(entry: _Entry) -> VHostRecord:
         description = ""
     if not isinstance(description, str):
         raise entry.fail(f"'description' must be a string, got {description!r}")
+    entry.text("description", description)
     tags = entry.tags(entry.item.get("tags", metadata.get("tags")))
     return VHostRecord(name, description, tags)
 
@@ -240,7 +250,7 @@ def _read_exchange(entry: _Entry, transient: bool) -> ExchangeRecord | None:
     if type_ not in EXCHANGE_TYPES:
         raise entry.fail(f"unsupported exchange type '{type_}' (supported: {', '.join(EXCHANGE_TYPES)})")
     try:
-        parse_exchange_args(decode_table(arguments)[0], name, vhost)
+        parse_exchange_args(decode_arguments(arguments), name, vhost)
     except AMQPError as exc:
         raise entry.fail(exc.text) from None
     return ExchangeRecord(vhost, name, type_, auto_delete, internal, arguments)
@@ -254,7 +264,7 @@ def _read_queue(entry: _Entry, transient: bool) -> QueueRecord | None:
     arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
     if _skip_reserved(entry, "queue", name, transient):
         return None
-    args = decode_table(arguments)[0]
+    args = decode_arguments(arguments)
     queue_type = args.get("x-queue-type", "classic")
     if queue_type == "stream":
         log.warning("%s: skipping a stream (ottermq has classic and quorum queues only)", entry.where)

@@ -91,6 +91,7 @@ BAD_VALUES = {
     "web_header_timeout": "0",
     "web_idle_timeout": "soon",
     "web_max_connections": "0",
+    "web_max_connections_per_address": "-1",
     "broker_host": None,  # any string is an interface name; bind reports a bad one (StartupError)
     "broker_port": "65536",
     "ssl": "perhaps",

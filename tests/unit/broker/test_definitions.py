@@ -619,6 +619,24 @@ def test_defaults_for_missing_optional_fields() -> None:
             "bindings[0] (binding of queue 'q' to exchange 'x' in vhost '/'): 'routing_key'",
         ),
         ({"bindings": ["x"]}, "bindings[0]: must be an object, got 'x'"),
+        # JSON allows a lone surrogate escape; no store can write one (SQLite refused the queue at commit)
+        ({"queues": [queue(name="q\ud800")]}, "queues[0]: 'name' is not valid Unicode (a lone surrogate)"),
+        (
+            {"bindings": [binding(routing_key="\udfff")]},
+            "bindings[0] (binding of queue 'q' to exchange 'x' in vhost '/'): 'routing_key' is not valid",
+        ),
+        (
+            {"vhosts": [{"name": "v", "description": "\ud800"}]},
+            "vhosts[0] (vhost 'v'): 'description' is not valid Unicode (a lone surrogate)",
+        ),
+        (
+            {"users": [{"name": "u", "password": "p", "tags": ["\ud800"]}]},
+            "users[0] (user 'u'): 'tags' is not",
+        ),
+        (
+            {"queues": [queue(arguments={"k": "\ud800"})]},
+            "queues[0] (queue 'q' in vhost '/'): 'utf-8' codec can't encode",
+        ),
         ({"queues": {"q": {}}}, "'queues' must be a list, got dict"),
     ],
 )

@@ -181,6 +181,47 @@ def test_the_cap_refuses_one_more_and_frees_places_on_close() -> None:
     asyncio.run(_with_listener(_broker(web_header_timeout=5, web_idle_timeout=5), body))
 
 
+def test_one_address_cannot_take_every_place() -> None:
+    """Half-open sockets from 127.0.0.1 fill its share (2 of 10); another address is still served, the
+    share frees as they close, and 0 lifts the per-address cap."""
+
+    async def body(listener: HTTPListener, port: int) -> None:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        over = await asyncio.open_connection("127.0.0.1", port)
+        assert await _read_all(over[0]) == OVER_CAPACITY
+        over[1].close()
+        assert listener.by_address == {"127.0.0.1": 2}
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await _read_all(reader)).startswith(b"HTTP/1.1 200 OK")
+        writer.close()
+        for _reader, held_writer in held:
+            held_writer.close()
+        for _ in range(100):
+            if not listener.by_address:
+                break
+            await asyncio.sleep(0.01)
+        assert (listener.by_address, listener.open_connections) == ({}, 0)
+        again = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        reader, writer = again[-1]
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await _read_all(reader)).startswith(b"HTTP/1.1 200 OK")
+        for _reader, again_writer in again:
+            again_writer.close()
+
+    broker = _broker(web_max_connections=10, web_max_connections_per_address=2, web_header_timeout=5)
+    asyncio.run(_with_listener(broker, body))
+
+    async def uncapped(listener: HTTPListener, port: int) -> None:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        assert listener.by_address == {"127.0.0.1": 5}
+        for _reader, writer in held:
+            writer.close()
+
+    asyncio.run(_with_listener(_broker(web_max_connections=10, web_max_connections_per_address=0), uncapped))
+
+
 def test_answers_the_listener_writes_itself_carry_the_api_headers() -> None:
     for answer in (OVER_CAPACITY, REQUEST_TIMEOUT):
         head = answer.split(b"\r\n\r\n")[0].lower()
@@ -199,6 +240,7 @@ def test_web_limits_defaults_and_durations(monkeypatch: pytest.MonkeyPatch) -> N
         15,
         256,
     )
+    assert settings.web_max_connections_per_address == 32
     monkeypatch.setenv("OTTERMQ_WEB_HEADER_TIMEOUT", "500ms")
     monkeypatch.setenv("OTTERMQ_WEB_IDLE_TIMEOUT", "1m")
     settings = load_settings(_env_file=None)
@@ -211,6 +253,7 @@ def test_web_limits_defaults_and_durations(monkeypatch: pytest.MonkeyPatch) -> N
         ("OTTERMQ_WEB_HEADER_TIMEOUT", "0"),
         ("OTTERMQ_WEB_IDLE_TIMEOUT", "soon"),
         ("OTTERMQ_WEB_MAX_CONNECTIONS", "0"),
+        ("OTTERMQ_WEB_MAX_CONNECTIONS_PER_ADDRESS", "-1"),
     ],
 )
 def test_bad_web_limits_stop_startup(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:

@@ -601,3 +601,44 @@ def test_only_durable_entities_reach_the_definition_store():
         ("bind-", "dx", ("exchange", "amq.fanout"), ""),
         ("exchange-", "dx"),
     ]
+
+
+class RefusingDefinitions(RecordingDefinitions):
+    """A ``DefinitionStore`` that cannot hold anything whose name starts with ``bad``."""
+
+    def exchange_declared(self, vhost: str, exchange: Any) -> None:
+        if exchange.name.startswith("bad"):
+            raise ValueError("field table key longer than 255 octets")
+        super().exchange_declared(vhost, exchange)
+
+    def queue_declared(self, queue: Queue) -> None:
+        if queue.name.startswith("bad"):
+            raise ValueError("field table key longer than 255 octets")
+        super().queue_declared(queue)
+
+    def binding_added(self, vhost: str, source: str, dest: Any, key: str, args: Any) -> None:
+        if key.startswith("bad"):
+            raise TypeError("cannot encode object value")
+        super().binding_added(vhost, source, dest, key, args)
+
+
+def test_what_the_store_refuses_is_not_applied_in_memory():
+    """Store first: a durable declare or binding the store cannot hold is a 406 and leaves nothing
+    behind (before: in memory, gone after a restart)."""
+    vh = VHost()
+    store = RefusingDefinitions()
+    vh.store = store  # type: ignore[assignment]
+    with pytest.raises(PreconditionFailed, match="cannot store exchange 'bad-x' in vhost '/'"):
+        exchange(vh, "bad-x", "fanout", durable=True)
+    with pytest.raises(PreconditionFailed, match="cannot store queue 'bad-q' in vhost '/'"):
+        queue(vh, "bad-q", durable=True)
+    assert "bad-x" not in vh.exchanges and "bad-q" not in vh.queues
+    exchange(vh, "dx", "fanout", durable=True)
+    queue(vh, "dq", durable=True)
+    with pytest.raises(PreconditionFailed, match="cannot store binding of queue 'dq' to exchange 'dx'"):
+        vh.bind("dx", ("queue", "dq"), "bad-key", {})
+    assert vh.exchanges["dx"].bindings_list() == [] and ("queue", "dq") not in vh._sources
+    vh.bind("dx", ("queue", "dq"), "good", {})
+    assert store.events == [("exchange+", "dx"), ("queue+", "dq"), ("bind+", "dx", ("queue", "dq"), "good")]
+    exchange(vh, "bad-transient", "fanout")  # not durable: the store is not asked
+    assert "bad-transient" in vh.exchanges

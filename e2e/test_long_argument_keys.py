@@ -1,0 +1,160 @@
+"""Argument keys longer than an AMQP field table allows (255 octets), through the management API and
+definitions (issue 38, measured on RabbitMQ 3.10.8).
+
+RabbitMQ accepts a queue, exchange or binding argument whose key has 300 characters from the HTTP API
+and from a definitions import (201, or 204 for the import), shows it back and exports it, and keeps it:
+its arguments are Erlang terms, never an AMQP table. ottermq stores such arguments in a widened form
+(``persistence/arguments.py``) and keeps them across a restart too (extension tests: restarting
+RabbitMQ is not done here). A *message* header with such a key is another matter: RabbitMQ accepts the
+HTTP publish (200) and then closes every AMQP connection that is handed the message (541
+INTERNAL_ERROR, the message stays at the head of its queue); ottermq refuses the publish with 400.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_management_definitions import rabbit_hash
+from .test_management_write import call, q
+
+LONG = "k" * 300  # 300 octets: no AMQP field table can carry this key
+DEEP = {"nested": {"n" * 260: [1, {"m" * 256: "deep"}]}}  # long keys below the top level too
+
+
+def _declare(broker, vh: str, queue: str, exchange: str) -> None:
+    queue_path, exchange_path = f"/api/queues/{vh}/{q(queue)}", f"/api/exchanges/{vh}/{q(exchange)}"
+    assert call(broker, queue_path, "PUT", {"durable": True, "arguments": {LONG: "v", **DEEP}})[0] == 201
+    assert (
+        call(broker, exchange_path, "PUT", {"type": "direct", "durable": True, "arguments": {LONG: 1}})[0]
+        == 201
+    )
+    between = f"/api/bindings/{vh}/e/{q(exchange)}/q/{q(queue)}"
+    assert call(broker, between, "POST", {"routing_key": "rk", "arguments": {LONG: True}})[0] == 201
+
+
+def _shown(broker, vh: str, queue: str, exchange: str) -> tuple[Any, Any, Any]:
+    """The arguments the API shows for the queue, the exchange and their binding."""
+    queue_args = call(broker, f"/api/queues/{vh}/{q(queue)}")[2]["arguments"]
+    exchange_args = call(broker, f"/api/exchanges/{vh}/{q(exchange)}")[2]["arguments"]
+    bindings = call(broker, f"/api/bindings/{vh}/e/{q(exchange)}/q/{q(queue)}")[2]
+    return queue_args, exchange_args, [(b["routing_key"], b["arguments"]) for b in bindings]
+
+
+EXPECTED = ({LONG: "v", **DEEP}, {LONG: 1}, [("rk", {LONG: True})])
+
+
+def test_long_argument_keys_are_declared_shown_and_exported(broker, unique):
+    vh, queue, exchange = q(broker.vhost), unique("long-q"), unique("long-x")
+    _declare(broker, vh, queue, exchange)
+    assert _shown(broker, vh, queue, exchange) == EXPECTED
+    exported = call(broker, f"/api/definitions/{vh}")[2]
+    [queue_def] = [x for x in exported["queues"] if x["name"] == queue]
+    [exchange_def] = [x for x in exported["exchanges"] if x["name"] == exchange]
+    [binding_def] = [x for x in exported["bindings"] if x["source"] == exchange]
+    assert (queue_def["arguments"], exchange_def["arguments"], binding_def["arguments"]) == (
+        {LONG: "v", **DEEP},
+        {LONG: 1},
+        {LONG: True},
+    )
+    listed = call(broker, f"/api/bindings/{vh}/e/{q(exchange)}/q/{q(queue)}")[2]
+    between = f"/api/bindings/{vh}/e/{q(exchange)}/q/{q(queue)}/{listed[0]['properties_key']}"
+    assert call(broker, between, "DELETE")[0] == 204
+    assert _shown(broker, vh, queue, exchange)[2] == []
+    for path in (f"/api/queues/{vh}/{q(queue)}", f"/api/exchanges/{vh}/{q(exchange)}"):
+        assert call(broker, path, "DELETE")[0] == 204
+
+
+def _definitions(queue: str, exchange: str) -> dict[str, Any]:
+    return {
+        "queues": [{"name": queue, "durable": True, "auto_delete": False, "arguments": {LONG: "v", **DEEP}}],
+        "exchanges": [
+            {
+                "name": exchange,
+                "type": "direct",
+                "durable": True,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {LONG: 1},
+            }
+        ],
+        "bindings": [
+            {
+                "source": exchange,
+                "destination": queue,
+                "destination_type": "queue",
+                "routing_key": "rk",
+                "arguments": {LONG: True},
+            }
+        ],
+    }
+
+
+def test_a_definitions_import_with_long_argument_keys_works(broker, unique):
+    vh, queue, exchange = q(broker.vhost), unique("long-q"), unique("long-x")
+    assert call(broker, f"/api/definitions/{vh}", "POST", _definitions(queue, exchange))[0] == 204
+    try:
+        assert _shown(broker, vh, queue, exchange) == EXPECTED
+    finally:
+        for path in (f"/api/queues/{vh}/{q(queue)}", f"/api/exchanges/{vh}/{q(exchange)}"):
+            call(broker, path, "DELETE")
+
+
+@pytest.mark.extension
+def test_long_argument_keys_survive_a_restart(broker_process, tmp_path: Path):
+    """Declared over HTTP and read from a definitions file (a RabbitMQ export) at start-up: all of it is
+    in the store, and a binding deleted after the restart is gone after the next one."""
+    file_queue, file_exchange = "long-file-q", "long-file-x"
+    guest = {"name": "guest", "password_hash": rabbit_hash("guest"), "tags": ["administrator"]}
+    definitions = {
+        "vhosts": [{"name": "/"}],
+        "users": [{**guest, "hashing_algorithm": "rabbit_password_hashing_sha256"}],
+        "permissions": [{"user": "guest", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}],
+        **_definitions(file_queue, file_exchange),
+    }
+    for kind in ("queues", "exchanges", "bindings"):
+        for item in definitions[kind]:
+            item["vhost"] = "/"
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps(definitions))
+    process = broker_process({"OTTERMQ_DEFINITIONS_FILE": str(path)})
+    b = process.start()
+    vh = q(b.vhost)
+    _declare(b, vh, "long-http-q", "long-http-x")
+    process.stop()
+    path.unlink()  # what comes back now comes from the store
+    process.extra_env.pop("OTTERMQ_DEFINITIONS_FILE")
+    b = process.start()
+    for queue, exchange in (("long-http-q", "long-http-x"), (file_queue, file_exchange)):
+        assert _shown(b, vh, queue, exchange) == EXPECTED, (queue, b.log_tail())
+    [binding] = call(b, f"/api/bindings/{vh}/e/long-http-x/q/long-http-q")[2]
+    assert (
+        call(b, f"/api/bindings/{vh}/e/long-http-x/q/long-http-q/{binding['properties_key']}", "DELETE")[0]
+        == 204
+    )
+    process.stop()
+    b = process.start()
+    assert _shown(b, vh, "long-http-q", "long-http-x")[2] == []
+    assert _shown(b, vh, file_queue, file_exchange) == EXPECTED
+
+
+@pytest.mark.extension
+def test_a_header_key_amqp_cannot_carry_is_a_400_for_http_publish(broker, channel, unique):
+    """RabbitMQ answers 200 and then closes every consumer's connection with 541 (measured)."""
+    queue = unique("long-h")
+    channel.queue_declare(queue)
+    body = {
+        "properties": {"headers": {LONG: "v"}},
+        "routing_key": queue,
+        "payload": "p",
+        "payload_encoding": "string",
+    }
+    status, _, error = call(broker, f"/api/exchanges/{q(broker.vhost)}/amq.default/publish", "POST", body)
+    assert (status, error["error"]) == (400, "bad_request")
+    assert "255" in error["reason"], error
+    channel.basic_publish("", queue, b"ordinary")
+    method, _props, got = channel.basic_get(queue, auto_ack=True)
+    assert got == b"ordinary" and method.message_count == 0  # nothing else was queued
