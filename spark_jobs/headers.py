@@ -92,6 +92,8 @@ def decode_value(typed: Any) -> Any:
             return base64.b64decode(value, validate=True)
         if tag == "V":
             return None
+        if tag == "R":
+            raise ValueError("a table or array nested too deep to publish again")
     except (TypeError, ValueError, InvalidOperation, OverflowError) as exc:
         raise ValueError(f"bad {tag!r} header value {value!r}: {exc}") from exc
     raise ValueError(f"unknown header type tag {tag!r}")

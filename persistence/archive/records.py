@@ -22,6 +22,7 @@ from ottermq.amqp.table import (
     Long,
     LongLong,
     Octet,
+    RawField,
     Short,
     ShortShort,
     Timestamp,
@@ -111,6 +112,8 @@ def typed_value(value: object) -> dict[str, Any]:
     """
     if value is None:
         return {"t": "V", "v": None}
+    if isinstance(value, RawField):  # nested deeper than the broker reads: its octets
+        return {"t": "R", "v": base64.b64encode(value.raw).decode("ascii")}
     if value is True or value is False:
         return {"t": "t", "v": value}
     tag: bytes | None = getattr(type(value), "tag", None)
@@ -186,6 +189,8 @@ def _value_from_json(item: Mapping[str, Any]) -> object:
         return base64.b64decode(v)
     if t == "V":
         return None
+    if t == "R":
+        return RawField(base64.b64decode(v))
     raise ValueError(f"unknown field type tag {t!r}")
 
 

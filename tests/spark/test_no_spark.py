@@ -72,6 +72,7 @@ def test_decode_rejects_malformed_values() -> None:
         {"t": "l", "v": "7"},
         {"t": "t", "v": 1},
         {"t": "x", "v": "!!"},
+        {"t": "R", "v": "RgAAAAA="},  # nested deeper than the broker reads: not replayable
         {"v": 1},
         5,
     ):

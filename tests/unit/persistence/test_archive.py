@@ -175,6 +175,17 @@ def test_typed_headers_round_trip_every_type():
     assert encode_table(back) == wire
 
 
+def test_a_value_nested_deeper_than_the_broker_reads_is_archived_as_its_octets():
+    inner: object = "leaf"
+    for _ in range(200):
+        inner = {"a": inner}
+    wire = encode_table({"deep": inner})
+    decoded = decode_table(wire)[0]
+    text = json.dumps(headers_to_json(decoded), allow_nan=False)
+    assert '"t": "R"' in text
+    assert encode_table(headers_from_json(json.loads(text))) == wire
+
+
 def test_typed_headers_json_shape():
     typed = json.loads(json.dumps(headers_to_json(decode_table(encode_table(EVERY_TYPE))[0])))
     assert {k: v["t"] for k, v in typed.items()} == {
