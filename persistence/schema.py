@@ -612,7 +612,13 @@ def move_job_progress(r: MoveJobRecord) -> Row:
 
 
 def move_job_records(rows: Iterable[Row]) -> list[MoveJobRecord]:
-    return [MoveJobRecord(*row[:13], ids=None if row[13] is None else bytes(row[13])) for row in rows]
+    """Build ``MoveJobRecord``s from ``SELECT_MOVE_JOBS`` rows (the job's columns, then its ids)."""
+    records = []
+    for row in rows:
+        record = MoveJobRecord(*row[:13])
+        record.ids = None if row[13] is None else bytes(row[13])
+        records.append(record)
+    return records
 
 
 def message_records(queue_id: int, rows: Iterable[Row]) -> list[MessageRecord]:
