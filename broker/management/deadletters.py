@@ -228,6 +228,11 @@ async def _move_body(request: web.Request, max_ids: int) -> dict[str, Any]:
 async def create_move(request: web.Request) -> web.Response:
     """Start moving dead letters back to their original or a chosen exchange (ottermq extension)."""
     vhost, queue = _queue(request, "move")
+    moves = moves_of(request)
+    try:
+        moves.check_room()  # before the work of reading the request (and again when it starts)
+    except TooManyJobs as exc:
+        raise bad_request(str(exc)) from None
     max_ids = broker_of(request).settings.dlq_move_max_ids
     body = await _move_body(request, max_ids)
     try:
@@ -256,7 +261,7 @@ async def create_move(request: web.Request) -> web.Response:
         raise bad_request(f"rate must be a number from 0 to {MAX_RATE} (messages per second; 0 = no limit)")
     await _check_move(request, vhost, queue.name, selection, target)
     try:
-        job = moves_of(request).create(vhost.name, queue.name, selection, target, keep, float(rate))
+        job = moves.create(vhost.name, queue.name, selection, target, keep, float(rate))
     except TooManyJobs as exc:
         raise bad_request(str(exc)) from None
     location = request.path.split("/dead-letters/")[0] + f"/dead-letter-moves/{job.id}"

@@ -101,13 +101,35 @@ class LastDeaths:
     or None when it never died), memoised by property octets: dead letters of one burst share
     theirs, so a queue of them is decoded once per burst. Headers are decoded without being kept on
     the message, so scanning a long queue does not grow it (at most ``limit`` memo entries).
-    Never raises: unreadable headers read as None and :meth:`unreadable` says so."""
+    Never raises: unreadable headers read as None and :meth:`unreadable` says so. The property
+    octets of a move's copies are memoised the same way (:meth:`stripped`)."""
 
-    __slots__ = ("_memo", "_limit")
+    __slots__ = ("_memo", "_limit", "_stripped")
 
     def __init__(self, limit: int = 50_000) -> None:
         self._memo: dict[bytes, Any] = {}
         self._limit = limit
+        self._stripped: dict[bytes, bytes | str] = {}  # property octets -> the copy's, or why not
+
+    def stripped(self, message: Message) -> bytes:
+        """``strip_death_headers(message)``, once per distinct property octets.
+
+        Raises:
+            Unmovable: the headers cannot be decoded or encoded again.
+        """
+        raw = message.raw_props
+        done = self._stripped.get(raw)
+        if done is None:
+            try:
+                done = strip_death_headers(message)
+            except Exception as exc:  # the encoder or decoder refuses these headers
+                done = f"its headers cannot be rewritten ({type(exc).__name__}: {exc})"
+            if len(self._stripped) >= self._limit:
+                self._stripped.clear()
+            self._stripped[raw] = done
+        if isinstance(done, str):
+            raise Unmovable(done)
+        return done
 
     def _lookup(self, message: Message) -> Any:
         raw = message.raw_props
@@ -272,8 +294,4 @@ def copy_for(
         return None
     if keep:
         return where[0], where[1], message.raw_props
-    try:
-        raw = strip_death_headers(message)
-    except Exception as exc:  # the encoder or decoder refuses these headers
-        raise Unmovable(f"its headers cannot be rewritten ({type(exc).__name__}: {exc})") from None
-    return where[0], where[1], raw
+    return where[0], where[1], last_deaths.stripped(message)

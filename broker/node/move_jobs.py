@@ -292,6 +292,7 @@ class MoveJobs:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._slices: dict[str, asyncio.Future[None]] = {}  # a job's slice between its two steps
+        self._claimed: set[int] = set()  # id() of the entries whose copies are in flight, any job's
         self._n = 0
         self._stopping = False
 
@@ -363,6 +364,16 @@ class MoveJobs:
         """Jobs running or paused."""
         return sum(1 for job in self.jobs.values() if job.state in ACTIVE)
 
+    def check_room(self) -> None:
+        """Raises:
+        TooManyJobs: ``OTTERMQ_DLQ_MOVE_MAX_JOBS`` jobs are running or paused."""
+        limit = self.broker.settings.dlq_move_max_jobs
+        if self.active >= limit:
+            raise TooManyJobs(
+                f"{limit} dead-letter moves are running or paused already (OTTERMQ_DLQ_MOVE_MAX_JOBS): "
+                "wait for one to finish, or cancel one"
+            )
+
     # -- API --------------------------------------------------------------------------------------
     def create(
         self,
@@ -378,12 +389,7 @@ class MoveJobs:
         Raises:
             TooManyJobs: ``OTTERMQ_DLQ_MOVE_MAX_JOBS`` jobs are running or paused.
         """
-        limit = self.broker.settings.dlq_move_max_jobs
-        if self.active >= limit:
-            raise TooManyJobs(
-                f"{limit} dead-letter moves are running or paused already (OTTERMQ_DLQ_MOVE_MAX_JOBS): "
-                "wait for one to finish, or cancel one"
-            )
+        self.check_room()
         self._n += 1
         # with several workers, each numbers its jobs apart from the others': n * workers + its number
         number = self._n * self.broker.settings.workers + self.broker.worker_index
@@ -505,6 +511,8 @@ class MoveJobs:
                 ok = await committed
                 self._forget(job, queue, copies)  # even when paused or cancelled meanwhile: no duplicates
             finally:
+                for sent in copies:
+                    self._claimed.discard(id(sent.entry))
                 del self._slices[job.id]
                 in_flight.set_result(None)
             if not ok:
@@ -537,8 +545,8 @@ class MoveJobs:
             if not pending:
                 break
             entry = pending.popleft()
-            if entry.state != READY or queue.deleted:
-                job.skipped += 1
+            if entry.state != READY or queue.deleted or id(entry) in self._claimed:
+                job.skipped += 1  # gone, or another job is moving it
                 continue
             try:
                 copy = copy_for(entry.message, job.target, job.keep_death_headers, last_deaths)
@@ -568,6 +576,7 @@ class MoveJobs:
             else:
                 sent.result = result
                 copies.append(sent)
+                self._claimed.add(id(entry))
             if not n & 15 and time.perf_counter() > deadline:
                 break
         return copies
@@ -576,6 +585,7 @@ class MoveJobs:
         """Step 2 of a slice: the sources of the committed copies leave their queue (their deletes
         and the job's progress go to the store together)."""
         for sent in copies:
+            self._claimed.discard(id(sent.entry))
             if not sent.ok:  # the store refused the copy: Operations.publish withdrew it
                 self._refuse(job, sent.entry, "the store did not take its copy")
             elif queue.withdraw(sent.entry):

@@ -129,6 +129,31 @@ def test_every_copy_is_stored_before_its_source_is_deleted():
     run(main)
 
 
+class SlowStore(MemoryStore):
+    """Commits take 10 ms, as on a disk (jobs' slices then overlap the commit of another's)."""
+
+    async def _commit(self, ops: list[Op | None]) -> None:
+        await asyncio.sleep(0.01)
+        await super()._commit(ops)
+
+
+def test_jobs_moving_the_same_messages_make_one_copy_of_each():
+    async def main() -> None:
+        store = SlowStore()
+        node = await boot(store)
+        dlq, work = queues(node, "dlq", "work")
+        fill(node, "dlq", 300)
+        moves = MoveJobs(node)
+        jobs = [moves.create("/", "dlq", Selection(all_=True), None, False, 0) for _ in range(3)]
+        for job in jobs:
+            await finished(job)
+        assert sum(j.moved for j in jobs) == 300 and sum(j.skipped for j in jobs) == 600
+        assert work.message_count == 300 and work.stats.publish == 300  # no copy made twice
+        await node.close()
+
+    run(main)
+
+
 def test_a_batch_the_store_cannot_commit_leaves_every_source_and_takes_the_copies_back():
     async def main() -> None:
         store = RecordingStore()
