@@ -252,7 +252,7 @@ class Settings(BaseSettings):
         " to .jsonl, so analyses see it); 0 = only at the end of its hour, on rotation and at shutdown",
     )
     dlq_move_max_ids: int = Field(
-        10_000,
+        5_000,
         ge=1,
         le=1_000_000,
         description="Ids one dead-letter move request may select; more is a 400 (move by filter or all)",

@@ -13,8 +13,9 @@
   plus ``target`` (null = the original exchange and routing key; or ``{"exchange", "routing_key"}``),
   ``keep_death_headers`` (false), ``rate`` (msg/s, 0 = no limit): 201 with the job and its
   ``Location``; 400 beyond the bounds (ids, ``OTTERMQ_DLQ_MOVE_MAX_JOBS``).
-- ``GET /api/dead-letter-moves`` (each job's ``ids_count``, not its ids), ``GET``/``PUT {"state":
-  "paused"|"running"}``/``DELETE`` (cancel) ``/api/dead-letter-moves/{id}``.
+- ``GET /api/dead-letter-moves``, ``GET``/``PUT {"state": "paused"|"running"}``/``DELETE`` (cancel)
+  ``/api/dead-letter-moves/{id}``: an ids selection shows as ``ids_count``; only the ``GET`` of one job
+  lists its ``ids`` too.
 - Every access to the queue is the operations layer's (``Operations.access_queue``: ``browse`` or
   ``move``): read permission, then existence, then exclusivity, answered as RabbitMQ's HTTP ``/get``
   answers them (``messages.queue_errors``: 401, 404, 400 ``405 RESOURCE_LOCKED``). A move also needs
@@ -265,7 +266,7 @@ async def create_move(request: web.Request) -> web.Response:
     except TooManyJobs as exc:
         raise bad_request(str(exc)) from None
     location = request.path.split("/dead-letters/")[0] + f"/dead-letter-moves/{job.id}"
-    return web.json_response(job.as_json(), status=201, headers={"Location": location})
+    return web.json_response(job.as_json(ids=False), status=201, headers={"Location": location})
 
 
 async def _check_move(
@@ -357,7 +358,7 @@ async def put_move(request: web.Request) -> web.Response:
     moves = moves_of(request)
     moves.set_state(job, state)
     await moves.settled(job)  # paused: what the answer counts is final until it resumes
-    return web.json_response(job.as_json())
+    return web.json_response(job.as_json(ids=False))
 
 
 async def delete_move(request: web.Request) -> web.Response:

@@ -22,10 +22,10 @@ Rules:
   checked by the API), jobs running or paused at once (``OTTERMQ_DLQ_MOVE_MAX_JOBS``: one more is
   ``TooManyJobs``), finished jobs kept (``KEEP``: the oldest is deleted when another ends).
 - A budget for the event loop: every slice of dead-letter work (a job's selection scan and its
-  moves, the scans of a browse and of a move request) takes turns (``Turns``): one slice of at most
-  ``SLICE_SECONDS`` at a time, with the loop polling its sockets in between, however many jobs and
-  requests there are. A job moves at most ``BATCH`` messages a slice, and at most ``rate`` a second
-  when set.
+  moves, the scans of a browse and of a move request) takes turns (``turns.Turns``): one slice of at
+  most ``SLICE_SECONDS`` per loop iteration, with the loop polling its sockets in between, however
+  many jobs and requests there are. A job moves at most ``BATCH`` messages a slice, and at most
+  ``rate`` a second when set.
 - State lives in the store, incrementally: a job is one row written when it starts (its ids a row of
   their own, written once), then only its small progress row is updated, per slice and per state
   change. A running or paused job resumes at the next start, re-selecting from what is still in the
@@ -43,10 +43,9 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ottermq.amqp.errors import AccessRefused, AMQPError, NotFound
 from ottermq.persistence.store import MoveJobRecord, StoreError
@@ -54,6 +53,7 @@ from ottermq.vhost.message import READY, Entry
 
 from .dlq_move import LastDeaths, Selection, Unmovable, copy_for, selection_from_json
 from .operations import withdraw
+from .turns import Turns
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -63,10 +63,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 BATCH = 100  # messages a job moves per slice
-SLICE_SECONDS = 0.01  # the longest slice of dead-letter work between two polls of the sockets
 KEEP = 100  # finished jobs kept
 WARNINGS = 10  # messages a job names in the log, then it only counts them
 CLOSE_TIMEOUT = 5.0  # how long shutting down waits for the jobs' slices in flight
@@ -77,37 +74,6 @@ LEGACY_FILE = "dlq-moves.json"
 
 class TooManyJobs(Exception):
     """As many jobs as allowed are running or paused already."""
-
-
-class Turns:
-    """Slices of dead-letter work take turns: one slice (of at most ``budget`` seconds) per event-loop
-    iteration, however many tasks want one, so the loop polls its sockets between two of them. A
-    slice holds the turn until the next iteration (the release is a ``call_soon``): a bare
-    ``sleep(0)`` between slices would let every waiting task run one slice in the same iteration."""
-
-    def __init__(self, budget: float = SLICE_SECONDS) -> None:
-        self.budget = budget
-        self._lock = asyncio.Lock()
-
-    @contextlib.asynccontextmanager
-    async def turn(self) -> AsyncIterator[float]:
-        """Hold the turn for one synchronous slice; yields its ``time.perf_counter()`` deadline."""
-        await self._lock.acquire()
-        try:
-            yield time.perf_counter() + self.budget
-        finally:
-            asyncio.get_running_loop().call_soon(self._lock.release)
-
-    async def each(self, items: Sequence[T], fn: Callable[[T], object]) -> None:
-        """Call ``fn`` on every item, as many per turn as fit in the budget."""
-        i, n = 0, len(items)
-        while i < n:
-            async with self.turn() as deadline:
-                while i < n:
-                    fn(items[i])
-                    i += 1
-                    if not i & 63 and time.perf_counter() > deadline:
-                        break
 
 
 @dataclass
@@ -577,7 +543,7 @@ class MoveJobs:
                 sent.result = result
                 copies.append(sent)
                 self._claimed.add(id(entry))
-            if not n & 15 and time.perf_counter() > deadline:
+            if not n & 7 and time.perf_counter() > deadline:
                 break
         return copies
 

@@ -18,8 +18,9 @@ from ottermq.amqp.table import encode_table
 from ottermq.broker.config import Settings
 from ottermq.broker.node import move_jobs
 from ottermq.broker.node.dlq_move import Selection, pack_ids
-from ottermq.broker.node.move_jobs import ACTIVE, MoveJob, MoveJobs, TooManyJobs, Turns
+from ottermq.broker.node.move_jobs import ACTIVE, MoveJob, MoveJobs, TooManyJobs
 from ottermq.broker.node.node import Node
+from ottermq.broker.node.turns import Turns
 from ottermq.dlx.xdeath import record_death
 from ottermq.persistence import MemoryStore
 from ottermq.persistence import schema as s
