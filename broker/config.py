@@ -251,6 +251,15 @@ class Settings(BaseSettings):
         description="Seconds without a write after which an archive file is closed (renamed"
         " to .jsonl, so analyses see it); 0 = only at the end of its hour, on rotation and at shutdown",
     )
+    dlq_move_max_ids: int = Field(
+        5_000,
+        ge=1,
+        le=1_000_000,
+        description="Ids one dead-letter move request may select; more is a 400 (move by filter or all)",
+    )
+    dlq_move_max_jobs: int = Field(
+        10, ge=1, le=1000, description="Dead-letter moves running or paused at once; one more is a 400"
+    )
     enable_web_api: bool = Field(True, description="Management HTTP API (RabbitMQ-compatible)")
     web_port: int = Field(
         15672,

@@ -31,9 +31,9 @@ Rules:
   behind the retried inserts; removals it cannot take back (acks, dead-letter moves) reach the disk
   with the retry. Only ``close()`` gives up: the ops of a batch that fails while closing are logged
   as lost.
-- Reads (``load_definitions``, ``iter_messages``, ``iter_delayed``, ``load_dedup``) first wait for
-  the writes queued before them, so a caller reads its own writes (what failed to commit is not
-  there).
+- Reads (``load_definitions``, ``iter_messages``, ``iter_delayed``, ``load_dedup``,
+  ``load_move_jobs``) first wait for the writes queued before them, so a caller reads its own writes
+  (what failed to commit is not there).
 - Ids: queue ids from a counter (a redeclared name keeps its id); message id =
   ``(queue_id << SEQ_BITS) | seq`` where seq is the record's seq, or the queue's previous seq + 1
   when the record's is not above it (then ``record.seq`` is updated to match).
@@ -60,6 +60,7 @@ from .store import (
     ExchangeRecord,
     LimitRecord,
     MessageRecord,
+    MoveJobRecord,
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
@@ -508,6 +509,21 @@ class BatchingStore:
     def delete_dedup_owner(self, vhost: str, kind: str, owner: str) -> None:
         self._add(s.DELETE_DEDUP_OWNER, (vhost, kind, owner))
 
+    # -- Store: dead-letter move jobs (issue 38) ------------------------------------------------------
+    def put_move_job(self, record: MoveJobRecord) -> None:
+        """Write a job, and its ids when it selects by ids (once: updates leave them alone)."""
+        self._add(s.PUT_MOVE_JOB, s.move_job_row(record))
+        if record.ids is not None:
+            self._add(s.PUT_MOVE_JOB_IDS, (record.id, record.ids))
+
+    def update_move_job(self, record: MoveJobRecord) -> None:
+        """Write a job's state and counters (a small row: the ids are a row of their own)."""
+        self._add(s.UPDATE_MOVE_JOB, s.move_job_progress(record))
+
+    def delete_move_job(self, job_id: int) -> None:
+        self._add(s.DELETE_MOVE_JOB_IDS, (job_id,))
+        self._add(s.DELETE_MOVE_JOB, (job_id,))
+
     # -- Store: reads -------------------------------------------------------------------------------
     async def load_definitions(self) -> Definitions:
         """Every committed vhost, user, permission, exchange, queue, binding, policy and limit (after
@@ -548,6 +564,11 @@ class BatchingStore:
         """Every committed deduplication key, in the order they were remembered."""
         await self._settle()
         return await self._sql(engine.read_dedup)
+
+    async def load_move_jobs(self) -> list[MoveJobRecord]:
+        """Every committed dead-letter move job with its ids, in id order."""
+        await self._settle()
+        return await self._sql(engine.read_move_jobs)
 
 
 def _fire(callback: CommitCallback, ok: bool) -> None:

@@ -25,7 +25,7 @@ from operator import itemgetter
 from typing import Any
 
 from . import schema
-from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord
+from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord, MoveJobRecord
 
 Op = tuple[str, tuple[Any, ...]]  # (statement, params): one queued write
 # Failures caused by an op's values, not by the disk: the batch is split and only that op refused
@@ -139,6 +139,11 @@ def read_dedup(conn: sqlite3.Connection) -> list[DedupRecord]:
     """Every deduplication key, in the order they were remembered."""
     rows = conn.execute(schema.SELECT_DEDUP).fetchall()
     return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
+
+
+def read_move_jobs(conn: sqlite3.Connection) -> list[MoveJobRecord]:
+    """Every dead-letter move job with its ids, in id order."""
+    return schema.move_job_records(conn.execute(schema.SELECT_MOVE_JOBS).fetchall())
 
 
 def shrink_memory(conn: sqlite3.Connection) -> None:

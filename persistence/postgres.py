@@ -43,7 +43,15 @@ from . import postgres_sql as pg
 from . import schema as s
 from .batching import BatchingStore
 from .engine import Op
-from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord, StoreError, StoreFenced
+from .store import (
+    DedupRecord,
+    Definitions,
+    DelayedRecord,
+    MessageRecord,
+    MoveJobRecord,
+    StoreError,
+    StoreFenced,
+)
 
 try:
     import asyncpg
@@ -168,6 +176,7 @@ class PostgresStore(BatchingStore):
             engine.read_messages: self._read_messages,
             engine.read_delayed: self._read_delayed,
             engine.read_dedup: self._read_dedup,
+            engine.read_move_jobs: self._read_move_jobs,
             engine.shrink_memory: self._nothing,  # the server manages its own memory
         }
 
@@ -353,6 +362,10 @@ class PostgresStore(BatchingStore):
         return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
 
     @staticmethod
+    async def _read_move_jobs(conn: Any) -> list[MoveJobRecord]:
+        return s.move_job_records(map(_text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_MOVE_JOBS])))
+
+    @staticmethod
     async def _nothing(conn: Any) -> None:
         return None
 
@@ -387,7 +400,18 @@ def _params(statement: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
     return _text_in(params)
 
 
-_NO_TEXT = frozenset({s.DELETE_MESSAGE, s.MARK_DELIVERED, s.DELETE_MESSAGES, s.TOUCH_QUEUE, s.DELETE_QUEUE})
+_NO_TEXT = frozenset(
+    {
+        s.DELETE_MESSAGE,
+        s.MARK_DELIVERED,
+        s.DELETE_MESSAGES,
+        s.TOUCH_QUEUE,
+        s.DELETE_QUEUE,
+        s.PUT_MOVE_JOB_IDS,
+        s.DELETE_MOVE_JOB,
+        s.DELETE_MOVE_JOB_IDS,
+    }
+)
 
 
 async def connect(url: str | None, schema: str, password: str | None, application_name: str) -> Any:

@@ -31,7 +31,7 @@ import zlib
 
 from . import schema as s
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LOCK_CLASS = 0x4F74724D  # "OtrM": first key of every advisory lock the brokers take
 FENCED = "OT001"  # SQLSTATE raised by ottermq_fence when the epoch moved
 
@@ -116,10 +116,24 @@ BEGIN
 END $$"""
 
 
+# schema 2: dead-letter move jobs (issue 38), as SQLite's schema 5
+_V2 = f"""
+CREATE TABLE move_jobs (
+    id BIGINT PRIMARY KEY, vhost {_T}, queue {_T}, spec {_T}, state {_T}, selected BIGINT NOT NULL,
+    moved BIGINT NOT NULL, unroutable BIGINT NOT NULL, skipped BIGINT NOT NULL, refused BIGINT NOT NULL,
+    error TEXT, started BIGINT NOT NULL, finished BIGINT
+);
+CREATE TABLE move_job_ids (job BIGINT PRIMARY KEY, ids BYTEA NOT NULL)
+"""
+
+
 def migrations(schema: str) -> dict[int, list[str]]:
     """``MIGRATIONS`` of one schema (the fence function names the schema's lock): ``{v: statements}``
     turning schema ``v - 1`` into ``v``."""
-    return {1: [*(stmt for stmt in _V1.split(";") if stmt.strip()), _fence_function(schema)]}
+    return {
+        1: [*(stmt for stmt in _V1.split(";") if stmt.strip()), _fence_function(schema)],
+        2: [stmt for stmt in _V2.split(";") if stmt.strip()],
+    }
 
 
 CREATE_VERSION_TABLE = "CREATE TABLE ottermq_schema (version INTEGER NOT NULL)"
@@ -146,6 +160,8 @@ _CONFLICT = {
     "policies": ("vhost", "name", "operator"),
     "limits": ("kind", "owner", "name"),
     "dedup": ("vhost", "kind", "owner", "md5(key)"),
+    "move_jobs": ("id",),
+    "move_job_ids": ("job",),
 }
 # a replaced dedup key moves to the end of the order, as SQLite's REPLACE gives it a new rowid
 _ON_REPLACE = {"dedup": "seq = nextval('dedup_order')"}

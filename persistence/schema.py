@@ -36,6 +36,7 @@ from .store import (
     ExchangeRecord,
     LimitRecord,
     MessageRecord,
+    MoveJobRecord,
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
@@ -46,7 +47,7 @@ from .store import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION_ID = 0x4F74724D  # "OtrM": PRAGMA application_id of every OtterMQ database
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -191,12 +192,41 @@ def _migrate_to_4(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migrate_to_5(conn: sqlite3.Connection) -> None:
+    """Schema 5: dead-letter move jobs, until then a JSON file rewritten whole (issue 38). A job's
+    ids are a row of their own, written once: the progress updates rewrite only the small row."""
+    conn.execute(
+        """CREATE TABLE move_jobs (
+            id INTEGER PRIMARY KEY,
+            vhost TEXT NOT NULL,
+            queue TEXT NOT NULL,
+            spec TEXT NOT NULL,                    -- JSON: selection without ids, target, options
+            state TEXT NOT NULL,
+            selected INTEGER NOT NULL,
+            moved INTEGER NOT NULL,
+            unroutable INTEGER NOT NULL,
+            skipped INTEGER NOT NULL,
+            refused INTEGER NOT NULL,
+            error TEXT,
+            started INTEGER NOT NULL,              -- epoch ms
+            finished INTEGER                       -- epoch ms, NULL while running or paused
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE move_job_ids (
+            job INTEGER PRIMARY KEY,
+            ids BLOB NOT NULL                      -- 8 bytes per id, big-endian, sorted
+        )"""
+    )
+
+
 # MIGRATIONS[v] turns schema v - 1 into v (1: the empty database into the first schema).
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _create_v1,
     2: _migrate_to_2,
     3: _migrate_to_3,
     4: _migrate_to_4,
+    5: _migrate_to_5,
 }
 
 
@@ -425,6 +455,17 @@ DELETE_DEDUP = "DELETE FROM dedup WHERE vhost = ? AND kind = ? AND owner = ? AND
 DELETE_DEDUP_OWNER = "DELETE FROM dedup WHERE vhost = ? AND kind = ? AND owner = ?"
 DELETE_VHOST_DEDUP = "DELETE FROM dedup WHERE vhost = ?"
 DELETE_MESSAGES = "DELETE FROM messages WHERE id BETWEEN ? AND ?"  # a whole queue's range
+PUT_MOVE_JOB = (
+    "INSERT OR REPLACE INTO move_jobs (id, vhost, queue, spec, state, selected, moved, unroutable, skipped, "
+    "refused, error, started, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+PUT_MOVE_JOB_IDS = "INSERT OR REPLACE INTO move_job_ids (job, ids) VALUES (?, ?)"
+UPDATE_MOVE_JOB = (
+    "UPDATE move_jobs SET state = ?, selected = ?, moved = ?, unroutable = ?, skipped = ?, refused = ?, "
+    "error = ?, finished = ? WHERE id = ?"
+)
+DELETE_MOVE_JOB = "DELETE FROM move_jobs WHERE id = ?"
+DELETE_MOVE_JOB_IDS = "DELETE FROM move_job_ids WHERE job = ?"
 
 # Multi-row forms of the hot statements: one statement (one sqlite3_step, one GIL release) per
 # MULTI_ROWS rows instead of per row; 1.5x (insert) to 4x (delete) faster than executemany alone.
@@ -462,6 +503,11 @@ SELECT_DEDUP = "SELECT vhost, kind, owner, key, expires_at FROM dedup ORDER BY r
 SELECT_MAX_DELAYED = "SELECT max(id) FROM delayed"
 COUNT_MESSAGES = "SELECT count(*) FROM messages"
 COUNT_QUEUES = "SELECT count(*) FROM queues"
+SELECT_MOVE_JOBS = (
+    "SELECT j.id, j.vhost, j.queue, j.spec, j.state, j.selected, j.moved, j.unroutable, j.skipped, "
+    "j.refused, j.error, j.started, j.finished, i.ids "
+    "FROM move_jobs j LEFT JOIN move_job_ids i ON i.job = j.id ORDER BY j.id"
+)
 SELECT_MESSAGES = (
     "SELECT id, exchange, routing_key, props, body, enqueued_at, deadline, extra_keys, deliveries "
     "FROM messages WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
@@ -540,6 +586,39 @@ def delayed_records(rows: Iterable[Row]) -> list[DelayedRecord]:
 
 def dedup_row(r: DedupRecord) -> Row:
     return (r.vhost, r.kind, r.owner, bytes(r.key), r.expires_at)
+
+
+def move_job_row(r: MoveJobRecord) -> Row:
+    return (
+        r.id,
+        r.vhost,
+        r.queue,
+        r.spec,
+        r.state,
+        r.selected,
+        r.moved,
+        r.unroutable,
+        r.skipped,
+        r.refused,
+        r.error,
+        r.started,
+        r.finished,
+    )
+
+
+def move_job_progress(r: MoveJobRecord) -> Row:
+    """``UPDATE_MOVE_JOB``'s params."""
+    return (r.state, r.selected, r.moved, r.unroutable, r.skipped, r.refused, r.error, r.finished, r.id)
+
+
+def move_job_records(rows: Iterable[Row]) -> list[MoveJobRecord]:
+    """Build ``MoveJobRecord``s from ``SELECT_MOVE_JOBS`` rows (the job's columns, then its ids)."""
+    records = []
+    for row in rows:
+        record = MoveJobRecord(*row[:13])
+        record.ids = None if row[13] is None else bytes(row[13])
+        records.append(record)
+    return records
 
 
 def message_records(queue_id: int, rows: Iterable[Row]) -> list[MessageRecord]:

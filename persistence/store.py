@@ -147,6 +147,27 @@ class PolicyRecord:
 
 
 @dataclass(slots=True)
+class MoveJobRecord:
+    """A dead-letter move job (``broker/node/move_jobs.py``): written once when it starts, then its
+    progress row is updated as it goes (never the whole list of jobs)."""
+
+    id: int
+    vhost: str
+    queue: str
+    spec: str  # JSON object: the selection (without ids), target, keep_death_headers, rate
+    state: str  # running, paused, done, failed, cancelled
+    selected: int = 0
+    moved: int = 0
+    unroutable: int = 0
+    skipped: int = 0
+    refused: int = 0
+    error: str | None = None
+    started: int = 0  # epoch ms
+    finished: int | None = None  # epoch ms
+    ids: bytes | None = None  # {"ids": [...]} selections: the ids, 8 bytes each (big-endian), sorted
+
+
+@dataclass(slots=True)
 class Definitions:
     vhosts: list[VHostRecord] = field(default_factory=list)
     users: list[UserRecord] = field(default_factory=list)
@@ -260,6 +281,23 @@ class Store(Protocol):
 
     def purge_queue(self, queue_id: int) -> None:
         """Delete every message of the queue."""
+        ...
+
+    # dead-letter move jobs (issue 38)
+    def put_move_job(self, record: MoveJobRecord) -> None:
+        """Write a job with its selected ids (insert or replace)."""
+        ...
+
+    def update_move_job(self, record: MoveJobRecord) -> None:
+        """Write a job's state and counters (its settings and ids are not written again)."""
+        ...
+
+    def delete_move_job(self, job_id: int) -> None:
+        """Forget a job and its ids."""
+        ...
+
+    async def load_move_jobs(self) -> list[MoveJobRecord]:
+        """Every committed job, in id order."""
         ...
 
     # recovery

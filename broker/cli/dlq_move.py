@@ -2,7 +2,8 @@
 
 The move runs in the broker (``POST /api/dead-letters/{vhost}/{queue}/moves``, see
 ``broker/dlq_move.py``); this command starts it, shows its progress on stderr and prints the final
-count (``done: moved N, unroutable U, skipped S``) on stdout. Exit status 0 when the move is done,
+count (``done: moved N, unroutable U, skipped S``, then ``, refused R`` when some messages could not be
+moved) on stdout. Exit status 0 when the move is done,
 1 when it failed, was cancelled or could not start. Interrupting the command (Ctrl-C) does not stop
 the move: it goes on in the broker (``ottermq list`` its progress at ``/api/dead-letter-moves``).
 Stdlib only, like the other admin commands.
@@ -67,13 +68,14 @@ def request_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def summary(job: dict[str, Any]) -> str:
-    return f"{job['state']}: moved {job['moved']}, unroutable {job['unroutable']}, skipped {job['skipped']}"
+    line = f"{job['state']}: moved {job['moved']}, unroutable {job['unroutable']}, skipped {job['skipped']}"
+    return line + (f", refused {job['refused']}" if job.get("refused") else "")
 
 
 def progress(job: dict[str, Any]) -> str:
     """The progress line of a running or paused move. Until the broker has counted the selection
     (``selected`` is 0 and nothing is done yet) it says so instead of ``0 of 0``."""
-    done = job["moved"] + job["unroutable"] + job["skipped"]
+    done = job["moved"] + job["unroutable"] + job["skipped"] + job.get("refused", 0)
     if not job["selected"] and not done:
         return f"{job['state']}: selecting messages..."
     return f"{job['state']}: {done} of {job['selected']}"

@@ -89,7 +89,11 @@ DEFINITIONS: Schema = _object(
     rabbitmq_version=STRING,
 )
 MOVE: Schema = _object(
-    ids={"type": "array", "items": {"type": "integer"}, "description": "give one of ids, filter, all"},
+    ids={
+        "type": "array",
+        "items": {"type": "integer", "minimum": 0},
+        "description": "give one of ids, filter, all; at most OTTERMQ_DLQ_MOVE_MAX_IDS (5,000 by default)",
+    },
     filter=_object(reason={**STRING, "nullable": True}, source_queue={**STRING, "nullable": True}),
     all={"type": "boolean"},
     target={

@@ -26,7 +26,13 @@ Rules:
    :meth:`Operations.settle`: once the store commit holding it is settled, a message whose commit
    failed is withdrawn from its queues, then the caller's confirm or ``tx.commit-ok`` goes out. A
    channel's hot path inlines nothing of this but the permission cache.
-5. Policies and limits are validated (RabbitMQ's texts plus the bounds), applied to the vhost, and
+5. Every access to a queue's messages (``QueueAccess``: consume, get, purge, and the dead-letter
+   tools' browse and move), by AMQP, HTTP or the command line (which goes through HTTP), is one
+   check, :meth:`Operations.access_queue`: read permission on the queue first (before existence, as
+   ``rabbit_channel``), then the queue exists (404), then it is not another connection's exclusive
+   queue (405 RESOURCE_LOCKED; the management API and the broker's own jobs own no connection, so
+   every exclusive queue is locked to them, as RabbitMQ's HTTP ``/get`` finds it).
+6. Policies and limits are validated (RabbitMQ's texts plus the bounds), applied to the vhost, and
    written to the store in one step; a policy whose write fails is taken back in memory, and the
    undo is queued behind the write (which the store retries after an I/O failure), so memory and
    store agree either way, as a withdrawn message does.
@@ -38,7 +44,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ottermq.amqp.errors import AccessRefused, PreconditionFailed
 from ottermq.persistence.store import LimitRecord, PolicyRecord
@@ -50,7 +56,7 @@ from ottermq.vhost.policy import Policy, make_policy
 from .limits import Limits, validate
 
 if TYPE_CHECKING:
-    from ottermq.persistence.store import Store, UserRecord
+    from ottermq.persistence.store import CommitCallback, Store, UserRecord
     from ottermq.vhost.exchange import Exchange
     from ottermq.vhost.message import Entry
     from ottermq.vhost.queue import Queue
@@ -62,6 +68,16 @@ log = logging.getLogger(__name__)
 
 MAX_NAME_BYTES = 255  # an AMQP shortstr
 Actor: TypeAlias = "UserRecord | None"  # who performs an operation; None: the broker itself (rule 1)
+# the ways to reach a queue's messages (rule 5) and the permission each needs: all read, as a
+# channel's basic.consume, basic.get and queue.purge; browsing and moving dead letters read them too
+QueueAccess: TypeAlias = Literal["consume", "get", "purge", "browse", "move"]
+QUEUE_ACCESS: dict[str, Permission] = {
+    "consume": "read",
+    "get": "read",
+    "purge": "read",
+    "browse": "read",
+    "move": "read",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +215,13 @@ class Operations:
         body: bytes,
         mandatory: bool = False,
         permitted: bool = False,
+        settled: CommitCallback | None = None,
     ) -> PublishResult:
         """Publish as a client would, without a channel (management API, aliveness test, moves), rule 4.
+
+        Args:
+            settled: called with whether what this publish wrote (queue entries, a delayed message)
+                was committed, after a failure was withdrawn: a publisher confirm.
 
         Raises:
             AccessRefused, NotFound, PreconditionFailed: see :meth:`publish_exchange` and :meth:`message`.
@@ -208,7 +229,7 @@ class Operations:
         exchange = self.publish_exchange(user, vhost, exchange_name, permitted)
         message, _ = self.message(user, exchange_name, routing_key, raw_props, body)  # CC/BCC keys ride along
         result = vhost.publish(exchange, message, None, mandatory)
-        self.settle(result.stored)
+        self.settle(result.stored, settled)
         return result
 
     def settle(self, stored: Stored | None, then: Callable[[bool], None] | None = None) -> None:
@@ -294,17 +315,31 @@ class Operations:
         queue.touch()
         return Declared(created and not passive, queue=queue)
 
-    def queue(
-        self, user: Actor, vhost: VHost, name: str, permission: Permission | None, owner: object | None = None
+    def access_queue(
+        self, user: Actor, vhost: VHost, name: str, access: QueueAccess, owner: object | None = None
     ) -> Queue:
-        """A queue for an operation: permission first, then existence and exclusivity.
+        """The queue whose messages ``access`` reaches (rule 5): the permission it needs first, then
+        existence, then exclusivity (``owner``: the acting connection; None, the management API or a
+        broker job, owns no exclusive queue).
 
         Raises:
             AccessRefused, NotFound, ResourceLocked: as a channel answers.
         """
-        if permission is not None:
-            self.allow(user, vhost, permission, "queue", name)
+        self.allow(user, vhost, QUEUE_ACCESS[access], "queue", name)
         return vhost.get_queue(name, owner)
+
+    def check_queue_access(
+        self, user: Actor, vhost: VHost, name: str, access: QueueAccess, owner: object | None = None
+    ) -> None:
+        """:meth:`access_queue`'s checks where the queue may be gone (controlling a dead-letter move
+        whose queue was deleted).
+
+        Raises:
+            AccessRefused, ResourceLocked: as a channel answers.
+        """
+        self.allow(user, vhost, QUEUE_ACCESS[access], "queue", name)
+        if name in vhost.queues:
+            vhost.get_queue(name, owner)
 
     def delete_queue(
         self,
@@ -335,7 +370,7 @@ class Operations:
 
     def purge_queue(self, user: Actor, vhost: VHost, name: str, owner: object | None = None) -> int:
         """``queue.purge``; returns how many messages went."""
-        return self.queue(user, vhost, name, "read", owner).purge()
+        return self.access_queue(user, vhost, name, "purge", owner).purge()
 
     # -- bindings -------------------------------------------------------------------------------------
     def _binding_allowed(self, user: Actor, vhost: VHost, source: str, dest: tuple[str, str]) -> None:

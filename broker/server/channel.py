@@ -331,10 +331,10 @@ class Channel:
         if (m.queue or self.topology.last_queue) == REPLY_QUEUE:
             self.consumers.consume_replies(m)
             return
-        self.consumers.on_basic_consume(m, self.topology.queue(m.queue, "read"))
+        self.consumers.on_basic_consume(m, self.topology.queue(m.queue, "consume"))
 
     def on_basic_get(self, m: spec.Basic.Get) -> None:
-        self.consumers.on_basic_get(m, self.topology.queue(m.queue, "read"))
+        self.consumers.on_basic_get(m, self.topology.queue(m.queue, "get"))
 
     # -- the read API (ottermq.broker.node.info) and the consumer timeout: never per message -
     def ref(self) -> ChannelRef:

@@ -27,7 +27,7 @@ from .reply_to import REPLY_QUEUE, ReplyTarget
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
 
-    from ..node.auth import Permission
+    from ..node.operations import QueueAccess
 
 
 def _declare_ok(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
@@ -129,17 +129,17 @@ class Topology:
         if not m.nowait:
             self.conn.send(_declare_ok(self.number, name, queue.message_count, len(queue.consumers)))
 
-    def queue(self, name: str, permission: Permission | None = None) -> Queue:
+    def queue(self, name: str, access: QueueAccess) -> Queue:
         """The queue ``name`` (empty: the most recently declared) names, checked by the operations
-        layer (``permission``, exclusive owner).
+        layer for ``access`` (permission, existence, exclusive owner).
 
         Raises:
-            AccessRefused: no ``permission``.
+            AccessRefused: no permission.
             NotFound: no such queue, or no name and none declared on this channel.
             ResourceLocked: another connection's exclusive queue.
         """
         name = self._queue_name(name)
-        return self.conn.node.ops.queue(self.conn.user, self.vhost, name, permission, self.conn)
+        return self.conn.node.ops.access_queue(self.conn.user, self.vhost, name, access, self.conn)
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
         name = self._queue_name(m.queue)

@@ -129,7 +129,7 @@ ROUTES.push([/^#\/dead-letters\/([^/]+)\/([^/]+)$/, "Dead letters", async (main,
     const jobs = (await get("/dead-letter-moves")).filter((j) => j.vhost === vhost && j.queue === name);
     replace(jobsEl, table([["Move", (j) => j.id], ["State", (j) => j.state], ["Moved", (j) => fmtNum(j.moved), {num: true}],
       ["Selected", (j) => fmtNum(j.selected), {num: true}], ["Unroutable", (j) => fmtNum(j.unroutable), {num: true}],
-      ["Skipped", (j) => fmtNum(j.skipped), {num: true}], ["Started", (j) => fmtTime(j.started)], ["Error", (j) => j.error || ""],
+      ["Skipped", (j) => fmtNum(j.skipped), {num: true}], ["Refused", (j) => fmtNum(j.refused || 0), {num: true}], ["Started", (j) => fmtTime(j.started)], ["Error", (j) => j.error || ""],
       ["", (j) => jobButtons(j)]], jobs, {empty: "No moves yet."}));
   }
 
@@ -151,18 +151,19 @@ ROUTES.push([/^#\/dead-letters\/([^/]+)\/([^/]+)$/, "Dead letters", async (main,
     const poll = async () => {
       let job;
       try { job = await get(`/dead-letter-moves/${enc(id)}`); } catch (e) { text.textContent = " " + e.message; return; }
-      const done = job.moved + job.unroutable + job.skipped;
+      const done = job.moved + job.unroutable + job.skipped + (job.refused || 0);
       bar.max = Math.max(1, job.selected || 0);
       bar.value = done;
       const counting = !job.selected && !done && ["running", "paused"].includes(job.state);  // not "0 of 0"
       text.textContent = counting ? ` ${job.state}: selecting messages…` :
         ` ${job.state}: moved ${fmtNum(job.moved)} of ${fmtNum(job.selected)}` +
         (job.unroutable ? `, ${fmtNum(job.unroutable)} unroutable (left in place)` : "") + (job.skipped ? `, ${fmtNum(job.skipped)} skipped` : "") +
+        (job.refused ? `, ${fmtNum(job.refused)} refused (left in place, see the broker log)` : "") +
         (job.error ? ` — ${job.error}` : "");
       if (!["running", "paused"].includes(job.state)) {
         clearInterval(watching);
         watching = null;
-        flash(`Send back ${job.state}: moved ${job.moved}, unroutable ${job.unroutable}, skipped ${job.skipped}`, job.state === "failed");
+        flash(`Send back ${job.state}: moved ${job.moved}, unroutable ${job.unroutable}, skipped ${job.skipped}` + (job.refused ? `, refused ${job.refused}` : ""), job.state === "failed");
         await refresh();
       }
     };

@@ -143,6 +143,8 @@ BAD_VALUES = {
     "dlx_archive_body_bytes": "-1",
     "dlx_archive_queue": "0",
     "dlx_archive_idle_close": "-1",
+    "dlq_move_max_ids": "0",
+    "dlq_move_max_jobs": "1001",
     "enable_web_api": "perhaps",
     "enable_ui": "perhaps",
     "dlx_reports_dir": None,  # any path; a missing folder shows as no reports in the UI

@@ -1,5 +1,6 @@
-"""Dead-letter browse/move pieces (``broker/dlq_move.py``): x-death decoding, header stripping that keeps
-AMQP types, targets, selections, and the one-step move on a real VHost (no loop, no store)."""
+"""Dead-letter browse/move pieces (``broker/node/dlq_move.py``): x-death decoding, header stripping that
+keeps AMQP types, targets, selections and their bounds, and copies of messages whose headers cannot be
+read (no loop, no store; the jobs are ``test_move_jobs.py``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from ottermq.amqp.props import HEADERS_BIT, join_props, split_props
 from ottermq.amqp.table import Long, ShortShort, decode_table, encode_table
 from ottermq.broker.node.dlq_move import (
     LastDeaths,
-    Selection,
+    Unmovable,
+    copy_for,
     deaths_of,
     first_death,
-    move_one,
+    pack_ids,
     selection_from_json,
     strip_death_headers,
     target_of,
+    unpack_ids,
 )
 from ottermq.dlx.xdeath import record_death
 from ottermq.vhost.message import Message
@@ -91,27 +94,52 @@ def test_selection_errors(body, error):
         selection_from_json(body)
 
 
-def test_one_step_move_on_a_vhost():
+def test_selections_match_and_pack_their_ids():
     vh = VHost()
     dlq = vh.declare_queue("dlq", False, False, False, False, None, None)
-    work = vh.declare_queue("work", False, False, False, False, None, None)
-    vh.declare_exchange("orders", "topic", False, False, False, False, None)
-    vh.bind("orders", ("queue", "work"), "eu.#", {})
     for i, reason in enumerate(["expired", "rejected", "expired"]):
         dlq.enqueue(dead(f"m{i}".encode(), reason))
-    selection = selection_from_json({"filter": {"reason": "expired"}})
+    entries = list(dlq.ready_entries())
     last = LastDeaths()
-    chosen = [e for e in dlq.ready_entries() if selection.matches(e, last)]
-    assert [e.message.body for e in chosen] == [b"m0", b"m2"]
-    assert [move_one(vh, dlq, e, None, False, last)[0] for e in chosen] == ["moved", "moved"]
-    assert [e.message.body for e in work.ready_entries()] == [b"m0", b"m2"]
-    assert [e.message.body for e in dlq.ready_entries()] == [b"m1"]
-    assert move_one(vh, dlq, chosen[0], None, False, last)[0] == "skipped"  # already gone
-    rest = next(iter(dlq.ready_entries()))
-    assert move_one(vh, dlq, rest, ("orders", "us.new"), True, last)[0] == "unroutable"  # no binding
-    assert move_one(vh, dlq, rest, ("missing", "k"), True, last)[0] == "unroutable"
-    vh.declare_exchange("hidden", "fanout", False, False, False, True, None)  # internal: no publish
-    vh.bind("hidden", ("queue", "work"), "", {})
-    assert move_one(vh, dlq, rest, ("hidden", "k"), True, last)[0] == "unroutable"
-    assert dlq.message_count == 1
-    assert Selection(ids=frozenset({rest.seq})).matches(rest, last)
+    expired = selection_from_json({"filter": {"reason": "expired"}}).matcher(last)
+    assert [e.message.body for e in entries if expired(e)] == [b"m0", b"m2"]
+    by_ids = selection_from_json({"ids": [entries[1].seq, entries[1].seq, 10**12]})
+    assert by_ids.id_count == 2 and by_ids.ids == pack_ids([10**12, entries[1].seq])
+    assert [e.message.body for e in entries if by_ids.matcher(last)(e)] == [b"m1"]
+    assert by_ids.as_json() == {"ids": [entries[1].seq, 10**12], "ids_count": 2}
+    assert by_ids.as_json(ids=False) == {"ids_count": 2}
+    assert unpack_ids(pack_ids([2**63 - 1, 0])) == [0, 2**63 - 1]
+
+
+def test_a_request_selects_at_most_max_ids():
+    assert selection_from_json({"ids": list(range(3))}, max_ids=3).id_count == 3
+    with pytest.raises(ValueError, match="^a move selects at most 3 ids, not 4: move by filter or all$"):
+        selection_from_json({"ids": list(range(4))}, max_ids=3)
+    for bad in ([-1], [2**63], [True]):
+        with pytest.raises(ValueError, match="ids must be a list of message ids"):
+            selection_from_json({"ids": bad})
+
+
+def nested(depth: int) -> bytes:
+    """A headers table nested ``depth`` tables deep, encoded by hand (the encoder would recurse)."""
+    inner = b""
+    for _ in range(depth):
+        inner = b"\x01aF" + len(inner).to_bytes(4, "big") + inner
+    return len(inner).to_bytes(4, "big") + inner
+
+
+def test_copies_of_messages_whose_headers_cannot_be_read_or_written_are_unmovable():
+    last = LastDeaths()
+    good = dead()
+    assert copy_for(good, None, False, last) == ("orders", "eu.new", strip_death_headers(good))
+    assert copy_for(good, ("x", "k"), True, last) == ("x", "k", good.raw_props)
+    assert copy_for(Message("", "q", b"\x00\x00", b""), None, False, last) is None  # never died
+    deep = Message("", "dlq", join_props({HEADERS_BIT: nested(15_000)}), b"b")
+    malformed = Message("", "dlq", join_props({HEADERS_BIT: b"\x00\x00\x00\x03\x01aZ"}), b"b")
+    for message in (deep, malformed):
+        assert last(message) is None and last.unreadable(message)  # reading never raises
+        with pytest.raises(Unmovable, match="its headers cannot be decoded"):
+            copy_for(message, None, False, last)  # no original target to be found
+        with pytest.raises(Unmovable, match="its headers cannot be rewritten"):
+            copy_for(message, ("x", "k"), False, last)
+        assert copy_for(message, ("x", "k"), True, last) == ("x", "k", message.raw_props)  # kept as is

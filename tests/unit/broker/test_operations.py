@@ -99,6 +99,41 @@ def test_publish_rules(w: World) -> None:
     assert result.routed and w.vhost.queues["q1"].message_count == 1
 
 
+@pytest.mark.parametrize("access", ["consume", "get", "purge", "browse", "move"])
+def test_every_queue_access_checks_permission_then_existence_then_exclusivity(w: World, access: str) -> None:
+    w.ops.declare_queue(None, w.vhost, "qx", exclusive=True, owner="conn-a")
+    w.ops.declare_queue(None, w.vhost, "other", exclusive=True, owner="conn-a")  # bob may not read it
+    with pytest.raises(AccessRefused, match="access to queue 'other' in vhost '/' refused for user 'bob'"):
+        w.ops.access_queue(w.bob, w.vhost, "other", access, owner="conn-b")  # before exclusivity
+    with pytest.raises(AccessRefused, match="access to queue 'nope'"):
+        w.ops.access_queue(w.bob, w.vhost, "nope", access)  # before existence
+    with pytest.raises(NotFound, match="no queue 'q-missing'"):
+        w.ops.access_queue(w.bob, w.vhost, "q-missing", access)
+    for owner in ("conn-b", None):  # another connection, or the management API's none
+        with pytest.raises(ResourceLocked, match="cannot obtain exclusive access to locked queue 'qx'"):
+            w.ops.access_queue(w.bob, w.vhost, "qx", access, owner=owner)
+        with pytest.raises(ResourceLocked):
+            w.ops.check_queue_access(None, w.vhost, "qx", access, owner=owner)
+    assert w.ops.access_queue(w.bob, w.vhost, "qx", access, owner="conn-a") is w.vhost.queues["qx"]
+    w.ops.check_queue_access(w.bob, w.vhost, "q-missing", access)  # gone: only the permission
+
+
+def test_a_publish_is_settled_routed_or_not(w: World) -> None:
+    """``settled`` is the confirm of a publish without a channel (moves wait for it; a failed commit is
+    ``test_move_jobs.py``'s, on a node whose queues write to the store)."""
+
+    async def main() -> list[bool]:
+        w.ops.declare_queue(None, w.vhost, "q1")
+        outcomes: list[bool] = []
+        w.ops.publish(None, w.vhost, "", "q1", b"\x00\x00", b"m", settled=outcomes.append)
+        w.ops.publish(None, w.vhost, "", "nowhere", b"\x00\x00", b"m", settled=outcomes.append)
+        await w.store.flush()
+        await asyncio.sleep(0)
+        return outcomes
+
+    assert asyncio.run(main()) == [True, True]
+
+
 def test_delete_and_purge(w: World) -> None:
     w.ops.declare_queue(None, w.vhost, "q1")
     w.ops.declare_queue(None, w.vhost, "qx", exclusive=True, owner="conn-a")

@@ -19,6 +19,7 @@ import ottermq.persistence.schema as schema
 import ottermq.persistence.sqlite as sqlite_module
 import pytest
 from ottermq.persistence import MessageRecord, QueueRecord, SQLiteStore, StoreError, VHostRecord
+from ottermq.persistence.store import MoveJobRecord
 
 
 def message(queue_id: int, seq: int, body: bytes = b"x" * 100, **fields: Any) -> MessageRecord:
@@ -171,6 +172,25 @@ def test_migration_to_a_next_version(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
         run(main)
     open_fails(path, "newer OtterMQ")  # and the real version 1 refuses it
+
+
+def test_a_schema_4_file_gets_the_move_job_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 5 (issue 38): dead-letter move jobs move from a JSON file into the store."""
+    path = tmp_path / "ottermq.db"
+    with monkeypatch.context() as m:
+        m.setattr(schema, "SCHEMA_VERSION", 4)
+        (q,) = make_db(path, per_queue=1)
+
+    async def main() -> None:
+        store = SQLiteStore(path)
+        await store.open()
+        assert await sql(store, "PRAGMA user_version") == [(5,)]
+        assert [m.body for m in await messages(store, q)] == [b"1"]
+        store.put_move_job(MoveJobRecord(1, "/", "dlq", "{}", "running", ids=b"\x00" * 8))
+        assert [j.ids for j in await store.load_move_jobs()] == [b"\x00" * 8]
+        await store.close()
+
+    run(main)
 
 
 def test_queue_ids_are_compacted_at_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

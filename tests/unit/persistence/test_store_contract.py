@@ -24,7 +24,7 @@ from ottermq.persistence import (
     VHostRecord,
 )
 from ottermq.persistence.batching import BatchingStore
-from ottermq.persistence.store import DedupRecord, DelayedRecord
+from ottermq.persistence.store import DedupRecord, DelayedRecord, MoveJobRecord
 
 Factory = Callable[[], MemoryStore | SQLiteStore]
 
@@ -682,6 +682,38 @@ def test_text_holds_the_nul_character_and_every_other(new_store: Factory) -> Non
         await store.flush()
         defs = await store.load_definitions()
         assert "\x00" not in {v.name for v in defs.vhosts} and len(defs.bindings) == len(names) - 2
+        await store.close()
+
+    run(write)
+    run(read)
+
+
+def test_move_jobs_round_trip_update_in_place_and_delete(new_store: Factory) -> None:
+    """Dead-letter move jobs (issue 38): a job is written once with its ids, then only its progress row
+    is updated; names with NUL survive (PostgreSQL escapes them)."""
+    ids = b"".join(i.to_bytes(8, "big") for i in (3, 5, 2**62))
+    first = MoveJobRecord(7, "v\x00", "dlq", '{"all": false}', "running", started=1_700_000_000_000, ids=ids)
+    second = MoveJobRecord(9, "/", "q\x00", '{"all": true}', "paused", 4, 1, 2, 1, 0, None, 5)
+
+    async def write() -> None:
+        store = new_store()
+        await store.open()
+        store.put_move_job(first)
+        store.put_move_job(second)
+        first.state, first.moved, first.refused = "done", 2, 1
+        first.error, first.finished = "store\x00failed", 1_700_000_000_500
+        store.update_move_job(first)
+        await store.flush()
+        await store.close()
+
+    async def read() -> None:
+        store = new_store()
+        await store.open()
+        assert await store.load_move_jobs() == [first, second]
+        store.delete_move_job(7)
+        second.moved = 3
+        store.update_move_job(second)
+        assert await store.load_move_jobs() == [second]
         await store.close()
 
     run(write)
