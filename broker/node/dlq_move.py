@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ottermq.amqp.props import get_headers, rewrite_props
-from ottermq.amqp.table import encode_table
+from ottermq.amqp.props import HEADERS_BIT, get_headers, rewrite_props, split_props
+from ottermq.amqp.table import decode_table, encode_table
 from ottermq.vhost.message import Entry, Message
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,8 @@ def strip_death_headers(message: Message) -> bytes:
     Raises:
         Exception: the headers cannot be decoded or encoded again (the caller's ``Unmovable``).
     """
-    headers = get_headers(message.raw_props)
+    table = split_props(message.raw_props)[1].get(HEADERS_BIT)
+    headers = decode_table(table, only=frozenset())[0] if table is not None else None  # values unread
     if not headers or not any(key in headers for key in DEATH_HEADERS):
         return message.raw_props
     kept = {k: v for k, v in headers.items() if k not in DEATH_HEADERS}
