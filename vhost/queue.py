@@ -758,7 +758,10 @@ class Queue:
         return self.auto_delete and not self.consumers and self.had_consumer
 
     def has_exclusive_consumer(self) -> bool:
-        return any(c.exclusive for c in self.consumers)
+        """An exclusive consumer is always alone (no other may join it, it joins only an idle
+        queue): one look, however many consumers there are."""
+        consumers = self.consumers
+        return len(consumers) == 1 and consumers[0].exclusive
 
     def _next_consumer(self) -> Consumer | None:
         consumers = self.consumers

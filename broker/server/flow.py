@@ -15,6 +15,8 @@ Rules (uvicorn's ``flow_control.py``, plus RabbitMQ's ``connection.blocked``):
   that keeps having data up to 32 times per turn, and a fast publisher (256 KiB per read) would hold
   the loop for hundreds of milliseconds, while the other connections of the process (handshakes,
   heartbeats, consumers) wait.
+- A connection whose last read held more frames than one turn's budget handles (``backlog``,
+  ``connection.FRAME_BUDGET``) is not read until they are handled.
 - A connection offered to another worker (``held``) is not read until that worker takes it or
   cannot; none of the other switches resumes it.
 - Reading is paused or resumed only when the wanted state changes, and never once the connection
@@ -36,6 +38,7 @@ class FlowControl:
         "_reading",
         "_transport",
         "alarm_blocked",
+        "backlog",
         "has_published",
         "held",
         "paused",
@@ -54,6 +57,7 @@ class FlowControl:
         self.read_octets = 0  # read since the connection last gave way (READ_BUDGET)
         self.yielding = False  # not read until the next loop turn
         self.held = False  # offered to another worker: nothing is read until it answers
+        self.backlog = False  # frames already read wait for the next loop turn (connection.FRAME_BUDGET)
 
     def start(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -95,6 +99,7 @@ class FlowControl:
             not self.paused
             and not self.yielding
             and not self.held
+            and not self.backlog
             and not ((self.alarm_blocked or self.store_wait) and self.has_published)
         )
         transport = self._transport
