@@ -8,8 +8,9 @@ Rules:
   ``basic.ack``/``basic.nack`` frames are coalesced into the buffer just before the write.
 - One ``transport.write`` per flush; nothing is written once the transport is closing (the bytes
   are dropped). A large body's frames (``fastpath.LARGE_BODY``) arrive as parts and go out with
-  one ``transport.writelines``, never joined: the body is not copied. ``send_oct``/``send_cnt`` count what was written (RabbitMQ's counters), ``sent``
-  whether anything was since the heartbeat last looked.
+  one ``transport.writelines``, never joined: the body is not copied. ``send_oct``/``send_cnt``
+  count what was written (RabbitMQ's counters), ``sent`` whether anything was since the heartbeat
+  last looked.
 - Whether the socket's output is backed up (``pause_writing``) is the connection's flow control,
   not this buffer's: a paused connection stops delivering and reading, it never stops writing.
 """

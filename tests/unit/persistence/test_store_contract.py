@@ -22,8 +22,8 @@ from ottermq.persistence import (
     StoreError,
     UserRecord,
     VHostRecord,
+    engine,
 )
-from ottermq.persistence import engine
 from ottermq.persistence.batching import BatchingStore
 from ottermq.persistence.store import DedupRecord, DelayedRecord
 
