@@ -34,7 +34,7 @@ from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_setting
 from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
-from .policy import Policy, choose, effective_args, merge
+from .policy import Policy, choose, effective_args, kinds_of, merge
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
 
 
@@ -184,9 +184,19 @@ class VHost:
 
     # -- policies -------------------------------------------------------------------------
     def set_policy(self, policy: Policy) -> None:
-        """Add or replace a (user or operator) policy and re-apply policies to every queue and exchange."""
-        (self.operator_policies if policy.operator else self.policies)[policy.name] = policy
-        self.apply_policies()
+        """Add or replace a (user or operator) policy and re-apply policies to every queue and exchange
+        (not when it is the same policy again: a worker's metadata copy sets every policy anew)."""
+        registry = self.operator_policies if policy.operator else self.policies
+        same = registry.get(policy.name) == policy
+        registry[policy.name] = policy
+        if not same:
+            self.apply_policies()
+
+    def policy_names(self, apply_to: object) -> list[str]:
+        """The names a policy of this ``apply-to`` is matched against: queues, exchanges or both."""
+        kinds = kinds_of(apply_to)
+        names = list(self.queues) if "queue" in kinds else []
+        return names + list(self.exchanges) if "exchange" in kinds else names
 
     def delete_policy(self, name: str, operator: bool = False) -> Policy | None:
         """Remove a policy (None if there was none) and re-apply what is left."""

@@ -165,11 +165,14 @@ class Node:
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
-        apply_definitions(self, Definitions(policies=defs.policies), restore=Restore())  # after the messages
+        recovered = Definitions(policies=defs.policies)
+        await self.ops.prepare_definitions(self.owned_vhost, recovered)  # patterns matched off the loop
+        apply_definitions(self, recovered, restore=Restore())  # after the messages
         self.limits.load(defs.limits)
         self.apply_limits()
         applied = Definitions()
         if definitions is not None:
+            await self.ops.prepare_definitions(self.owned_vhost, definitions)
             try:
                 applied = apply_definitions(self, definitions)
             except (AuthError, PolicyError, LimitError, AMQPError) as exc:
@@ -215,6 +218,11 @@ class Node:
             await asyncio.gather(self._release, return_exceptions=True)
         await self.store.close()  # commits what is pending: nothing confirmed is lost
         await self.archive.close()  # writes buffered dead-letter records, finishes .part files
+
+    def owned_vhost(self, name: str) -> VHost | None:
+        """The vhost called ``name`` if this process serves it."""
+        vhost = self.vhosts.get(name)
+        return vhost if vhost is not None and self.owns(name) else None
 
     def owned_vhosts(self) -> list[VHost]:
         """The vhosts this process serves (every one, unless there are several workers)."""
