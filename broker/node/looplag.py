@@ -16,7 +16,9 @@ Rules:
    innermost where it is now.
 3. When the late tick finally runs with a lag of at least ``threshold``
    (``OTTERMQ_LOOP_LAG_WARNING``, 250 ms; 0 turns the WARNING and the thread off), one WARNING
-   names the lag and the sampled stack. A loop that has not come back after ``STUCK`` seconds is
+   names the lag, how much of it the loop's thread spent computing (``time.thread_time``: far less
+   than the lag means it waited, for a CPU of a busy machine, the GIL or a system call) and the
+   sampled stack. A loop that has not come back after ``STUCK`` seconds is
    reported by the thread itself, once per stall, so that a loop stuck for good is seen too.
 """
 
@@ -65,6 +67,7 @@ class LoopMonitor:
         self.worst = 0.0  # the largest observation since start (seconds)
         self.slow_turns = 0  # observations of at least ``threshold``
         self._due = 0.0  # time.monotonic() when the pending tick is due; 0: not running
+        self._cpu = 0.0  # the loop thread's CPU time when the pending tick was scheduled
         self._handle: asyncio.TimerHandle | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -119,6 +122,7 @@ class LoopMonitor:
     # -- on the loop ---------------------------------------------------------------------------------
     def _schedule(self) -> None:
         self._due = time.monotonic() + self.tick
+        self._cpu = time.thread_time()
         self._handle = self.loop.call_later(self.tick, self._on_tick)
 
     def _on_tick(self) -> None:
@@ -126,10 +130,14 @@ class LoopMonitor:
         self.observe(lag)
         if self.threshold > 0 and lag >= self.threshold:
             self.slow_turns += 1
+            # the loop thread's own CPU time since the last tick: far below the lag means it was
+            # waiting (for the machine's CPUs, the GIL or a system call), not computing
             log.warning(
-                "event loop held for %.3f s (over %.3f s, OTTERMQ_LOOP_LAG_WARNING): %s",
+                "event loop held for %.3f s (over %.3f s, OTTERMQ_LOOP_LAG_WARNING; its thread computed"
+                " for %.3f s of it): %s",
                 lag,
                 self.threshold,
+                time.thread_time() - self._cpu,
                 self._report(),
             )
         self._schedule()
@@ -171,7 +179,8 @@ class LoopMonitor:
     def _report(self) -> str:
         """The samples of the stall that just ended, most frequent first (rule 3)."""
         if self._sampled_for != self._due or not self._samples:
-            return "not sampled (the turn ended before the watchdog looked)"
+            # the watchdog did not run either: the process was not scheduled, or C code held the GIL
+            return "not sampled (the watchdog thread did not get to run meanwhile)"
         total = sum(self._samples.values())
         (where, n), *_ = self._samples.most_common(1)
         return where if n == total else f"{where} ({n} of {total} samples)"
