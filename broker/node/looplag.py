@@ -8,12 +8,12 @@ Rules:
    observations go into ``counts`` over :data:`BUCKETS` (which include 0.25 s and 1 s), ``total``
    and ``worst`` (since start), exported as ``ottermq_event_loop_lag_seconds{worker}`` and
    ``ottermq_event_loop_lag_max_seconds{worker}`` (``broker/management/node_metrics.py``).
-2. Naming the culprit costs nothing while the loop is healthy. uvloop has no per-callback hook
-   (asyncio's debug mode and ``slow_callback_duration`` would wrap every callback), so a watchdog
-   thread wakes every ``threshold / 5`` (at most 50 ms), reads when the next tick is due, and only
+2. Naming the culprit costs next to nothing while the loop is healthy. uvloop has no per-callback
+   hook (asyncio's debug mode and ``slow_callback_duration`` would wrap every callback), so a
+   watchdog thread wakes every ``threshold / 2`` (125 ms), reads when the next tick is due, and only
    when the tick is already ``threshold / 2`` late samples the loop thread's Python stack
-   (``sys._current_frames``): the outermost frame is the callback or task that is running, the
-   innermost where it is now.
+   (``sys._current_frames``), then every ``threshold / 5`` (at most 50 ms) until the loop is back:
+   the outermost frame is the callback or task that is running, the innermost where it is now.
 3. When the late tick finally runs with a lag of at least ``threshold``
    (``OTTERMQ_LOOP_LAG_WARNING``, 250 ms; 0 turns the WARNING and the thread off), one WARNING
    names the lag, how much of it the loop's thread spent computing (``time.thread_time``: far less
@@ -144,14 +144,15 @@ class LoopMonitor:
 
     # -- the watchdog thread -------------------------------------------------------------------------
     def _watch(self) -> None:
-        poll = min(0.05, self.threshold / 5)
-        while not self._stopping.wait(poll):
+        calm, close = self.threshold / 2, min(0.05, self.threshold / 5)
+        wait = calm
+        while not self._stopping.wait(wait):
             due = self._due
-            if due == 0.0:
+            late = time.monotonic() - due if due else 0.0
+            if late < calm:
+                wait = calm  # a healthy loop: a look every threshold / 2
                 continue
-            late = time.monotonic() - due
-            if late < self.threshold / 2:
-                continue
+            wait = close  # a late one: a sample every 50 ms until it comes back
             if self._sampled_for != due:  # a new stall: its samples start afresh
                 self._samples = Counter()
                 self._sampled_for = due
