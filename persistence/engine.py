@@ -97,8 +97,9 @@ def write_batch(conn: sqlite3.Connection, ops: list[Op | None]) -> None:
     with schema.transaction(conn):
         for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
             params = [p for _, p in group]
-            if statement in _BLOB_FORMS:
-                for large in [p for p in params if _large(statement, p)]:
+            form = _BLOB_FORMS.get(statement)
+            if form is not None and max(map(len, map(itemgetter(form[2]), params))) > LARGE_BLOB:
+                for large in [p for p in params if _large(statement, p)]:  # rare: a scan in C first
                     _insert_large(conn, statement, large)
                 params = [p for p in params if not _large(statement, p)]
             multi = schema.MULTI_ROW.get(statement)

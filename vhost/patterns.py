@@ -13,9 +13,10 @@ Rules:
 3. A pattern neither engine reads raises :class:`PatternError` with the engine's reason.
 4. Compiled patterns are cached by (source, case) in a bounded cache; compiling is not on any
    per-message path.
-5. A pattern only ``regex`` reads remembers its answer per name (``KNOWN_MAX`` names, then it
-   starts afresh), running out of time included: a name costs its ``TIMEOUT`` once, not at every
-   re-application of the policies.
+5. A pattern only ``regex`` reads remembers its answer per name, running out of time included: a
+   name costs its ``TIMEOUT`` once, not at every re-application of the policies. The answers of all
+   patterns share one memory of ``KNOWN_MAX`` entries, emptied whole when full (so many patterns
+   times many names cannot grow it without bound; a name forgotten is matched again).
 6. Matching one pattern against many names (a policy set while 500 queues exist: 500 x 20 ms)
    is done by :meth:`Pattern.prepare`, in a worker thread (``regex`` releases the GIL while it
    matches), within ``BUDGET`` seconds in all: the names it does not reach in time count as running
@@ -42,11 +43,12 @@ TIMEOUT = 0.02
 BUDGET = 2.0
 """Seconds :meth:`Pattern.prepare` may spend on all the names of one request (rule 6)."""
 
-KNOWN_MAX = 100_000
-"""Names whose answer one pattern remembers (rule 5)."""
+KNOWN_MAX = 200_000
+"""(pattern, name) answers remembered, all patterns together (rule 5)."""
 
-# remembered answers (rule 5)
+# remembered answers (rule 5): (source, ignore_case, name) -> _NO, _YES or _OUT_OF_TIME
 _NO, _YES, _OUT_OF_TIME = 0, 1, 2
+_KNOWN: dict[tuple[str, bool, str], int] = {}
 
 
 class PatternError(ValueError):
@@ -71,13 +73,13 @@ class Pattern:
         PatternError: neither engine reads ``source``.
     """
 
-    __slots__ = ("source", "bounded", "_re2", "_regex", "_known")
+    __slots__ = ("source", "bounded", "_re2", "_regex", "_case")
 
     def __init__(self, source: str, ignore_case: bool = False) -> None:
         self.source = source
         self._re2: re2._Regexp | None = None
         self._regex: regex.Pattern[str] | None = None
-        self._known: dict[str, int] = {}  # name -> _YES, _NO or _OUT_OF_TIME (rule 5)
+        self._case = ignore_case
         try:
             self._re2 = re2.compile(source, _re2_options(ignore_case))
         except re2.error:
@@ -97,7 +99,7 @@ class Pattern:
         """
         if self._re2 is not None:
             return self._re2.search(text) is not None
-        known = self._known.get(text)
+        known = _KNOWN.get((self.source, self._case, text))
         if known is None:
             known = self._match(text)
         if known == _OUT_OF_TIME:
@@ -122,10 +124,9 @@ class Pattern:
         return found
 
     def _remember(self, text: str, found: int) -> None:
-        known = self._known
-        if len(known) >= KNOWN_MAX:
-            known.clear()
-        known[text] = found
+        if len(_KNOWN) >= KNOWN_MAX:
+            _KNOWN.clear()
+        _KNOWN[(self.source, self._case, text)] = found
 
     def prepare(self, names: Iterable[str], budget: float = BUDGET) -> int:
         """Match every name not yet remembered, within ``budget`` seconds in all (rule 6); run it in
@@ -139,7 +140,7 @@ class Pattern:
         deadline = time.monotonic() + budget
         skipped = slow = 0
         for name in names:
-            if name in self._known:
+            if (self.source, self._case, name) in _KNOWN:
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
