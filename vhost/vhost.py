@@ -34,6 +34,7 @@ from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_setting
 from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
+from .patterns import name_budget
 from .policy import Policy, choose, effective_args, kinds_of, merge
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
 
@@ -345,7 +346,10 @@ class VHost:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {}, self.name)
-        policy = choose(self.policies.values(), "exchange", name) if self.policies else None
+        policy = None
+        if self.policies:
+            with name_budget():  # the policies' costly patterns share 50 ms for this name
+                policy = choose(self.policies.values(), "exchange", name)
         # arguments checked (406) before the exchange exists
         settings = self._dedup_settings("exchange", exchange, policy.definition if policy else {})
         self.exchanges[name] = exchange
@@ -459,7 +463,8 @@ class VHost:
         self.queues[name] = queue
         self.queues_created += 1
         if self.policies or self.operator_policies or args.queue_type == "quorum":
-            self._apply_to_queue(queue)
+            with name_budget():  # the policies' costly patterns share 50 ms for this name
+                self._apply_to_queue(queue)
         if dedup is not None and queue.dedup is None:  # no policy configured it
             self._configure_dedup("queue", queue, dedup)
         if durable and not exclusive and self.store is not None:

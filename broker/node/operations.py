@@ -388,7 +388,7 @@ class Operations:
     ) -> None:
         """Match a policy's ``pattern`` against the names in ``vhost`` it may apply to (and ``more``,
         names about to be declared) off the event loop, before :meth:`set_policy` applies it (rule 5;
-        ``vhost.patterns`` rule 6). A pattern RE2 reads, or one that is invalid, needs nothing here."""
+        ``vhost.patterns`` rule 7). A pattern RE2 reads, or one that is invalid, needs nothing here."""
         if not isinstance(pattern, str):
             return
         try:

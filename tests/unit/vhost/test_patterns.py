@@ -101,3 +101,21 @@ def test_the_memory_of_the_answers_is_bounded(monkeypatch: pytest.MonkeyPatch) -
         Pattern(source).prepare([f"q{i}" for i in range(25)])
         assert len(patterns._KNOWN) <= 10
     assert Pattern(r"^(?!amq\.)").matches("q3")  # forgotten or not, the answer is the same
+
+
+def test_a_declared_name_shares_one_budget_across_every_policy() -> None:
+    """30 costly policies: a name that takes each one to its 20 ms timeout would hold the loop 0.6 s
+    per declare; under ``name_budget`` they share 50 ms, and what was cut short is not remembered."""
+    from ottermq.vhost.policy import choose
+
+    policies = [
+        make_policy("/", f"p{i:02d}", f"^(a|aa)+(?=b{i})", {"max-length": 1}, "queues") for i in range(30)
+    ]
+    name = evil_names(1)[0]
+    start = time.perf_counter()
+    with patterns.name_budget(0.05):
+        assert choose(policies, "queue", name) is None
+    assert time.perf_counter() - start < 0.3  # 50 ms, one pattern's overshoot, a loaded machine
+    assert len(patterns._KNOWN) <= 3  # the ones that had their full 20 ms (at most two) and no more
+    with patterns.name_budget(5.0):  # a name matched quickly is unaffected
+        assert choose(policies, "queue", "aab7") is policies[7]
