@@ -143,7 +143,9 @@ fuzz: install
 # benchmark (1M persistent messages: throughput, disk, recovery); then the scale curves
 # (benchmarks/scale.py: queues, consumers, connections, backlog; benchmarks/scale.png); then N vhosts
 # at once with OTTERMQ_WORKERS=1 and auto (benchmarks/vhosts.py) and the cost of handing a message
-# between processes (benchmarks/ipc.py).
+# between processes (benchmarks/ipc.py); and how long one client's costly request (a 100 MB persistent
+# publish and its delivery, a policy pattern over 500 queues) keeps another client waiting
+# (benchmarks/stalls.py).
 bench: install
 	bash .ci/install-cgen.sh
 	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
@@ -167,6 +169,11 @@ bench: install
 	  $(BIN)/python benchmarks/postgres.py --compare "$(RABBIT_URL)"; \
 	else \
 	  $(BIN)/python benchmarks/postgres.py; \
+	fi
+	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
+	  $(BIN)/python benchmarks/stalls.py --compare "$(RABBIT_URL)"; \
+	else \
+	  $(BIN)/python benchmarks/stalls.py; \
 	fi
 
 lint: install

@@ -349,6 +349,12 @@ class Settings(BaseSettings):
         pattern=r"^/[A-Za-z0-9._~/-]*$",
         description="Where the management listener serves it: HTML there, JSON at <path>/openapi.json",
     )
+    loop_lag_warning: Duration = Field(
+        0.25,
+        ge=0,
+        description="Log a WARNING naming what held the event loop when one turn keeps it longer than"
+        " this (0: never); ottermq_event_loop_lag_seconds is exported either way",
+    )
     metrics_samples_interval: Duration = Field(
         5.0,
         gt=0,

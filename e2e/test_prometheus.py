@@ -223,3 +223,29 @@ def test_auth_attempts_count_failures_by_protocol(broker, connect, poll_until):
     assert poll_until(lambda: scrape(broker)[failed] == before[failed] + 1, timeout=20, interval=0.5)
     assert poll_until(lambda: scrape(broker)[succeeded] >= before[succeeded] + 1, timeout=20, interval=0.5)
     assert ("rabbitmq_auth_attempts_total", (("protocol", "http"),)) in scrape(broker)
+
+
+@pytest.mark.extension
+def test_the_event_loop_lag_is_a_histogram_per_worker(broker, poll_until):
+    """``ottermq_event_loop_lag_seconds{worker}``: the loop's timer ticks every 20 ms, so the count
+    grows while the broker idles; buckets at 250 ms and 1 s (what the adversarial suite asserts on),
+    and the worst lag since start. Worker 0 is always there (one series per worker process)."""
+
+    def lag() -> dict[tuple[str, str], float]:
+        return {
+            (name, dict(labels).get("le", "")): value
+            for (name, labels), value in scrape(broker).items()
+            if name.startswith("ottermq_event_loop_lag") and dict(labels).get("worker") == "0"
+        }
+
+    first = lag()
+    assert {("ottermq_event_loop_lag_seconds_bucket", le) for le in ("0.25", "1.0", "+Inf")} <= set(first)
+    assert first[("ottermq_event_loop_lag_seconds_count", "")] > 0
+    assert first[("ottermq_event_loop_lag_max_seconds", "")] >= 0
+    poll_until(
+        lambda: (
+            lag()[("ottermq_event_loop_lag_seconds_count", "")]
+            >= first[("ottermq_event_loop_lag_seconds_count", "")] + 5
+        ),
+        what="the loop-lag histogram counting ticks",
+    )

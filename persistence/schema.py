@@ -433,6 +433,8 @@ INSERT_MESSAGE = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 DELETE_MESSAGE = "DELETE FROM messages WHERE id = ?"
+# the same with the body's length: a zeroblob the store then writes in pieces (engine.LARGE_BLOB)
+INSERT_MESSAGE_ZEROBLOB = INSERT_MESSAGE.replace("?, ?, ?, ?, ?,", "?, ?, ?, ?, zeroblob(?),", 1)
 PUT_POLICY = (
     "INSERT OR REPLACE INTO policies (vhost, name, operator, pattern, apply_to, priority, definition) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -446,6 +448,9 @@ MARK_DELIVERED = "UPDATE messages SET deliveries = ? WHERE id = ?"
 INSERT_DELAYED = (
     "INSERT INTO delayed (id, vhost, exchange, due, delay, routing_key, props, body, extra_keys) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_DELAYED_ZEROBLOB = INSERT_DELAYED.replace(
+    "?, ?, ?, ?, ?, ?, ?, ?,", "?, ?, ?, ?, ?, ?, ?, zeroblob(?),", 1
 )
 DELETE_DELAYED = "DELETE FROM delayed WHERE id = ?"
 DELETE_DELAYED_EXCHANGE = "DELETE FROM delayed WHERE vhost = ? AND exchange = ?"

@@ -133,6 +133,14 @@ OPERATOR_KEYS = frozenset(
 )
 
 
+def kinds_of(apply_to: object) -> tuple[str, ...]:
+    """The kinds of object (``queue``, ``exchange``) a policy with this ``apply-to`` may match (any
+    value not valid: both, the widest)."""
+    return (
+        _APPLIES.get(apply_to, ("queue", "exchange")) if isinstance(apply_to, str) else ("queue", "exchange")
+    )
+
+
 class PolicyError(ValueError):
     """A policy RabbitMQ would refuse; ``str(error)`` is RabbitMQ's reason."""
 

@@ -34,7 +34,8 @@ from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_setting
 from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
-from .policy import Policy, choose, effective_args, merge
+from .patterns import name_budget
+from .policy import Policy, choose, effective_args, kinds_of, merge
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
 
 
@@ -186,9 +187,19 @@ class VHost:
 
     # -- policies -------------------------------------------------------------------------
     def set_policy(self, policy: Policy) -> None:
-        """Add or replace a (user or operator) policy and re-apply policies to every queue and exchange."""
-        (self.operator_policies if policy.operator else self.policies)[policy.name] = policy
-        self.apply_policies()
+        """Add or replace a (user or operator) policy and re-apply policies to every queue and exchange
+        (not when it is the same policy again: a worker's metadata copy sets every policy anew)."""
+        registry = self.operator_policies if policy.operator else self.policies
+        same = registry.get(policy.name) == policy
+        registry[policy.name] = policy
+        if not same:
+            self.apply_policies()
+
+    def policy_names(self, apply_to: object) -> list[str]:
+        """The names a policy of this ``apply-to`` is matched against: queues, exchanges or both."""
+        kinds = kinds_of(apply_to)
+        names = list(self.queues) if "queue" in kinds else []
+        return names + list(self.exchanges) if "exchange" in kinds else names
 
     def delete_policy(self, name: str, operator: bool = False) -> Policy | None:
         """Remove a policy (None if there was none) and re-apply what is left."""
@@ -353,7 +364,10 @@ class VHost:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         exchange = make_exchange(name, type_, durable, auto_delete, internal, arguments or {}, self.name)
-        policy = choose(self.policies.values(), "exchange", name) if self.policies else None
+        policy = None
+        if self.policies:
+            with name_budget():  # the policies' costly patterns share 50 ms for this name
+                policy = choose(self.policies.values(), "exchange", name)
         # arguments checked (406) before the exchange exists
         settings = self._dedup_settings("exchange", exchange, policy.definition if policy else {})
         if durable:  # stored first: refused there, it is not declared at all
@@ -471,7 +485,8 @@ class VHost:
         self.queues[name] = queue
         self.queues_created += 1
         if self.policies or self.operator_policies or args.queue_type == "quorum":
-            self._apply_to_queue(queue)
+            with name_budget():  # the policies' costly patterns share 50 ms for this name
+                self._apply_to_queue(queue)
         if dedup is not None and queue.dedup is None:  # no policy configured it
             self._configure_dedup("queue", queue, dedup)
         return queue

@@ -217,6 +217,7 @@ async def post_definitions(request: web.Request) -> web.Response:
         def durable(kind: str, vhost: str, name: str) -> bool:
             return (exchanges if kind == "exchange" else queues).get((vhost, name), True)
 
+        await broker.ops.prepare_definitions(broker.owned_vhost, defs)  # policy patterns: off the loop
         with amqp_errors():
             apply_definitions(broker, defs, durable)
     except (DefinitionsError, AuthError, PolicyError, LimitError) as exc:

@@ -14,6 +14,8 @@ Rules:
    ``/api/overview``'s ``rabbitmq_version``) and, in ``erlang_version``, the Python running it.
 5. ottermq has a memory alarm but no disk or file-descriptor alarm, so those two alarm gauges are
    always 0 and there is no disk-limit gauge.
+6. The event-loop lag (``ottermq_event_loop_lag_seconds``, ``_max_seconds``) is per process, labelled
+   ``worker`` (0 for a broker of one process), so worker 0's merge keeps each worker's series.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import prometheus_client
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ..node.node import process_rss
 from .common import node_name
@@ -260,6 +262,28 @@ def node_metrics(broker: Node) -> Iterator[Metric]:
         yield GaugeMetricFamily(name, text, value=1 if on else 0)
     yield from auth_metrics(broker)
     yield from leadership_metrics(broker)
+    yield from loop_lag_metrics(broker)
+
+
+def loop_lag_metrics(broker: Node) -> Iterator[Metric]:
+    """``ottermq_event_loop_lag_seconds{worker}`` (histogram: how late the event loop ran a timer
+    due every 20 ms) and ``ottermq_event_loop_lag_max_seconds{worker}`` (the worst since start),
+    labelled with this process's worker number so that the workers' series stay apart
+    (``broker/node/looplag.py``)."""
+    monitor = broker.loop_lag
+    worker = str(broker.worker_index)
+    histogram = HistogramMetricFamily(
+        "ottermq_event_loop_lag_seconds",
+        "How late the event loop ran a timer (a turn that held the loop shows here)",
+        labels=["worker"],
+    )
+    histogram.add_metric([worker], monitor.cumulative(), sum_value=monitor.total)
+    yield histogram
+    worst = GaugeMetricFamily(
+        "ottermq_event_loop_lag_max_seconds", "The largest event-loop lag since start", labels=["worker"]
+    )
+    worst.add_metric([worker], monitor.worst)
+    yield worst
 
 
 ROLES = ("active", "standby", "lost")

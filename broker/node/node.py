@@ -30,6 +30,7 @@ from .delayed import DedupPersistence, DelayService
 from .heap import HeapTrimmer
 from .info import ConnectionHandle, WorkerPool
 from .limits import LimitError, Limits
+from .looplag import LoopMonitor
 from .operations import Operations
 from .recovery import recover
 from .startup import StartupError
@@ -91,6 +92,8 @@ class Node:
         self.disk_alarm = False
         self.disk_free_probe: Callable[[], int | None] = self._disk_free  # tests put a fake one here
         self._memory_timer: asyncio.TimerHandle | None = None
+        # the event loop's lag histogram and slow-turn WARNING (broker/node/looplag.py)
+        self.loop_lag = LoopMonitor(loop, settings.loop_lag_warning)
         # hands freed heap pages back after a backlog drains (and the store's page cache, see _drained)
         self.heap = HeapTrimmer(process_rss, on_drained=self._drained)
         self._release: asyncio.Task[None] | None = None
@@ -162,11 +165,14 @@ class Node:
         for name in self.auth.vhosts:
             self.ensure_vhost(name)
         await recover(self, self.store, self.hook)
-        apply_definitions(self, Definitions(policies=defs.policies), restore=Restore())  # after the messages
+        recovered = Definitions(policies=defs.policies)
+        await self.ops.prepare_definitions(self.owned_vhost, recovered)  # patterns matched off the loop
+        apply_definitions(self, recovered, restore=Restore())  # after the messages
         self.limits.load(defs.limits)
         self.apply_limits()
         applied = Definitions()
         if definitions is not None:
+            await self.ops.prepare_definitions(self.owned_vhost, definitions)
             try:
                 applied = apply_definitions(self, definitions)
             except (AuthError, PolicyError, LimitError, AMQPError) as exc:
@@ -194,13 +200,15 @@ class Node:
         return applied
 
     def start_alarms(self) -> None:
-        """Start the memory and disk checks (every second)."""
+        """Start the memory and disk checks (every second) and the event loop's lag monitor."""
         self.check_memory()
+        self.loop_lag.start()
 
     def stop(self) -> None:
-        """Stop the alarm checks and delayed delivery (shutting down)."""
+        """Stop the alarm checks, the lag monitor and delayed delivery (shutting down)."""
         if self._memory_timer is not None:
             self._memory_timer.cancel()
+        self.loop_lag.stop()
         self.delays.stop()
 
     async def close(self) -> None:
@@ -210,6 +218,11 @@ class Node:
             await asyncio.gather(self._release, return_exceptions=True)
         await self.store.close()  # commits what is pending: nothing confirmed is lost
         await self.archive.close()  # writes buffered dead-letter records, finishes .part files
+
+    def owned_vhost(self, name: str) -> VHost | None:
+        """The vhost called ``name`` if this process serves it."""
+        vhost = self.vhosts.get(name)
+        return vhost if vhost is not None and self.owns(name) else None
 
     def owned_vhosts(self) -> list[VHost]:
         """The vhosts this process serves (every one, unless there are several workers)."""

@@ -35,11 +35,16 @@ Rules:
 6. Policies and limits are validated (RabbitMQ's texts plus the bounds), applied to the vhost, and
    written to the store in one step; a policy whose write fails is taken back in memory, and the
    undo is queued behind the write (which the store retries after an I/O failure), so memory and
-   store agree either way, as a withdrawn message does.
+   store agree either way, as a withdrawn message does. A way in that can wait (the management
+   API, a definitions import, a worker's metadata, start-up) first calls
+   :meth:`Operations.prepare_policy`: a PCRE-only pattern is matched against the vhost's names in a
+   worker thread within a total time bound, so that applying it finds every answer remembered and
+   holds the event loop for none of it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -47,10 +52,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ottermq.amqp.errors import AccessRefused, PreconditionFailed
-from ottermq.persistence.store import LimitRecord, PolicyRecord
+from ottermq.persistence.store import Definitions, LimitRecord, PolicyRecord
 from ottermq.vhost.arguments import check_server_named
 from ottermq.vhost.bounds import OutOfBounds, field_table
 from ottermq.vhost.message import Message, incoming_message
+from ottermq.vhost.patterns import PatternError, compile_pattern
 from ottermq.vhost.policy import Policy, make_policy
 
 from .limits import Limits, validate
@@ -415,6 +421,35 @@ class Operations:
         vhost.unbind(source, (dest[0], dest[1]), routing_key, arguments or {}, owner)
 
     # -- policies -------------------------------------------------------------------------------------
+    async def prepare_policy(
+        self, vhost: VHost, pattern: Any, apply_to: Any = "all", more: Iterable[str] = ()
+    ) -> None:
+        """Match a policy's ``pattern`` against the names in ``vhost`` it may apply to (and ``more``,
+        names about to be declared) off the event loop, before :meth:`set_policy` applies it (rule 5;
+        ``vhost.patterns`` rule 7). A pattern RE2 reads, or one that is invalid, needs nothing here."""
+        if not isinstance(pattern, str):
+            return
+        try:
+            compiled = compile_pattern(pattern)
+        except PatternError:
+            return  # set_policy refuses it
+        if compiled.bounded:
+            return
+        names = [*vhost.policy_names(apply_to), *more]
+        if names:
+            await asyncio.to_thread(compiled.prepare, names)
+
+    async def prepare_definitions(self, vhosts: Callable[[str], VHost | None], defs: Definitions) -> None:
+        """:meth:`prepare_policy` for each policy of ``defs`` whose vhost ``vhosts`` gives (the ones
+        this process owns), with the queues and exchanges ``defs`` declares there."""
+        for policy in defs.policies:
+            vhost = vhosts(policy.vhost)
+            if vhost is None:
+                continue
+            more = [q.name for q in defs.queues if q.vhost == policy.vhost]
+            more += [x.name for x in defs.exchanges if x.vhost == policy.vhost]
+            await self.prepare_policy(vhost, policy.pattern, policy.apply_to, more)
+
     def set_policy(
         self,
         vhost: VHost,

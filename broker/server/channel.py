@@ -22,6 +22,7 @@ Rules:
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -115,6 +116,7 @@ class Channel:
     __slots__ = (
         "_body",
         "_body_size",
+        "_large",
         "_interned",
         "_interned_props",
         "_on_ack",
@@ -148,6 +150,7 @@ class Channel:
         self._props = b""
         self._body_size = 0
         self._body: list[bytes] = []
+        self._large: io.BytesIO | None = None  # a body over LARGE_BODY octets, written as it comes
         self._received = 0
         # the parts
         self.consumers = consumers = Consumers(conn, number, self.stats)
@@ -248,6 +251,10 @@ class Channel:
             self._props = props
             self._body_size = body_size
             self._received = 0
+            # a large body goes into a BytesIO, which grows its own bytes object (realloc: no copy)
+            # and whose getvalue() returns it, so no turn copies the whole body into fresh memory
+            # (a join of 100 MB takes 0.25 s on a 2-core VM)
+            self._large = io.BytesIO() if body_size > fastpath.LARGE_BODY else None
             if body_size != 0:
                 return
             body = b""
@@ -256,7 +263,17 @@ class Channel:
                 self._publish = None
                 raise UnexpectedFrame("expected content body, got non content body frame instead")
             self._received += len(payload)
-            if self._received == self._body_size and not self._body:
+            large = self._large
+            if large is not None:
+                large.write(payload)
+                if self._received < self._body_size:
+                    return
+                self._large = None
+                if self._received > self._body_size:
+                    self._publish = None
+                    raise UnexpectedFrame("content body exceeds the size in its content header")
+                body = large.getvalue()
+            elif self._received == self._body_size and not self._body:
                 body = payload
             else:
                 self._body.append(payload)
@@ -318,6 +335,7 @@ class Channel:
         self.closing = True
         self._publish = None
         self._body = []
+        self._large = None
         self.conn.node.retire_stats(self.vhost.name, self.stats)
         _restart(self.stats)
         self.consumers.shutdown()

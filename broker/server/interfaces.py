@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ottermq.amqp.errors import ChannelException
+    from ottermq.amqp.fastpath import Encoded
     from ottermq.persistence.store import UserRecord
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
@@ -140,7 +141,7 @@ class ConnectionPort(Protocol):
     def channels(self) -> Mapping[int, object]:
         """The open channels by number."""
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: Encoded) -> None:
         """Queue encoded frames for the client (written once per event-loop turn)."""
 
     def send_method(self, channel: int, method: Frame) -> None: ...

@@ -7,8 +7,10 @@ Rules:
 - A channel's publisher with settled confirms registers once per turn (``confirms_ready``); its
   ``basic.ack``/``basic.nack`` frames are coalesced into the buffer just before the write.
 - One ``transport.write`` per flush; nothing is written once the transport is closing (the bytes
-  are dropped). ``send_oct``/``send_cnt`` count what was written (RabbitMQ's counters), ``sent``
-  whether anything was since the heartbeat last looked.
+  are dropped). A large body's frames (``fastpath.LARGE_BODY``) arrive as parts and go out with
+  one ``transport.writelines``, never joined: the body is not copied. ``send_oct``/``send_cnt``
+  count what was written (RabbitMQ's counters), ``sent`` whether anything was since the heartbeat
+  last looked.
 - Whether the socket's output is backed up (``pause_writing``) is the connection's flow control,
   not this buffer's: a paused connection stops delivering and reading, it never stops writing.
 """
@@ -35,6 +37,7 @@ class Output:
 
     __slots__ = (
         "_confirming",
+        "_parts",
         "_loop",
         "_out",
         "_scheduled",
@@ -49,7 +52,8 @@ class Output:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.transport: asyncio.Transport | None = None  # set once the connection is made
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
+        self._parts = False  # _out holds a large body's parts: writelines, not join
         self._size = 0
         self._scheduled = False
         self.in_receive = False  # the connection is handling input and flushes after it
@@ -57,10 +61,15 @@ class Output:
         self.sent = False
         self.send_oct = self.send_cnt = 0
 
-    def send(self, data: bytes) -> None:
-        """Queue bytes for the client; written once per loop turn."""
-        self._out.append(data)
-        self._size += len(data)
+    def send(self, data: fastpath.Encoded) -> None:
+        """Queue bytes (or a large body's frame parts) for the client; written once per loop turn."""
+        if isinstance(data, list):
+            self._out.extend(data)
+            self._size += sum([len(part) for part in data])
+            self._parts = True
+        else:
+            self._out.append(data)
+            self._size += len(data)
         if self._size > FLUSH_THRESHOLD:
             self.flush()
         elif not self._scheduled and not self.in_receive:
@@ -89,9 +98,13 @@ class Output:
             return
         transport = self.transport
         if transport is not None and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if self._parts:
+                transport.writelines(out)  # uvloop keeps references: nothing copied
+            else:
+                transport.write(out[0] if len(out) == 1 else b"".join(out))
             self.sent = True
             self.send_oct += self._size
             self.send_cnt += 1
         out.clear()
         self._size = 0
+        self._parts = False

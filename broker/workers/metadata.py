@@ -37,6 +37,12 @@ def snapshot(node: Node) -> dict[str, Any]:
     return body
 
 
+async def prepare(node: Node, data: dict[str, Any]) -> None:
+    """Match the snapshot's policy patterns against this worker's names off the event loop, so that
+    :func:`sync` applies them without holding it (``Operations.prepare_policy``)."""
+    await node.ops.prepare_definitions(node.owned_vhost, definitions_from_json(data, transient=True))
+
+
 def sync(node: Node, data: dict[str, Any]) -> None:
     """Make ``node``'s metadata equal to the snapshot ``data`` (see the module rules)."""
     defs = definitions_from_json(data, transient=True)

@@ -65,6 +65,8 @@ class Worker:
         self.owned: set[str] = set()  # the vhosts worker 0 gave this worker
         self._reporting = False  # a report of this worker's channels per limited user is scheduled
         self.stop = asyncio.Event()
+        self._syncing = asyncio.Lock()  # metadata messages are applied one at a time, in order
+        self._syncs: set[asyncio.Task[None]] = set()
         self._started: asyncio.Future[Message] = loop.create_future()
         self.control = Control(sock, loop, self._on_message, self.stop.set)
 
@@ -91,13 +93,8 @@ class Worker:
             task.add_done_callback(lambda _t: self.control.send({"type": "taken", "id": offer}))
             return
         if kind == "metadata" and broker is not None:
-            self.owned = set(message.get("owned") or ())
-            try:
-                metadata.sync(broker.node, message["definitions"])
-            except Exception:
-                log.exception("worker %d: metadata from worker 0 not applied", self.index)
-            self.control.send({"type": "synced", "seq": message.get("seq")})
-            self._report_channels()  # the limited users may have changed
+            self._syncs.add(task := self.loop.create_task(self._sync(broker, message)))
+            task.add_done_callback(self._syncs.discard)
             return
         if kind == "channels_elsewhere" and broker is not None:
             counts = message.get("counts") or {}
@@ -105,6 +102,22 @@ class Worker:
             return
         for fd in fds:
             socket.socket(fileno=fd).close()
+
+    async def _sync(self, broker: Broker, message: Message) -> None:
+        """Apply worker 0's metadata, in the order it came: its policies' patterns are first matched
+        off the event loop (``metadata.prepare``), then everything is applied at once."""
+        async with self._syncing:
+            try:
+                await metadata.prepare(broker.node, message["definitions"])
+            except Exception:
+                log.exception("worker %d: policy patterns of worker 0's metadata not prepared", self.index)
+            self.owned = set(message.get("owned") or ())
+            try:
+                metadata.sync(broker.node, message["definitions"])
+            except Exception:
+                log.exception("worker %d: metadata from worker 0 not applied", self.index)
+            self.control.send({"type": "synced", "seq": message.get("seq")})
+            self._report_channels()  # the limited users may have changed
 
     def _report_soon(self) -> None:
         """A limited user's channels changed here: report them once this event-loop turn is over."""
@@ -128,6 +141,7 @@ class Worker:
         broker.node.worker_index = self.index
         broker.node.on_channels_changed = self._report_soon
         await broker.node.open(seed=False)
+        await metadata.prepare(broker.node, start["definitions"])
         metadata.sync(broker.node, start["definitions"])
         self.broker = broker
         web = prometheus = None

@@ -111,6 +111,34 @@ def test_encode_deliver_matches_pamqp(name: str, props_name: str, body_name: str
         assert got == expected
 
 
+def test_a_large_body_is_encoded_as_parts_that_do_not_copy_it() -> None:
+    """Over ``LARGE_BODY`` the encoders return the frames' parts (the body's as memoryviews of it, so
+    a 100 MB delivery is never copied into one more 100 MB object); joined, pamqp's octets."""
+    frame_max = 131072
+    body = bytes(range(256)) * (fastpath.LARGE_BODY // 256) + b"tail"
+    raw = FULL_PROPS.marshal()
+    content = pamqp_content(3, FULL_PROPS, body, frame_max)
+    deliver = pframe.marshal(
+        spec.Basic.Deliver(consumer_tag="c", delivery_tag=9, exchange="e", routing_key="r"), 3
+    )
+    get_ok = pframe.marshal(
+        spec.Basic.GetOk(delivery_tag=9, exchange="e", routing_key="r", message_count=2), 3
+    )
+    returned = pframe.marshal(spec.Basic.Return(312, "NO_ROUTE", "e", "r"), 3)
+    for got, expected in (
+        (fastpath.encode_deliver(3, "c", 9, False, "e", "r", raw, body, frame_max), deliver + content),
+        (fastpath.encode_get_ok(3, 9, False, "e", "r", 2, raw, body, frame_max), get_ok + content),
+        (fastpath.encode_return(3, 312, "NO_ROUTE", "e", "r", raw, body, frame_max), returned + content),
+        (fastpath.encode_content(3, raw, body, frame_max), content),
+    ):
+        assert isinstance(got, list)
+        assert b"".join(got) == expected
+        slices = [part for part in got if isinstance(part, memoryview)]
+        assert sum(len(s) for s in slices) == len(body) and all(s.obj is body for s in slices)
+    # one octet less than the bound: still one bytes object
+    assert type(fastpath.encode_content(3, raw, body[: fastpath.LARGE_BODY], frame_max)) is bytes
+
+
 @pytest.mark.parametrize("body_name", BODIES)
 @pytest.mark.parametrize("props_name", PROPS)
 def test_encode_content_matches_pamqp(props_name: str, body_name: str) -> None:

@@ -155,6 +155,7 @@ BAD_VALUES = {
     "prometheus_port": "-1",
     "prometheus_path": "metrics",
     "metrics_samples_interval": "0",
+    "loop_lag_warning": "-1",
     "enable_swagger": "maybe",
     "consumer_timeout": "-1",
     "swagger_path": "docs",

@@ -642,3 +642,41 @@ def test_what_the_store_refuses_is_not_applied_in_memory():
     assert store.events == [("exchange+", "dx"), ("queue+", "dq"), ("bind+", "dx", ("queue", "dq"), "good")]
     exchange(vh, "bad-transient", "fanout")  # not durable: the store is not asked
     assert "bad-transient" in vh.exchanges
+
+
+def test_a_policy_set_again_unchanged_is_not_applied_again() -> None:
+    """A worker's metadata copy sets every policy anew on each change: only a changed one re-applies."""
+    import dataclasses
+
+    from ottermq.vhost.patterns import Pattern
+    from ottermq.vhost.policy import make_policy
+
+    class Counting(Pattern):
+        calls = 0
+
+        def matches(self, text: str) -> bool:
+            Counting.calls += 1
+            return super().matches(text)
+
+    def policy(max_length: int) -> Any:
+        return dataclasses.replace(
+            make_policy("/", "p", "^q", {"max-length": max_length}, "queues"), regex=Counting("^q")
+        )
+
+    vh = VHost("/")
+    vh.declare_queue("q1", False, False, False, False, None, OWNER)
+    vh.set_policy(policy(3))
+    assert Counting.calls == 1 and vh.queues["q1"].args.max_length == 3
+    vh.set_policy(policy(3))  # the same again: nothing matched again
+    assert Counting.calls == 1
+    vh.set_policy(policy(4))
+    assert Counting.calls == 2 and vh.queues["q1"].args.max_length == 4
+
+
+def test_policy_names_are_what_a_policy_may_apply_to() -> None:
+    vh = VHost("/")
+    vh.declare_queue("q1", False, False, False, False, None, OWNER)
+    assert vh.policy_names("queues") == ["q1"]
+    assert set(vh.policy_names("exchanges")) == {name for name, *_ in PREDECLARED}
+    assert set(vh.policy_names("all")) == {"q1", *(name for name, *_ in PREDECLARED)}
+    assert vh.policy_names("streams") == []
