@@ -25,7 +25,7 @@ import logging
 import time
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ottermq.amqp.props import EXPIRATION_BIT, HEADERS_BIT, join_props, quick_props, split_props
@@ -193,29 +193,42 @@ class DeadLetterer:
     def dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         """Dead-letter ``entries`` that left ``queue`` for ``reason``."""
         self._work.append((queue, entries, reason))
-        if not self._busy:  # else the outer call's loop picks it up
+        if not self._busy and not self._later:  # else the outer call's loop, or the next turn's
             self._drain()
 
     def _drain(self) -> None:
         """Work through the worklist, at most ``TURN_BUDGET`` seconds per event-loop turn: the rest
         waits for the next turn (its source rows stay stored until each is handed on)."""
-        self._later = False
         call_soon = self.vhost.call_soon
         stop = time.perf_counter() + TURN_BUDGET if call_soon is not None else None
         self._busy = True
         try:
+            started = False
             while self._work:
+                if stop is not None and started and time.perf_counter() > stop:
+                    self._again(call_soon)
+                    return
+                started = True
                 queue, entries, reason = self._work[0]
                 done = self._process(queue, entries, reason, stop)
                 if done < len(entries):  # out of time: the rest on the next turn
                     self._work[0] = (queue, entries[done:], reason)
-                    if call_soon is not None and not self._later:
-                        self._later = True
-                        call_soon(self._drain)
+                    self._again(call_soon)
                     return
                 self._work.popleft()
         finally:
             self._busy = False
+
+    def _again(self, call_soon: Callable[[Callable[[], None]], Any] | None) -> None:
+        """The worklist goes on in the next loop turn (once, however often it is asked)."""
+        if call_soon is not None and not self._later:
+            self._later = True
+            call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._later = False
+        if not self._busy:
+            self._drain()
 
     @staticmethod
     def _archive(

@@ -197,9 +197,12 @@ def test_a_burst_of_dead_letters_is_handed_on_over_several_loop_turns(monkeypatc
     w.ttl.advance(50)
     assert [m.body for m in w.take("dlq")] == [b"a"]
     assert {op[2] for op in store.ops if op[0] == "delete"} == {b"a"}  # b, c: still stored
+    w.publish("src", b"d")
+    w.reject("src")  # a new death event in the same turn waits behind the others
+    assert w.take("dlq") == [] and len(turns) == 1
     while turns:
         turns.pop(0)()
-    assert [m.body for m in w.take("dlq")] == [b"b", b"c"]
-    assert {op[2] for op in store.ops if op[0] == "delete"} == {b"a", b"b", b"c"}
-    assert w.dl.dead_lettered == {("expired", "at_most_once"): 3} and w.dl.routed == 3
-    assert [call["rows"][0][0].body for call in w.archive.calls] == [b"a", b"b", b"c"]
+    assert [m.body for m in w.take("dlq")] == [b"b", b"c", b"d"]
+    assert {op[2] for op in store.ops if op[0] == "delete"} == {b"a", b"b", b"c"}  # d: transient
+    assert w.dl.dead_lettered == {("expired", "at_most_once"): 3, ("rejected", "at_most_once"): 1}
+    assert [call["rows"][0][0].body for call in w.archive.calls] == [b"a", b"b", b"c", b"d"]
