@@ -16,6 +16,7 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import Iterable, Iterator
@@ -214,47 +215,44 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         """Every metric family, read now."""
+        return self.snapshot().collect()
+
+    def snapshot(self) -> Snapshot:
+        """What a scrape reads of the broker, on the event loop: a row of numbers per queue and the
+        other (few) metric families. Turning the rows into families and the text (the costly part,
+        which grows with the number of queues) is left to whoever renders the snapshot."""
         broker = self.broker
         queues = [q for vhost in broker.owned_vhosts() for q in vhost.queues.values()]
-        yield from self._queue_metrics(queues)
+        unacked_bytes: dict[Queue, int] = {}
+        for conn in broker.connections:
+            conn.count_unacked_bytes(unacked_bytes)
+        rows = [(q.vhost, q.name, _queue_values(q, unacked_bytes.get(q, 0))) for q in queues]
         conns = [c.info() for c in broker.connections]
-        yield GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(queues))
-        yield GaugeMetricFamily("rabbitmq_connections", "Connections currently open", value=len(conns))
-        yield GaugeMetricFamily(
-            "rabbitmq_channels", "Channels currently open", value=sum(len(c.channels) for c in conns)
-        )
-        yield GaugeMetricFamily(
-            "rabbitmq_consumers", "Consumers currently connected", value=sum(len(q.consumers) for q in queues)
-        )
+        families: list[Metric] = [
+            GaugeMetricFamily("rabbitmq_queues", "Queues available", value=len(queues)),
+            GaugeMetricFamily("rabbitmq_connections", "Connections currently open", value=len(conns)),
+            GaugeMetricFamily(
+                "rabbitmq_channels", "Channels currently open", value=sum(len(c.channels) for c in conns)
+            ),
+            GaugeMetricFamily(
+                "rabbitmq_consumers",
+                "Consumers currently connected",
+                value=sum(len(q.consumers) for q in queues),
+            ),
+        ]
         stats = broker.message_stats()
         for name, attribute, text in GLOBAL_COUNTERS:
             family = CounterMetricFamily(name, text, labels=list(PROTOCOL))
             family.add_metric(list(PROTOCOL.values()), getattr(stats, attribute))
-            yield family
+            families.append(family)
         for name, attribute, text in CHANNEL_COUNTERS:
-            yield CounterMetricFamily(name, text, value=getattr(stats, attribute))
-        yield from self._dead_letter_metrics()
-        yield from channel_metrics(conns, self.per_object)
-        yield from connection_metrics(conns, self.per_object)
-        yield from churn_metrics(broker)
-        yield from node_metrics(broker)
-
-    def _queue_metrics(self, queues: list[Queue]) -> Iterator[Metric]:
-        unacked_bytes: dict[Queue, int] = {}
-        for conn in self.broker.connections:
-            conn.count_unacked_bytes(unacked_bytes)
-        values = [_queue_values(q, unacked_bytes.get(q, 0)) for q in queues]
-        families: list[tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str]]
-        families = [(GaugeMetricFamily, name, text) for name, text in QUEUE_GAUGES]
-        families.append((CounterMetricFamily, *QUEUE_PUBLISHED))
-        for i, (kind, name, text) in enumerate(families):
-            if self.per_object:
-                family = kind(name, text, labels=["vhost", "queue"])
-                for queue, row in zip(queues, values, strict=True):
-                    family.add_metric([queue.vhost, queue.name], row[i])
-            else:
-                family = kind(name, text, value=sum(row[i] for row in values))
-            yield family
+            families.append(CounterMetricFamily(name, text, value=getattr(stats, attribute)))
+        families += self._dead_letter_metrics()
+        families += channel_metrics(conns, self.per_object)
+        families += connection_metrics(conns, self.per_object)
+        families += churn_metrics(broker)
+        families += node_metrics(broker)
+        return Snapshot(rows, self.per_object, families)
 
     def _dead_letter_metrics(self) -> Iterator[Metric]:
         counts: dict[tuple[str, str], int] = {}
@@ -349,15 +347,47 @@ class BrokerCollector(Collector):
         yield duplicates
 
 
+class Snapshot(Collector):
+    """A scrape's numbers, read on the loop (``BrokerCollector.snapshot``); ``collect`` builds the queue
+    families from them, so it can run in a worker thread."""
+
+    def __init__(
+        self, rows: list[tuple[str, str, tuple[int, ...]]], per_object: bool, families: list[Metric]
+    ) -> None:
+        self.rows = rows
+        self.per_object = per_object
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._queue_metrics()
+        yield from self.families
+
+    def _queue_metrics(self) -> Iterator[Metric]:
+        rows = self.rows
+        families: list[tuple[type[GaugeMetricFamily] | type[CounterMetricFamily], str, str]]
+        families = [(GaugeMetricFamily, name, text) for name, text in QUEUE_GAUGES]
+        families.append((CounterMetricFamily, *QUEUE_PUBLISHED))
+        for i, (kind, name, text) in enumerate(families):
+            if self.per_object:
+                family = kind(name, text, labels=["vhost", "queue"])
+                for vhost, queue, values in rows:
+                    family.add_metric([vhost, queue], values[i])
+            else:
+                family = kind(name, text, value=sum(values[i] for _, _, values in rows))
+            yield family
+
+
 def exposition(broker: Node, per_object: bool = False, others: Iterable[str] = ()) -> bytes:
     """The text exposition of ``broker``'s metrics, read now, with the other workers' (their
     expositions, ``others``) merged in (see :class:`Merged`)."""
+    return render(BrokerCollector(broker, per_object), list(others))
+
+
+def render(collector: Collector, others: list[str]) -> bytes:
+    """The text exposition of ``collector`` merged with ``others`` (a :class:`Snapshot` renders in a
+    worker thread: nothing of the broker is read)."""
     registry = CollectorRegistry(auto_describe=False)
-    collector: Collector = BrokerCollector(broker, per_object)
-    texts = list(others)
-    if texts:
-        collector = Merged(collector, texts)
-    registry.register(collector)
+    registry.register(Merged(collector, others) if others else collector)
     return generate_latest(registry)
 
 
@@ -442,13 +472,20 @@ def make_app(broker: Node, path: str | None = None) -> web.Application:
                     log.warning("worker %d's metrics: %s", index, exc)
         return texts
 
-    async def aggregated(request: web.Request) -> web.Response:
-        body = exposition(broker, others=await others(base or "/"))
+    one_at_a_time = asyncio.Lock()  # each rendering thread competes with the loop for the GIL
+
+    async def scrape(per_object: bool, path: str) -> web.Response:
+        texts = await others(path)
+        async with one_at_a_time:
+            snapshot = BrokerCollector(broker, per_object).snapshot()  # read on the loop, rendered off it
+            body = await asyncio.get_running_loop().run_in_executor(None, render, snapshot, texts)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
+    async def aggregated(request: web.Request) -> web.Response:
+        return await scrape(False, base or "/")
+
     async def per_object(request: web.Request) -> web.Response:
-        body = exposition(broker, True, others=await others(f"{base}/per-object"))
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+        return await scrape(True, f"{base}/per-object")
 
     app = web.Application()
     app.router.add_get(base or "/", aggregated)
