@@ -83,9 +83,13 @@ clients:
 TEST_WORKERS ?= 3
 XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-# The hot path is compiled by mypyc where a C compiler is (setup.py); the unit and protocol tests run a
-# second time on its pure-Python sources (OTTERMQ_PURE_PYTHON=1), as a machine without a compiler runs it.
-PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(BIN)/pytest $(XDIST) tests/unit tests/protocol
+# The hot path is compiled by mypyc where a C compiler is (setup.py); the tests of what it is made of run
+# a second time on its pure-Python sources (OTTERMQ_PURE_PYTHON=1), as a machine without a compiler runs
+# it: the protocol tests (connections and channels) and the unit tests of the packages the compiled
+# modules live in or are driven by (amqp, vhost, dlx). The store's, the node's and the CLI's unit tests
+# use no more of the hot path than those, and run once.
+PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(BIN)/pytest $(XDIST) tests/protocol tests/unit/amqp tests/unit/vhost \
+	tests/unit/dlx tests/unit/ttl
 
 # A throwaway PostgreSQL (.ci/postgres.py: initdb in a temp dir, a free port, stopped at the end) around
 # a command, which finds it in TEST_POSTGRES_URL: the store contract tests, the active/standby
@@ -99,17 +103,29 @@ PG_E2E := $(addprefix e2e/test_,durability.py dlx.py ttl.py ttl_head_expiry.py q
 	length_limits.py delayed_dedup.py dead_letter_moves.py policies.py limits.py definitions_roundtrip.py \
 	management_definitions.py management_health.py ottermq_process.py quorum_queues.py)
 
-# every test, then the end-to-end suite again with two worker processes (docs/workers.md: the suite's
-# vhost / belongs to worker 1, so each of its connections is handed over by worker 0), then the store's
-# end-to-end files on PostgreSQL
+# The end-to-end suite again with two worker processes (docs/workers.md: the suite's vhost / belongs to
+# worker 1, so each of its connections is handed over by worker 0), less the files whose cost is in
+# their clients' start-up or in the work they repeat rather than in what a second worker changes: the
+# single-language client suites (a JVM, Ruby, PHP, .NET or Node each; the mixed-clients, Go and aio-pika
+# files still cross the hand-over with several clients), the browser and the documentation snippets, the
+# HTTP fuzzer and the adversarial suite (their values take one path either way), PostgreSQL's
+# active/standby (one worker there).
+WORKERS_SKIP := $(addprefix --ignore=e2e/test_,java_client.py ruby_client.py php_clients.py \
+	symfony_messenger.py dotnet_client.py node_client.py node_frameworks.py celery_kombu.py dramatiq.py \
+	faststream.py flower.py web_ui.py doc_snippets.py http_fuzz.py postgres_ha.py) \
+	$(addprefix --ignore=,$(wildcard e2e/test_attack*.py))
+WORKERS_E2E := $(WORKERS_SKIP) e2e
+
+# every test, then the end-to-end suite again with two worker processes, then the store's end-to-end
+# files on PostgreSQL, then the hot path's tests on its pure-Python sources
 test: install clients
 	$(WITH_PG) $(BIN)/pytest $(XDIST)
-	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) $(WORKERS_E2E)
 	$(WITH_PG) env OTTERMQ_STORE=postgresql $(BIN)/pytest $(XDIST) $(PG_E2E)
 	$(PURE_TESTS)
 
 test-workers: install clients
-	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) e2e
+	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) $(WORKERS_E2E)
 
 test-postgresql: install clients
 	$(WITH_PG) env OTTERMQ_STORE=postgresql $(BIN)/pytest $(XDIST) $(PG_E2E)
