@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .polling import poll_until
 
@@ -173,24 +174,25 @@ def http_sweep(
 
 def lag_over_limit(prometheus: str, limit: float = LAG_LIMIT_S) -> tuple[float, float] | None:
     """``(observations, of them over limit)`` of the broker's loop-lag histogram summed over its
-    series, or None when the broker exports no such metric."""
+    series (one per process), or None when the broker exports no such metric. "Over" counts from the
+    largest bucket bound at or under ``limit`` (0.25 s is one of the broker's bounds, so exact there)."""
     status, text = http(prometheus, "/metrics")
     if status != 200:
         return None
-    total = under = 0.0
-    found = False
-    for line in text.decode("utf-8", "replace").splitlines():
-        if line.startswith(LAG_METRIC + "_count"):
-            total += float(line.rsplit(" ", 1)[1])
-            found = True
-        elif line.startswith(LAG_METRIC + "_bucket"):
-            labels = line[line.index("{") + 1 : line.index("}")]
-            le = dict(p.split("=", 1) for p in labels.split(",") if "=" in p).get("le", "").strip('"')
-            if le not in ("+Inf", "") and abs(float(le) - limit) < 1e-9:
-                under += float(line.rsplit(" ", 1)[1])
-    if not found:
-        return None
-    return total, total - under
+    for family in text_string_to_metric_families(text.decode("utf-8", "replace")):
+        if family.name != LAG_METRIC:
+            continue
+        total = sum(s.value for s in family.samples if s.name.endswith("_count"))
+        within: dict[tuple[tuple[str, str], ...], tuple[float, float]] = {}  # series -> (bound, count)
+        for sample in family.samples:
+            if not sample.name.endswith("_bucket"):
+                continue
+            bound = float(sample.labels["le"])
+            series = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+            if bound <= limit + 1e-9 and bound >= within.get(series, (-1.0, 0.0))[0]:
+                within[series] = (bound, sample.value)
+        return total, total - sum(count for _, count in within.values())
+    return None
 
 
 # --------------------------------------------------------------------------------------------------------
