@@ -37,8 +37,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 
-from .attack_case import Case, Findings, Target
-from .attack_checks import LAG_FAULT, http, read_archive, settle
+from .attack_case import Case, Findings, Target, once_more_if_slow
+from .attack_checks import http, read_archive, settle
 from .hostile import (
     LONG_MAX,
     REASON,
@@ -290,17 +290,16 @@ ARRAY_DEATH = table(
 
 
 def attack(target: Target, path: BrokerPath, headers: Field, variant: int, findings: Findings) -> None:
-    """One example: the path with this hostile table, then the verdict; a failure is a finding. A
-    case whose only fault is the pinger's worst round trip runs once more and is a finding only if
-    that happens again: a hostile value costs the same every time, a busy machine's hiccup does not."""
-    first = run_case(target, path, headers, variant)
-    if first.problems and all(LAG_FAULT in p for p in first.problems):
-        again = run_case(target, path, headers, variant)
-        if not again.problems:
-            return
-        first.problems += [f"again: {p}" for p in again.problems]
-    if first.problems:
-        findings.add(path.name, headers.describe(), first.problems, closes=first.closes, lag=first.lag)
+    """One example: the path with this hostile table, then the verdict; a failure is a finding."""
+    cases: list[Case] = []
+
+    def run() -> list[str]:
+        cases.append(run_case(target, path, headers, variant))
+        return cases[-1].problems
+
+    problems = once_more_if_slow(run)
+    if problems:
+        findings.add(path.name, headers.describe(), problems, closes=cases[0].closes, lag=cases[-1].lag)
 
 
 def run_case(target: Target, path: BrokerPath, headers: Field, variant: int) -> Case:
@@ -373,11 +372,9 @@ def argument_examples(target: Target, rabbit_safe: bool, first: Field) -> None:
     @example(value=first)
     @given(value=argument_values(rabbit_safe))
     def examples(value: Field) -> None:
-        case = argued(target, value)
-        if case.problems and all(LAG_FAULT in p for p in case.problems):
-            case = argued(target, value)  # once more, as attack() does
-        if case.problems:
-            findings.add("arguments", value.describe(), case.problems, closes=case.closes, lag=case.lag)
+        problems = once_more_if_slow(lambda: argued(target, value).problems)
+        if problems:
+            findings.add("arguments", value.describe(), problems)
 
     examples()
     assert not findings.items, findings.report()
