@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance fuzz bench lint typecheck clean
+.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance fuzz attack bench lint typecheck clean
 
 # One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
 # is added/removed: strict editable installs link files one by one, so new modules need a re-run;
@@ -152,6 +152,21 @@ FUZZ_EXAMPLES ?= 100
 fuzz: install
 	OTTERMQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) OTTERMQ_FUZZ_SEED=random \
 	  $(if $(FUZZ_FINDINGS),OTTERMQ_FUZZ_FINDINGS=$(FUZZ_FINDINGS)) $(BIN)/pytest e2e/test_http_fuzz.py -s
+
+# The adversarial suite for longer than `make test` runs it (e2e/test_attack_*.py, issue 38): hostile
+# headers and arguments (e2e/hostile.py) down every broker path that reads or rewrites them, checked
+# after each case (every confirmed message once, no 5xx, the pinger's round trips under 250 ms), plus
+# the issue's stalls. ATTACK_EXAMPLES drawn values per path and test (make test: 3) with a new seed
+# each run (ATTACK_SEED=N repeats one); every finding appended to ATTACK_FINDINGS as a JSON line.
+ATTACK_EXAMPLES ?= 500
+ifndef ATTACK_SEED
+ATTACK_SEED     := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+ATTACK_FINDINGS ?= attack-findings.jsonl
+attack: install
+	@echo "make attack: ATTACK_SEED=$(ATTACK_SEED), $(ATTACK_EXAMPLES) examples, findings in $(ATTACK_FINDINGS)"
+	ATTACK_EXAMPLES=$(ATTACK_EXAMPLES) ATTACK_SEED=$(ATTACK_SEED) ATTACK_FINDINGS=$(abspath $(ATTACK_FINDINGS)) \
+	  $(BIN)/pytest $(XDIST) e2e/test_attack_headers.py e2e/test_attack_extension.py e2e/test_attack_stalls.py
 
 # Side by side with RabbitMQ when one answers at RABBIT_URL (interleaved A B A B), else ottermq
 # alone, with our Python generator, the independent amqp091-go one (go:*) and the C one on librabbitmq-c
