@@ -458,9 +458,16 @@ def _put_long_bytes(buf: bytearray, tag: bytes, raw: bytes | bytearray | memoryv
 
 
 def _put_value(buf: bytearray, value: object) -> None:
+    if value is None:
+        buf += b"V"
+        return
     cls = type(value)
     if cls is RawField:
         buf += value.raw  # type: ignore[attr-defined]
+        return
+    if cls is dict:  # before the Mapping ABC check, which costs more than the rest
+        buf += b"F"
+        encode_table_into(buf, value)  # type: ignore[arg-type]
         return
     tag: bytes | None = getattr(cls, "tag", None)
     if tag is not None:
@@ -479,14 +486,12 @@ def _put_value(buf: bytearray, value: object) -> None:
         _put_scalar(buf, b"l", _I64, value)
     elif isinstance(value, float):
         _put_scalar(buf, b"d", _F64, value)
-    elif isinstance(value, Mapping):
-        buf += b"F"
-        encode_table_into(buf, value)
     elif isinstance(value, (list, tuple)):
         buf += b"A"
         _encode_array_into(buf, value)
-    elif value is None:
-        buf += b"V"
+    elif isinstance(value, Mapping):
+        buf += b"F"
+        encode_table_into(buf, value)
     elif isinstance(value, (bytes, bytearray, memoryview)):
         _put_long_bytes(buf, b"x", value)
     elif isinstance(value, Decimal):

@@ -72,10 +72,11 @@ def test_hostile_arguments_are_kept_listed_and_exported(target: Target) -> None:
 
 @pytest.mark.parametrize("length", [255, 256, 300])
 def test_long_keys_over_http_are_kept(target: Target, length: int) -> None:
-    """A key of 255, 256 or 300 characters in an HTTP queue, exchange and binding argument and in a
-    published header: RabbitMQ answers 201 (200 for the publish), lists the key, exports it, and hands
-    the message back over HTTP with the key. (Over AMQP a key cannot exceed 255 octets; RabbitMQ then
-    closes the consumer's connection with 541, which is not asserted here.)"""
+    """A key of 255, 256 or 300 characters in an HTTP queue, exchange and binding argument: RabbitMQ
+    answers 201, lists the key and exports it. A published header of 255 characters goes through and
+    comes back over HTTP. (A longer header key cannot cross AMQP: RabbitMQ accepts such an HTTP
+    publish and then closes with 541 every connection handed the message; ottermq refuses the publish
+    with 400, an extension tested in test_long_argument_keys.py, so that length is not asserted here.)"""
     b = target.broker
     case = Case(target, f"{length}-character keys over HTTP")
     key = "k" * length
@@ -103,11 +104,12 @@ def test_long_keys_over_http_are_kept(target: Target, length: int) -> None:
         "payload": "m",
         "payload_encoding": "string",
     }
-    status, answer = http(b.management_url, f"/api/exchanges/{v}/{name}/publish", "POST", message)
-    assert (status, json.loads(answer)) == (200, {"routed": True})
-    take = {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"}
-    status, answer = http(b.management_url, f"/api/queues/{v}/{name}/get", "POST", take)
-    assert status == 200 and [m["properties"]["headers"] for m in json.loads(answer)] == [{key: "v"}]
+    if length <= 255:
+        status, answer = http(b.management_url, f"/api/exchanges/{v}/{name}/publish", "POST", message)
+        assert (status, json.loads(answer)) == (200, {"routed": True})
+        take = {"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"}
+        status, answer = http(b.management_url, f"/api/queues/{v}/{name}/get", "POST", take)
+        assert status == 200 and [m["properties"]["headers"] for m in json.loads(answer)] == [{key: "v"}]
     status, answer = http(b.management_url, f"/api/definitions/{v}")
     assert status == 200 and [q["arguments"] for q in json.loads(answer)["queues"] if q["name"] == name] == [
         args

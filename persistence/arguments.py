@@ -48,8 +48,11 @@ def encode_arguments(arguments: Mapping[str, object]) -> bytes:
         ValueError: a value out of its AMQP type's range.
         TypeError: a value no field table can hold.
     """
-    if not _has_long_key(arguments, 0):
-        return encode_table(arguments)
+    try:
+        return encode_table(arguments)  # the common case: one pass
+    except ValueError:
+        if not _has_long_key(arguments, 0):
+            raise
     buf = bytearray((WIDE,))
     _put_table(buf, arguments, 0)
     return bytes(buf)

@@ -17,7 +17,7 @@ import calendar
 import datetime
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from ottermq.amqp.erlang import Atom, binary_text, format_term, to_wire
 
@@ -191,9 +191,19 @@ def _nested_equal(a: object, b: object) -> bool:
     return amqp_type_name(a) == amqp_type_name(b) and erl_equal(a, b, exact=True)
 
 
+_VOID: Final = ("void", None)
+
+
 def freeze_value(value: object) -> object:
     """A hashable identity for a field value, as RabbitMQ compares stored (typed) terms:
     ``1``, ``True``, ``1.0`` and ``"1"`` differ; nested tables keep their key order."""
+    cls = type(value)
+    if value is None:  # the common scalars first: an array of 100,000 costs a pass, not 100,000 ABC checks
+        return _VOID
+    if cls is str:
+        return ("longstr", value)
+    if cls is list:
+        return ("array", tuple(freeze_value(v) for v in value))  # type: ignore[attr-defined]
     type_name = amqp_type_name(value)
     if isinstance(value, Mapping):
         return (type_name, tuple((k, freeze_value(v)) for k, v in value.items()))
