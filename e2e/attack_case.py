@@ -137,7 +137,7 @@ class Case:
                 f"{'connection' if closed.connection else 'channel'} closed {closed.code} {closed.text}"
             )
             if closed.code == INTERNAL_ERROR:
-                self.problems.append(f"{self.closes[-1]}")
+                self.problems.append(self.closes[-1])
         except (ConnectionError, TimeoutError, OSError) as exc:
             self._closed(f"connection failed: {exc!r}")
             self.problems.append(self.closes[-1])
@@ -193,7 +193,7 @@ class Case:
         return tuple(self.count(q) for q in queues)
 
     # -- verdict --------------------------------------------------------------------------------
-    def verdict(self, extra_queues: tuple[str, ...] = ()) -> list[str]:
+    def verdict(self) -> list[str]:
         """The invariant after the case (see the module docstring), then the case's objects are
         deleted. Returns every problem, those met along the way first."""
         self.confirm()
@@ -202,7 +202,7 @@ class Case:
         self.lag = self.target.probe.window()
         self.problems += self.target.probe.problems(self.lag)
         seen: Counter[str] = Counter()
-        for queue in [*self.queues, *extra_queues]:
+        for queue in self.queues:
             found = self.do(lambda q=queue: drain(self.client, [q]))  # type: ignore[misc]
             seen.update(found or {})
         self.problems += account(self.ledger, seen, self.target.archive)

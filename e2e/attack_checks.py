@@ -64,18 +64,22 @@ class Ledger:
 
 def read_archive(root: Path | None, prefix: str) -> Counter[str]:
     """Ids (bodies starting with ``prefix``) of the dead letters the archive under ``root`` recorded
-    as dropped, from closed files and the complete lines of open ones."""
-    found: Counter[str] = Counter()
-    if root is None or not root.exists():
+    as dropped, from closed files and the complete lines of open ones (``.part``; one renamed while
+    being read is read again under its new name)."""
+    for _ in range(5):
+        found: Counter[str] = Counter()
+        try:
+            for path in sorted(root.rglob("*.jsonl*")) if root is not None and root.exists() else []:
+                text = path.read_bytes()
+                for line in text[: text.rfind(b"\n") + 1].splitlines():
+                    record = json.loads(line)
+                    body = base64.b64decode(record.get("body_b64") or "").decode("utf-8", "replace")
+                    if record.get("outcome") == "dropped" and body.startswith(prefix):
+                        found[body] += 1
+        except FileNotFoundError:
+            continue
         return found
-    for path in sorted([*root.rglob("*.jsonl"), *root.rglob("*.jsonl.part")]):
-        text = path.read_bytes()
-        for line in text[: text.rfind(b"\n") + 1].splitlines():
-            record = json.loads(line)
-            body = base64.b64decode(record.get("body_b64") or "").decode("utf-8", "replace")
-            if record.get("outcome") == "dropped" and body.startswith(prefix):
-                found[body] += 1
-    return found
+    raise AssertionError(f"the archive under {root} kept changing while read")
 
 
 def account(ledger: Ledger, seen: Counter[str], archive: Path | None = None) -> list[str]:

@@ -27,6 +27,7 @@ that breaks the invariant as a finding.
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import urllib.parse
@@ -61,6 +62,7 @@ SEED_SETTING = os.environ.get("ATTACK_SEED", "0")
 SEED = random.SystemRandom().randrange(2**32) if SEED_SETTING == "random" else int(SEED_SETTING)
 ORDINARY = int(os.environ.get("ATTACK_ORDINARY", "5"))
 SETTLE = 3.0  # seconds a path may take to put every message where it belongs
+REPRO_LIMIT = 16_384  # a finding's headers up to this size are saved encoded (base64), to replay it
 Hostile = Callable[..., bytes]  # hostile(source queue, *extra entries) -> encoded headers
 
 
@@ -299,7 +301,16 @@ def attack(target: Target, path: BrokerPath, headers: Field, variant: int, findi
 
     problems = once_more_if_slow(run)
     if problems:
-        findings.add(path.name, headers.describe(), problems, closes=cases[0].closes, lag=cases[-1].lag)
+        encoded = headers_table(headers)  # x-death entries "for this queue" name the empty queue here
+        repro = base64.b64encode(encoded).decode() if len(encoded) <= REPRO_LIMIT else None
+        findings.add(
+            path.name,
+            headers.describe(),
+            problems,
+            closes=cases[0].closes,
+            lag=cases[-1].lag,
+            headers_b64=repro,
+        )
 
 
 def run_case(target: Target, path: BrokerPath, headers: Field, variant: int) -> Case:

@@ -81,20 +81,24 @@ def long_long(value: int) -> Field:
 
 
 def _describe(value: Field, budget: int = 6) -> str:
-    if value.tag == "F":
+    """A short text for a value: labels as they are, tables and arrays by their first items and
+    their last (where :func:`hostile_headers` puts the big entry), strings cut after 24 octets."""
+    if value.label:
+        return value.label
+    if value.tag in ("F", "A"):
         items = list(value.value)
-        inner = ", ".join(f"{_key(k)}: {_describe(v, budget - 1)}" for k, v in items[:4]) if budget else "..."
-        more = f", ... {len(items)} keys" if len(items) > 4 else ""
-        return "{" + inner + more + "}"
-    if value.tag == "A":
-        items = list(value.value)
-        inner = ", ".join(_describe(v, budget - 1) for v in items[:3]) if budget else "..."
-        more = f", ... {len(items)} items" if len(items) > 3 else ""
-        return "[" + inner + more + "]"
+        shown = items if len(items) <= 4 else [*items[:3], items[-1]]
+        if value.tag == "F":
+            parts = [f"{_key(k)}: {_describe(v, budget - 1)}" for k, v in shown] if budget else ["..."]
+        else:
+            parts = [_describe(v, budget - 1) for v in shown] if budget else ["..."]
+        if len(items) > 4:
+            parts.insert(3, f"...({len(items)} {'keys' if value.tag == 'F' else 'items'} in all)")
+        return ("{%s}" if value.tag == "F" else "[%s]") % ", ".join(parts)
     if value.tag in ("S", "x"):
         raw = bytes(value.value)
-        shown = repr(raw[:24]) + (f"...({len(raw)} octets)" if len(raw) > 24 else "")
-        return f"{value.tag}:{shown}"
+        shown_raw = repr(raw[:24]) + (f"...({len(raw)} octets)" if len(raw) > 24 else "")
+        return f"{value.tag}:{shown_raw}"
     if value.tag == "raw":
         return f"raw({len(value.value)} octets)"
     return f"{value.tag}:{value.value!r}"
