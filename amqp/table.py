@@ -309,35 +309,24 @@ def decode_table(
         FrameError: truncated or malformed table.
     """
     start, end = _frame_bounds(data, offset, limit)
-    if only is None:
-        return _decode_table(data, start, end, 0)
+    return _decode_table(data, start, end, 0, only)
+
+
+def _decode_table(
+    data: bytes, pos: int, end: int, depth: int, only: frozenset[str] | None = None
+) -> tuple[dict[str, object], int]:
     table: dict[str, object] = {}
-    pos = start
     while pos < end:
         klen = data[pos]
         kstop = pos + 1 + klen
         if kstop > end:
             raise _bad("truncated key", pos)
         key = data[pos + 1 : kstop].decode("utf-8", "surrogateescape")
-        if key in only:
-            value, pos = _decode_value(data, kstop, end, 0)
-        else:
+        if only is None or key in only:
+            value, pos = _decode_value(data, kstop, end, depth)
+        else:  # not read: kept as its octets
             pos = _skip_value(data, kstop, end)
             value = RawField(data[kstop:pos])
-        if key not in table:
-            table[key] = value
-    return table, end
-
-
-def _decode_table(data: bytes, pos: int, end: int, depth: int) -> tuple[dict[str, object], int]:
-    table: dict[str, object] = {}
-    while pos < end:
-        klen = data[pos]
-        kstop = pos + 1 + klen
-        if kstop > end:
-            raise _bad("truncated key", pos)
-        key = data[pos + 1 : kstop].decode("utf-8", "surrogateescape")
-        value, pos = _decode_value(data, kstop, end, depth)
         if key not in table:  # a key twice: the first one counts (RabbitMQ's rabbit_misc:table_lookup)
             table[key] = value
     return table, end
