@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from .polling import poll_until
 from .test_management_definitions import rabbit_hash
 from .test_management_write import call, q
 
@@ -42,6 +43,12 @@ def _shown(broker, vh: str, queue: str, exchange: str) -> tuple[Any, Any, Any]:
     exchange_args = call(broker, f"/api/exchanges/{vh}/{q(exchange)}")[2]["arguments"]
     bindings = call(broker, f"/api/bindings/{vh}/e/{q(exchange)}/q/{q(queue)}")[2]
     return queue_args, exchange_args, [(b["routing_key"], b["arguments"]) for b in bindings]
+
+
+def _visible(broker, vh: str, queue: str) -> None:
+    """After a start: with workers, worker 0's API learns another worker's recovered queues a moment
+    later (docs/workers.md)."""
+    poll_until(lambda: call(broker, f"/api/queues/{vh}/{q(queue)}")[0] == 200, what=f"queue {queue} listed")
 
 
 EXPECTED = ({LONG: "v", **DEEP}, {LONG: 1}, [("rk", {LONG: True})])
@@ -128,6 +135,8 @@ def test_long_argument_keys_survive_a_restart(broker_process, tmp_path: Path):
     path.unlink()  # what comes back now comes from the store
     process.extra_env.pop("OTTERMQ_DEFINITIONS_FILE")
     b = process.start()
+    _visible(b, vh, "long-http-q")
+    _visible(b, vh, file_queue)
     for queue, exchange in (("long-http-q", "long-http-x"), (file_queue, file_exchange)):
         assert _shown(b, vh, queue, exchange) == EXPECTED, (queue, b.log_tail())
     [binding] = call(b, f"/api/bindings/{vh}/e/long-http-x/q/long-http-q")[2]
@@ -137,6 +146,7 @@ def test_long_argument_keys_survive_a_restart(broker_process, tmp_path: Path):
     )
     process.stop()
     b = process.start()
+    _visible(b, vh, "long-http-q")
     assert _shown(b, vh, "long-http-q", "long-http-x")[2] == []
     assert _shown(b, vh, file_queue, file_exchange) == EXPECTED
 
