@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 # seconds of dead-lettering per event-loop turn: a burst (a backlog expiring at once, a nack of
 # thousands, headers of 100 KB each to rewrite) goes on in the next turns, never stalling the loop
 TURN_BUDGET = 0.02
+# the rewrite cache: at most this many entries and property octets (headers of 120 KB each would
+# otherwise keep 1,024 x 240 KB alive)
+CACHE_ENTRIES = 1024
+CACHE_OCTETS = 4 * 1024 * 1024
 _READ_KEYS = frozenset((X_DEATH, "CC"))  # the headers a dead letter's rewrite reads
 WARN_EVERY_MS = 10_000  # at most one "dead-letter exchange not found" warning per vhost this often
 
@@ -186,6 +190,7 @@ class DeadLetterer:
         self._busy = False
         self._later = False  # a _drain is scheduled for the next loop turn
         self._cache: dict[tuple[Any, ...], tuple[bytes, frozenset[str] | None, int | None]] = {}
+        self._cache_octets = 0  # property octets the cache keeps alive (keys and rewrites)
         self.unrewritten = 0  # dead letters sent on with their original headers (``_unrewritten``)
         self._missing_unreported = 0  # dropped for a missing DLX since the last warning
         self._missing_warn_at = 0  # epoch ms before which no new warning is logged
@@ -342,8 +347,9 @@ class DeadLetterer:
         dlrk = queue.args.dead_letter_routing_key
         now_s = now_ms // 1000
         cache = self._cache
-        if len(cache) > 1024:
+        if len(cache) > CACHE_ENTRIES or self._cache_octets > CACHE_OCTETS:
             cache.clear()
+            self._cache_octets = 0
         # The new properties depend only on these: dead letters from one queue with the same
         # property octets in the same second (a TTL burst, a retry loop) share one rewrite.
         key = (message.raw_props, queue.name, reason, message.exchange, message.routing_key, now_s, dlrk)
@@ -354,6 +360,7 @@ class DeadLetterer:
             except Exception as exc:  # what the codec refuses stays with this one message
                 rewritten = self._unrewritten(queue, message, reason, exc)
             cache[key] = rewritten
+            self._cache_octets += len(message.raw_props) + len(rewritten[0])
         raw, cyclic, count = rewritten
         if dlrk is not None:
             routing_keys = [dlrk]

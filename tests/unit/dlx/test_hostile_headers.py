@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from ottermq.amqp.props import HEADERS_BIT, decode_properties, join_props, split_props
-from ottermq.amqp.table import MAX_DEPTH, LongLong, RawField
+from ottermq.amqp.table import MAX_DEPTH, LongLong, RawField, encode_table
 from ottermq.dlx import deadletter
 from ottermq.dlx.xdeath import record_death
 from ottermq.vhost.message import Entry, Message
@@ -206,3 +206,15 @@ def test_a_burst_of_dead_letters_is_handed_on_over_several_loop_turns(monkeypatc
     assert {op[2] for op in store.ops if op[0] == "delete"} == {b"a", b"b", b"c"}  # d: transient
     assert w.dl.dead_lettered == {("expired", "at_most_once"): 3, ("rejected", "at_most_once"): 1}
     assert [call["rows"][0][0].body for call in w.archive.calls] == [b"a", b"b", b"c", b"d"]
+
+
+def test_the_rewrite_cache_keeps_a_bounded_number_of_property_octets(monkeypatch):
+    monkeypatch.setattr(deadletter, "CACHE_OCTETS", 10_000)
+    w, store = stored_world()
+    wide = {f"k{i:04d}": i for i in range(400)}  # about 4 KB of headers each
+    for i in range(10):
+        publish_persistent(w, b"m%d" % i, {**wide, "i": i}, expiration="10")
+    w.ttl.advance(50)
+    assert len(w.take("dlq")) == 10
+    assert w.dl._cache_octets <= 10_000 + 2 * len(encode_table({**wide, "i": 0})) + 100
+    assert len(w.dl._cache) < 10
