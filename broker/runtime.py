@@ -27,6 +27,7 @@ from typing import Protocol
 from ottermq.amqp import native
 from ottermq.persistence.archive import NullArchive
 from ottermq.persistence.lease import Lease
+from ottermq.persistence.postgres import PostgresStore
 from ottermq.persistence.store import Definitions, Store, StoreError
 
 from . import VERSION
@@ -227,11 +228,20 @@ async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None
     if lease is not None and not await _lead(lease, stop):
         return  # stopped while a standby
     lost = asyncio.Event()
+    store = open_store(settings, lease)
     if lease is not None:
-        lease.on_lost = lambda _reason: lost.set()
+
+        def on_lost(reason: str) -> None:
+            # the store gives up first (a commit in flight may or may not land: its confirms are
+            # withheld, never nacked), then the broker closes every connection with 320 and stops
+            if isinstance(store, PostgresStore):
+                store.abandon(reason)
+            lost.set()
+
+        lease.on_lost = on_lost
     try:
         # Constructing the broker and its store touches no file; the archive starts once checked.
-        broker = Broker(settings, loop, open_store(settings, lease), archive=NullArchive())
+        broker = Broker(settings, loop, store, archive=NullArchive())
         broker.node.lease = lease
         await _listen(broker, lease)
         reload_tls.append(broker.reload_tls)

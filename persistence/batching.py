@@ -30,7 +30,11 @@ Rules:
   failure itself (a nack, a failed transaction) and takes back what it refused by queueing deletes
   behind the retried inserts; removals it cannot take back (acks, dead-letter moves) reach the disk
   with the retry. Only ``close()`` gives up: the ops of a batch that fails while closing are logged
-  as lost.
+  as lost. That is SQLite's rule (a local commit either happened or not). A store whose commit can
+  fail without saying whether it happened (PostgreSQL: the answer to ``COMMIT`` lost on the network)
+  sets ``_confirms_wait``: the failed batch is tried again alone, its callbacks waiting, after asking
+  the database whether a try had committed (``_committed``); when the store gives up on a batch that
+  may have committed (fenced, abandoned, closing) its callbacks are withheld, never told ``False``.
 - Reads (``load_definitions``, ``iter_messages``, ``iter_delayed``, ``load_dedup``,
   ``load_move_jobs``) first wait for the writes queued before them, so a caller reads its own writes
   (what failed to commit is not there).
@@ -110,6 +114,7 @@ class BatchingStore:
         self.refused_ops = 0  # ops left out of a split batch (DATA_ERRORS)
         self._retry_delay = 0.0
         self._closing = False
+        self._withheld: list[CommitCallback] = []  # see _drain
 
     # -- the database: engine functions run on the store's connection ---------------------------
     async def _sql(self, fn: Callable[..., T], *args: Any) -> T:
@@ -170,39 +175,24 @@ class BatchingStore:
                 live = len(ops) - self._dead
                 self._ops, self._callbacks, self._dead = [], [], 0
                 self._inserts, self._marks, self._touches = {}, {}, {}
-                ok = True
-                fenced = False
-                refused: set[int] = set()
+                ok: bool | None = True
+                give_up, refused = False, set[int]()
                 if live:
                     self._inflight, self._inflight_callbacks = live, callbacks
                     try:
-                        try:
-                            await self._commit(ops)
-                        except self._data_errors as exc:  # a value, not the disk: split the batch
-                            refused = await self._commit_each(ops)
-                            self.refused_ops += len(refused)
-                            log.error(
-                                "store: %d of %d ops refused (%s: %s); the rest committed",
-                                len(refused),
-                                live,
-                                type(exc).__name__,
-                                exc,
-                            )
-                    except StoreFenced as exc:  # another broker is active: this one writes no more
-                        ok, fenced = False, True
-                        self.failed_batches += 1
-                        log.error("store: a batch of %d ops is not written: %s", live, exc)
-                    except self._io_errors as exc:  # "database or disk is full", I/O errors
-                        ok = False
-                        self.failed_batches += 1
-                        log.error("store: a batch of %d ops failed and was rolled back: %s", live, exc)
-                    except Exception:
-                        ok = False
-                        self.failed_batches += 1
-                        log.exception("store: a batch of %d ops failed and was rolled back", live)
+                        ok, give_up, refused = await self._write(ops, live)
                     finally:
                         self._inflight, self._inflight_callbacks = 0, None
                     self.batches += 1
+                if ok is None:  # the batch may have committed: its callbacks are withheld
+                    self._withheld += [callback for _, callback in callbacks]
+                    log.error(
+                        "store: a batch of %d ops may or may not have committed; its %d callbacks are "
+                        "withheld (their clients see their connections close)",
+                        live,
+                        len(callbacks),
+                    )
+                    continue
                 start = 0
                 for mark, callback in callbacks:
                     mine = ok and not any(start <= i < mark for i in refused) if refused else ok
@@ -210,14 +200,92 @@ class BatchingStore:
                     start = max(start, mark)
                 if ok:
                     self._retry_delay = 0.0
-                elif self._closing or fenced:
+                elif give_up:
                     log.error("store: %d ops of the failed batch are not written", live)
                 else:
                     self._requeue([op for op in ops if op is not None])
-                    self._retry_delay = min(max(self._retry_delay * 2, RETRY_MIN), RETRY_MAX)
-                    await asyncio.sleep(self._retry_delay)
+                    await self._pause()
         finally:
             self._task = None
+
+    async def _pause(self) -> None:
+        """Wait before trying the database again (``RETRY_MIN`` doubling to ``RETRY_MAX``)."""
+        self._retry_delay = min(max(self._retry_delay * 2, RETRY_MIN), RETRY_MAX)
+        await asyncio.sleep(self._retry_delay)
+
+    async def _write(self, ops: list[Op | None], live: int) -> tuple[bool | None, bool, set[int]]:
+        """Commit one batch: ``(ok, give_up, refused)``; ``ok`` is None when the batch may or may
+        not have committed and the store gave up on it (``_confirms_wait``: fenced or closing)."""
+        self._new_batch()
+        while True:
+            try:
+                try:
+                    await self._commit(ops)
+                    return True, False, set()
+                except self._data_errors as exc:  # a value, not the disk: split the batch
+                    refused = await self._commit_each(ops)
+                    self.refused_ops += len(refused)
+                    log.error(
+                        "store: %d of %d ops refused (%s: %s); the rest committed",
+                        len(refused),
+                        live,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    return True, False, refused
+            except StoreFenced as exc:  # another broker is active: this one writes no more
+                self.failed_batches += 1
+                log.error("store: a batch of %d ops is not written: %s", live, exc)
+                return (None if self._uncertain() else False), True, set()
+            except self._io_errors as exc:  # "database or disk is full", I/O errors
+                self.failed_batches += 1
+                if not self._confirms_wait or self._closing:
+                    log.error("store: a batch of %d ops failed and was rolled back: %s", live, exc)
+                    uncertain = self._confirms_wait and self._uncertain()
+                    return (None if uncertain else False), self._closing, set()
+                log.error("store: a batch of %d ops failed (%s); its confirms wait for a retry", live, exc)
+                committed = await self._resolved()
+                if committed is None:  # gave up (fenced, abandoned or closing) before knowing
+                    return (None if self._uncertain() else False), True, set()
+                if committed:
+                    log.warning("store: the failed batch of %d ops had committed after all", live)
+                    return True, False, set()
+            except Exception:
+                self.failed_batches += 1
+                log.exception("store: a batch of %d ops failed and was rolled back", live)
+                return False, self._closing, set()
+
+    async def _resolved(self) -> bool | None:
+        """After a failed try (``_confirms_wait``): wait until the database answers whether it had
+        committed (``_committed``): True when it had, False when not (try again), None when the store
+        gave up first (fenced, abandoned or closing)."""
+        while True:
+            await self._pause()
+            try:
+                committed = await self._committed()
+            except StoreFenced:
+                return None
+            except self._io_errors as exc:
+                if self._closing:
+                    return None
+                log.warning("store: the database is still unreachable (%s)", exc)
+                continue
+            self._retry_delay = 0.0
+            return committed
+
+    # -- the commit token (stores whose commits can be uncertain: ``_confirms_wait``) -------------
+    _confirms_wait = False  # an I/O failure is retried with its confirms waiting (PostgreSQL)
+
+    def _uncertain(self) -> bool:
+        """A try of the batch being written may have committed (unknown to the store)."""
+        return False
+
+    def _new_batch(self) -> None:
+        """A new batch is about to be written (forget the tries of the last one)."""
+
+    async def _committed(self) -> bool:
+        """Whether a failed try of the batch being written committed after all."""
+        return False
 
     def _requeue(self, failed: list[Op | None]) -> None:
         """Put a failed batch's ops in front of the ops queued since (indexes shift by its length)."""
@@ -284,14 +352,22 @@ class BatchingStore:
 
     async def _drain(self) -> None:
         """Flush, then wait for a batch queued by the callbacks themselves; log failures (a batch
-        failing now is not retried: closing must end)."""
+        failing now is not retried: closing must end). Callbacks withheld from batches that may have
+        committed are told ``False`` last: the broker closes the store after its connections, so no
+        client hears of it."""
         self._closing = True
-        try:
-            await self.flush()
-        except StoreError as exc:
-            log.error("closing the store: %s", exc)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.after_commit(lambda ok: None if done.done() else done.set_result(ok))
+        while not done.done() and self._task is not None:  # its callback may be withheld
+            waiters: set[asyncio.Future[Any]] = {done, asyncio.shield(self._task)}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if done.done() and not done.result():
+            log.error("closing the store: the last writes could not be committed (see the log)")
         while self._task is not None:
             await asyncio.shield(self._task)
+        withheld, self._withheld = self._withheld, []
+        for callback in withheld:
+            _fire(callback, False)
         self._closing = False  # a reopened store retries again
 
     # -- Store: definitions -------------------------------------------------------------------------

@@ -16,10 +16,20 @@ Rules:
     lock and its store connection, named ``ottermq <holder>`` in ``pg_stat_activity``), then takes
     over, with the lock when it can get it.
   * or nobody ever held it, or the last holder released it (a clean shutdown, ``release``).
+  A free lock is not a dead active when the database itself restarted (every session ended, the
+  active's too): while the lease runs, a standby that finds the lock free but the holder connected
+  (a session named after it), or the server started after the holder's last renewal
+  (``renewed_at``), lets the lock go again and waits: the active takes it back at its next renewal,
+  or its lease runs out. A database restart shorter than the lease is not a failover.
 - The active renews the lease every ``lease_seconds / 4`` (``UPDATE ... WHERE epoch = mine``). A
   renewal that finds another epoch, a failed commit's fence, or no successful renewal for a whole
   ``lease_seconds`` (the database unreachable: a standby may be taking over) is the end: ``lost`` is
   called once, and the broker stops accepting publishes, closes its connections with 320 and exits.
+  Every call has a deadline: a renewal gets what is left of the lease, counted from the moment the
+  last successful renewal was *sent* (so the active's own count ends no later than the database's
+  ``lease_until``), and a renewal still unanswered then drops its connection and ends the
+  leadership: a database that stops answering (a silent partition) stops the active within its
+  lease. The standby's calls have a deadline of ``max(lease_seconds, 2)``.
 - ``failovers`` counts take-overs from a holder that had not released the lease (it died or was
   fenced); a take-over after a clean shutdown is not one.
 """
@@ -31,8 +41,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from . import postgres_sql as pg
 from .postgres import IO_ERRORS, _migrate, close_quietly, connect, require_driver
@@ -45,8 +55,17 @@ except ImportError:  # pragma: no cover - the postgresql extra is not installed
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 STANDBY, ACTIVE, LOST = "standby", "active", "lost"
 TAKE_OVER_LOCK_TIMEOUT = "2s"  # a take-over waits at most this for commits in flight, then retries
+
+
+class _Deadline(Exception):
+    """A lease call got no answer in time (its connection was dropped)."""
+
+
+_FAILED: tuple[type[BaseException], ...] = (*IO_ERRORS, _Deadline)  # the database failed us
 
 
 def holder_name() -> str:
@@ -97,15 +116,48 @@ class Lease:
         self._migrated = False  # the schema was created or checked
         self._renewed = 0.0  # time.monotonic() of the last successful renewal
         self._renewer: asyncio.Task[None] | None = None
+        self._restart_noted = False  # the standby logged that it waits out a database restart
         self._lock_key, self._fence_key, _ = pg.lock_keys(schema)
 
     # -- connecting ---------------------------------------------------------------------------
-    async def _connection(self) -> Any:
+    async def _connection(self, timeout: float) -> Any:
         conn = self._conn
         if conn is None or conn.is_closed():
             self._locked = False  # a session's advisory lock ends with it
-            conn = self._conn = await connect(self.url, self.schema, self.password, self.application_name)
+            conn = self._conn = await connect(
+                self.url, self.schema, self.password, self.application_name, max(timeout, 0.1)
+            )
         return conn
+
+    async def _bounded(self, timeout: float, step: Callable[[Any], Awaitable[T]]) -> T:
+        """``step(connection)`` within ``timeout`` seconds, connecting first if needed; past the
+        deadline the connection is dropped at once (``terminate``: a polite close would wait on the
+        silent server) and ``_Deadline`` raised.
+
+        Raises:
+            _Deadline: no answer in time; IO_ERRORS: the database refused or failed.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            conn, self._conn, self._locked = self._conn, None, False
+            if conn is not None:
+                conn.terminate()
+
+        handle = loop.call_at(deadline, expire)
+        try:
+            conn = await self._connection(deadline - loop.time())
+            return await step(conn)
+        except IO_ERRORS as exc:
+            if expired:
+                raise _Deadline(f"PostgreSQL did not answer within {timeout:.2g} s") from exc
+            raise
+        finally:
+            handle.cancel()
 
     async def _try_lock(self, conn: Any) -> None:
         """Take the leadership advisory lock if this session does not hold it yet (never waits)."""
@@ -113,6 +165,11 @@ class Lease:
             self._locked = bool(
                 await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", pg.LOCK_CLASS, self._lock_key)
             )
+
+    async def _unlock(self, conn: Any) -> None:
+        if self._locked:
+            await conn.fetchval("SELECT pg_advisory_unlock($1, $2)", pg.LOCK_CLASS, self._lock_key)
+            self._locked = False
 
     # -- standby ------------------------------------------------------------------------------
     async def acquire(self) -> None:
@@ -127,14 +184,13 @@ class Lease:
             try:
                 if await self.try_acquire():
                     return
-                if not announced and self._conn is not None:
-                    log.info(
-                        "standby: %s is active; waiting to take over", await self._current_holder(self._conn)
-                    )
+                if not announced:
+                    holder = await self._bounded(max(self.lease_seconds, 2.0), self._current_holder)
+                    log.info("standby: %s is active; waiting to take over", holder)
                     announced = True
             except StoreError:
                 raise
-            except IO_ERRORS as exc:
+            except _FAILED as exc:
                 log.warning("standby: PostgreSQL unreachable (%s); retrying", exc)
                 await self._drop_connection()
             await asyncio.sleep(self.poll_seconds)
@@ -150,19 +206,22 @@ class Lease:
             IO_ERRORS: PostgreSQL is unreachable.
         """
         require_driver()
-        conn = await self._connection()
-        if not self._migrated:
-            await _migrate(conn, self.schema)
-            self._migrated = True
-        if not await self._try_take_over(conn):
+        sent = time.monotonic()
+        if not await self._bounded(max(self.lease_seconds, 2.0), self._standby_step):
             return False
         self.role = ACTIVE
-        self._renewed = time.monotonic()
+        self._renewed = sent
         self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
         log.info(
             "active: took the leadership over (epoch %d, %d failovers so far)", self.epoch, self.failovers
         )
         return True
+
+    async def _standby_step(self, conn: Any) -> bool:
+        if not self._migrated:
+            await _migrate(conn, self.schema)
+            self._migrated = True
+        return await self._try_take_over(conn)
 
     async def _current_holder(self, conn: Any) -> str:
         row = await conn.fetchrow("SELECT holder FROM ottermq_leader WHERE id = 1")
@@ -171,10 +230,26 @@ class Lease:
     async def _try_take_over(self, conn: Any) -> bool:
         await self._try_lock(conn)
         row = await conn.fetchrow(
-            "SELECT holder, lease_until IS NULL OR lease_until < clock_timestamp() AS expired "
+            "SELECT holder, lease_until IS NULL OR lease_until < clock_timestamp() AS expired, "
+            "renewed_at IS NOT NULL AND pg_postmaster_start_time() > renewed_at AS restarted, "
+            "EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
+            "'ottermq ' || left(holder, 55) AND pid <> pg_backend_pid()) AS connected "
             "FROM ottermq_leader WHERE id = 1"
         )
         holder, expired = row["holder"], row["expired"]
+        if self._locked and holder is not None and not expired and (row["connected"] or row["restarted"]):
+            # the lock is free because the database restarted, not because the active died: it is
+            # connected again (without its lock yet), or has not come back since the restart
+            await self._unlock(conn)
+            if not self._restart_noted:
+                log.warning(
+                    "standby: the leadership lock is free but %s %s; waiting (its lease still runs)",
+                    holder,
+                    "is connected" if row["connected"] else "has not renewed since the database restarted",
+                )
+                self._restart_noted = True
+            return False
+        self._restart_noted = False
         if not self._locked:
             if not expired and holder is not None:
                 return False  # the active is alive and renewing
@@ -199,7 +274,7 @@ class Lease:
                 await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", pg.LOCK_CLASS, self._fence_key)
                 row = await conn.fetchrow(
                     "UPDATE ottermq_leader SET epoch = epoch + 1, holder = $1, "
-                    "failovers = failovers + (holder IS NOT NULL)::int, "
+                    "failovers = failovers + (holder IS NOT NULL)::int, renewed_at = clock_timestamp(), "
                     "lease_until = clock_timestamp() + make_interval(secs => $2) "
                     "WHERE id = 1 RETURNING epoch, failovers",
                     self.holder,
@@ -216,33 +291,44 @@ class Lease:
         every = self.lease_seconds / 4
         while self.role == ACTIVE:
             await asyncio.sleep(every)
+            left = self._renewed + self.lease_seconds - time.monotonic()
+            if left <= 0:  # failed renewals, or the process itself stalled (SIGSTOP, a long pause)
+                self.lost(f"the lease was not renewed for {self.lease_seconds:g} s")
+                return
             try:
-                await self.renew()
-            except IO_ERRORS as exc:
+                await self.renew(left)
+            except _FAILED as exc:
                 await self._drop_connection()
-                if time.monotonic() - self._renewed > self.lease_seconds:
+                if time.monotonic() - self._renewed >= self.lease_seconds:
                     self.lost(f"the lease could not be renewed for {self.lease_seconds:g} s ({exc})")
                 else:
                     log.warning("active: renewing the lease failed (%s); retrying", exc)
 
-    async def renew(self) -> None:
-        """Extend the lease (and take the advisory lock back after a reconnect).
+    async def renew(self, timeout: float | None = None) -> None:
+        """Extend the lease (and take the advisory lock back after a reconnect), within ``timeout``
+        seconds (default: what is left of the lease).
 
         Raises:
-            IO_ERRORS: the database is unreachable (the caller retries until the lease ends).
+            IO_ERRORS: the database is unreachable (the caller retries until the lease ends);
+            _Deadline: it did not answer in time.
         """
-        conn = await self._connection()
-        await self._try_lock(conn)
-        renewed = await conn.fetchval(
-            "UPDATE ottermq_leader SET lease_until = clock_timestamp() + make_interval(secs => $2) "
-            "WHERE id = 1 AND epoch = $1 RETURNING epoch",
-            self.epoch,
-            float(self.lease_seconds),
-        )
+        if timeout is None:
+            timeout = max(self._renewed + self.lease_seconds - time.monotonic(), 0.1)
+        sent = time.monotonic()
+        renewed = await self._bounded(timeout, self._renew_step)
         if renewed is None:
             self.lost(f"another broker took the leadership over (this one held epoch {self.epoch})")
             return
-        self._renewed = time.monotonic()
+        self._renewed = max(self._renewed, sent)
+
+    async def _renew_step(self, conn: Any) -> Any:
+        await self._try_lock(conn)
+        return await conn.fetchval(
+            "UPDATE ottermq_leader SET lease_until = clock_timestamp() + make_interval(secs => $2), "
+            "renewed_at = clock_timestamp() WHERE id = 1 AND epoch = $1 RETURNING epoch",
+            self.epoch,
+            float(self.lease_seconds),
+        )
 
     def fenced(self, reason: str) -> None:
         """A commit found the epoch moved on (``PostgresStore``)."""
@@ -264,16 +350,25 @@ class Lease:
             renewer.cancel()
         if self.role == ACTIVE and self._conn is not None and not self._conn.is_closed():
             try:
-                await self._conn.execute(
-                    "UPDATE ottermq_leader SET holder = NULL, lease_until = NULL WHERE id = 1 AND epoch = $1",
-                    self.epoch,
-                )
-            except IO_ERRORS as exc:
+                await self._bounded(2.0, self._release_step)
+            except _FAILED as exc:
                 log.warning("releasing the lease: %s", exc)
         self.role = STANDBY if self.role == ACTIVE else self.role
-        await self._drop_connection()
+        await self._drop_connection(polite=True)
 
-    async def _drop_connection(self) -> None:
+    async def _release_step(self, conn: Any) -> None:
+        await conn.execute(
+            "UPDATE ottermq_leader SET holder = NULL, lease_until = NULL WHERE id = 1 AND epoch = $1",
+            self.epoch,
+        )
+
+    async def _drop_connection(self, polite: bool = False) -> None:
+        """Forget the connection: closed politely (at most 2 s) on a clean release, else dropped at
+        once (after a failure the server may not answer at all)."""
         conn, self._conn, self._locked = self._conn, None, False
-        if conn is not None and not conn.is_closed():
+        if conn is None or conn.is_closed():
+            return
+        if polite:
             await close_quietly(conn, 2)
+        else:
+            conn.terminate()

@@ -20,6 +20,17 @@ Rules:
   as on SQLite (``_commit_each``: one savepoint per op). A batch that fails because the server or
   the connection did (``IO_ERRORS``) goes back to the front of the queue (``BatchingStore``) and is
   tried again once the store has reconnected.
+- Every database call has a deadline (``timeout``): a commit, a read or ``stats`` that gets no
+  answer in time (a silent partition, a hung server) drops the connection (``terminate``), which
+  fails the call with an I/O error; nothing waits on the database forever.
+- Confirms wait through an outage (``_confirms_wait``): a batch that fails for an I/O reason is not
+  reported failed; it is tried again, alone, once the store has reconnected, until it commits, the
+  store is fenced or abandoned (``abandon``: the lease is lost) or closing. Before each new try the
+  commit token (``postgres_sql.begin_batch``) says whether the try before committed after all (its
+  ``COMMIT`` reached the server but the answer did not come back): then it is not written again.
+  So a nack means "not stored": a batch that may have committed is never nacked; when the broker
+  gives it up (fenced, abandoned, closing) its callbacks are withheld, and its clients see their
+  connection close without an answer (publish again: at-least-once).
 - One connection, used by one operation at a time (``_lock``): commits, reads and ``stats`` take
   turns. Reads (``BatchingStore``'s, by the ``engine`` function they name) wait for the writes queued
   before them, as on SQLite.
@@ -31,9 +42,11 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -67,6 +80,7 @@ T = TypeVar("T")
 
 COPY_MIN = 8  # a run of at least this many message inserts is one COPY (fewer: executemany)
 CONNECT_TIMEOUT = 10.0
+TIMEOUT = 30.0  # default deadline of one database call (the broker passes twice its lease, at least 5 s)
 
 # PostgreSQL's text cannot hold NUL, SQLite's can (a queue name, a routing key): text is written with
 # NUL as ESC "0" and ESC as ESC ESC, ESC being U+FFFF (a noncharacter), and read back the other way.
@@ -148,10 +162,12 @@ class PostgresStore(BatchingStore):
         password: overrides the URL's password (``OTTERMQ_POSTGRES_PASSWORD_FILE``).
         lease: the leadership every commit checks (None: no fencing, one broker per schema).
         application_name: how the connection shows in ``pg_stat_activity``.
+        timeout: the deadline of each database call, in seconds (see the module rules).
     """
 
     _data_errors = DATA_ERRORS
     _io_errors = IO_ERRORS
+    _confirms_wait = True
 
     def __init__(
         self,
@@ -161,6 +177,7 @@ class PostgresStore(BatchingStore):
         password: str | None = None,
         lease: Fence | None = None,
         application_name: str = "ottermq",
+        timeout: float = TIMEOUT,
     ) -> None:
         super().__init__()
         self.url = url
@@ -168,9 +185,16 @@ class PostgresStore(BatchingStore):
         self.password = password
         self.lease = lease
         self.application_name = application_name
+        self.timeout = timeout
         self._conn: Any = None  # asyncpg.Connection
         self._lock = asyncio.Lock()
         self._fenced = False
+        self._abandoned = ""  # why the store gave up (``abandon``)
+        # the commit token: (epoch, batch) of the last try, and the next batch number (unique per
+        # process and epoch: a restarted broker without a lease starts above its predecessor)
+        self._tokens: set[tuple[int, int]] = set()  # the tries of the batch being written
+        self._batch_no = time.time_ns()
+        self.timeouts = 0  # database calls that passed their deadline
         self._reads: dict[Callable[..., Any], Callable[..., Awaitable[Any]]] = {
             engine.read_definitions: self._read_definitions,
             engine.read_messages: self._read_messages,
@@ -220,7 +244,9 @@ class PostgresStore(BatchingStore):
         return f"schema {self.schema}"
 
     async def _connect(self) -> Any:
-        return await connect(self.url, self.schema, self.password, self.application_name)
+        return await connect(
+            self.url, self.schema, self.password, self.application_name, min(CONNECT_TIMEOUT, self.timeout)
+        )
 
     async def close(self) -> None:
         """Commit what is queued (failures are logged), then close the connection."""
@@ -240,6 +266,8 @@ class PostgresStore(BatchingStore):
         conn = self._conn
         if conn is None or self._closed and not self._closing:
             raise StoreError("the store is not open")
+        if self._abandoned:
+            raise StoreFenced(f"the store gave up: {self._abandoned}")
         if conn.is_closed():
             log.warning("PostgreSQL connection lost (%s): reconnecting", self.where())
             conn = self._conn = await self._connect()
@@ -247,42 +275,107 @@ class PostgresStore(BatchingStore):
         return conn
 
     # -- the database -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _deadline(self, conn: Any, what: str) -> Iterator[None]:
+        """Drop ``conn`` when what runs inside takes longer than ``timeout`` (the call then fails with
+        an I/O error; ``terminate`` is immediate, a polite close would wait on the silent server)."""
+
+        def expire() -> None:
+            self.timeouts += 1
+            log.warning(
+                "PostgreSQL did not answer %s within %g s (%s): dropping the connection",
+                what,
+                self.timeout,
+                self.where(),
+            )
+            conn.terminate()
+
+        handle = asyncio.get_running_loop().call_later(self.timeout, expire)
+        try:
+            yield
+        finally:
+            handle.cancel()
+
     async def _sql(self, fn: Callable[..., T], *args: Any) -> T:
         read = self._reads[fn]
         async with self._lock:
             conn = await self._connection()
-            result: T = await read(conn, *args)
+            with self._deadline(conn, "a read"):
+                result: T = await read(conn, *args)
             return result
 
     async def _commit(self, ops: list[Op | None]) -> None:
         async with self._lock:
             conn = await self._begin()
-            try:
-                await self._apply(conn, ops)
-                await conn.execute("COMMIT")
-            except BaseException:
-                await _rollback(conn)
-                raise
+            with self._deadline(conn, "a commit"):
+                try:
+                    await self._apply(conn, ops)
+                    await conn.execute("COMMIT")
+                except BaseException:
+                    await _rollback(conn)
+                    raise
+
+    def _new_batch(self) -> None:
+        self._tokens.clear()
+
+    async def _committed(self) -> bool:
+        """Whether a try of the batch being written, which failed for an I/O reason, committed after
+        all (the server's token is one of its tries'; only one try can have committed: the batch is
+        not tried again before this answers). False when no try reached the server.
+
+        Raises:
+            IO_ERRORS: the server is still unreachable; StoreFenced: the store gave up.
+        """
+        if not self._tokens:
+            return False
+        async with self._lock:
+            conn = await self._connection()
+            with self._deadline(conn, "the commit token"):
+                row = await conn.fetchrow(pg.SELECT_COMMIT_TOKEN)
+        if row is not None and (int(row["epoch"]), int(row["batch"])) in self._tokens:
+            return True
+        self._tokens.clear()  # no try committed: none is uncertain any more
+        return False
+
+    def _uncertain(self) -> bool:
+        """A try of the batch being written reached (or may have reached) the server."""
+        return bool(self._tokens)
+
+    def abandon(self, reason: str) -> None:
+        """Give up at once (the lease is lost): drop the connection, refuse every later write, and
+        withhold the callbacks of a batch whose commit is unknown (see the module rules)."""
+        if self._abandoned:
+            return
+        self._abandoned = reason
+        self._fenced = True
+        conn = self._conn
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
 
     async def _commit_each(self, ops: list[Op | None]) -> set[int]:
         refused: set[int] = set()
         async with self._lock:
             conn = await self._begin()
-            try:
-                for i, op in enumerate(ops):
-                    if op is None:
-                        continue
-                    await conn.execute("SAVEPOINT op")
-                    try:
-                        await conn.execute(pg.STATEMENTS[op[0]], *_params(op[0], op[1]))
-                    except DATA_ERRORS:
-                        await conn.execute("ROLLBACK TO SAVEPOINT op")
-                        refused.add(i)
-                    await conn.execute("RELEASE SAVEPOINT op")
-                await conn.execute("COMMIT")
-            except BaseException:
-                await _rollback(conn)
-                raise
+            with self._deadline(conn, "a commit"):
+                return await self._commit_each_on(conn, ops, refused)
+
+    @staticmethod
+    async def _commit_each_on(conn: Any, ops: list[Op | None], refused: set[int]) -> set[int]:
+        try:
+            for i, op in enumerate(ops):
+                if op is None:
+                    continue
+                await conn.execute("SAVEPOINT op")
+                try:
+                    await conn.execute(pg.STATEMENTS[op[0]], *_params(op[0], op[1]))
+                except DATA_ERRORS:
+                    await conn.execute("ROLLBACK TO SAVEPOINT op")
+                    refused.add(i)
+                await conn.execute("RELEASE SAVEPOINT op")
+            await conn.execute("COMMIT")
+        except BaseException:
+            await _rollback(conn)
+            raise
         return refused
 
     async def _begin(self) -> Any:
@@ -295,14 +388,15 @@ class PostgresStore(BatchingStore):
             raise StoreFenced("this broker lost the leadership: it no longer writes")
         conn = await self._connection()
         lease = self.lease
-        if lease is None:
-            await conn.execute("BEGIN")
-            return conn
-        try:  # one round trip: the fence runs in the transaction it guards
-            await conn.execute(f"BEGIN; SELECT ottermq_fence({int(lease.epoch)})")
+        self._batch_no += 1
+        epoch = None if lease is None else int(lease.epoch)
+        self._tokens.add((epoch or 0, self._batch_no))
+        try:  # one round trip: the fence runs in the transaction it guards, with the commit token
+            with self._deadline(conn, "BEGIN"):
+                await conn.execute(pg.begin_batch(epoch, self._batch_no))
         except asyncpg.PostgresError as exc:
             await _rollback(conn)
-            if exc.sqlstate == pg.FENCED:
+            if lease is not None and exc.sqlstate == pg.FENCED:
                 self._fenced = True
                 lease.fenced(str(exc))
                 raise StoreFenced(f"this broker lost the leadership: {exc}") from exc
@@ -414,7 +508,13 @@ _NO_TEXT = frozenset(
 )
 
 
-async def connect(url: str | None, schema: str, password: str | None, application_name: str) -> Any:
+async def connect(
+    url: str | None,
+    schema: str,
+    password: str | None,
+    application_name: str,
+    timeout: float = CONNECT_TIMEOUT,
+) -> Any:
     """A connection whose unqualified names are ``schema``'s, named ``application_name`` in
     ``pg_stat_activity`` (a standby ends an old active's sessions by that name).
 
@@ -424,7 +524,7 @@ async def connect(url: str | None, schema: str, password: str | None, applicatio
     kwargs: dict[str, Any] = {} if password is None else {"password": password}
     return await asyncpg.connect(
         url,
-        timeout=CONNECT_TIMEOUT,
+        timeout=timeout,
         server_settings={"search_path": pg.quote_ident(schema), "application_name": application_name},
         **kwargs,
     )

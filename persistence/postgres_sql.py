@@ -22,6 +22,12 @@ Rules:
   there were. ``ottermq_fence(epoch)`` is what every commit of the active runs first, inside its
   transaction: it takes the fence lock shared (a take-over takes it exclusively, so it waits for
   commits in flight and later commits see its new epoch) and raises ``FENCED`` when the epoch moved.
+  ``renewed_at`` is when the active last renewed its lease (a standby compares it with the server's
+  start: a lock freed by a database restart is not a dead active, see ``lease``).
+- ``ottermq_commit`` (one row) is the commit token: every batch of the active writes its
+  ``(epoch, batch)`` there inside its transaction (``begin_batch``). A batch whose ``COMMIT`` got no
+  answer (the connection dropped, a deadline passed) is looked up after reconnecting: the token tells
+  whether it committed, so it is neither written twice nor reported failed when it is stored.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import zlib
 
 from . import schema as s
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LOCK_CLASS = 0x4F74724D  # "OtrM": first key of every advisory lock the brokers take
 FENCED = "OT001"  # SQLSTATE raised by ottermq_fence when the epoch moved
 
@@ -127,12 +133,34 @@ CREATE TABLE move_job_ids (job BIGINT PRIMARY KEY, ids BYTEA NOT NULL)
 """
 
 
+# schema 3: the lease's last renewal and the commit token (issue 39)
+_V3 = """
+ALTER TABLE ottermq_leader ADD COLUMN renewed_at TIMESTAMPTZ;
+CREATE TABLE ottermq_commit (
+    id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL, batch BIGINT NOT NULL
+);
+INSERT INTO ottermq_commit VALUES (1, 0, 0)
+"""
+
+
+def begin_batch(epoch: int | None, batch: int) -> str:
+    """The first round trip of a batch: ``BEGIN``, the fence check when fenced (``epoch``), and the
+    commit token ``(epoch or 0, batch)``; one simple query (integers only, no parameters)."""
+    fence = "" if epoch is None else f"SELECT ottermq_fence({int(epoch)}); "
+    token = f"UPDATE ottermq_commit SET epoch = {int(epoch or 0)}, batch = {int(batch)} WHERE id = 1"
+    return f"BEGIN; {fence}{token}"
+
+
+SELECT_COMMIT_TOKEN = "SELECT epoch, batch FROM ottermq_commit WHERE id = 1"
+
+
 def migrations(schema: str) -> dict[int, list[str]]:
     """``MIGRATIONS`` of one schema (the fence function names the schema's lock): ``{v: statements}``
     turning schema ``v - 1`` into ``v``."""
     return {
         1: [*(stmt for stmt in _V1.split(";") if stmt.strip()), _fence_function(schema)],
         2: [stmt for stmt in _V2.split(";") if stmt.strip()],
+        3: [stmt for stmt in _V3.split(";") if stmt.strip()],
     }
 
 

@@ -46,6 +46,8 @@ def open_store(settings: Settings, lease: Lease | None = None) -> Store:
             password=postgres_password(settings),
             lease=lease,
             application_name=lease.application_name if lease is not None else "ottermq",
+            # a commit unanswered for two leases is dropped and tried again (its confirms wait)
+            timeout=max(2 * settings.lease_seconds, 5.0),
         )
     return SQLiteStore(settings.data_dir / "ottermq.db", synchronous=settings.sync.upper())
 

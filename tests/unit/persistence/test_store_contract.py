@@ -439,8 +439,14 @@ def test_callback_while_a_batch_is_in_flight_waits_for_it(new_store: Factory, ki
 
 
 def test_failed_batch_reports_false_and_is_retried_first_in_the_next(
-    new_store: Factory, fail_next_batch: Callable[[BatchingStore], None], caplog: pytest.LogCaptureFixture
+    new_store: Factory,
+    fail_next_batch: Callable[[BatchingStore], None],
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
 ) -> None:
+    if kind == "postgresql":
+        pytest.skip("PostgreSQL's confirms wait through an outage instead (test_postgres_outage.py)")
+
     async def main() -> None:
         store = new_store()
         await store.open()
@@ -467,8 +473,11 @@ def test_failed_batch_reports_false_and_is_retried_first_in_the_next(
 
 
 def test_a_failed_insert_taken_back_by_a_delete_is_never_written(
-    new_store: Factory, fail_next_batch: Callable[[BatchingStore], None]
+    new_store: Factory, fail_next_batch: Callable[[BatchingStore], None], kind: str
 ) -> None:
+    if kind == "postgresql":
+        pytest.skip("PostgreSQL's confirms wait through an outage, nothing nacked (test_postgres_outage.py)")
+
     async def main() -> None:
         store = new_store()
         await store.open()
