@@ -3,6 +3,8 @@
 ``SmallDisk(path, size_mb)`` mounts a tmpfs of ``size_mb`` MiB at ``path`` (root only); :meth:`fill`
 writes a filler file until the file system says ENOSPC (or until ``leave`` bytes remain),
 :meth:`free` deletes it, :meth:`close` unmounts (lazily when busy; also registered with :mod:`atexit`).
+The mount's source is named ``otc-smalldisk-<pid>``: :func:`cleanup_stale` (called by every new
+``SmallDisk``) unmounts those whose process is gone, left by a run killed with SIGKILL.
 
 Mount namespaces: ``/`` is a private mount here, so a process started with ``ip netns exec`` (which makes
 its own mount namespace) sees the disk only if it was mounted *before* the process started; filling and
@@ -17,17 +19,43 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import subprocess
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 FILLER = ".otc-filler"
+SOURCE = "otc-smalldisk"
 CHUNKS = (1 << 20, 1 << 16, 1 << 12, 1)  # write sizes tried, largest first
 
 
 class DiskError(RuntimeError):
     """mount or umount failed; the message holds the command's output."""
+
+
+def _unescape(field: str) -> str:
+    """A /proc/mounts field with its octal escapes (``\\040`` for a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def cleanup_stale() -> list[str]:
+    """Unmount (lazily) the small disks whose creating process is gone.
+
+    Returns:
+        The mount points unmounted.
+    """
+    removed = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        source, target, *_ = line.split()
+        match = re.fullmatch(rf"{SOURCE}-(\d+)", source)
+        if match is None or Path(f"/proc/{match.group(1)}").exists():
+            continue
+        target = _unescape(target)
+        log.info("unmounting stale small disk %s", target)
+        subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+        removed.append(target)
+    return removed
 
 
 class SmallDisk:
@@ -43,13 +71,14 @@ class SmallDisk:
     """
 
     def __init__(self, path: str | os.PathLike[str], size_mb: int, *, mode: int = 0o755) -> None:
+        cleanup_stale()
         self.path = Path(path).absolute()
         self.size_bytes = int(size_mb) << 20
         self._created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         options = f"size={self.size_bytes},mode={mode:o}"
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "otc-smalldisk", str(self.path)],
+            ["mount", "-t", "tmpfs", "-o", options, f"{SOURCE}-{os.getpid()}", str(self.path)],
             capture_output=True,
             text=True,
             check=False,
