@@ -282,6 +282,7 @@ class EchoServer:
         with contextlib.suppress(OSError):
             while data := conn.recv(65536):
                 conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)  # EOF answered with EOF
 
     def close(self) -> None:
         self.listener.shutdown(socket.SHUT_RDWR)
@@ -390,6 +391,22 @@ def test_proxy_cut_stalls_without_closing(
         assert _ping(conn) < 0.05
 
 
+def test_proxy_streams_in_order_and_forwards_eof(
+    topo: Topology, proxied: tuple[ProxyControl, tuple[str, int]]
+) -> None:
+    control, address = proxied
+    control.set(delay=0.01)
+    payload = os.urandom(4 << 20)  # more than the proxy buffers: its reads wait for its writes
+    with topo.host("a").connect(address, timeout=10) as conn:
+        sender = threading.Thread(target=lambda: (conn.sendall(payload), conn.shutdown(socket.SHUT_WR)))
+        sender.start()
+        received = bytearray()
+        while chunk := conn.recv(1 << 20):  # the echo server closes after the EOF the proxy passed on
+            received += chunk
+        sender.join(timeout=10)
+    assert received == payload
+
+
 # ---- PostgreSQL -----------------------------------------------------------------------------------------
 PG_CLIENT = """
 import asyncio, sys
@@ -431,6 +448,7 @@ def test_postgres_survives_kill9(topo: Topology, pg: PgServer) -> None:
     assert pg.postmaster_pid() in killed and len(killed) > 1
     assert pg.pids() == [] and not pg.running
     pg.start()  # crash recovery replays the WAL
+    pg.restart()  # a clean stop and start
     assert a.run([PYTHON, "-c", PG_CLIENT, pg.url(), "read"]).stdout.strip() == "committed"
     pg.stop()
     assert pg.pids() == []

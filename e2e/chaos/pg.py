@@ -181,6 +181,10 @@ class PgServer:
             raise PgError(f"{self!r} is already running")
         self.init()
         self._write_hba()
+        if not self.pids():
+            # left by a SIGKILL: its pid may still be a zombie that init has not reaped (kill(pid, 0)
+            # succeeds on a zombie, and PostgreSQL would take the cluster for running)
+            (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
         argv = [self._bin("postgres"), "-D", str(self.data_dir), *self._options()]
         if os.geteuid() == 0:
             argv = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", *argv]
@@ -195,9 +199,9 @@ class PgServer:
         deadline = time.monotonic() + timeout
         while not (self.postmaster_pid() == self._proc.pid and self._status() == "ready"):
             if self._proc.poll() is not None or time.monotonic() > deadline:
-                self._proc.kill()
-                self._proc.wait()
-                raise PgError(f"PostgreSQL did not start ({self._proc.returncode}):\n{self._log_tail()}")
+                code = self._proc.poll()
+                self.kill9()
+                raise PgError(f"PostgreSQL did not start ({code}):\n{self._log_tail()}")
             time.sleep(0.02)
         log.info("%r started (pid %s)", self, self._proc.pid)
 
@@ -259,10 +263,10 @@ class PgServer:
                         killed.append(pid)
             if time.monotonic() > deadline:
                 raise PgError(f"processes {pids} of {self.data_dir} survived SIGKILL")
-            if children:
-                continue  # until the stopped postmaster is the last one
-            time.sleep(0.01)
+            time.sleep(0.002)  # the stopped postmaster is killed once it is the last one
         if self._proc is not None:
+            if self._proc.poll() is None:  # not yet in data_dir (a failed start)
+                self._proc.kill()
             self._proc.wait(timeout)
             self._proc = None
         log.info("%r killed with SIGKILL: %s", self, killed)
