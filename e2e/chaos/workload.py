@@ -7,6 +7,7 @@ A standalone script (standard library and pika only; it runs inside a network na
     publish --urls U1,U2 --queue Q --client NAME --out FILE [--rate 100] [--ttl-every K]
             [--confirm-timeout 10] [--window 200]
     consume --urls U1,U2 --queues Q,Q.dlq --client NAME --out FILE [--reject-every K] [--prefetch 50]
+            [--work-ms 0]
     drain   --urls U1,U2 --queues Q,Q.dlq --client NAME --out FILE [--quiet 3] [--timeout 300]
 
 Every client reconnects forever, round-robin over ``--urls`` (connect timeout 2 s, heartbeat 5 s), until
@@ -35,6 +36,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +51,7 @@ HEARTBEAT = 5
 BLOCKED_TIMEOUT = 10
 RECONNECT_PAUSE = 0.3
 STOP_GRACE = 1.0  # seconds a stopping publisher waits for its outstanding confirms
+CLOSE_WAIT = 2.0  # seconds a Connection.Close may wait for its Close-Ok (a stopped broker never sends it)
 _STOP = {"signal": False, "file": ""}
 
 
@@ -92,8 +95,26 @@ def reason_of(exc: BaseException | None) -> str:
     code = getattr(exc, "reply_code", None)
     if code is not None:
         return f"{code} {getattr(exc, 'reply_text', '')}"
-    detail = str(exc) or ", ".join(str(arg) for arg in exc.args)
-    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    detail = str(exc)  # empty for pika's AMQPConnectionError, whose repr names the cause
+    return f"{type(exc).__name__}: {detail}" if detail else repr(exc)
+
+
+def close_within(conn: pika.BlockingConnection, seconds: float) -> None:
+    """Close a blocking connection, giving up after ``seconds``: pika's ``close`` waits for the broker's
+    Close-Ok with no timeout, and a paused broker never sends it. The close then goes on in a daemon
+    thread that nothing else uses; the socket goes with the process or with the heartbeat's timeout."""
+    if not conn.is_open:
+        return
+
+    def close() -> None:
+        try:
+            conn.close()
+        except (pika.exceptions.AMQPError, OSError):
+            pass  # closed anyway
+
+    closer = threading.Thread(target=close, name="close", daemon=True)
+    closer.start()
+    closer.join(seconds)
 
 
 def text(value: Any) -> Any:
@@ -244,14 +265,15 @@ class Publisher:
         self.conn.ioloop.call_later(0, self.tick)
 
     def drop(self, reason: str = "") -> None:
-        """Close the connection; abandon it if the broker does not answer within 2 s."""
+        """Close the connection; abandon it if the broker does not answer within ``CLOSE_WAIT`` seconds
+        (half that when stopping)."""
         self.reason = self.reason or reason
         conn = self.conn
         if conn is None:
             return
         if conn.is_open:
             conn.close()
-        conn.ioloop.call_later(2.0, conn.ioloop.stop)
+        conn.ioloop.call_later(CLOSE_WAIT / 2 if stopping() else CLOSE_WAIT, conn.ioloop.stop)
 
     def watch(self) -> None:
         """Every 50 ms: a stop request while connecting ends the attempt at once."""
@@ -334,6 +356,7 @@ class Consumer:
         self.main = self.queues[0]
         self.reject_every: int = 0 if drain else args.reject_every
         self.prefetch: int = args.prefetch
+        self.work = 0.0 if drain else args.work_ms / 1000
         self.drain = drain
         self.quiet: float = args.quiet if drain else 0.0
         self.log = log
@@ -378,8 +401,7 @@ class Consumer:
                     counts = [ch.queue_declare(q, passive=True).method.message_count for q in self.queues]
                     self.done = not any(counts) and time.monotonic() - self.last_delivery >= self.quiet
             reason = "client stopping" if stopping() else "drained" if self.done else "deadline"
-            if conn.is_open:
-                conn.close()
+            close_within(conn, CLOSE_WAIT / 2 if stopping() else CLOSE_WAIT)
         except (pika.exceptions.AMQPError, OSError) as exc:
             reason = reason_of(exc)
         finally:
@@ -404,6 +426,8 @@ class Consumer:
                 phase="drain" if self.drain else "run",
                 url=self.url,
             )
+            if self.work:
+                time.sleep(self.work)  # a slow consumer: its prefetch stays full of unacked deliveries
             if reject:
                 ch.basic_reject(method.delivery_tag, requeue=False)
             else:
@@ -445,6 +469,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     commands["publish"].add_argument("--confirm-timeout", type=float, default=10.0)
     commands["publish"].add_argument("--window", type=int, default=200, help="unconfirmed at most")
     commands["consume"].add_argument("--reject-every", type=int, default=0)
+    commands["consume"].add_argument("--work-ms", type=float, default=0.0, help="a pause before each ack")
     commands["drain"].add_argument("--quiet", type=float, default=3.0)
     commands["drain"].add_argument("--timeout", type=float, default=300.0, help="give up (status 1)")
     return parser.parse_args(argv)
