@@ -330,6 +330,11 @@ class Lease:
             float(self.lease_seconds),
         )
 
+    @property
+    def lease_age(self) -> float:
+        """Seconds since the last successful renewal was sent (0 unless active)."""
+        return time.monotonic() - self._renewed if self.role == ACTIVE else 0.0
+
     def fenced(self, reason: str) -> None:
         """A commit found the epoch moved on (``PostgresStore``)."""
         self.lost(reason)

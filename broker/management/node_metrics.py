@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import prometheus_client
+from ottermq.persistence.batching import BatchingStore
+from ottermq.persistence.postgres import PostgresStore
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ..node.node import process_rss
@@ -311,6 +313,33 @@ def leadership_metrics(broker: Node) -> Iterator[Metric]:
         "Take-overs by a standby of a node that had not released the leadership",
         value=lease.failovers if lease is not None else 0,
     )
+    yield GaugeMetricFamily(
+        "ottermq_ha_lease_age_seconds",
+        "Seconds since the active last renewed its lease (it stops at OTTERMQ_LEASE_SECONDS)",
+        value=lease.lease_age if lease is not None else 0,
+    )
+    yield from store_metrics(broker)
+
+
+def store_metrics(broker: Node) -> Iterator[Metric]:
+    """``ottermq_store_pending_ops`` (written, not yet committed: grows while the store cannot
+    commit), ``ottermq_store_failed_batches_total`` (commits that failed and were retried, or were
+    refused when the disk was full) and ``ottermq_store_timeouts_total`` (PostgreSQL calls dropped at
+    their deadline)."""
+    store = broker.store
+    yield GaugeMetricFamily(
+        "ottermq_store_pending_ops", "Store writes not yet committed", value=store.pending
+    )
+    if isinstance(store, BatchingStore):
+        yield CounterMetricFamily(
+            "ottermq_store_failed_batches", "Store commits that failed", value=store.failed_batches
+        )
+    if isinstance(store, PostgresStore):
+        yield CounterMetricFamily(
+            "ottermq_store_timeouts",
+            "PostgreSQL calls that got no answer within their deadline (the connection was dropped)",
+            value=store.timeouts,
+        )
 
 
 def auth_metrics(broker: Node) -> Iterator[Metric]:
