@@ -270,8 +270,7 @@ class BatchingStore:
                     return None
                 log.warning("store: the database is still unreachable (%s)", exc)
                 continue
-            self._retry_delay = 0.0
-            return committed
+            return committed  # the pause keeps growing until a try commits
 
     # -- the commit token (stores whose commits can be uncertain: ``_confirms_wait``) -------------
     _confirms_wait = False  # an I/O failure is retried with its confirms waiting (PostgreSQL)
