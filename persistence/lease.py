@@ -230,7 +230,7 @@ class Lease:
     async def _try_take_over(self, conn: Any) -> bool:
         await self._try_lock(conn)
         row = await conn.fetchrow(
-            "SELECT holder, lease_until IS NULL OR lease_until < clock_timestamp() AS expired, "
+            "SELECT epoch, holder, lease_until IS NULL OR lease_until < clock_timestamp() AS expired, "
             "renewed_at IS NOT NULL AND pg_postmaster_start_time() > renewed_at AS restarted, "
             "EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = "
             "'ottermq ' || left(holder, 55) AND pid <> pg_backend_pid()) AS connected "
@@ -260,13 +260,16 @@ class Lease:
                     f"ottermq {holder}"[:63],
                 )
                 log.warning("standby: the lease of %s ran out; ended %d of its sessions", holder, ended)
-        return await self.take_over(conn)
+        return await self.take_over(conn, int(row["epoch"]))
 
-    async def take_over(self, conn: Any) -> bool:
-        """Raise the epoch and write this broker's lease, once commits in flight are done.
+    async def take_over(self, conn: Any, seen: int) -> bool:
+        """Raise the epoch from ``seen`` (the one this standby found expired or free) and write this
+        broker's lease, once commits in flight are done. A compare-and-set: when another standby took
+        over first (the epoch is no longer ``seen``), nothing changes.
 
         Returns:
-            False when commits of the old active held the fence lock too long (try again).
+            False when commits of the old active held the fence lock too long, or another standby
+            took over meanwhile (try again: it is the active one now).
         """
         try:
             async with conn.transaction():
@@ -276,12 +279,16 @@ class Lease:
                     "UPDATE ottermq_leader SET epoch = epoch + 1, holder = $1, "
                     "failovers = failovers + (holder IS NOT NULL)::int, renewed_at = clock_timestamp(), "
                     "lease_until = clock_timestamp() + make_interval(secs => $2) "
-                    "WHERE id = 1 RETURNING epoch, failovers",
+                    "WHERE id = 1 AND epoch = $3 RETURNING epoch, failovers",
                     self.holder,
                     float(self.lease_seconds),
+                    seen,
                 )
         except asyncpg.exceptions.LockNotAvailableError:
             log.warning("standby: commits of the old active still hold the fence; retrying")
+            return False
+        if row is None:
+            log.info("standby: another standby took the leadership over first (after epoch %d)", seen)
             return False
         self.epoch, self.failovers = int(row["epoch"]), int(row["failovers"])
         return True

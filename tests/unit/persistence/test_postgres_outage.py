@@ -298,3 +298,30 @@ def test_a_connected_active_without_its_lock_is_not_replaced(postgres_url: str, 
         await standby.release()
 
     asyncio.run(main())
+
+
+def test_two_standbys_seeing_one_expired_lease_take_over_once(postgres_url: str, schema: str) -> None:
+    """Both standbys read the lease as run out; the second's take-over finds the epoch moved on and
+    changes nothing (it was a second, needless failover that deposed a fresh active)."""
+
+    async def main() -> None:
+        active = Lease(postgres_url, schema=schema, lease_seconds=0.5, holder="active:1")
+        first = Lease(postgres_url, schema=schema, lease_seconds=2, holder="first:2")
+        second = Lease(postgres_url, schema=schema, lease_seconds=2, holder="second:3")
+        assert await active.try_acquire()
+        seen = active.epoch
+        renewer = active._renewer
+        assert renewer is not None
+        renewer.cancel()  # it stops renewing: the lease runs out
+        await asyncio.sleep(0.7)
+        assert await first.try_acquire()
+        assert first.epoch == seen + 1
+        conn = await second._connection(5)
+        assert not await second.take_over(conn, seen)  # read before the first one's take-over
+        assert second.epoch == 0
+        assert not await second.try_acquire()  # and now: the first one's lease is fresh
+        await first.release()
+        await second.release()
+        active._conn.terminate()
+
+    asyncio.run(main())
