@@ -54,6 +54,8 @@ NOTABLE: dict[str, re.Pattern[str]] = {
         "database restart (standby waits)": r"leadership lock is free but",
         "standby: PostgreSQL unreachable": r"standby: PostgreSQL unreachable",
         "PostgreSQL connection lost": r"PostgreSQL connection lost",
+        "no answer: connection dropped": r"PostgreSQL did not answer .* within",
+        "asyncpg internal error": r"InternalClientError",
         "confirms wait": r"confirms wait",
         "had committed after all": r"had committed after all",
         "withheld (may have committed)": r"may or may not have committed",

@@ -14,10 +14,11 @@ Two scenarios, sharing nothing but the :class:`~net.Topology` (hosts ``db``, ``a
   publisher and a consumer (the same TTL and reject pattern).
 
 A :class:`~cluster.Supervisor` restarts any broker that exits (as systemd would) and records the epochs.
-The schedule (:func:`plan`): ``short`` runs each fault class once with short holds; ``long`` draws random
-faults of every class with holds of 1-30 s and random gaps for ``CHAOS_MINUTES`` (split between the
-scenarios by their number of fault classes). Before a fault the runner waits for an active broker and
-confirms from every publisher; after the heal, until every publisher has a confirm again.
+The schedule (:func:`plan`): ``short`` runs each fault class once with short holds; ``long`` runs rounds of
+every fault class in a random order with holds of 1-30 s and random gaps for ``CHAOS_MINUTES`` (split
+between the scenarios by their number of fault classes). Before a fault the runner waits for an active
+broker, every other broker waiting as a standby and confirms from every publisher; after the heal, until
+every publisher has a confirm again.
 
 Then: publishers stopped, consumers left to catch up, a ``drain`` of every queue, brokers stopped, the
 checker run on each scenario's records, and ``report.md`` (:mod:`report`) written with everything else
@@ -377,7 +378,9 @@ class SqliteScenario(Scenario):
 def plan(
     classes: tuple[type[Fault], ...], schedule: Schedule, rng: random.Random, seconds: float
 ) -> Iterator[tuple[Fault, float, float]]:
-    """``(fault, hold, gap)`` triples: each class once (short), or random classes for ``seconds`` (long)."""
+    """``(fault, hold, gap)`` triples. Short: each class once, in order. Long: rounds of every class in a
+    random order, for ``seconds`` (the round under way is finished, so every class runs at least once).
+    """
     if schedule.name == "short":
         for cls in classes:
             fault = cls()
@@ -385,8 +388,12 @@ def plan(
             yield fault, rng.uniform(low, high), rng.uniform(0.3, 1.0)
         return
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        fault = rng.choice(classes)()
+    bag: list[type[Fault]] = []
+    while bag or time.monotonic() < deadline:
+        if not bag:
+            bag = list(classes)
+            rng.shuffle(bag)
+        fault = bag.pop()()
         low, high = fault.hold_range("long", schedule.lease)
         yield fault, rng.uniform(low, high), rng.uniform(1.0, 20.0)
 
