@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 
 import pytest
 
-from .chaos.report import findings
-from .chaos.runner import RunResult, run
+from .chaos.faults import PG_FAULTS, SQLITE_FAULTS
+from .chaos.report import findings, stored_after_nack
+from .chaos.runner import RunResult, Schedule, plan, run
 from .test_chaos_harness import _netns_problem
 
 pytestmark = pytest.mark.extension
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.extension
 log = logging.getLogger(__name__)
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def _netns_usable() -> None:
     reason = _netns_problem()
     if reason is not None:
@@ -44,7 +46,38 @@ def _explain(outcome: RunResult) -> str:
     return f"report: {outcome.report_path}\n{outcome.summary()}"
 
 
-def test_schedule_loses_nothing_confirmed() -> None:
+def test_plans_run_every_fault_class() -> None:
+    short = [(f.name, hold) for f, hold, _ in plan(PG_FAULTS, Schedule("short"), random.Random(1), 0)]
+    assert [name for name, _ in short] == [cls.name for cls in PG_FAULTS]
+    assert all(0.3 <= hold <= 4 for name, hold in short if name != "sigstop-active")
+    assert all(3 <= hold <= 4 for name, hold in short if name == "sigstop-active")  # lease 2 + 1..2 s
+    # long: a round of every class even when the time is up at once, in a random order
+    drawn = [f.name for f, _, _ in plan(SQLITE_FAULTS, Schedule("long", lease=5), random.Random(1), 0)]
+    assert sorted(drawn) == sorted(cls.name for cls in SQLITE_FAULTS)
+
+
+def test_stored_after_nack_leaves_the_documented_case_out() -> None:
+    def record(op: str, t: float, message: str, **fields: object) -> dict[str, object]:
+        return {"op": op, "t": t, "id": message, **fields}
+
+    records = [
+        record("publish", 10.0, "p-1", outcome="nacked"),
+        record("deliver", 9.9, "p-1", queue="q", phase="run"),  # a consumer had it before the nack
+        record("publish", 10.0, "p-2", outcome="nacked"),
+        record("deliver", 10.1, "p-2", queue="q", phase="run"),  # the consumer's own lag
+        record("publish", 10.0, "p-3", outcome="nacked"),
+        record("deliver", 12.0, "p-3", queue="q", phase="run", redelivered=True),  # stored after all
+        record("publish", 10.0, "p-4", outcome="nacked"),
+        record("deliver", 10.2, "p-4", queue="q", phase="drain"),  # left in its queue
+        record("publish", 10.0, "p-5", outcome="confirmed"),
+        record("deliver", 20.0, "p-5", queue="q", phase="run"),
+    ]
+    stored = stored_after_nack(records)
+    assert sorted(stored) == ["p-3", "p-4"]
+    assert "2.000 s after the nack" in stored["p-3"] and "drain" in stored["p-4"]
+
+
+def test_schedule_loses_nothing_confirmed(_netns_usable: None) -> None:
     outcome = run()
     for name, scenario in outcome.scenarios.items():
         for line in findings(scenario):

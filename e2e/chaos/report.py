@@ -1,12 +1,14 @@
 """The fault runner's report: the checker's verdict per scenario, and per fault what the brokers did.
 
-``report.md`` holds, for each scenario: the checker's summary and its per-fault table (lost, duplicated,
-longest without a confirm, first confirm after heal), then one row per fault with its target and hold,
-whether a failover happened (the active's epoch before the injection and once confirms flowed again),
-the broker processes that exited in its window with their status, the duplicates by category, the nacked
-ids that were delivered anyway (``nacked_but_stored``), and the count of notable broker log lines
-(:data:`cluster.NOTABLE`) read from its injection to the next one; then the findings: every expectation
-a fault broke (:func:`findings`). ``report.json`` holds the same for programs.
+``report.md`` holds, for each scenario: the checker's summary and its per-fault table (its window: from
+the injection to the heal plus the settle time; lost, duplicated, longest without a confirm, first
+confirm after heal), then one row per fault: its target and hold; whether a failover happened (the
+active's epoch at the injection and once confirms flowed again); how long the target took to log
+``leadership lost``; the duplicates of its window by category; and, counted from its injection to the
+next fault's, the broker processes that exited with their status, the nacks, the nacked ids delivered
+anyway (``nacked_but_stored``: all, and those delivered after the nack) and the notable broker log lines
+(:data:`cluster.NOTABLE`). Then the findings: every expectation a fault broke (:func:`findings`).
+``report.json`` holds the same for programs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NACK_TOLERANCE = 0.5  # seconds a consumer may record a delivery after the nack (its own backlog)
+CUT_OFF = ("db-partition", "asym-db-in", "asym-db-out")  # the active cannot renew its lease
+STOP_MARGIN = 0.5  # seconds past the lease an active cut off may take to give up (polling, logging)
 
 
 def stored_after_nack(records: list[dict[str, Any]], tolerance: float = NACK_TOLERANCE) -> dict[str, str]:
@@ -99,7 +103,7 @@ class ScenarioResult:
         runs: the faults, in order.
         supervisor: its brokers' supervisor (exits and notable log lines are copied from it).
         timings: seconds spent starting and draining.
-        sent: when each nacked-but-delivered id was sent (its publish's ``t0``).
+        nacked: when each nacked id's nack was recorded.
         stored: :func:`stored_after_nack` of the scenario's records.
     """
 
@@ -111,10 +115,10 @@ class ScenarioResult:
         runs: list[FaultRun],
         supervisor: Supervisor,
         timings: dict[str, float],
-        sent: dict[str, float],
+        nacked: dict[str, float],
         stored: dict[str, str],
     ) -> None:
-        self.sent = sent
+        self.nacked = nacked
         self.stored = stored
         self.name = name
         self.lease = lease
@@ -125,7 +129,6 @@ class ScenarioResult:
             Exit(b.name, b.exited, b.code, b.epoch) for b in supervisor.history if b.exited is not None
         ]
         self.notes = list(supervisor.notes)
-        self.end = max([report.start, *(n.t for n in self.notes), *(r.heal + r.settle for r in runs)])
 
     def window(self, run: FaultRun) -> FaultWindow | None:
         """The checker's window of a fault run."""
@@ -137,7 +140,7 @@ class ScenarioResult:
     def span(self, run: FaultRun) -> tuple[float, float]:
         """From a fault's injection to the next fault's (or the end)."""
         later = [r.inject for r in self.runs if r.inject > run.inject]
-        return run.inject, min(later, default=self.end + 1)
+        return run.inject, min(later, default=float("inf"))
 
     def note_counts(self, run: FaultRun) -> Counter[str]:
         start, end = self.span(run)
@@ -148,13 +151,27 @@ class ScenarioResult:
         return [e for e in self.exits if start <= e.t < end]
 
     def nacked_but_stored(self, run: FaultRun, after_only: bool = False) -> dict[str, str]:
-        """The report's ``nacked_but_stored`` ids sent in this fault's window (``after_only``: only
-        those delivered after the nack, :func:`stored_after_nack`)."""
-        w = self.window(run)
-        if w is None:
-            return {}
+        """The report's ``nacked_but_stored`` ids nacked from this fault's injection to the next one's
+        (``after_only``: only those delivered after the nack, :func:`stored_after_nack`)."""
+        start, end = self.span(run)
         chosen = self.stored if after_only else self.report.nacked_but_stored
-        return {i: why for i, why in chosen.items() if w.inject <= self.sent.get(i, 0.0) <= w.end}
+        return {i: why for i, why in chosen.items() if start <= self.nacked.get(i, 0.0) < end}
+
+    def nacks(self, run: FaultRun) -> int:
+        """Publishes nacked from this fault's injection to the next one's."""
+        start, end = self.span(run)
+        return sum(start <= t < end for t in self.nacked.values())
+
+    def leadership_lost_after(self, run: FaultRun) -> float | None:
+        """Seconds from the injection to the target's ``active: leadership lost`` line (None: none)."""
+        target = run.details.get("target")
+        start, end = self.span(run)
+        times = [
+            n.t
+            for n in self.notes
+            if n.broker == target and n.key == "leadership lost" and start <= n.t < end
+        ]
+        return min(times) - run.inject if times else None
 
 
 def findings(result: ScenarioResult) -> list[str]:
@@ -188,6 +205,19 @@ def findings(result: ScenarioResult) -> list[str]:
             )
         if run.name == "sigstop-active" and run.details.get("exit_code") != 3:
             found.append(f"{label}: the paused active exited with {run.details.get('exit_code')}, not 3")
+        lost_after = result.leadership_lost_after(run)
+        if run.name in CUT_OFF and run.hold > lease + STOP_MARGIN:
+            if lost_after is None or lost_after > lease + STOP_MARGIN:
+                when = "never" if lost_after is None else f"after {lost_after:.2f} s"
+                found.append(
+                    f"{label}: the active cut off from its database for {run.hold:.1f} s stopped {when},"
+                    f" not within its lease ({lease:g} s)"
+                )
+        if run.name in ("pg-kill9", "pg-restart") and not run.failover and result.nacks(run):
+            found.append(
+                f"{label}: {result.nacks(run)} publishes nacked through a database restart that was no"
+                " failover (their confirms should wait)"
+            )
         if not run.settled:
             found.append(f"{label}: no confirm from every publisher within {run.settle:.0f} s of the heal")
         stored = result.nacked_but_stored(run, after_only=True)
@@ -214,9 +244,10 @@ def scenario_markdown(result: ScenarioResult) -> str:
     lines = [f"## {result.name} (lease {result.lease:g} s)", "", "```", report.summary(), "```", ""]
     lines += [report.table(), ""]
     lines += [
-        "| fault | target / details | hold | failover (epoch before -> after) | exits"
-        " | duplicates by category | nacked but delivered (all / after the nack) | broker log lines |",
-        "|---|---|---:|---|---|---|---:|---|",
+        "| fault | target / details | hold | failover (epoch before -> after) | leadership lost after"
+        " | exits | duplicates by category | nacked | nacked but delivered (all / after the nack)"
+        " | broker log lines |",
+        "|---|---|---:|---|---:|---|---|---:|---:|---|",
     ]
     for run in result.runs:
         w = result.window(run)
@@ -227,9 +258,12 @@ def scenario_markdown(result: ScenarioResult) -> str:
         details = ", ".join(f"{k}={v}" for k, v in run.details.items())
         epochs = f"{_fmt_epoch(run.epoch_before)} -> {_fmt_epoch(run.epoch_after)}"
         failover = f"{'yes' if run.failover else 'no'} ({epochs})"
+        lost_after = result.leadership_lost_after(run)
+        lost_text = "-" if lost_after is None else f"{lost_after:.2f} s"
+        delivered = f"{len(result.nacked_but_stored(run))} / {len(result.nacked_but_stored(run, True))}"
         lines.append(
-            f"| {run.name} | {details} | {run.hold:.2f} s | {failover} | {exits} | {dup_text} | "
-            f"{len(result.nacked_but_stored(run))} / {len(result.nacked_but_stored(run, True))} | {notes} |"
+            f"| {run.name} | {details} | {run.hold:.2f} s | {failover} | {lost_text} | {exits} | {dup_text} |"
+            f" {result.nacks(run)} | {delivered} | {notes} |"
         )
     found = findings(result)
     lines += ["", "### Findings", ""]

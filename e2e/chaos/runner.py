@@ -61,7 +61,7 @@ LEASE_LONG = 5.0
 QUEUE = "chaos.orders"
 USER = "chaos"
 RATE = 60  # messages a second per publisher
-SETTLE = 5.0  # the checker's window after a heal
+SETTLE = 3.0  # the checker's window after a heal (the next fault waits for its end)
 WARMUP = 3.0  # seconds of steady load before the first fault
 LISTENING = re.compile(r"^(?!.*\[worker \d+\]).*OtterMQ \S+ listening on")
 
@@ -258,22 +258,23 @@ class Scenario:
     def run_schedule(self, rng: random.Random, seconds: float) -> None:
         """The faults of :func:`plan`, one after the other."""
         for fault, hold, gap in plan(self.fault_classes, self.schedule, rng, seconds):
-            self.runs.append(self.run_fault(fault, hold))
-            time.sleep(gap)
+            run = self.run_fault(fault, hold)
+            self.runs.append(run)
+            time.sleep(max(gap, run.heal + SETTLE - time.time()))  # fault windows do not overlap
 
     def result(self) -> ScenarioResult:
         """The checker's report on this scenario's records, with the fault runs."""
         files = [self.events.path, *self.clients.files]
         records = checker.load([f for f in files if f.exists()])
         report = checker.check(records, settle=SETTLE)
-        sent = {
-            str(r["id"]): float(r["t0"] if "t0" in r else r["t"])
+        nacked = {
+            str(r["id"]): float(r["t"])
             for r in records
-            if r.get("op") in ("send", "publish") and r.get("id") in report.nacked_but_stored
+            if r.get("op") == "publish" and r.get("outcome") == "nacked"
         }
         stored = stored_after_nack(records)
         return ScenarioResult(
-            self.name, self.lease, report, self.runs, self.supervisor, self.timings, sent, stored
+            self.name, self.lease, report, self.runs, self.supervisor, self.timings, nacked, stored
         )
 
 
@@ -389,10 +390,12 @@ def plan(
         return
     deadline = time.monotonic() + seconds
     bag: list[type[Fault]] = []
-    while bag or time.monotonic() < deadline:
+    rounds = 0
+    while bag or not rounds or time.monotonic() < deadline:
         if not bag:
             bag = list(classes)
             rng.shuffle(bag)
+            rounds += 1
         fault = bag.pop()()
         low, high = fault.hold_range("long", schedule.lease)
         yield fault, rng.uniform(low, high), rng.uniform(1.0, 20.0)
