@@ -24,7 +24,7 @@ import random
 import pytest
 
 from .chaos.faults import PG_FAULTS, SQLITE_FAULTS
-from .chaos.report import findings, stored_after_nack
+from .chaos.report import Active, early_takeovers, findings, stored_after_nack
 from .chaos.runner import RunResult, Schedule, plan, run
 from .test_chaos_harness import _netns_problem
 
@@ -75,6 +75,18 @@ def test_stored_after_nack_leaves_the_documented_case_out() -> None:
     stored = stored_after_nack(records)
     assert sorted(stored) == ["p-3", "p-4"]
     assert "2.000 s after the nack" in stored["p-3"] and "drain" in stored["p-4"]
+
+
+def test_early_takeovers_are_those_of_a_live_fresh_lease() -> None:
+    actives = [
+        Active("a", 1, 100.0, 110.0),  # crashed at 110: b took over at once
+        Active("b", 2, 110.1, 130.0),  # fenced after a pause; c took over at 120 (lease 2 s)
+        Active("c", 3, 120.0, 125.0),
+        Active("a#2", 4, 120.5, None),  # 0.5 s after c, c still running: c's lease cannot have run out
+    ]
+    assert early_takeovers(actives, lease=2.0) == [
+        "a#2 took epoch 4 over 0.500 s after c took epoch 3 (lease 2 s), while c was running"
+    ]
 
 
 def test_schedule_loses_nothing_confirmed(_netns_usable: None) -> None:

@@ -93,6 +93,32 @@ class Exit:
     epoch: int | None
 
 
+@dataclass
+class Active:
+    """A broker process that became active: its epoch, when, and when it exited (None: it did not)."""
+
+    broker: str
+    epoch: int
+    since: float
+    exited: float | None
+
+
+def early_takeovers(actives: list[Active], lease: float, slack: float = 0.2) -> list[str]:
+    """Take-overs of a leadership less than ``lease`` old whose holder was still running: its lease
+    cannot have run out, and a live holder keeps its lock, so no standby may take over (``slack``: the
+    runner reads the logs every 50 ms)."""
+    found = []
+    for old, new in zip(actives, actives[1:], strict=False):
+        age = new.since - old.since
+        alive = old.exited is None or old.exited > new.since
+        if new.epoch == old.epoch + 1 and age < lease - slack and alive:
+            found.append(
+                f"{new.broker} took epoch {new.epoch} over {age:.3f} s after {old.broker} took epoch"
+                f" {old.epoch} (lease {lease:g} s), while {old.broker} was running"
+            )
+    return found
+
+
 class ScenarioResult:
     """A scenario's checker report, its fault runs and what its supervisor saw.
 
@@ -105,6 +131,7 @@ class ScenarioResult:
         timings: seconds spent starting and draining.
         nacked: when each nacked id's nack was recorded.
         stored: :func:`stored_after_nack` of the scenario's records.
+        finished: when the schedule ended (the last fault's counts stop there).
     """
 
     def __init__(
@@ -117,8 +144,10 @@ class ScenarioResult:
         timings: dict[str, float],
         nacked: dict[str, float],
         stored: dict[str, str],
+        finished: float,
     ) -> None:
         self.nacked = nacked
+        self.finished = finished or float("inf")
         self.stored = stored
         self.name = name
         self.lease = lease
@@ -129,6 +158,14 @@ class ScenarioResult:
             Exit(b.name, b.exited, b.code, b.epoch) for b in supervisor.history if b.exited is not None
         ]
         self.notes = list(supervisor.notes)
+        self.actives = sorted(
+            (
+                Active(b.name, b.epoch, b.became_active or 0.0, b.exited)
+                for b in supervisor.history
+                if b.epoch
+            ),
+            key=lambda a: a.epoch,
+        )
 
     def window(self, run: FaultRun) -> FaultWindow | None:
         """The checker's window of a fault run."""
@@ -140,7 +177,7 @@ class ScenarioResult:
     def span(self, run: FaultRun) -> tuple[float, float]:
         """From a fault's injection to the next fault's (or the end)."""
         later = [r.inject for r in self.runs if r.inject > run.inject]
-        return run.inject, min(later, default=float("inf"))
+        return run.inject, min(later, default=self.finished)
 
     def note_counts(self, run: FaultRun) -> Counter[str]:
         start, end = self.span(run)
@@ -184,6 +221,8 @@ def findings(result: ScenarioResult) -> list[str]:
         found.append(f"{len(report.lost)} confirmed messages lost in all: {', '.join(report.lost[:10])}")
     if report.phantoms:
         found.append(f"{len(report.phantoms)} phantom deliveries: {', '.join(report.phantoms[:10])}")
+    found += early_takeovers(result.actives, lease)
+    found += [f"{e.broker} exited with status {e.code}" for e in result.exits if e.code not in (0, 3)]
     for run in result.runs:
         label = f"{run.name} at +{run.inject - report.start:.1f} s"
         if "error" in run.details:
@@ -303,6 +342,7 @@ def write_report(
                 "findings": findings(s),
                 "runs": [asdict(r) | {"failover": r.failover} for r in s.runs],
                 "exits": [asdict(e) for e in s.exits],
+                "actives": [asdict(a) for a in s.actives],
                 "notes": [asdict(n) for n in s.notes],
                 "duplicates": [asdict(d) for d in s.report.duplicates],
                 "nacked_but_stored": s.report.nacked_but_stored,

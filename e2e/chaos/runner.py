@@ -155,6 +155,7 @@ class Scenario:
         self.helpers: list[subprocess.Popen[bytes]] = []
         self.runs: list[FaultRun] = []
         self.timings: dict[str, float] = {}
+        self.finished = 0.0
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -189,6 +190,7 @@ class Scenario:
     def finish(self) -> None:
         """Stop publishers, let consumers catch up, drain every queue, stop the brokers."""
         began = time.monotonic()
+        self.finished = time.time()
         publishers = [c.name for c in self.clients.publishers()]
         codes = self.clients.stop(publishers)
         consumers = [n for n, c in self.clients.running.items() if c.role == "consume"]
@@ -274,7 +276,15 @@ class Scenario:
         }
         stored = stored_after_nack(records)
         return ScenarioResult(
-            self.name, self.lease, report, self.runs, self.supervisor, self.timings, nacked, stored
+            self.name,
+            self.lease,
+            report,
+            self.runs,
+            self.supervisor,
+            self.timings,
+            nacked,
+            stored,
+            self.finished,
         )
 
 
