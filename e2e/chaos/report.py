@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 NACK_TOLERANCE = 0.5  # seconds a consumer may record a delivery after the nack (its own backlog)
 CUT_OFF = ("db-partition", "asym-db-in", "asym-db-out")  # the active cannot renew its lease
-STOP_MARGIN = 0.5  # seconds past the lease an active cut off may take to give up (polling, logging)
+STOP_MARGIN = 0.15  # seconds past the lease an active cut off may take to say so (the runner's polling)
 
 
 def stored_after_nack(records: list[dict[str, Any]], tolerance: float = NACK_TOLERANCE) -> dict[str, str]:
@@ -199,6 +199,11 @@ class ScenarioResult:
         start, end = self.span(run)
         return sum(start <= t < end for t in self.nacked.values())
 
+    def successor(self, run: FaultRun) -> Active | None:
+        """The first broker that became active after this fault's injection (within its span)."""
+        start, end = self.span(run)
+        return next((a for a in self.actives if start <= a.since < end), None)
+
     def leadership_lost_after(self, run: FaultRun) -> float | None:
         """Seconds from the injection to the target's ``active: leadership lost`` line (None: none)."""
         target = run.details.get("target")
@@ -245,12 +250,21 @@ def findings(result: ScenarioResult) -> list[str]:
         if run.name == "sigstop-active" and run.details.get("exit_code") != 3:
             found.append(f"{label}: the paused active exited with {run.details.get('exit_code')}, not 3")
         lost_after = result.leadership_lost_after(run)
-        if run.name in CUT_OFF and run.hold > lease + STOP_MARGIN:
-            if lost_after is None or lost_after > lease + STOP_MARGIN:
-                when = "never" if lost_after is None else f"after {lost_after:.2f} s"
+        late = lost_after is None and run.hold > lease + STOP_MARGIN
+        late = late or lost_after is not None and lost_after > lease + STOP_MARGIN
+        if run.name in CUT_OFF and late:
+            when = "never" if lost_after is None else f"{lost_after:.2f} s after the injection"
+            found.append(
+                f"{label}: the active cut off from its database for {run.hold:.1f} s logged 'leadership lost'"
+                f" {when}, not within its lease ({lease:g} s)"
+            )
+        successor = result.successor(run)
+        if run.name in CUT_OFF and lost_after is not None and successor is not None:
+            overlap = run.inject + lost_after - successor.since
+            if overlap > STOP_MARGIN:
                 found.append(
-                    f"{label}: the active cut off from its database for {run.hold:.1f} s stopped {when},"
-                    f" not within its lease ({lease:g} s)"
+                    f"{label}: {run.details.get('target')} logged 'leadership lost' {overlap:.2f} s after"
+                    f" {successor.broker} took epoch {successor.epoch} over (two actives at once)"
                 )
         if run.name in ("pg-kill9", "pg-restart") and not run.failover and result.nacks(run):
             found.append(
