@@ -11,7 +11,7 @@ delivery *before* the nack is the documented exception, see :func:`chaos.report.
 Everything else (failovers, exit statuses, duplicates by category, what the brokers logged) is in the
 report, and its findings are logged.
 
-Needs root, ``ip netns``, ``nft``, PostgreSQL's binaries and libfaketime; skipped without root, except
+Needs root, ``ip netns``, ``nft``, PostgreSQL's binaries and libfaketime; skipped without them, except
 under ``CI=true`` where it fails.
 """
 
@@ -23,7 +23,9 @@ import random
 
 import pytest
 
+from .chaos.clock import find_libfaketime
 from .chaos.faults import PG_FAULTS, SQLITE_FAULTS
+from .chaos.pg import _ci_postgres
 from .chaos.report import Active, early_takeovers, findings, stored_after_nack
 from .chaos.runner import RunResult, Schedule, plan, run
 from .test_chaos_harness import _netns_problem
@@ -33,9 +35,22 @@ pytestmark = pytest.mark.extension
 log = logging.getLogger(__name__)
 
 
+def _problem() -> str | None:
+    """Why the runner cannot run here (besides root and namespaces: PostgreSQL, libfaketime), or None."""
+    reason = _netns_problem()
+    if reason is not None:
+        return reason
+    try:
+        find_libfaketime()
+        _ci_postgres().binaries()
+    except FileNotFoundError as exc:
+        return str(exc)
+    return None
+
+
 @pytest.fixture(scope="module")
 def _netns_usable() -> None:
-    reason = _netns_problem()
+    reason = _problem()
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the chaos runner cannot run: {reason}")

@@ -233,6 +233,10 @@ def findings(result: ScenarioResult) -> list[str]:
         if "error" in run.details:
             found.append(f"{label}: not injected: {run.details['error']}")
             continue
+        if not run.ready_before:
+            found.append(
+                f"{label}: injected without an active, a standby and confirms flowing (wait ran out)"
+            )
         w = result.window(run)
         if w is not None and w.lost:
             found.append(f"{label}: {len(w.lost)} confirmed messages LOST: {', '.join(w.lost[:10])}")
