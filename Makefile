@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance fuzz attack bench lint typecheck clean
+.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance fuzz attack chaos bench lint typecheck clean
 
 # One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
 # is added/removed: strict editable installs link files one by one, so new modules need a re-run;
@@ -114,7 +114,8 @@ PG_E2E := $(addprefix e2e/test_,durability.py dlx.py ttl.py ttl_head_expiry.py q
 # start-up import, found here and not yet mended).
 WORKERS_SKIP := $(addprefix --ignore=e2e/test_,java_client.py ruby_client.py php_clients.py \
 	symfony_messenger.py dotnet_client.py node_client.py node_frameworks.py celery_kombu.py dramatiq.py \
-	faststream.py flower.py web_ui.py doc_snippets.py http_fuzz.py postgres_ha.py long_argument_keys.py) \
+	faststream.py flower.py web_ui.py doc_snippets.py http_fuzz.py postgres_ha.py long_argument_keys.py \
+	chaos.py chaos_harness.py chaos_workload.py) \
 	$(addprefix --ignore=,$(wildcard e2e/test_attack*.py))
 WORKERS_E2E := $(WORKERS_SKIP) e2e
 
@@ -169,6 +170,24 @@ attack: install
 	@echo "make attack: ATTACK_SEED=$(ATTACK_SEED), $(ATTACK_EXAMPLES) examples, findings in $(ATTACK_FINDINGS)"
 	ATTACK_EXAMPLES=$(ATTACK_EXAMPLES) ATTACK_SEED=$(ATTACK_SEED) ATTACK_FINDINGS=$(abspath $(ATTACK_FINDINGS)) \
 	  $(BIN)/pytest $(XDIST) e2e/test_attack_headers.py e2e/test_attack_extension.py e2e/test_attack_stalls.py
+
+# The fault runner's long schedule (e2e/test_chaos.py drives e2e/chaos/runner.py; root only: network
+# namespaces, nft, tmpfs): an active and a standby broker on PostgreSQL, and a SQLite broker with two
+# workers, under random faults of every class (the active cut off from its database both ways or one way,
+# from its clients, a slow lossy database link, PostgreSQL killed or restarted, the active paused past its
+# lease, wall-clock steps of an hour, a full disk, a killed worker) for CHAOS_MINUTES, holds of 1-30 s and
+# random gaps, lease CHAOS_LEASE (5 s); the checker then wants no confirmed message lost, no phantom, no
+# split brain. Records, broker logs and report.md in CHAOS_RESULTS; CHAOS_SEED=N repeats a run's draws.
+# `make test` runs the short schedule (each class once, about a minute).
+CHAOS_MINUTES ?= 60
+ifndef CHAOS_RESULTS
+CHAOS_RESULTS := chaos-results/$(shell date +%Y%m%d-%H%M%S)
+endif
+chaos: install
+	@echo "make chaos: $(CHAOS_MINUTES) min, results in $(abspath $(CHAOS_RESULTS))"
+	@CHAOS_SCHEDULE=long CHAOS_MINUTES=$(CHAOS_MINUTES) CHAOS_RESULTS=$(abspath $(CHAOS_RESULTS)) \
+	  $(if $(CHAOS_SEED),CHAOS_SEED=$(CHAOS_SEED)) $(BIN)/pytest e2e/test_chaos.py -s -p no:cacheprovider; \
+	  status=$$?; echo "make chaos: report in $(abspath $(CHAOS_RESULTS))/report.md"; exit $$status
 
 # Side by side with RabbitMQ when one answers at RABBIT_URL (interleaved A B A B), else ottermq
 # alone, with our Python generator, the independent amqp091-go one (go:*) and the C one on librabbitmq-c
