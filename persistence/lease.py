@@ -21,7 +21,8 @@ Rules:
   (a session named after it), or the server started after the holder's last renewal
   (``renewed_at``), lets the lock go again and waits: the active takes it back at its next renewal,
   or its lease runs out. A database restart shorter than the lease is not a failover.
-- The active renews the lease every ``lease_seconds / 4`` (``UPDATE ... WHERE epoch = mine``). A
+- The active renews the lease every ``lease_seconds / 4`` (``UPDATE ... WHERE epoch = mine``; after a
+  failed renewal, again every ``poll_seconds``, so a database back within the lease keeps it). A
   renewal that finds another epoch, a failed commit's fence, or no successful renewal for a whole
   ``lease_seconds`` (the database unreachable: a standby may be taking over) is the end: ``lost`` is
   called once, and the broker stops accepting publishes, closes its connections with 320 and exits.
@@ -296,8 +297,11 @@ class Lease:
     # -- active -------------------------------------------------------------------------------
     async def _renew_forever(self) -> None:
         every = self.lease_seconds / 4
+        retry = min(every, max(self.poll_seconds, 0.05))  # after a failure: a database back soon
+        failed = False
         while self.role == ACTIVE:
-            await asyncio.sleep(every)
+            await asyncio.sleep(retry if failed else every)
+            failed = False
             left = self._renewed + self.lease_seconds - time.monotonic()
             if left <= 0:  # failed renewals, or the process itself stalled (SIGSTOP, a long pause)
                 self.lost(f"the lease was not renewed for {self.lease_seconds:g} s")
@@ -310,6 +314,7 @@ class Lease:
                     self.lost(f"the lease could not be renewed for {self.lease_seconds:g} s ({exc})")
                 else:
                     log.warning("active: renewing the lease failed (%s); retrying", exc)
+                    failed = True
 
     async def renew(self, timeout: float | None = None) -> None:
         """Extend the lease (and take the advisory lock back after a reconnect), within ``timeout``

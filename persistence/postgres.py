@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from itertools import groupby
@@ -127,11 +128,21 @@ def _errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException
         x.IntegrityConstraintViolationError,  # 23
         x.ProgramLimitExceededError,  # 54: e.g. a key too long for a B-tree entry
     )
-    io = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError, StoreError)
+    # InternalClientError: the driver's protocol state went wrong (seen once after SIGSTOP, "another
+    # operation is in progress"): the connection is dropped and the batch tried again like a dropped one
+    io = (
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        x.InternalClientError,
+        OSError,
+        asyncio.TimeoutError,
+        StoreError,
+    )
     return data, io
 
 
 DATA_ERRORS, IO_ERRORS = _errors()
+_BROKEN: tuple[type[BaseException], ...] = (asyncpg.exceptions.InternalClientError,) if asyncpg else ()
 
 
 class Fence(Protocol):
@@ -540,8 +551,14 @@ async def close_quietly(conn: Any, timeout: float) -> None:
 
 
 async def _rollback(conn: Any) -> None:
-    """Roll back the open transaction, if the connection is still there to do it."""
-    if conn.is_closed() or not conn.is_in_transaction():
+    """Roll back the open transaction, if the connection is still there to do it; a connection whose
+    driver lost track of its protocol state (``InternalClientError``) is dropped instead."""
+    if conn.is_closed():
+        return
+    if isinstance(sys.exc_info()[1], _BROKEN):
+        conn.terminate()
+        return
+    if not conn.is_in_transaction():
         return
     try:
         await conn.execute("ROLLBACK")

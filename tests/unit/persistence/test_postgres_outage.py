@@ -325,3 +325,31 @@ def test_two_standbys_seeing_one_expired_lease_take_over_once(postgres_url: str,
         active._conn.terminate()
 
     asyncio.run(main())
+
+
+def test_a_driver_that_lost_its_protocol_state_is_dropped_and_the_batch_retried(
+    postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> None:
+        store = PostgresStore(postgres_url, schema=schema)
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        await store.flush()
+        broken = store._conn
+        real = PostgresStore._apply
+
+        async def confused(self: PostgresStore, conn: Any, ops: Any) -> None:
+            monkeypatch.setattr(PostgresStore, "_apply", real)
+            raise asyncpg.exceptions.InternalClientError("cannot switch to state 15 (simulated)")
+
+        monkeypatch.setattr(PostgresStore, "_apply", confused)
+        oks: list[bool] = []
+        store.insert_message(message(q, 1))
+        store.after_commit(oks.append)
+        await asyncio.wait_for(store.flush(), 10)
+        assert oks == [True]
+        assert broken.is_closed() and store._conn is not broken
+        assert await stored(store, q) == [1]
+        await store.close()
+
+    asyncio.run(main())
