@@ -62,7 +62,8 @@ run: run-install
 # the .NET RabbitMQ.Client bundled with Mono (Debian's libmono-rabbitmq4.0-cil, compiled against with mcs),
 # a C compiler and librabbitmq-dev for the benchmarks' C load generator (tests/bench builds and runs it),
 # and RabbitMQ's rabbitmqadmin script (inside Debian's rabbitmq-server package; the server is not started),
-# and Debian's chromium for the web UI's browser tests (Playwright drives it; no browser download).
+# and Debian's chromium for the web UI's browser tests (Playwright drives it; no browser download), and
+# the fault harness's nftables and libfaketime (.ci/install-chaos.sh).
 # The scripts do nothing when everything is already there.
 clients:
 	bash .ci/install-node.sh
@@ -75,6 +76,7 @@ clients:
 	bash .ci/install-rabbitmqadmin.sh
 	bash .ci/install-chromium.sh
 	bash .ci/install-postgresql.sh
+	bash .ci/install-chaos.sh
 
 # `make test` runs the suite in TEST_WORKERS processes (pytest-xdist), a file's tests together in one
 # (each with its own session broker): most e2e time is spent waiting on sockets, timers and JVMs, so

@@ -310,7 +310,10 @@ class Lease:
                 await self.renew(left)
             except _FAILED as exc:
                 await self._drop_connection()
-                if time.monotonic() - self._renewed >= self.lease_seconds:
+                # a renewal's deadline is the end of the lease: past it, the lease is over (the
+                # clock check alone could miss it by the loop clock's resolution, and a standby takes
+                # over at that moment)
+                if isinstance(exc, _Deadline) or time.monotonic() - self._renewed >= self.lease_seconds:
                     self.lost(f"the lease could not be renewed for {self.lease_seconds:g} s ({exc})")
                 else:
                     log.warning("active: renewing the lease failed (%s); retrying", exc)
