@@ -204,7 +204,7 @@ class PgOutage(Fault):
         return {
             "active": self.target.name,
             "epoch": self.target.epoch,
-            "stopped_in": time.time() - self.began,
+            "stopped_in": round(time.time() - self.began, 3),
         }
 
     def heal(self, ctx: Context) -> Details:
