@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -203,7 +204,7 @@ class PgOutage(Fault):
         return {
             "active": self.target.name,
             "epoch": self.target.epoch,
-            "stopped_in": time.time() - self.began,
+            "stopped_in": round(time.time() - self.began, 3),
         }
 
     def heal(self, ctx: Context) -> Details:
@@ -246,10 +247,11 @@ class SigstopActive(Fault):
 
     def after(self, ctx: Context) -> Details:
         assert self.target is not None
-        deadline = time.monotonic() + 2 * ctx.lease + 10
-        while self.target.alive and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return {"exit_code": self.target.code if not self.target.alive else "still running"}
+        try:
+            code: int | str = self.target.proc.wait(2 * ctx.lease + 10)
+        except subprocess.TimeoutExpired:
+            code = "still running"
+        return {"exit_code": code}
 
 
 class ClockJump(Fault):
