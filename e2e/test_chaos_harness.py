@@ -236,7 +236,11 @@ def test_close_leaves_nothing_and_stale_runs_are_removed(_netns_usable: None) ->
     with Topology(["x", "y"]) as topology:
         names = topology.namespaces
         assert set(names) <= set(net.list_namespaces())
-        sleeper = topology.host("x").popen(["sleep", "60"])
+        host = topology.host("x")
+        sleeper = host.popen(["sleep", "60"])
+        deadline = time.monotonic() + 10  # `ip netns exec` enters the namespace, then becomes sleep
+        while sleeper.pid not in host.pids() and time.monotonic() < deadline:
+            time.sleep(0.02)
     assert sleeper.wait(timeout=5) == -signal.SIGKILL  # processes left inside are killed
     assert not set(names) & set(net.list_namespaces())
     assert subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout == links_before
