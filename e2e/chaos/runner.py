@@ -435,10 +435,12 @@ def run(schedule: Schedule | None = None, results: Path | None = None) -> RunRes
     """Run both scenarios with ``schedule`` (default: from the environment); the report is in ``results``.
 
     Raises:
-        RuntimeError: a scenario could not be started.
+        RuntimeError: a scenario could not be started, or ``results`` is not empty.
     """
     schedule = schedule or Schedule.from_env()
     results = results or results_dir()
+    if any(results.iterdir()):  # its logs and records would mix with this run's (epochs included)
+        raise RuntimeError(f"the results directory {results} holds an earlier run: choose an empty one")
     began = time.monotonic()
     outcome = RunResult(results, results / "report.md", schedule)
     handler = logging.FileHandler(results / "runner.log")
