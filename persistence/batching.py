@@ -241,8 +241,7 @@ class BatchingStore:
                 self.failed_batches += 1
                 if not self._confirms_wait or self._closing:
                     log.error("store: a batch of %d ops failed and was rolled back: %s", live, exc)
-                    uncertain = self._confirms_wait and self._uncertain()
-                    return (None if uncertain else False), self._closing, set()
+                    return (None if self._uncertain() else False), self._closing, set()
                 log.error("store: a batch of %d ops failed (%s); its confirms wait for a retry", live, exc)
                 committed = await self._resolved()
                 if committed is None:  # gave up (fenced, abandoned or closing) before knowing

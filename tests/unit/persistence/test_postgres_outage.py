@@ -91,15 +91,21 @@ async def proxied(postgres_url: str) -> AsyncIterator[tuple[Proxy, str]]:
         await proxy.close()
 
 
+async def store_with_queue(url: str, schema: str, **options: Any) -> tuple[PostgresStore, int]:
+    """An open store holding one committed queue, and that queue's id."""
+    store = PostgresStore(url, schema=schema, **options)
+    await store.open()
+    queue_id = store.put_queue(QueueRecord("/", "q"))
+    await store.flush()
+    return store, queue_id
+
+
 # -- the store: confirms wait ----------------------------------------------------------------------
 def test_confirms_wait_through_a_dropped_connection(
     postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> None:
-        store = PostgresStore(postgres_url, schema=schema)
-        await store.open()
-        q = store.put_queue(QueueRecord("/", "q"))
-        await store.flush()
+        store, q = await store_with_queue(postgres_url, schema)
         real = PostgresStore._apply
 
         async def dropped(self: PostgresStore, conn: Any, ops: Any) -> None:
@@ -123,10 +129,7 @@ def test_a_commit_whose_answer_was_lost_is_not_written_twice(
     postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> None:
-        store = PostgresStore(postgres_url, schema=schema)
-        await store.open()
-        q = store.put_queue(QueueRecord("/", "q"))
-        await store.flush()
+        store, q = await store_with_queue(postgres_url, schema)
         real = PostgresStore._apply
 
         async def answer_lost(self: PostgresStore, conn: Any, ops: Any) -> None:
@@ -157,10 +160,7 @@ def test_a_silent_server_is_dropped_at_the_deadline(
 ) -> None:
     async def main() -> None:
         async with proxied(postgres_url) as (proxy, url):
-            store = PostgresStore(url, schema=schema, timeout=0.5)
-            await store.open()
-            q = store.put_queue(QueueRecord("/", "q"))
-            await store.flush()
+            store, q = await store_with_queue(url, schema, timeout=0.5)
             proxy.cut = True
             oks: list[bool] = []
             store.insert_message(message(q, 1))
@@ -181,10 +181,7 @@ def test_abandoning_withholds_an_uncertain_batch_and_refuses_the_next(
 ) -> None:
     async def main() -> None:
         async with proxied(postgres_url) as (proxy, url):
-            store = PostgresStore(url, schema=schema, timeout=30)
-            await store.open()
-            q = store.put_queue(QueueRecord("/", "q"))
-            await store.flush()
+            store, q = await store_with_queue(url, schema, timeout=30)
             proxy.cut = True  # the batch's BEGIN leaves; no answer comes back
             uncertain: list[bool] = []
             store.insert_message(message(q, 1))
@@ -331,10 +328,7 @@ def test_a_driver_that_lost_its_protocol_state_is_dropped_and_the_batch_retried(
     postgres_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def main() -> None:
-        store = PostgresStore(postgres_url, schema=schema)
-        await store.open()
-        q = store.put_queue(QueueRecord("/", "q"))
-        await store.flush()
+        store, q = await store_with_queue(postgres_url, schema)
         broken = store._conn
         real = PostgresStore._apply
 
