@@ -233,6 +233,20 @@ class Settings(BaseSettings):
         description="connection.update-secret must carry the user's current password (ottermq extension;"
         " RabbitMQ's internal users accept any secret, as passwords cannot expire)",
     )
+    paging: bool = Field(
+        True,
+        description="Queues keep a window of ready messages in memory and page the rest to spill files"
+        " (x-queue-mode lazy: a window of zero); false = every message in memory, lazy ignored",
+    )
+    queue_window: int = Field(
+        20000, ge=0, description="Ready messages a queue keeps in memory (per priority level) before it pages"
+    )
+    queue_window_bytes: ByteSize = Field(
+        64 << 20, ge=0, description="Ready body bytes a queue keeps in memory before it pages (64MiB)"
+    )
+    spill_dir: Path | None = Field(
+        None, description="Where paged messages go (per process, never recovered); empty = <data dir>/spill"
+    )
     dlx_archive_dir: Path | None = Field(
         None, description="Dead-letter archive directory (JSON Lines); empty = no archive"
     )

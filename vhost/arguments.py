@@ -305,6 +305,7 @@ class QueueArgs:
     max_priority: int | None = None
     delivery_limit: int | None = None
     single_active_consumer: bool = False
+    queue_mode: str = "default"  # "lazy": a window of zero (vhost/paging.py)
     exact_ttl: bool = False
     queue_type: str = "classic"
     delayed_retry_type: str = "disabled"
@@ -502,6 +503,7 @@ def parse_queue_args(
         max_priority=parsed.get("x-max-priority"),
         delivery_limit=delivery_limit,
         single_active_consumer=parsed.get("x-single-active-consumer", False),
+        queue_mode=parsed.get("x-queue-mode", "default"),
         exact_ttl=exact_ttl,
         queue_type=queue_type,
         raw=dict(args),

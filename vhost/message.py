@@ -15,11 +15,14 @@ from ottermq.amqp.errors import PreconditionFailed
 from ottermq.amqp.props import get_headers, parse_expiration, quick_props, rewrite_props
 from ottermq.amqp.table import LongLong, encode_table, field_type
 
-# Entry states (Final: constants in compiled code); HELD: waiting out a delayed retry (``Queue.requeue``)
+# Entry states (Final: constants in compiled code); HELD: waiting out a delayed retry (``Queue.requeue``);
+# PAGED: written to the queue's pager (``paging.py``), this object no longer in the queue (paged in, the
+# entry is a new object)
 READY: Final = 0
 OUT: Final = 1
 GONE: Final = 2
 HELD: Final = 3
+PAGED: Final = 4
 
 
 class Message:

@@ -27,7 +27,7 @@ Rules:
    extension argument (policy keys are argument names without ``x-``, as RabbitMQ's are); the
    argument wins when the queue declares it. RabbitMQ refuses the key as not recognised, so a
    policy that uses it is ottermq-only; operator policies do not take it.
-5. Keys other RabbitMQ features read (``ha-*``, ``queue-mode``, ``max-age``, federation, ...) are
+5. Keys other RabbitMQ features read (``ha-*``, ``queue-version``, ``max-age``, federation, ...) are
    accepted and have no effect here. A policy holding a key a queue type does not support does not
    apply to a queue of that type, as in RabbitMQ 3.10 (``is_policy_applicable``), which skips it and
    applies the next matching policy: for classic queues the keys of quorum queues and streams
@@ -80,7 +80,6 @@ INERT_KEYS = frozenset(
         "ha-sync-batch-size",
         "ha-promote-on-shutdown",
         "ha-promote-on-failure",
-        "queue-mode",
         "queue-master-locator",
         "queue-version",
         "max-age",
@@ -206,6 +205,7 @@ CHECKS: dict[str, tuple[Any, str]] = {
     ),
     "alternate-exchange": (_text, "alternate exchange name"),
     "consumer-timeout": (_non_negative, "consumer timeout"),
+    "queue-mode": (lambda v: v in ("default", "lazy"), "queue-mode value"),
     # ottermq extensions (rule 4)
     "ottermq-exact-ttl": (_bool, "exact TTL setting (true or false)"),
     # deduplication (LavinMQ's arguments without x-, rule 6) and RabbitMQ 4.3's delayed retry (rule 7)
@@ -333,6 +333,7 @@ _QUEUE_FIELDS = {
     "dead-letter-routing-key": "dead_letter_routing_key",
     "overflow": "overflow",
     "ottermq-exact-ttl": "exact_ttl",
+    "queue-mode": "queue_mode",
     "delayed-retry-type": "delayed_retry_type",
     "delayed-retry-min": "delayed_retry_min",
     "delayed-retry-max": "delayed_retry_max",
@@ -340,6 +341,7 @@ _QUEUE_FIELDS = {
 # a quorum queue's policy value wins over its argument (``policyHasPrecedence``)
 _QUORUM_POLICY_WINS = ("overflow", "expires")
 _ARGUMENT_WINS = (
+    "queue-mode",
     "dead-letter-exchange",
     "dead-letter-routing-key",
     "overflow",

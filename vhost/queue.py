@@ -50,7 +50,8 @@ from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
 from .dedup import DedupCache
-from .message import HELD, OUT, READY, Entry, Message, with_delivery_count
+from .message import HELD, OUT, PAGED, READY, Entry, Message, with_delivery_count
+from .paging import UNBOUNDED, Paging
 from .ready import PriorityReady, QuorumReady, Ready
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ DELIVERY_LIMIT: Final = "delivery_limit"
 # a no-ack consumer that keeps up would otherwise take a whole backlog in one turn (0.8 s for a few
 # hundred thousand), and every other connection of the process (handshakes, heartbeats) waits
 DISPATCH_BUDGET: Final = 2000
+# entries a queue that became lazy pages out per loop turn
+SHRINK_SLICE: Final = 5000
 
 
 class Consumer(Protocol):
@@ -123,6 +126,10 @@ def _overflow_mode(args: QueueArgs) -> str:
     if args.overflow == "reject-publish-dlx" and args.queue_type == "quorum":
         return "drop-head"
     return args.overflow
+
+
+def _seq_of(entry: Entry | None) -> int:
+    return entry.seq if entry is not None else -1
 
 
 def _positive_ms(value: object) -> int | None:
@@ -206,6 +213,9 @@ class Queue:
         "_retry",
         "_retry_timer",
         "_retry_at",
+        "paging",
+        "_page_bytes",
+        "_shrinking",
     )
 
     def __init__(
@@ -275,6 +285,9 @@ class Queue:
         self._retry: list[tuple[int, int, Entry]] = []  # (ready at, seq, entry), a heap
         self._retry_timer: Any = None
         self._retry_at: int | None = None
+        self.paging: Paging | None = None  # set_paging (the vhost's)
+        self._page_bytes = UNBOUNDED  # ready body bytes kept in memory before new messages are paged
+        self._shrinking = False  # a lazy queue's window is being paged out (``_shrink``)
         if args.expires is not None:
             self.touch()
 
@@ -329,7 +342,8 @@ class Queue:
                 return entry
         if (message.persistent or self.quorum) and self.store is not None:
             self.store.message_added(self, entry)
-        ready.append(entry)
+        if self.ready_bytes + size <= self._page_bytes or not ready.page(entry):
+            ready.append(entry)
         self.ready_bytes += size
         if self.consumers:
             self.dispatch()
@@ -338,12 +352,12 @@ class Queue:
             if self.quorum and self._over_limit():
                 self._blocked = True
         deadline = entry.deadline
-        if deadline is not None and entry.state == READY:
-            if self._heap is not None:
+        if deadline is not None and (entry.state == READY or entry.state == PAGED):
+            if self._heap is not None and entry.state == READY:
                 heapq.heappush(self._heap, (deadline, entry.seq, entry))
             if deadline <= now:  # TTL 0 and nobody took it: expires now if it is due
                 self.expire(now)
-            elif self._heap is not None or ready.peek() is entry:
+            elif self._heap is not None or _seq_of(ready.peek()) == entry.seq:
                 self.ttl.schedule(self, deadline)
         return entry
 
@@ -414,6 +428,10 @@ class Queue:
 
     def peek(self) -> Entry | None:
         return self._ready.peek()
+
+    def peek_in_memory(self) -> Entry | None:
+        """The head if it is in memory, else None (a look that pages nothing in: management)."""
+        return self._ready.peek_in_memory()
 
     def recover(self, entries: list[Entry]) -> None:
         """Append stored entries at start-up (in seq order); nothing is written back."""
@@ -600,9 +618,10 @@ class Queue:
         Returns:
             Whether the entry was still ready and is now gone.
         """
-        if entry.state != READY or self.deleted:
+        if (entry.state != READY and entry.state != PAGED) or self.deleted:
             return False
-        self._ready.discard(entry)
+        if not self._ready.discard(entry):  # paged in and delivered since
+            return False
         self.ready_bytes -= len(entry.message.body)
         self.forget([entry])  # the store retries the failed insert: this delete follows it
         self._after_change()
@@ -615,18 +634,63 @@ class Queue:
 
     def purge(self) -> int:
         """Drop every ready message; returns how many (never dead-letters)."""
-        entries = self._ready.clear()
+        count = len(self._ready)
+        entries = self._ready.clear()  # the ones in memory (paged ones are forgotten)
         self.ready_bytes = 0
         if self._heap is not None:
             self._heap.clear()
-        if self.store is not None and any(e.store_id for e in entries):
+        if self.store is not None and (count > len(entries) or any(e.store_id for e in entries)):
             for entry in entries:
                 entry.store_id = 0
             self.store.queue_purged(self)
-        return len(entries)
+        return count
 
     def ready_entries(self) -> Iterable[Entry]:
+        """Every ready entry in delivery order, paged ones read back from disk (state ``PAGED``)."""
         return iter(self._ready)
+
+    # -- paging (backlogs larger than memory, ``paging.py``) ----------------------------------
+    def set_paging(self, paging: Paging | None) -> None:
+        """Page beyond the vhost's window (``x-queue-mode: lazy``: a window of zero). An exact-TTL
+        queue keeps new messages in memory (its deadline heap holds every ready entry)."""
+        self.paging = paging
+        self._apply_window()
+
+    def _apply_window(self) -> None:
+        paging = self.paging
+        if paging is None or self._heap is not None:
+            self._ready.set_paging(None, UNBOUNDED)
+            self._page_bytes = UNBOUNDED
+            return
+        lazy = self.args.queue_mode == "lazy"
+        self._ready.set_paging(paging.factory, 0 if lazy else paging.window)
+        self._page_bytes = 0 if lazy else paging.window_bytes
+        if lazy and not self._shrinking:
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """A queue that became lazy pages its window out, a slice per loop turn."""
+        self._shrinking = False
+        if self.deleted or self.args.queue_mode != "lazy" or self.paging is None:
+            return
+        if self._ready.shrink(SHRINK_SLICE, 0) and self.call_soon is not None:
+            self._shrinking = True
+            self.call_soon(self._shrink)
+
+    @property
+    def paged(self) -> int:
+        """Ready messages on disk."""
+        return self._ready.paged
+
+    @property
+    def paged_bytes(self) -> int:
+        """Body bytes of the ready messages on disk."""
+        return self._ready.paged_bytes
+
+    @property
+    def paged_transient(self) -> tuple[int, int]:
+        """Transient ready messages on disk and their body bytes (RabbitMQ's ``messages_paged_out``)."""
+        return self._ready.paged_transient
 
     # -- TTL ------------------------------------------------------------------------------
     def expire(self, now: int) -> None:
@@ -707,6 +771,8 @@ class Queue:
             self.touch()
         if args.exact_ttl != old.exact_ttl:
             self._set_exact_ttl(args.exact_ttl)
+        if args.queue_mode != old.queue_mode or args.exact_ttl != old.exact_ttl:
+            self._apply_window()
         if self._max_len is not None or self._max_bytes is not None:
             self._drop_head_overflow()
 
@@ -716,7 +782,9 @@ class Queue:
         if not on:
             self._heap = None
             return
-        self._heap = [(e.deadline, e.seq, e) for e in self._ready if e.deadline is not None]
+        self._heap = [
+            (e.deadline, e.seq, e) for e in self._ready if e.deadline is not None and e.state == READY
+        ]
         heapq.heapify(self._heap)
         if self._heap:
             self.expire(self.ttl.now())

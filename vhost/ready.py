@@ -10,56 +10,176 @@ Rules:
 - Exact-TTL expiries are tombstones (state ``GONE``) left in place and skipped by every read.
 - ``pop_expired``/``head_deadline`` look only at the head: the highest non-empty priority level's
   first entry (a priority queue expires like one queue read in delivery order).
+- Paging (``paging.py``): beyond its window a ``Ready`` (each level of a priority queue, a quorum queue's
+  main line) writes new entries to its pager; reading the head with none left in memory pages the next
+  page in. Returns (requeues) go to memory: they are older than anything paged.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 from collections import deque
 from collections.abc import Iterator
 
-from .message import GONE, Entry
+from .message import GONE, PAGED, Entry
+from .paging import PAGE_BYTES, PAGE_ENTRIES, UNBOUNDED, Pager, PagerFactory
+
+log = logging.getLogger(__name__)
 
 
 class Ready:
-    """Ready entries in seq order: one deque (plain queue); tombstones are skipped."""
+    """Ready entries in seq order: one deque (plain queue), then its pager's; tombstones are skipped."""
 
-    __slots__ = ("_q", "_dead")
+    __slots__ = ("_q", "_dead", "_paged", "_pager", "window", "factory")
 
     def __init__(self) -> None:
         self._q: deque[Entry] = deque()
         self._dead = 0  # tombstones (exact-TTL expiries) still in the deque
+        self._paged = 0  # entries on disk (``len(self._pager)``)
+        self._pager: Pager | None = None
+        self.window = UNBOUNDED  # entries kept in memory before new ones are paged
+        self.factory: PagerFactory | None = None
 
     def __len__(self) -> int:
-        return len(self._q) - self._dead
+        return len(self._q) - self._dead + self._paged
+
+    def set_paging(self, factory: PagerFactory | None, window: int) -> None:
+        """Page beyond ``window`` entries with pagers from ``factory`` (None: keep all in memory)."""
+        self.factory = factory
+        self.window = window if factory is not None else UNBOUNDED
+
+    @property
+    def paged(self) -> int:
+        """Entries on disk."""
+        return self._paged
+
+    @property
+    def paged_transient(self) -> tuple[int, int]:
+        """Transient entries on disk and their body bytes."""
+        pager = self._pager
+        return pager.transient if pager is not None else (0, 0)
+
+    @property
+    def paged_bytes(self) -> int:
+        """Body bytes on disk."""
+        pager = self._pager
+        return pager.nbytes if pager is not None else 0
 
     def append(self, entry: Entry) -> None:
+        if self._paged or len(self._q) - self._dead >= self.window:
+            if self.page(entry):
+                return
         self._q.append(entry)
+
+    def page(self, entry: Entry) -> bool:
+        """Write ``entry`` behind everything (the queue's window is full); False without a pager."""
+        pager = self._pager
+        if pager is None:
+            factory = self.factory
+            if factory is None:
+                return False
+            try:
+                pager = self._pager = factory()
+            except OSError as exc:
+                log.warning("cannot page (%s): this queue keeps its messages in memory", exc)
+                self.factory = None
+                self.window = UNBOUNDED
+                return False
+        pager.push(entry)
+        entry.state = PAGED
+        self._paged += 1
+        return True
+
+    def _page_in(self) -> None:
+        """The window ran dry: read the next page from disk."""
+        pager = self._pager
+        assert pager is not None
+        self._q.extend(pager.pull(PAGE_ENTRIES, PAGE_BYTES))
+        self._paged = len(pager)
+
+    def shrink(self, limit: int, keep: int) -> int:
+        """Page out up to ``limit`` entries from the end of the window, keeping ``keep`` in memory
+        (a queue that became lazy); returns how many are still above ``keep``."""
+        q = self._q
+        live = len(q) - self._dead
+        if live <= keep or self.factory is None:
+            return 0
+        out: list[Entry] = []
+        while q and len(out) < limit and len(q) - self._dead > keep:
+            entry = q.pop()
+            if entry.state == GONE:
+                self._dead -= 1
+            else:
+                out.append(entry)
+        if not out:
+            return 0
+        out.reverse()
+        pager = self._pager
+        if pager is None:
+            assert self.factory is not None
+            pager = self._pager = self.factory()
+        pager.push_front(out)
+        for entry in out:
+            entry.state = PAGED
+        self._paged = len(pager)
+        return max(0, len(q) - self._dead - keep)
 
     def popleft(self) -> Entry:
         q = self._q
-        entry = q.popleft()
-        while entry.state == GONE:
-            self._dead -= 1
+        while True:
+            if not q and self._paged:
+                self._page_in()
             entry = q.popleft()
-        return entry
+            if entry.state != GONE:
+                return entry
+            self._dead -= 1
 
     def peek(self) -> Entry | None:
         q = self._q
         while q and q[0].state == GONE:
             q.popleft()
             self._dead -= 1
+        if not q and self._paged:
+            self._page_in()
         return q[0] if q else None
 
-    def discard(self, entry: Entry) -> None:
-        """Tombstone a ready entry in place (exact TTL)."""
+    def peek_in_memory(self) -> Entry | None:
+        """The head if it is in memory (None when it is paged out): a look that reads no disk."""
+        for e in self._q:
+            if e.state != GONE:
+                return e
+        return None
+
+    def discard(self, entry: Entry) -> bool:
+        """Tombstone a ready entry in place (exact TTL, a withdrawn publish); a paged one is dropped
+        from its pager or, paged in since, tombstoned where it now is. False when a paged entry was
+        paged in and is no longer ready (delivered)."""
+        if entry.state != PAGED:
+            entry.state = GONE
+            self._dead += 1
+            return True
         entry.state = GONE
-        self._dead += 1
+        pager = self._pager
+        if pager is not None and pager.drop(entry):
+            self._paged = len(pager)
+            return True
+        seq = entry.seq  # paged in since: another Entry object holds it now
+        for other in self._q:
+            if other.seq == seq and other.state != GONE:
+                other.state = GONE
+                self._dead += 1
+                return True
+        return False
 
     def clear(self) -> list[Entry]:
+        """Empty it; returns the entries that were in memory (paged ones are forgotten)."""
         entries = [e for e in self._q if e.state != GONE]
         self._q.clear()
         self._dead = 0
+        if self._pager is not None:
+            self._pager.clear()
+            self._paged = 0
         return entries
 
     def __iter__(self) -> Iterator[Entry]:
@@ -68,6 +188,8 @@ class Ready:
         for e in self._q:
             if e.state != GONE:
                 yield e
+        if self._paged and self._pager is not None:
+            yield from self._pager.entries()
 
     def requeue(self, entries: list[Entry]) -> None:
         self._q = _merge(self._q, entries)
@@ -107,7 +229,7 @@ class QuorumReady(Ready):
         self._returns: deque[Entry] = deque()
 
     def __len__(self) -> int:
-        return len(self._returns) + len(self._q) - self._dead
+        return len(self._returns) + len(self._q) - self._dead + self._paged
 
     def popleft(self) -> Entry:
         returns = self._returns
@@ -124,6 +246,12 @@ class QuorumReady(Ready):
             returns.popleft()
             self._dead -= 1
         return returns[0] if returns else super().peek()
+
+    def peek_in_memory(self) -> Entry | None:
+        for e in self._returns:
+            if e.state != GONE:
+                return e
+        return super().peek_in_memory()
 
     def clear(self) -> list[Entry]:
         entries = [e for e in self._returns if e.state != GONE]
@@ -157,8 +285,44 @@ class PriorityReady(Ready):
     def __len__(self) -> int:
         return sum(len(level) for level in self._levels)
 
+    def set_paging(self, factory: PagerFactory | None, window: int) -> None:
+        for level in self._levels:
+            level.set_paging(factory, window)
+        self.factory = factory
+
+    @property
+    def paged(self) -> int:
+        return sum(level.paged for level in self._levels)
+
+    @property
+    def paged_transient(self) -> tuple[int, int]:
+        count = size = 0
+        for level in self._levels:
+            n, b = level.paged_transient
+            count += n
+            size += b
+        return count, size
+
+    @property
+    def paged_bytes(self) -> int:
+        return sum(level.paged_bytes for level in self._levels)
+
     def append(self, entry: Entry) -> None:
         self._level(entry).append(entry)
+
+    def page(self, entry: Entry) -> bool:
+        return self._level(entry).page(entry)
+
+    def shrink(self, limit: int, keep: int) -> int:
+        left = 0
+        for level in self._levels:
+            if limit > 0:
+                before = level.paged
+                left += level.shrink(limit, keep)
+                limit -= level.paged - before
+            else:
+                left += max(0, len(level) - level.paged - keep)
+        return left
 
     def popleft(self) -> Entry:
         for level in reversed(self._levels):
@@ -173,8 +337,14 @@ class PriorityReady(Ready):
                 return head
         return None
 
-    def discard(self, entry: Entry) -> None:
-        self._level(entry).discard(entry)
+    def peek_in_memory(self) -> Entry | None:
+        for level in reversed(self._levels):
+            if level:
+                return level.peek_in_memory()
+        return None
+
+    def discard(self, entry: Entry) -> bool:
+        return self._level(entry).discard(entry)
 
     def clear(self) -> list[Entry]:
         return [e for level in reversed(self._levels) for e in level.clear()]

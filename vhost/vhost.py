@@ -34,6 +34,7 @@ from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_setting
 from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
+from .paging import Paging
 from .patterns import name_budget
 from .policy import Policy, choose, effective_args, kinds_of, merge
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
@@ -169,6 +170,7 @@ class VHost:
         # timer source for queues' delayed retry: (epoch ms, callback) -> handle (broker/wiring.py)
         self.call_at: Callable[[int, Callable[[], None]], Any] | None = None
         self.call_soon: Callable[[Callable[[], None]], Any] | None = None  # the event loop's (queues)
+        self.paging: Paging | None = None  # backlogs beyond memory (broker/node/wiring.py)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
@@ -482,6 +484,8 @@ class VHost:
         queue.on_expired = self._expire_queue
         queue.call_at = self.call_at
         queue.call_soon = self.call_soon
+        if self.paging is not None:
+            queue.set_paging(self.paging)
         self.queues[name] = queue
         self.queues_created += 1
         if self.policies or self.operator_policies or args.queue_type == "quorum":

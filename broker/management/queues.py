@@ -47,8 +47,9 @@ TIMESTAMP_BIT = PROPERTY_FLAGS["timestamp"]
 
 def head_timestamp(queue: Queue) -> int | None:
     """The ``timestamp`` property of the queue's head message, if it has one (RabbitMQ's
-    ``head_message_timestamp``; null for an empty queue or a head without one)."""
-    entry = queue.peek()
+    ``head_message_timestamp``; null for an empty queue, a head without one, or a head paged out: as
+    RabbitMQ, which shows it only for a head in memory)."""
+    entry = queue.peek_in_memory()
     raw = entry.message.raw_props if entry is not None else b""
     if len(raw) < 2 or not raw[1] & TIMESTAMP_BIT:
         return None
@@ -71,6 +72,25 @@ def consumer_details(queue: Queue, node: str) -> list[dict[str, Any]]:
     """The queue's consumers as ``/api/consumers`` shows them (RabbitMQ's ``consumer_details`` of one
     queue; its lists of queues leave them out)."""
     return [consumer_json(c.info(), node) for c in queue.consumers if isinstance(c, DescribedConsumer)]
+
+
+def memory_fields(queue: Queue, unacked_bytes: int) -> dict[str, Any]:
+    """What of a classic queue is in memory and what is paged to disk (RabbitMQ's ``messages_ram``,
+    ``messages_paged_out``, ...: paged out counts transient messages, as RabbitMQ's, whose persistent
+    ones are on disk anyway)."""
+    paged = queue.paged
+    transient, transient_bytes = queue.paged_transient
+    if not queue.durable:  # RabbitMQ 3.10.8 counts the messages by their flag, the bytes of them all
+        transient_bytes = queue.paged_bytes
+    ready_ram = queue.message_count - paged
+    return {
+        "messages_ram": ready_ram + queue.unacked,
+        "messages_ready_ram": ready_ram,
+        "messages_unacknowledged_ram": queue.unacked,
+        "message_bytes_ram": queue.ready_bytes - queue.paged_bytes + unacked_bytes,
+        "messages_paged_out": transient,
+        "message_bytes_paged_out": transient_bytes,
+    }
 
 
 def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) -> dict[str, Any]:
@@ -110,6 +130,7 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
     else:
         body["head_message_timestamp"] = head_timestamp(queue)
         body["exclusive_consumer_tag"] = exclusive_tag
+        body.update(memory_fields(queue, unacked))
     if any(counts):  # RabbitMQ shows message_stats once the queue saw traffic
         body["message_stats"] = with_rates(QUEUE_STATS, counts, rates[:n])
     if queue.dedup is not None:  # ottermq extensions

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from ottermq.amqp.errors import AMQPError, NotAllowed
 from ottermq.persistence.lease import Lease
 from ottermq.persistence.memory import MemoryStore
+from ottermq.persistence.spill import SpillDir
 from ottermq.persistence.store import Definitions, Store, StoreError, UserRecord
+from ottermq.vhost.paging import Paging
 from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import VHost
 
@@ -76,6 +78,13 @@ class Node:
         # OTTERMQ_DLX_ARCHIVE_DIR, or a null archive
         self.archive = shared_archive(settings) if archive is None else archive
         self.vhosts: dict[str, VHost] = {}
+        # backlogs larger than memory: queues page to this process's spill directory (vhost/paging.py)
+        self.spill = SpillDir(settings.spill_dir or settings.data_dir / "spill")
+        self.paging = (
+            Paging(self.spill.pager, settings.queue_window, settings.queue_window_bytes)
+            if settings.paging
+            else None
+        )
         self.connections: set[ConnectionHandle] = set()  # open AMQP connections (the server's)
         # message counters of closed channels, node-wide and per vhost (broker/node/stats.py)
         self.retired_stats = MessageStats()
@@ -218,6 +227,7 @@ class Node:
             await asyncio.gather(self._release, return_exceptions=True)
         await self.store.close()  # commits what is pending: nothing confirmed is lost
         await self.archive.close()  # writes buffered dead-letter records, finishes .part files
+        self.spill.close()
 
     def owned_vhost(self, name: str) -> VHost | None:
         """The vhost called ``name`` if this process serves it."""
@@ -239,6 +249,7 @@ class Node:
             vhost.dedup_store = self.dedup
             vhost.call_at = make_call_at(self.loop, self.ttl.now)
             vhost.call_soon = self.loop.call_soon
+            vhost.paging = self.paging
         return vhost
 
     def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool:

@@ -138,6 +138,10 @@ BAD_VALUES = {
     "memory_high_watermark": "0",
     "handshake_timeout": "0",
     "update_secret_verify": "sometimes",
+    "paging": "sometimes",
+    "queue_window": "-1",
+    "queue_window_bytes": "big",
+    "spill_dir": None,  # any path; made when a queue first pages (a queue that cannot keeps memory)
     "dlx_archive_dir": None,  # any path; start-up reports an unwritable one (StartupError)
     "dlx_archive_max_bytes": "10",
     "dlx_archive_body_bytes": "-1",
