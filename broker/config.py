@@ -239,7 +239,9 @@ class Settings(BaseSettings):
         " (x-queue-mode lazy: a window of zero); false = every message in memory, lazy ignored",
     )
     queue_window: int = Field(
-        20000, ge=0, description="Ready messages a queue keeps in memory (per priority level) before it pages"
+        100000,
+        ge=0,
+        description="Ready messages a queue keeps in memory (per priority level) before it pages",
     )
     queue_window_bytes: ByteSize = Field(
         64 << 20, ge=0, description="Ready body bytes a queue keeps in memory before it pages (64MiB)"

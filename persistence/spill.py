@@ -48,10 +48,16 @@ _REDELIVERED: Final = 1
 _PERSISTENT: Final = 2
 _SELECTED: Final = 4
 _KEY_LEN: Final = struct.Struct("<H")
+_IOV: Final = 1000  # buffers per pwritev (IOV_MAX is 1024 on Linux)
 
 
 def encode(entry: Entry) -> bytes:
     """One record for ``entry``."""
+    return b"".join(encode_parts(entry)[0])
+
+
+def encode_parts(entry: Entry) -> tuple[tuple[bytes, ...], int]:
+    """``entry``'s record in parts (the body is not copied) and its length."""
     m = entry.message
     exchange = m.exchange.encode("utf-8", "surrogateescape")
     routing_key = m.routing_key.encode("utf-8", "surrogateescape")
@@ -59,11 +65,11 @@ def encode(entry: Entry) -> bytes:
     flags = (_REDELIVERED if entry.redelivered else 0) | (_PERSISTENT if m.persistent else 0)
     if isinstance(m, SelectedMessage):
         flags |= _SELECTED
-        parts = []
+        keys = []
         for key in m.extra_keys:
             raw = key.encode("utf-8", "surrogateescape")
-            parts.append(_KEY_LEN.pack(len(raw)) + raw)
-        extra = b"".join(parts)
+            keys.append(_KEY_LEN.pack(len(raw)) + raw)
+        extra = b"".join(keys)
     props, body = m.raw_props, m.body
     total = _HEADER.size + len(exchange) + len(routing_key) + len(props) + len(body) + len(extra)
     header = _HEADER.pack(
@@ -82,7 +88,9 @@ def encode(entry: Entry) -> bytes:
         len(body),
         len(extra),
     )
-    return b"".join((header, exchange, routing_key, props, body, extra))
+    if extra:
+        return (header, exchange, routing_key, props, body, extra), total
+    return (header, exchange, routing_key, props, body), total
 
 
 def decode(buf: bytes | memoryview, at: int) -> tuple[Entry, int]:
@@ -220,8 +228,9 @@ class SpillPager:
         self._name = name
         self._files = itertools.count(1)
         self._segments: deque[_Segment] = deque()
-        self._buf = bytearray()  # records not written yet, at the end of the last segment
-        self._buffered = 0  # records in ``_buf``
+        self._parts: list[bytes] = []  # records not written yet (in parts), at the end of the last segment
+        self._pending = 0  # their octets
+        self._buffered = 0  # and records
         self._count = 0
         self._transient = 0
         self._transient_bytes = 0
@@ -250,15 +259,17 @@ class SpillPager:
             self._memory.append(entry)
             return
         tail = self._segments[-1] if self._segments else None
-        if tail is None or tail.size + len(self._buf) >= SEGMENT_BYTES:
+        if tail is None or tail.size + self._pending >= SEGMENT_BYTES:
             tail = self._new_segment() if self._flush() else None
             if tail is None:  # the disk failed: memory mode (see the rules)
                 self._keep(entry)
                 return
-        self._buf += encode(entry)
+        parts, total = encode_parts(entry)
+        self._parts += parts
+        self._pending += total
         self._buffered += 1
         tail.left += 1
-        if len(self._buf) >= WRITE_BUFFER:
+        if self._pending >= WRITE_BUFFER:
             self._flush()
 
     def _keep(self, entry: Entry) -> None:
@@ -325,12 +336,12 @@ class SpillPager:
 
     def _flush(self) -> bool:
         """Write the buffered records; on failure they (and every later entry) stay in memory."""
-        buf = self._buf
-        if not buf:
+        parts = self._parts
+        if not parts:
             return True
         tail = self._segments[-1]
         try:
-            _write_all(tail.open(), buf, tail.size)
+            _write_parts(tail.open(), parts, tail.size)
         except OSError as exc:
             log.warning(
                 "spill: cannot write %d messages to %s (%s): they and later ones stay in memory",
@@ -344,7 +355,7 @@ class SpillPager:
                 pass
             kept: deque[Entry] = deque()
             at = 0
-            view = memoryview(bytes(buf))
+            view = memoryview(b"".join(parts))
             while at < len(view):
                 entry, n = decode(view, at)
                 entry.state = PAGED
@@ -352,13 +363,16 @@ class SpillPager:
                 at += n
             tail.left -= len(kept)
             self._memory = kept
-            self._buf = bytearray()
-            self._buffered = 0
+            self._unbuffer()
             return False
-        tail.size += len(buf)
-        self._buf = bytearray()
-        self._buffered = 0
+        tail.size += self._pending
+        self._unbuffer()
         return True
+
+    def _unbuffer(self) -> None:
+        self._parts = []
+        self._pending = 0
+        self._buffered = 0
 
     # -- reading ------------------------------------------------------------------------------
     def pull(self, count: int, nbytes: int) -> list[Entry]:
@@ -370,7 +384,7 @@ class SpillPager:
         segments = self._segments
         while len(out) < count and got < nbytes and segments:
             segment = segments[0]
-            if segment is segments[-1] and self._buf:
+            if segment is segments[-1] and self._parts:
                 self._flush()
             if segment.left == 0:
                 if segment is segments[-1] and self._memory is None:
@@ -415,8 +429,7 @@ class SpillPager:
                 self._count -= segment.left
                 segment.left = 0
                 if segment is segments[-1]:
-                    self._buf = bytearray()
-                    self._buffered = 0
+                    self._unbuffer()
         if len(out) < count and got < nbytes and self._memory:
             self._from_memory(self._memory, out, count, nbytes, got)
             if not self._memory:
@@ -479,12 +492,22 @@ class SpillPager:
         for segment in self._segments:
             segment.remove()
         self._segments.clear()
-        self._buf = bytearray()
-        self._buffered = 0
+        self._unbuffer()
         self._memory = None
         self._front.clear()
         self._dropped.clear()
         self._count = self._transient = self._transient_bytes = self._bytes = 0
+
+
+def _write_parts(fd: int, parts: list[bytes], offset: int) -> None:
+    """Write ``parts`` at ``offset``, up to ``_IOV`` buffers per system call."""
+    for i in range(0, len(parts), _IOV):
+        chunk = parts[i : i + _IOV]
+        want = sum(map(len, chunk))
+        n = os.pwritev(fd, chunk, offset)
+        if n < want:  # a short write: the rest in one piece
+            _write_all(fd, b"".join(chunk)[n:], offset + n)
+        offset += want
 
 
 def _write_all(fd: int, data: bytes | bytearray, offset: int = 0) -> None:

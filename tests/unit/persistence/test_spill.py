@@ -90,12 +90,12 @@ def test_a_disk_that_fails_keeps_entries_in_memory_in_order(tmp_path, monkeypatc
     pager = SpillDir(tmp_path).pager()
     for i in range(5):
         pager.push(entry(i))
-    real = os.pwrite
-    monkeypatch.setattr(os, "pwrite", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    real = os.pwritev
+    monkeypatch.setattr(os, "pwritev", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
     for i in range(5, 10):
         pager.push(entry(i))
     assert [e.seq for e in pager.pull(2, 1 << 20)] == [0, 1]  # the flush fails: memory mode
-    monkeypatch.setattr(os, "pwrite", real)
+    monkeypatch.setattr(os, "pwritev", real)
     for i in range(10, 12):
         pager.push(entry(i))  # still in memory until the pager is empty again
     assert [e.seq for e in pager.pull(100, 1 << 20)] == list(range(2, 12))
