@@ -387,3 +387,27 @@ def test_an_older_brokers_job_file_is_read_into_the_store_once(broker_process):
     connection = pika.BlockingConnection(b.params())
     assert depth(connection.channel(), "mig.work") == 50 and depth(connection.channel(), "mig.dlq") == 0
     connection.close()
+
+
+def test_a_lazy_dead_letter_queue_is_browsed_and_moved_from_disk(broker, channel):
+    """The backlog of a lazy queue is on disk: browsing reads it back, a move takes every message once."""
+    token = uuid.uuid4().hex[:6]
+    work, dlq, other = f"dlm.work.{token}", f"dlm.lazy.{token}", f"dlm.back.{token}"
+    channel.queue_declare(dlq, arguments={"x-queue-mode": "lazy"})
+    channel.queue_declare(other)
+    channel.queue_declare(work, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    try:
+        for i in range(300):
+            channel.basic_publish("", work, f"m-{i:03d}".encode(), pika.BasicProperties(expiration="1"))
+        assert eventually(lambda: depth(channel, dlq) == 300)
+        data = browse(broker, dlq, limit=5, offset=295)
+        assert (data["total"], data["dead_lettered"]) == (300, 300)
+        assert [m["payload"] for m in data["messages"]] == [f"m-{i:03d}" for i in range(295, 300)]
+        target = {"exchange": "", "routing_key": other}
+        job = finished(broker, move(broker, dlq, {"all": True, "target": target})["id"])
+        assert (job["moved"], job["selected"], job["skipped"]) == (300, 300, 0)
+        assert [b for _, b in drain(channel, other)] == [f"m-{i:03d}".encode() for i in range(300)]
+        assert depth(channel, dlq) == 0
+    finally:
+        for name in (work, dlq, other):
+            channel.queue_delete(name)

@@ -43,7 +43,7 @@ Rules:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ottermq.ttl.manager import TTLManager
@@ -646,8 +646,14 @@ class Queue:
         return count
 
     def ready_entries(self) -> Iterable[Entry]:
-        """Every ready entry in delivery order, paged ones read back from disk (state ``PAGED``)."""
+        """Every ready entry in delivery order, paged ones read back from disk (state ``PAGED``); the
+        queue must not change while it is read (see ``scan``)."""
         return iter(self._ready)
+
+    def scan(self) -> Iterator[Entry]:
+        """Every ready entry for a scan that takes turns with other work: the ones in memory now, then
+        the paged ones read back as the scan goes (``Ready.scan``)."""
+        return self._ready.scan()
 
     # -- paging (backlogs larger than memory, ``paging.py``) ----------------------------------
     def set_paging(self, paging: Paging | None) -> None:

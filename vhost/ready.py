@@ -18,6 +18,7 @@ Rules:
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 from collections import deque
 from collections.abc import Iterator
@@ -191,6 +192,15 @@ class Ready:
         if self._paged and self._pager is not None:
             yield from self._pager.entries()
 
+    def scan(self) -> Iterator[Entry]:
+        """Every ready entry, head first: the ones in memory as they are now (a snapshot), then the
+        paged ones read back lazily (state ``PAGED``; one paged in meanwhile is not seen)."""
+        memory = [e for e in self._q if e.state != GONE]
+        pager = self._pager
+        if pager is None or not self._paged:
+            return iter(memory)
+        return itertools.chain(memory, pager.entries())
+
     def requeue(self, entries: list[Entry]) -> None:
         self._q = _merge(self._q, entries)
 
@@ -263,6 +273,10 @@ class QuorumReady(Ready):
             if e.state != GONE:
                 yield e
         yield from super().__iter__()
+
+    def scan(self) -> Iterator[Entry]:
+        returns = [e for e in self._returns if e.state != GONE]
+        return itertools.chain(returns, super().scan())
 
     def requeue(self, entries: list[Entry]) -> None:
         self._returns.extend(entries)
@@ -352,6 +366,9 @@ class PriorityReady(Ready):
     def __iter__(self) -> Iterator[Entry]:
         for level in reversed(self._levels):
             yield from level
+
+    def scan(self) -> Iterator[Entry]:
+        return itertools.chain.from_iterable([level.scan() for level in reversed(self._levels)])
 
     def requeue(self, entries: list[Entry]) -> None:
         by_level: dict[int, list[Entry]] = {}

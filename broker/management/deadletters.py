@@ -106,7 +106,7 @@ async def index(request: web.Request) -> web.Response:
             return
         reasons: dict[str, int] = {}
         sampled = 0
-        for entry in queue.ready_entries():
+        for entry in queue.ready_entries():  # synchronous: nothing changes meanwhile
             if sampled >= SAMPLE:
                 break
             sampled += 1
@@ -153,12 +153,13 @@ async def browse(request: web.Request) -> web.Response:
     truncate = _int(query, "truncate", 0, 0) or None
     reason, source = query.get("reason") or None, query.get("source_queue") or None
     summary: dict[tuple[str, str], int] = {}
-    counts = {"dead": 0, "matching": 0}
+    counts = {"dead": 0, "matching": 0, "total": 0}
     page: list[dict[str, Any]] = []
     last_deaths = LastDeaths()
-    entries = list(queue.ready_entries())  # a snapshot: the scan takes turns with other dead-letter work
+    entries = queue.scan()  # a snapshot of memory, paged ones read as it goes: it takes turns with other work
 
     def look(entry: Entry) -> None:
+        counts["total"] += 1
         last = last_deaths(entry.message) or (None, None, None, None)
         if last[0] is not None:
             counts["dead"] += 1
@@ -175,7 +176,7 @@ async def browse(request: web.Request) -> web.Response:
         {
             "vhost": vhost.name,
             "queue": queue.name,
-            "total": len(entries),
+            "total": counts["total"],
             "dead_lettered": counts["dead"],
             "matching": counts["matching"],
             "summary": [
@@ -307,7 +308,7 @@ async def _original_exchanges(request: web.Request, queue: Any, selection: Selec
             if where is not None:
                 found.add(where[0])
 
-    await moves_of(request).turns.each(list(queue.ready_entries()), look)
+    await moves_of(request).turns.each(queue.scan(), look)
     return found
 
 

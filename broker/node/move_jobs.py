@@ -43,13 +43,14 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ottermq.amqp.errors import AccessRefused, AMQPError, NotFound
 from ottermq.persistence.store import MoveJobRecord, StoreError
-from ottermq.vhost.message import READY, Entry
+from ottermq.vhost.message import PAGED, READY, Entry
 
 from .dlq_move import LastDeaths, Selection, Unmovable, copy_for, selection_from_json
 from .operations import withdraw
@@ -258,7 +259,7 @@ class MoveJobs:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._slices: dict[str, asyncio.Future[None]] = {}  # a job's slice between its two steps
-        self._claimed: set[int] = set()  # id() of the entries whose copies are in flight, any job's
+        self._claimed: set[tuple[int, int]] = set()  # messages whose copies are in flight, any job's (_key)
         self._n = 0
         self._stopping = False
 
@@ -448,14 +449,22 @@ class MoveJobs:
             return
         last_deaths = LastDeaths()
         match = job.selection.matcher(last_deaths)
-        chosen: list[Entry] = []
-        await self.turns.each(list(queue.ready_entries()), lambda e: chosen.append(e) if match(e) else None)
+        matching = [0]
+
+        def count(entry: Entry) -> None:
+            if match(entry):
+                matching[0] += 1
+
+        await self.turns.each(queue.scan(), count)  # paged messages are read back, not kept
         if job.state not in ACTIVE or self._stopping:
             return
-        job.selected = job.done + len(chosen)
+        job.selected = job.done + matching[0]
         self._save(job)
-        pending = deque(chosen)
-        chosen.clear()
+        # the messages to move, a chunk at a time from a second scan (memory stays bounded however many
+        # are paged): a message that arrived in between is not taken, one that left is skipped
+        source = queue.scan()
+        pending: deque[Entry] = deque()
+        exhausted = False
         wake = self._wake[job.id]
         while job.state in ACTIVE and not self._stopping:
             if job.state == "paused":
@@ -467,9 +476,13 @@ class MoveJobs:
             async with self.turns.turn() as deadline:
                 if job.state != "running" or self._stopping:
                     continue
+                if not pending and not exhausted:
+                    exhausted = _select(source, match, pending, size, deadline)
                 if not pending:
-                    self._finish(job, "done")
-                    return
+                    if exhausted:
+                        self._finish(job, "done")
+                        return
+                    continue  # the slice's time went on the scan: the next turn goes on
                 copies = self._send(job, vhost, queue, pending, size, deadline, last_deaths)
                 committed = self._committed()
                 in_flight = self._slices[job.id] = asyncio.get_running_loop().create_future()
@@ -478,7 +491,7 @@ class MoveJobs:
                 self._forget(job, queue, copies)  # even when paused or cancelled meanwhile: no duplicates
             finally:
                 for sent in copies:
-                    self._claimed.discard(id(sent.entry))
+                    self._claimed.discard(_key(queue, sent.entry))
                 del self._slices[job.id]
                 in_flight.set_result(None)
             if not ok:
@@ -511,7 +524,11 @@ class MoveJobs:
             if not pending:
                 break
             entry = pending.popleft()
-            if entry.state != READY or queue.deleted or id(entry) in self._claimed:
+            if (
+                (entry.state != READY and entry.state != PAGED)
+                or queue.deleted
+                or _key(queue, entry) in self._claimed
+            ):
                 job.skipped += 1  # gone, or another job is moving it
                 continue
             try:
@@ -542,7 +559,7 @@ class MoveJobs:
             else:
                 sent.result = result
                 copies.append(sent)
-                self._claimed.add(id(entry))
+                self._claimed.add(_key(queue, entry))
             if not n & 7 and time.perf_counter() > deadline:
                 break
         return copies
@@ -551,7 +568,7 @@ class MoveJobs:
         """Step 2 of a slice: the sources of the committed copies leave their queue (their deletes
         and the job's progress go to the store together)."""
         for sent in copies:
-            self._claimed.discard(id(sent.entry))
+            self._claimed.discard(_key(queue, sent.entry))
             if not sent.ok:  # the store refused the copy: Operations.publish withdrew it
                 self._refuse(job, sent.entry, "the store did not take its copy")
             elif queue.withdraw(sent.entry):
@@ -573,3 +590,26 @@ class MoveJobs:
                 job.vhost,
                 why,
             )
+
+
+def _key(queue: Queue, entry: Entry) -> tuple[int, int]:
+    """A message's key in ``_claimed``: its queue and seq (a paged message is a new object each time it
+    is read back)."""
+    return id(queue), entry.seq
+
+
+def _select(
+    source: Iterator[Entry], match: Callable[[Entry], bool], pending: deque[Entry], size: int, deadline: float
+) -> bool:
+    """Take up to ``size`` matching messages from the scan into ``pending``, until ``deadline``;
+    returns whether the scan is over."""
+    looked = 0
+    for entry in source:
+        if match(entry):
+            pending.append(entry)
+            if len(pending) >= size:
+                return False
+        looked += 1
+        if not looked & 63 and time.perf_counter() > deadline:
+            return False
+    return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -40,13 +40,18 @@ class Turns:
         finally:
             asyncio.get_running_loop().call_soon(self._lock.release)
 
-    async def each(self, items: Sequence[T], fn: Callable[[T], object]) -> None:
-        """Call ``fn`` on every item, as many per turn as fit in the budget."""
-        i, n = 0, len(items)
-        while i < n:
+    async def each(self, items: Iterable[T], fn: Callable[[T], object]) -> None:
+        """Call ``fn`` on every item, as many per turn as fit in the budget (``items`` may be a
+        lazy iterator: a queue's scan reads its paged messages back as it goes)."""
+        it = iter(items)
+        done = False
+        while not done:
             async with self.turn() as deadline:
-                while i < n:
-                    fn(items[i])
+                i = 0
+                for item in it:
+                    fn(item)
                     i += 1
                     if not i & 63 and time.perf_counter() > deadline:
                         break
+                else:
+                    done = True
