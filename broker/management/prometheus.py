@@ -38,6 +38,7 @@ from prometheus_client.samples import Sample
 
 from .listener import HTTPListener
 from .node_metrics import channel_metrics, churn_metrics, connection_metrics, node_metrics
+from .queues import memory_fields
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -125,6 +126,12 @@ QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages"),
     ("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages"),
     ("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages"),
+    ("rabbitmq_queue_messages_ram", "Ready and unacknowledged messages stored in memory"),
+    ("rabbitmq_queue_messages_ram_bytes", "Size of ready and unacknowledged messages stored in memory"),
+    ("rabbitmq_queue_messages_ready_ram", "Ready messages stored in memory"),
+    ("rabbitmq_queue_messages_unacked_ram", "Unacknowledged messages stored in memory"),
+    ("rabbitmq_queue_messages_paged_out", "Messages paged out to disk"),
+    ("rabbitmq_queue_messages_paged_out_bytes", "Size in bytes of messages paged out to disk"),
 )
 QUEUE_PUBLISHED = ("rabbitmq_queue_messages_published", "Total number of messages published to queues")
 
@@ -189,6 +196,7 @@ CHANNEL_COUNTERS = (
 def _queue_values(queue: Queue, unacked_bytes: int) -> tuple[int, ...]:
     ready, unacked = queue.message_count, queue.unacked
     ready_bytes = queue.ready_bytes
+    memory = memory_fields(queue, unacked_bytes)
     return (
         ready,
         unacked,
@@ -197,6 +205,12 @@ def _queue_values(queue: Queue, unacked_bytes: int) -> tuple[int, ...]:
         ready_bytes,
         unacked_bytes,
         ready_bytes + unacked_bytes,
+        memory["messages_ram"],
+        memory["message_bytes_ram"],
+        memory["messages_ready_ram"],
+        memory["messages_unacknowledged_ram"],
+        memory["messages_paged_out"],
+        memory["message_bytes_paged_out"],
         queue.stats.publish,
     )
 
