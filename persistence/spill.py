@@ -42,6 +42,7 @@ READ_BLOCK: Final = 256 << 10
 # total, seq, store id, deadline, enqueued at, expiration, delivery count, flags, priority, and the
 # lengths of exchange, routing key, properties, body, extra keys
 _HEADER: Final = struct.Struct("<IqqqqqIBHIIIII")
+_HEADER_SIZE: Final = _HEADER.size
 _NONE: Final = -1
 _NO_PRIORITY: Final = 0xFFFF
 _REDELIVERED: Final = 1
@@ -59,8 +60,8 @@ def encode(entry: Entry) -> bytes:
 def encode_parts(entry: Entry) -> tuple[tuple[bytes, ...], int]:
     """``entry``'s record in parts (the body is not copied) and its length."""
     m = entry.message
-    exchange = m.exchange.encode("utf-8", "surrogateescape")
-    routing_key = m.routing_key.encode("utf-8", "surrogateescape")
+    exchange = _octets(m.exchange)
+    routing_key = _octets(m.routing_key)
     extra = b""
     flags = (_REDELIVERED if entry.redelivered else 0) | (_PERSISTENT if m.persistent else 0)
     if isinstance(m, SelectedMessage):
@@ -93,32 +94,19 @@ def encode_parts(entry: Entry) -> tuple[tuple[bytes, ...], int]:
     return (header, exchange, routing_key, props, body), total
 
 
-def decode(buf: bytes | memoryview, at: int) -> tuple[Entry, int]:
+def decode(buf: bytes, at: int) -> tuple[Entry, int]:
     """The entry whose record starts at ``buf[at]`` (complete), and the record's length."""
-    (
-        total,
-        seq,
-        store_id,
-        deadline,
-        enqueued_at,
-        expiration,
-        delivery_count,
-        flags,
-        priority,
-        xl,
-        rl,
-        pl,
-        bl,
-        el,
-    ) = _HEADER.unpack_from(buf, at)
-    p = at + _HEADER.size
-    exchange = bytes(buf[p : p + xl]).decode("utf-8", "surrogateescape")
+    (total, seq, store_id, deadline, enqueued_at, expiration, delivery_count, flags, priority, xl, rl, pl, bl, el) = (
+        _HEADER.unpack_from(buf, at)
+    )
+    p = at + _HEADER_SIZE
+    exchange = _text(buf[p : p + xl])
     p += xl
-    routing_key = bytes(buf[p : p + rl]).decode("utf-8", "surrogateescape")
+    routing_key = _text(buf[p : p + rl])
     p += rl
-    props = bytes(buf[p : p + pl])
+    props = buf[p : p + pl]
     p += pl
-    body = bytes(buf[p : p + bl])
+    body = buf[p : p + bl]
     p += bl
     message = Message(
         exchange,
@@ -134,14 +122,42 @@ def decode(buf: bytes | memoryview, at: int) -> tuple[Entry, int]:
         end = p + el
         while p < end:
             (n,) = _KEY_LEN.unpack_from(buf, p)
-            keys.append(bytes(buf[p + 2 : p + 2 + n]).decode("utf-8", "surrogateescape"))
+            keys.append(buf[p + 2 : p + 2 + n].decode("utf-8", "surrogateescape"))
             p += 2 + n
         message = SelectedMessage(message, props, tuple(keys))
     entry = Entry(message, seq, None if deadline == _NONE else deadline, enqueued_at)
-    entry.redelivered = bool(flags & _REDELIVERED)
-    entry.delivery_count = delivery_count
+    if flags & _REDELIVERED:
+        entry.redelivered = True
+    if delivery_count:
+        entry.delivery_count = delivery_count
     entry.store_id = store_id
     return entry, total
+
+
+# exchange names and routing keys are few: their octets and texts are cached (bounded)
+_OCTETS: dict[str, bytes] = {}
+_TEXTS: dict[bytes, str] = {}
+_CACHE_MAX: Final = 4096
+
+
+def _octets(text: str) -> bytes:
+    raw = _OCTETS.get(text)
+    if raw is None:
+        raw = text.encode("utf-8", "surrogateescape")
+        if len(_OCTETS) >= _CACHE_MAX:
+            _OCTETS.clear()
+        _OCTETS[text] = raw
+    return raw
+
+
+def _text(raw: bytes) -> str:
+    text = _TEXTS.get(raw)
+    if text is None:
+        text = raw.decode("utf-8", "surrogateescape")
+        if len(_TEXTS) >= _CACHE_MAX:
+            _TEXTS.clear()
+        _TEXTS[raw] = text
+    return text
 
 
 class _Segment:
@@ -355,7 +371,7 @@ class SpillPager:
                 pass
             kept: deque[Entry] = deque()
             at = 0
-            view = memoryview(b"".join(parts))
+            view = b"".join(parts)
             while at < len(view):
                 entry, n = decode(view, at)
                 entry.state = PAGED
@@ -395,13 +411,13 @@ class SpillPager:
                 block = os.pread(segment.open(), max(READ_BLOCK, min(nbytes - got, 8 << 20)), segment.read_at)
                 if len(block) < _HEADER.size:
                     raise OSError(errno.EIO, "short read")
-                view = memoryview(block)
+                view = block
                 at = 0
                 while at + _HEADER.size <= len(view) and segment.left and len(out) < count and got < nbytes:
                     total = _HEADER.unpack_from(view, at)[0]
                     if at + total > len(view):
                         if at == 0:  # one record larger than the block
-                            view = memoryview(os.pread(segment.fd, total, segment.read_at))
+                            view = os.pread(segment.fd, total, segment.read_at)
                             if len(view) < total:
                                 raise OSError(errno.EIO, "short read")
                         else:

@@ -68,7 +68,7 @@ class Ready:
         return pager.nbytes if pager is not None else 0
 
     def append(self, entry: Entry) -> None:
-        if self._paged or len(self._q) - self._dead >= self.window:
+        if self._paged or len(self._q) >= self.window:  # (tombstones count: exact TTL does not page)
             if self.page(entry):
                 return
         self._q.append(entry)
