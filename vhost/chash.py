@@ -21,14 +21,19 @@ checked against a running node, see ``tests/unit/vhost/test_chash.py`` and
    bucket ``jump_consistent_hash(phash2(Term), TotalWeight)`` (``erlhash.py``), the same bucket as on
    RabbitMQ for the same ring. A destination bound twice (another weight, other arguments) is on the
    ring once.
-5. Ring order. The plugin lays ranges out in binding order and, after a restart, in the sorted
-   order of the binding records; ottermq keeps no binding order in its store, so its ring is always
-   sorted: by destination (exchanges before queues, then by name), a destination bound twice with
-   the weight of its binding whose key sorts first. Placement then depends only on the bindings,
-   never on the order they were made or recovered in (nor on Python's ``hash()``), and is RabbitMQ's
-   whenever the destinations were bound in name order, as in the plugin's examples. Unbinding one of
-   a destination's two bindings leaves it on the ring with the other one's weight (the plugin, until
-   its next restart, drops the destination from the ring while a binding to it remains).
+5. Ring order. The plugin lays ranges out in binding order (a new destination's range goes last, so
+   only the keys that jump to its new buckets move) and, after a restart, in the sorted order of the
+   binding records. ottermq's store keeps no binding order, so its ring is sorted by destination:
+   exchanges before queues, then by name in natural order (runs of ASCII digits compare as numbers:
+   ``shard-2`` before ``shard-10``; ``ring_order``). Placement then depends only on the bindings,
+   never on the order they were made or recovered in (nor on Python's ``hash()``); it is RabbitMQ's
+   whenever the destinations were bound in that order, as a loop over ``shard-0`` .. ``shard-N``
+   binds them; and a destination whose name sorts last (the next shard) moves as few keys as on
+   RabbitMQ. One whose name sorts earlier shifts the ranges after it, which moves more keys than
+   RabbitMQ would (as removing a destination does on both). A destination bound twice is on the ring
+   once, with the weight of its binding whose key sorts first (as bytes); unbinding one of the two
+   leaves it there with the other's weight (the plugin, until its next restart, drops the destination
+   from its ring while a binding to it remains).
 6. The ring is rebuilt (lazily, at the next route) when a binding comes or goes; a lookup is a
    bisect over the ranges' cumulative ends. Routes are cached per hashed value (a bounded dict,
    cleared whenever the ring changes).
@@ -57,6 +62,7 @@ __all__ = [
     "HashRing",
     "HashSource",
     "binding_weight",
+    "ring_order",
 ]
 
 CHASH_EXCHANGE_TYPE = "x-consistent-hash"
@@ -65,6 +71,7 @@ HASH_PROPERTIES = {"correlation_id": 0x0400, "message_id": 0x0080, "timestamp": 
 """The properties ``hash-property`` may name, with their flag bits (``amqp.props.PROPERTIES``)."""
 
 _WEIGHT = re.compile(rb"[+-]?[0-9]+")
+_DIGITS = re.compile(r"([0-9]+)")
 _NOT_AN_INTEGER = "The binding key must be an integer: "
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -93,6 +100,14 @@ def binding_weight(routing_key: str) -> int:
     if weight < 1:
         raise PreconditionFailed("The binding key must be greater than 0")
     return weight
+
+
+def ring_order(dest: Destination) -> tuple[str, list[tuple[int, int, str]], str]:
+    """Where a destination goes on the ring (rule 5): its kind, then its name's runs of digits (as
+    numbers, before text) and of other characters, then the name itself (a total order)."""
+    kind, name = dest
+    runs = [(0, int(run), run) if i % 2 else (1, 0, run) for i, run in enumerate(_DIGITS.split(name)) if run]
+    return kind, runs, name
 
 
 class HashSource:
@@ -259,7 +274,7 @@ class HashRing:
         ends: list[int] = []
         routed: list[frozenset[Destination]] = []
         total = 0
-        for dest in sorted(self._keys):
+        for dest in sorted(self._keys, key=ring_order):
             first = min(self._keys[dest], key=_octets)
             total += int(_octets(first))
             ends.append(total)

@@ -12,7 +12,7 @@ import pytest
 from ottermq.amqp.errors import ChannelCrashed, PreconditionFailed
 from ottermq.amqp.props import HEADERS_BIT, PROPERTY_FLAGS, join_props
 from ottermq.amqp.table import LongLong, LongStr, encode_table
-from ottermq.vhost.chash import HashRing, HashSource, binding_weight
+from ottermq.vhost.chash import HashRing, HashSource, binding_weight, ring_order
 from ottermq.vhost.erlhash import PHASH2_UNDEFINED, jump_consistent_hash, phash2_binary
 from ottermq.vhost.exchange import ConsistentHashExchange, equivalent, make_exchange
 
@@ -309,6 +309,28 @@ def test_ring_layout_and_lookup() -> None:
     owners = [("exchange", "z")] + [("queue", "a")] * 2 + [("queue", "b")] * 3
     for key in range(0, 2**27, 2**27 // 200):
         assert ring.pick(key) == {owners[jump_consistent_hash(key, 6)]}
+
+
+def test_ring_order_is_natural() -> None:
+    names = ["shard-10", "shard-2", "shard-x", "shard-01", "shard-0", "shard-1", "q", "", "10", "2b", "a"]
+    in_order = ["", "2b", "10", "a", "q", "shard-0", "shard-01", "shard-1", "shard-2", "shard-10", "shard-x"]
+    assert sorted(names, key=lambda n: ring_order(("queue", n))) == in_order
+    assert ring_order(("exchange", "z")) < ring_order(("queue", "a"))
+
+
+def test_the_next_shard_moves_few_keys() -> None:
+    """Adding shard-10 after shard-0 .. shard-9 appends its range (natural order), as RabbitMQ's
+    binding order does: only the keys that jump to its bucket move (about 1/11)."""
+    x = make_exchange("x", "x-consistent-hash")
+    for i in range(10):
+        x.bind("1", ("queue", f"shard-{i}"), {})
+    keys = [f"k{i}" for i in range(2000)]
+    before = [x.route(k) for k in keys]
+    x.bind("1", ("queue", "shard-10"), {})
+    after = [x.route(k) for k in keys]
+    moved = [b for a, b in zip(before, after, strict=True) if a != b]
+    assert all(b == {("queue", "shard-10")} for b in moved)
+    assert len(moved) < len(keys) * 0.12
 
 
 def test_a_destination_bound_twice_is_on_the_ring_once() -> None:
