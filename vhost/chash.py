@@ -35,17 +35,23 @@ checked against a running node, see ``tests/unit/vhost/test_chash.py`` and
    leaves it there with the other's weight (the plugin, until its next restart, drops the destination
    from its ring while a binding to it remains).
 6. The ring is rebuilt (lazily, at the next route) when a binding comes or goes; a lookup is a
-   bisect over the ranges' cumulative ends. Routes are cached per hashed value (a bounded dict,
-   cleared whenever the ring changes).
+   bisect over the ranges' cumulative ends. Routes are cached per hashed value of at most
+   ``MAX_CACHED`` octets (a bounded dict, cleared whenever the ring changes).
+7. A budget for the loop: ``phash2`` in Python costs microseconds per element, and a header value can
+   be a nested table as large as a frame (a 125 KB one took over 300 ms). A header value over
+   ``MAX_PHASH2`` octets (on the wire, its tag included) is hashed with BLAKE2b instead: as stable,
+   as well spread, not RabbitMQ's placement for that value. Routing keys and properties are at most
+   255 octets and always hashed as RabbitMQ hashes them.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import re
 import struct
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from ottermq.amqp.erlang import indentation, pretty_term, to_wire
 from ottermq.amqp.errors import ChannelCrashed, FrameError, PreconditionFailed
@@ -61,6 +67,8 @@ __all__ = [
     "HASH_PROPERTIES",
     "HashRing",
     "HashSource",
+    "MAX_CACHED",
+    "MAX_PHASH2",
     "binding_weight",
     "ring_order",
 ]
@@ -70,6 +78,12 @@ CHASH_DESCRIPTION = "Consistent Hashing Exchange"
 HASH_PROPERTIES = {"correlation_id": 0x0400, "message_id": 0x0080, "timestamp": 0x0040}
 """The properties ``hash-property`` may name, with their flag bits (``amqp.props.PROPERTIES``)."""
 
+MAX_PHASH2 = 4096
+"""Header values longer than this (octets) are hashed with BLAKE2b, not ``phash2`` (rule 7)."""
+MAX_CACHED = 255
+"""Longer hashed values are not kept in an exchange's route cache (its memory stays small)."""
+
+_PHASH2_MASK = (1 << 27) - 1
 _WEIGHT = re.compile(rb"[+-]?[0-9]+")
 _DIGITS = re.compile(r"([0-9]+)")
 _NOT_AN_INTEGER = "The binding key must be an integer: "
@@ -119,7 +133,6 @@ class HashSource:
     """
 
     __slots__ = ("header", "property_bit")
-    ROUTING_KEY: ClassVar[int] = 0
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         header = _longstr_arg(arguments, "hash-header")
@@ -164,13 +177,16 @@ class HashSource:
         return _header_value(field, self.header)
 
     def phash2(self, value: bytes | str | None) -> int:
-        """``erlang:phash2`` of what ``value`` stands for (rule 3)."""
+        """``erlang:phash2`` of what ``value`` stands for (rule 3); a header value longer than
+        ``MAX_PHASH2`` octets is hashed with BLAKE2b instead (rule 7)."""
         if value is None:
             return PHASH2_UNDEFINED
         if isinstance(value, str):
             return phash2_binary(_octets(value))
         if self.header is None:
             return phash2_binary(value)
+        if len(value) > MAX_PHASH2:
+            return int.from_bytes(hashlib.blake2b(value, digest_size=4).digest(), "big") & _PHASH2_MASK
         try:
             return phash2_field(value, 0, len(value))
         except ValueError:

@@ -25,7 +25,7 @@ from ottermq.amqp.erlang import Atom, format_term
 from ottermq.amqp.errors import CommandInvalid, PreconditionFailed
 
 from .arguments import assert_args_equivalence, parse_exchange_args
-from .chash import CHASH_EXCHANGE_TYPE, HashRing, HashSource, binding_weight
+from .chash import CHASH_EXCHANGE_TYPE, MAX_CACHED, HashRing, HashSource, binding_weight
 from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache
 from .delayed import DELAYED_EXCHANGE_TYPE, DELAYED_TYPE_ERROR
 from .headers import HeadersMatcher, validate_binding_args
@@ -482,9 +482,10 @@ class ConsistentHashExchange(Exchange):
         if cached is not None:
             return cached
         result = self.ring.pick(self.source.phash2(value))
-        if len(self._cache) >= self.CACHE_SIZE:
-            self._cache.clear()
-        self._cache[value] = result
+        if value is None or len(value) <= MAX_CACHED:
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.clear()
+            self._cache[value] = result
         return result
 
     def _link(self, key: BindingKey, routing_key: str, dest: Destination, arguments: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ what is hashed, the ring. Texts and placements were read back from RabbitMQ 3.10
 
 from __future__ import annotations
 
+import hashlib
 import random
 import struct
 from typing import Any
@@ -12,8 +13,8 @@ import pytest
 from ottermq.amqp.errors import ChannelCrashed, PreconditionFailed
 from ottermq.amqp.props import HEADERS_BIT, PROPERTY_FLAGS, join_props
 from ottermq.amqp.table import LongLong, LongStr, encode_table
-from ottermq.vhost.chash import HashRing, HashSource, binding_weight, ring_order
-from ottermq.vhost.erlhash import PHASH2_UNDEFINED, jump_consistent_hash, phash2_binary
+from ottermq.vhost.chash import MAX_PHASH2, HashRing, HashSource, binding_weight, ring_order
+from ottermq.vhost.erlhash import PHASH2_UNDEFINED, jump_consistent_hash, phash2_binary, phash2_field
 from ottermq.vhost.exchange import ConsistentHashExchange, equivalent, make_exchange
 
 pytestmark = pytest.mark.hot_path
@@ -261,6 +262,24 @@ def test_unreadable_headers_hash_as_undefined() -> None:
     broken = join_props({HEADERS_BIT: struct.pack(">I", 6) + b"\x01hZ\x00\x00\x00"})  # no type Z
     assert x.source.value("a", broken) is None
     assert where(x, broken) == where(x, b"\x00\x00") == 1
+
+
+def test_a_header_value_past_the_phash2_budget_is_hashed_with_blake2b() -> None:
+    x = chash({"hash-header": "h"})
+    big = "v" * (MAX_PHASH2 - 5)  # 'S', the 4-octet length and the text: exactly the budget
+    value = x.source.value("a", props(headers={"h": big}))
+    assert isinstance(value, bytes) and len(value) == MAX_PHASH2
+    assert x.source.phash2(value) == phash2_field(value, 0, len(value))
+    bigger = x.source.value("a", props(headers={"h": big + "v"}))
+    assert isinstance(bigger, bytes)
+    digest = int.from_bytes(hashlib.blake2b(bigger, digest_size=4).digest(), "big") & (2**27 - 1)
+    assert x.source.phash2(bigger) == digest
+    deep = encode_table({"h": []})
+    raw = join_props({HEADERS_BIT: deep})
+    assert where(x, raw) == where(x, raw)  # and the same every time
+    assert not x._cache.get(bigger) and len(x._cache) <= 1  # long values are not cached
+    x.route_content("a", props(headers={"h": big + "v"}))
+    assert bigger not in x._cache
 
 
 def test_property_list_without_the_property() -> None:
