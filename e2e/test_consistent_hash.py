@@ -180,6 +180,28 @@ def test_exchange_to_exchange(channel, unique):
     assert all(c > 50 for c in got), got
 
 
+def test_every_way_in_hashes_alike(broker, channel, unique):
+    """A message published over HTTP, and a dead letter routed with its dead-letter routing key, land
+    where an AMQP publish with that key lands."""
+    x, queues = ring(channel, unique, ("1", "1", "1", "1"))
+    body = {"properties": {}, "routing_key": "orders-42", "payload": "p", "payload_encoding": "string"}
+    path = f"/api/exchanges/{q(broker.vhost)}/{q(x)}/publish"
+    for key in ("orders-42", "orders-43", "k"):
+        assert broker.api(path, "POST", {**body, "routing_key": key}) == (200, {"routed": True})
+        over_http = poll_until(lambda: [i for i, c in enumerate(counts(channel, queues)) if c])
+        for queue in queues:
+            channel.queue_purge(queue)
+        assert over_http == [landing(channel, x, queues, key)]
+    src = unique("src")
+    arguments = {"x-dead-letter-exchange": x, "x-dead-letter-routing-key": "orders-42"}
+    channel.queue_declare(src, arguments=arguments)
+    channel.basic_publish("", src, b"dead")
+    method = poll_until(lambda: channel.basic_get(src)[0], what="the message in the source queue")
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    dead = poll_until(lambda: [i for i, c in enumerate(counts(channel, queues)) if c], what="the dead letter")
+    assert dead == [landing(channel, x, queues, "orders-42")]
+
+
 # ---------------------------------------------------------------------------------------------
 # refusals
 # ---------------------------------------------------------------------------------------------
