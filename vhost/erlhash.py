@@ -272,8 +272,9 @@ _TWO_POW_64 = 18446744073709551616.0
 
 
 def _exs1024_seed(key: int) -> list[int]:
-    """``rand:seed_s(exs1024, {K, K, K})``: 16 words of xorshift64* from one 64-bit seed, the last
-    one generated first (``exs1024_gen1024``)."""
+    """``rand:seed_s(exs1024, {K, K, K})`` before its last step: the 16 xorshift64 states, the last
+    one first (``exs1024_gen1024``). The seed words are these times ``2685821657736338717`` mod
+    2^64 (xorshift64*); ``jump_consistent_hash`` multiplies only those it reads."""
     low = key & _M21
     r = (
         ((((low + 1) * 2097131) & _M21) << 43)
@@ -286,7 +287,7 @@ def _exs1024_seed(key: int) -> list[int]:
         r ^= r >> 12
         r ^= (r & _M39) << 25
         r ^= r >> 27
-        state[i] = (r * 2685821657736338717) & _M64
+        state[i] = r
     return state
 
 
@@ -303,13 +304,18 @@ def jump_consistent_hash(key: int, buckets: int) -> int:
     if buckets <= 1:
         return 0
     state = _exs1024_seed(key)
+    seeded = 0  # state[:seeded] are words (multiplied or drawn), the rest xorshift64 states
     p = 0
     b, j = -1, 0
     while j < buckets:
         b = j
+        q = (p + 1) & 15
+        while seeded <= q and seeded < 16:  # p < q but at the wrap, when all 16 are words
+            state[seeded] = (state[seeded] * 2685821657736338717) & _M64
+            seeded += 1
         s0 = state[p]
-        p = (p + 1) & 15
-        s1 = state[p]
+        s1 = state[q]
+        p = q
         s1 ^= (s1 & _M33) << 31
         s1 ^= s1 >> 11
         s1 ^= s0 ^ (s0 >> 30)
