@@ -486,3 +486,51 @@ def test_placement_survives_a_restart(broker_process, crash):
         assert len(set(before)) == 4
     finally:
         conn.close()
+
+
+def definitions_body(key: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    exchange = {"name": "chx", "type": CH, "durable": True, "auto_delete": False, "internal": False}
+    return {
+        "exchanges": [{**exchange, "arguments": arguments}],
+        "queues": [{"name": "q0", "durable": True, "auto_delete": False, "arguments": {}}],
+        "bindings": [
+            {
+                "source": "chx",
+                "destination": "q0",
+                "destination_type": "queue",
+                "routing_key": key,
+                "arguments": {},
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (
+            {"hash-property": "app_id"},
+            "Unsupported property: app_id",
+        ),  # RabbitMQ: "precondition_failed: " first
+        ({"hash-header": 5}, "{case_clause,{long,5}}"),
+    ],
+)
+def test_definitions_with_refused_arguments_are_400(broker, vhost, arguments, reason):
+    status, answer = broker.api(f"/api/definitions/{q(vhost)}", "POST", definitions_body("1", arguments))
+    assert (status, answer["error"]) == (400, "bad_request") and answer["reason"].endswith(reason)
+    assert broker.api(f"/api/exchanges/{q(vhost)}/chx")[0] == 404
+
+
+@pytest.mark.extension
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("abc", 'The binding key must be an integer: <<"abc">>'),
+        ("0", "The binding key must be greater than 0"),
+    ],
+)
+def test_definitions_with_a_refused_weight_are_400(broker, vhost, key, reason):
+    """RabbitMQ's import skips a binding it refuses (any binding: a bad x-match as well) and answers 204;
+    ottermq refuses the import as it refuses every other part the broker refuses."""
+    answer = broker.api(f"/api/definitions/{q(vhost)}", "POST", definitions_body(key, {}))
+    assert answer == (400, {"error": "bad_request", "reason": reason})

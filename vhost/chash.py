@@ -53,13 +53,13 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from ottermq.amqp.erlang import indentation, pretty_term, to_wire
+from ottermq.amqp.erlang import Atom, format_term, indentation, pretty_term, to_wire
 from ottermq.amqp.errors import ChannelCrashed, FrameError, PreconditionFailed
 from ottermq.amqp.props import split_props
 
 from .erlhash import PHASH2_UNDEFINED, jump_consistent_hash, phash2_binary, phash2_field
 from .topic import Destination
-from .values import amqp_type_name
+from .values import amqp_type_name, to_erlang
 
 __all__ = [
     "CHASH_DESCRIPTION",
@@ -197,8 +197,9 @@ def _longstr_arg(arguments: Mapping[str, Any], key: str) -> bytes | None:
     if key not in arguments:
         return None
     value = arguments[key]
-    if amqp_type_name(value) != "longstr":
-        raise ChannelCrashed()  # the plugin's case_clause
+    kind = amqp_type_name(value)
+    if kind != "longstr":  # the plugin's case_clause on what rabbit_misc:table_lookup returned
+        raise ChannelCrashed(format_term((Atom("case_clause"), (Atom(kind), to_erlang(value)))))
     return _octets(value) if isinstance(value, str) else bytes(value)
 
 

@@ -127,6 +127,14 @@ def test_arguments_that_are_not_long_strings_crash_the_channel(arguments: dict[s
     with pytest.raises(ChannelCrashed) as info:
         make_exchange("x", "x-consistent-hash", arguments=arguments)
     assert (info.value.reply_code, info.value.reply_text) == (541, "INTERNAL_ERROR")
+    assert info.value.text.startswith("{case_clause,{")  # the crash's reason, for the management API
+
+
+def test_the_crash_reason_is_the_plugins() -> None:
+    for value, reason in ((LongLong(5), "{case_clause,{long,5}}"), (True, "{case_clause,{bool,true}}")):
+        with pytest.raises(ChannelCrashed) as info:
+            HashSource({"hash-header": value})
+        assert info.value.text == reason
 
 
 def test_alternate_exchange_is_checked_first() -> None:
