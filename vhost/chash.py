@@ -135,10 +135,10 @@ class HashSource:
     __slots__ = ("header", "property_bit")
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        header = _longstr_arg(arguments, "hash-header")
+        header = _longstr_arg(arguments, "hash-header")  # both read first: either may crash
         prop = _longstr_arg(arguments, "hash-property")
-        self.header: bytes | None = None
-        self.property_bit = 0
+        self.header: bytes | None = header  # None: not a header (the routing key or a property)
+        self.property_bit = 0  # 0: not a property
         if prop is not None:
             if header is not None:
                 raise PreconditionFailed("hash-header and hash-property are mutually exclusive")
@@ -146,7 +146,6 @@ class HashSource:
             if not bit:
                 raise PreconditionFailed(to_wire("Unsupported property: " + prop.decode("latin-1")))
             self.property_bit = bit
-        self.header = header
 
     def value(self, routing_key: str, raw_props: bytes) -> bytes | str | None:
         """What a message is hashed on, in a hashable form: the routing key (``str``), the
