@@ -99,11 +99,12 @@ PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(BIN)/pytest $(XDIST) tests/protocol tests/
 WITH_PG := $(BIN)/python .ci/postgres.py run --
 # The end-to-end files that exercise the store, run again with OTTERMQ_STORE=postgresql (a schema per
 # broker process): restarts and crashes, TTL, dead-lettering and moves, delayed messages and dedup,
-# policies, limits, definitions and the definitions CLI, quorum queues (text with NUL, which the
-# management API's fuzzer sends, is in the store contract tests).
+# policies, limits, definitions and the definitions CLI, quorum queues, a consistent-hash ring recovered
+# (text with NUL, which the management API's fuzzer sends, is in the store contract tests).
 PG_E2E := $(addprefix e2e/test_,durability.py dlx.py ttl.py ttl_head_expiry.py queue_expiry.py \
 	length_limits.py delayed_dedup.py dead_letter_moves.py policies.py limits.py definitions_roundtrip.py \
-	management_definitions.py management_health.py ottermq_process.py quorum_queues.py lazy_queues.py)
+	management_definitions.py management_health.py ottermq_process.py quorum_queues.py lazy_queues.py \
+	consistent_hash.py)
 
 # The end-to-end suite again with two worker processes (docs/workers.md: the suite's vhost / belongs to
 # worker 1, so each of its connections is handed over by worker 0), less the files whose cost is in

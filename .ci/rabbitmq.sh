@@ -20,12 +20,15 @@ except OSError:
     sys.exit(1)
 PY
 }
-# The management API (15672) and Prometheus metrics (15692) for e2e/test_management_api.py; enabling
-# is idempotent and works on a running node (rabbitmq-plugins talks to it) or an offline one.
+# The management API (15672) and Prometheus metrics (15692) for e2e/test_management_api.py, and the
+# consistent-hash exchange type for e2e/test_consistent_hash.py; enabling is idempotent and works on a
+# running node (rabbitmq-plugins talks to it) or an offline one.
+PLUGINS="rabbitmq_management rabbitmq_prometheus rabbitmq_consistent_hash_exchange"
 management() {
   if [ "$check_only" = 1 ]; then return 0; fi
-  rabbitmq-plugins enable rabbitmq_management rabbitmq_prometheus >/dev/null 2>&1 \
-    || rabbitmq-plugins --offline enable rabbitmq_management rabbitmq_prometheus >/dev/null 2>&1 || true
+  # shellcheck disable=SC2086 # a list of plugin names
+  rabbitmq-plugins enable $PLUGINS >/dev/null 2>&1 \
+    || rabbitmq-plugins --offline enable $PLUGINS >/dev/null 2>&1 || true
   for _ in $(seq 1 60); do
     if python3 -c 'import urllib.request as u, urllib.error as e, sys
 try: u.urlopen("http://127.0.0.1:15672/api/overview", timeout=2)

@@ -201,7 +201,8 @@ def indentation(text: str, column: int = 0) -> int:
 # --- ~p line breaking: a port of the subset of io_lib_pretty:print(Term, Col, 80, -1) ------------
 # Intermediate form: (kind, payload, length). Atomic items carry their text; lists and tuples
 # carry their element items; a tuple whose first element is an atom is "tagged" (its elements
-# line up after the tag). No depth or character limit; binaries never break.
+# line up after the tag); a binary that is not printable text carries its octets' numbers and breaks
+# between them (io_lib_pretty's pp_binary), a printable one never breaks. No depth or character limit.
 
 
 class _NoGood(Exception):
@@ -209,7 +210,7 @@ class _NoGood(Exception):
 
 
 _Item = tuple[int, object, int]
-_ATOMIC, _LIST, _TUPLE, _TAGGED = 0, 1, 2, 3
+_ATOMIC, _LIST, _TUPLE, _TAGGED, _BINARY = 0, 1, 2, 3, 4
 _LL = 80
 
 
@@ -223,6 +224,8 @@ def _intermediate(term: object) -> _Item:
             return _LIST, items, length
         return (_TAGGED if isinstance(term[0], Atom) else _TUPLE), items, length
     text = format_term(term)
+    if text.startswith("<<") and text[2:3].isdigit():  # a binary shown as its octets: <<1,2>>
+        return _BINARY, text[2:-2].split(","), len(text)
     return _ATOMIC, text, len(text)
 
 
@@ -230,6 +233,8 @@ def _write(item: _Item) -> str:
     kind, payload, _ = item
     if kind == _ATOMIC:
         return payload  # type: ignore[return-value]
+    if kind == _BINARY:
+        return "<<" + ",".join(payload) + ">>"  # type: ignore[arg-type]
     inner = ",".join(_write(e) for e in payload)  # type: ignore[attr-defined]
     return f"[{inner}]" if kind == _LIST else f"{{{inner}}}"
 
@@ -288,7 +293,31 @@ def _pp(item: _Item, col: int, m: int, tind: int, ind: int, ld: int, w: int) -> 
         else:
             body = "," + _pp_list(rest, tcol, m, tind, ind + tag_ind, ld, w + 2 + tlen)
         return "{" + _write(tag) + body + "}"
+    if kind == _BINARY:
+        return _pp_binary(payload, col + 2, m, ind + 2, ld, w)  # type: ignore[arg-type]
     return payload  # type: ignore[return-value]
+
+
+def _pp_binary(octets: list[str], col: int, m: int, ind: int, ld: int, w: int) -> str:
+    """io_lib_pretty's ``pp_binary``: as many octets per line as fit in ``n`` columns."""
+    n0 = max(8, min(_LL - col, m - 4 - w) - ld)
+    n = n0
+    out = []
+    last = len(octets) - 1
+    for i, text in enumerate(octets):
+        if i < last:
+            width = len(text) + 1
+            if n - width < 0:
+                out.append("\n" + " " * ind + text + ",")
+                n = n0 - width
+            else:
+                out.append(text + ",")
+                n -= width
+        elif len(text) > n:
+            out.append("\n" + " " * ind + text)
+        else:
+            out.append(text)
+    return "<<" + "".join(out) + ">>"
 
 
 def _pp_list(items: list[_Item], col0: int, m: int, tind: int, ind: int, ld: int, w: int) -> str:

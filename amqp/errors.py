@@ -126,4 +126,10 @@ class InternalError(ConnectionException):
 
 class ChannelCrashed(InternalError):
     """Where RabbitMQ's channel process crashes: its reader closes the connection with a bare
-    ``INTERNAL_ERROR`` (541) and class/method ids 0/0. Raise without text."""
+    ``INTERNAL_ERROR`` (541) and class/method ids 0/0. The text, if any, is the crash's reason as
+    Erlang prints it (``{case_clause,{long,5}}``): never sent over AMQP, shown where RabbitMQ's
+    management API shows it (a definitions import's 400)."""
+
+    @property
+    def reply_text(self) -> str:
+        return self.name

@@ -45,6 +45,8 @@ MODULES = (
     "ottermq.vhost.message",
     "ottermq.vhost.queue",
     "ottermq.vhost.exchange",
+    "ottermq.vhost.chash",
+    "ottermq.vhost.erlhash",
     "ottermq.vhost.vhost",
     "ottermq.broker.server.output",
     "ottermq.broker.server.consumers",

@@ -18,6 +18,8 @@ that breaks the invariant as a finding.
                       messages are dead-lettered, and are owed at most once)
     delivery_limit    a quorum queue's ``x-delivery-limit``
     headers_exchange  routed by a headers exchange matching on the message's headers
+    consistent_hash   routed by an ``x-consistent-hash`` exchange hashing a header of the message
+                      (``x-death`` or an ordinary one), all buckets one queue's
     requeued          ``basic.nack`` requeue=true, back into the queue
     ottermq only:     delayed_retry (``x-delayed-retry-*``), moves (``POST
                       /api/dead-letters/{vhost}/{queue}/moves`` back to a queue), dropped (a
@@ -190,6 +192,20 @@ def headers_exchange(case: Case, hostile: Hostile, variant: int) -> None:
     settle(landed(case, {dest: lambda: len(case.ledger.confirmed)}), SETTLE)
 
 
+def consistent_hash(case: Case, hostile: Hostile, variant: int) -> None:
+    header = ("x-death", "route")[variant % 2]
+    cx = case.exchange("cx", "x-consistent-hash", [(b"hash-header", long_str(header))])
+    dest = case.queue("dest")
+    case.do(lambda: case.client.queue_bind(dest, cx, "2"))  # two buckets: the value is hashed
+    route = (b"route", long_str("y"))
+    case.publish("", hostile(dest, route), exchange=cx)
+    case.confirm()
+    for _ in range(ORDINARY):
+        case.publish("", headers_table([route]), exchange=cx)
+    case.confirm()
+    settle(landed(case, {dest: lambda: len(case.ledger.confirmed)}), SETTLE)
+
+
 def requeued(case: Case, hostile: Hostile, variant: int) -> None:
     src = case.queue("src")
     publish_all(case, src, hostile(src))
@@ -274,6 +290,7 @@ PATHS = [
     BrokerPath(reject_publish, "maxlen"),
     BrokerPath(delivery_limit, "delivery_limit"),
     BrokerPath(headers_exchange, "expired"),
+    BrokerPath(consistent_hash, "expired"),
     BrokerPath(requeued, "rejected"),
     BrokerPath(delayed_retry, "delivery_limit", rabbitmq=False),
     BrokerPath(moves, "rejected", rabbitmq=False),

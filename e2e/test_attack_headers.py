@@ -18,6 +18,7 @@ could encode it), then ``ORDINARY`` ordinary ones, and sends them down one path:
                       refused messages are dead-lettered, and are owed at most once)
     delivery_limit    a quorum queue's ``x-delivery-limit``
     headers_exchange  routed by a headers exchange matching on the message's headers
+    consistent_hash   routed by an ``x-consistent-hash`` exchange hashing one of its headers
     requeued          ``basic.nack`` requeue=true, back into the queue
     (extension)       delayed_retry (``x-delayed-retry-*``), moves (``POST
                       /api/dead-letters/{vhost}/{queue}/moves`` back to a queue), dropped (a

@@ -392,6 +392,15 @@ def test_retry_with_back_off_snippets(broker_process, tmp_path):
         assert lines == ["called for 7 True"]
 
 
+@runs("consistent-hash-pika")
+def test_the_consistent_hash_snippet(broker_process, tmp_path):
+    b = broker_process()
+    b.start()
+    for _ in range(2):  # again: the declarations and bindings do not change
+        lines = run_python(snippet("consistent-hash-pika"), b, tmp_path, "shards.py")
+        assert lines == ["[263, 245, 492]", "[0, 10, 0]"]  # what RabbitMQ 3.10.8 with the plugin printed
+
+
 @runs("node-amqplib")
 def test_the_amqplib_snippet(broker_process, tmp_path):
     node = shutil.which("node")

@@ -1,4 +1,5 @@
-"""Exchanges: direct, fanout, topic and headers, each a small ``route`` over its own index.
+"""Exchanges: direct, fanout, topic and headers, each a small ``route`` over its own index, and the
+plugins' types built in (delayed messages, deduplication, consistent hashing).
 
 Rules (RabbitMQ 3.10.8 behaviour, see ``tests/unit/vhost/test_exchange.py``):
 - A binding is identified by (destination, routing key, arguments); binding the same triple twice
@@ -9,6 +10,8 @@ Rules (RabbitMQ 3.10.8 behaviour, see ``tests/unit/vhost/test_exchange.py``):
   fanout and topic indexes count them so the destination stays routed until the last one goes.
 - ``route`` results are shared, read-only sets: callers must not mutate them, and must not keep
   them across a bind/unbind (they may be the index's own sets).
+- An exchange whose ``BY_MESSAGE`` is true (consistent hashing) routes with ``route_content``, which
+  sees the message's first routing key and property octets, instead of ``route``.
 - ``exchange.declare`` checks the type first (even for an existing exchange, never for a passive
   declare); redeclare compares type, durable, auto_delete, internal, then ``alternate-exchange``.
 """
@@ -18,9 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ottermq.amqp.erlang import Atom, format_term
 from ottermq.amqp.errors import CommandInvalid, PreconditionFailed
 
 from .arguments import assert_args_equivalence, parse_exchange_args
+from .chash import CHASH_EXCHANGE_TYPE, MAX_CACHED, HashRing, HashSource, binding_weight
 from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache
 from .delayed import DELAYED_EXCHANGE_TYPE, DELAYED_TYPE_ERROR
 from .headers import HeadersMatcher, validate_binding_args
@@ -29,6 +34,7 @@ from .values import amqp_type_name, erl_term, freeze_value, longstr_text
 
 __all__ = [
     "EXCHANGE_TYPES",
+    "ConsistentHashExchange",
     "Destination",
     "DedupExchange",
     "DelayedExchange",
@@ -43,7 +49,15 @@ __all__ = [
     "make_exchange",
 ]
 
-EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers", "x-delayed-message", "x-message-deduplication")
+EXCHANGE_TYPES = (
+    "direct",
+    "fanout",
+    "topic",
+    "headers",
+    "x-delayed-message",
+    "x-message-deduplication",
+    "x-consistent-hash",
+)
 
 _EMPTY: frozenset[Destination] = frozenset()
 
@@ -113,6 +127,7 @@ class Exchange:
     )
     TYPE: ClassVar[str] = ""
     DELAYED: ClassVar[bool] = False  # an x-delayed-message exchange (``delayed.py``)
+    BY_MESSAGE: ClassVar[bool] = False  # routes with ``route_content`` (see the module rules)
 
     def __init__(
         self,
@@ -214,6 +229,11 @@ class Exchange:
     def route(self, routing_key: str, headers: Mapping[str, Any] | None = None) -> Routed:
         """Destinations for a message (shared, read-only; see the module rules)."""
         raise NotImplementedError
+
+    def route_content(self, routing_key: str, raw_props: bytes) -> Routed:
+        """Destinations for a message by its first routing key and its property octets (for the
+        types with ``BY_MESSAGE``; the others route by ``routing_key`` and the decoded headers)."""
+        return self.route(routing_key, None)
 
     # index maintenance, one call per binding added / removed
     def _link(self, key: BindingKey, routing_key: str, dest: Destination, arguments: dict[str, Any]) -> None:
@@ -423,8 +443,63 @@ class DelayedExchange(Exchange):
         self.inner._unlink(key, routing_key, dest)
 
 
+class ConsistentHashExchange(Exchange):
+    """``x-consistent-hash`` (the ``rabbitmq_consistent_hash_exchange`` plugin): each message goes to
+    one destination, chosen by hashing its routing key, a header or a property onto a ring of
+    buckets weighted by the bindings' keys (``chash.py``).
+
+    Raises:
+        PreconditionFailed: ``hash-header`` with ``hash-property``, or an unsupported property.
+        ChannelCrashed: either argument is not a long string (541, as the plugin's crash).
+    """
+
+    __slots__ = ("source", "ring", "_cache")
+    TYPE = CHASH_EXCHANGE_TYPE
+    BY_MESSAGE = True
+    CACHE_SIZE: ClassVar[int] = 4096
+
+    def _init_index(self) -> None:
+        self.source = HashSource(self.arguments)
+        self.ring = HashRing()
+        self._cache: dict[bytes | str | None, Routed] = {}
+
+    def bind(self, routing_key: str, dest: Destination, arguments: dict[str, Any] | None) -> bool:
+        """Add a binding whose routing key is its weight.
+
+        Raises:
+            PreconditionFailed: the key is not an integer of at least 1 (``chash.binding_weight``).
+        """
+        binding_weight(routing_key)
+        return super().bind(routing_key, dest, arguments)
+
+    def route(self, routing_key: str, headers: Mapping[str, Any] | None = None) -> Routed:
+        """By ``routing_key`` alone: what ``route_content`` gives a message with no properties."""
+        return self.route_content(routing_key, b"\x00\x00")
+
+    def route_content(self, routing_key: str, raw_props: bytes) -> Routed:
+        value = self.source.value(routing_key, raw_props)
+        cached = self._cache.get(value)
+        if cached is not None:
+            return cached
+        result = self.ring.pick(self.source.phash2(value))
+        if value is None or len(value) <= MAX_CACHED:
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.clear()
+            self._cache[value] = result
+        return result
+
+    def _link(self, key: BindingKey, routing_key: str, dest: Destination, arguments: dict[str, Any]) -> None:
+        self.ring.add(dest, routing_key)
+        self._cache.clear()
+
+    def _unlink(self, key: BindingKey, routing_key: str, dest: Destination) -> None:
+        self.ring.remove(dest, routing_key)
+        self._cache.clear()
+
+
 _TYPES[DELAYED_EXCHANGE_TYPE] = DelayedExchange
 _TYPES[DEDUP_EXCHANGE_TYPE] = DedupExchange
+_TYPES[CHASH_EXCHANGE_TYPE] = ConsistentHashExchange
 
 
 def make_exchange(
@@ -484,4 +559,6 @@ def equivalent(
 
 
 def _show(value: str | bool) -> str:
-    return value if isinstance(value, str) else erl_term(value)
+    """A flag as ``rabbit_misc:assert_field_equivalence`` prints it: the type is an atom (``~p``:
+    ``'x-consistent-hash'`` keeps its quotes inside the text's own), the others booleans."""
+    return format_term(Atom(value)) if isinstance(value, str) else erl_term(value)

@@ -9,6 +9,8 @@ Rules:
   of those with none of their own (RabbitMQ 4's default of 20, opt-in: None = RabbitMQ 3.10's none).
 - Routing walks exchange-to-exchange bindings breadth first, visiting each exchange once; an
   exchange that routes nowhere hands the message to its ``alternate-exchange`` (RabbitMQ's rule).
+  A consistent-hash exchange hashes the message's first routing key (or a header or property),
+  whichever of its routing keys the walk is following: it picks one destination per message.
 - Deleting a queue removes its bindings; an auto-delete exchange goes when its last binding does.
 """
 
@@ -664,7 +666,10 @@ class VHost:
         if exchange is None:
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None else []
-        dests = exchange.route(routing_key, message.headers if exchange.type == "headers" else None)
+        if exchange.BY_MESSAGE:
+            dests = exchange.route_content(message.routing_key, message.raw_props)
+        else:
+            dests = exchange.route(routing_key, message.headers if exchange.type == "headers" else None)
         if len(dests) == 1 and exchange.alternate_exchange is None:
             for kind, qname in dests:
                 if kind == "queue":
@@ -686,15 +691,14 @@ class VHost:
                 elif name not in seen_exchanges:
                     seen_exchanges.add(name)
                     target = self.exchanges.get(name)
-                    if target is not None:
-                        work.append(
-                            (
-                                target,
-                                target.route(
-                                    routing_key, message.headers if target.type == "headers" else None
-                                ),
-                            )
-                        )
+                    if target is None:
+                        continue
+                    if target.BY_MESSAGE:
+                        found = target.route_content(message.routing_key, message.raw_props)
+                    else:
+                        headers = message.headers if target.type == "headers" else None
+                        found = target.route(routing_key, headers)
+                    work.append((target, found))
         queues = self.queues
         return [queues[n] for n in queue_names if n in queues]
 

@@ -24,7 +24,7 @@ from ..node.node import process_rss
 from ..node.sasl import MECHANISMS
 from .common import NotFound, broker_of, node_name, require_monitor, sampler_of
 from .node_metrics import disk_free, max_fds, open_fds
-from .overview import EXCHANGE_TYPES
+from .overview import exchange_types
 from .rates import CHURN, churn_counts, churn_key, with_rates
 
 SASL_TEXTS = {"PLAIN": "SASL PLAIN authentication mechanism", "AMQPLAIN": "QPid AMQPLAIN mechanism"}
@@ -73,10 +73,7 @@ def node_json(request: web.Request) -> dict[str, Any]:
         "config_files": [],
         "log_files": ["<stdout>"],
         "enabled_plugins": plugins,
-        "exchange_types": [
-            {"name": t, "description": f"AMQP {t} exchange, as per the AMQP specification", "enabled": True}
-            for t in EXCHANGE_TYPES
-        ],
+        "exchange_types": exchange_types(),
         "auth_mechanisms": [
             {"name": m, "description": SASL_TEXTS.get(m, m), "enabled": True} for m in MECHANISMS
         ],

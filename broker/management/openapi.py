@@ -107,7 +107,11 @@ MOVE: Schema = _object(
 BODIES: dict[tuple[str, str], Schema] = {
     ("PUT", "/queues/{vhost}/{name}"): _object(durable=FLAG, auto_delete=FLAG, arguments=ARGUMENTS),
     ("PUT", "/exchanges/{vhost}/{name}"): _object(
-        type={"type": "string", "description": "direct, fanout, topic, headers, x-delayed-message"},
+        type={
+            "type": "string",
+            "description": "direct, fanout, topic, headers, x-consistent-hash, x-delayed-message, "
+            "x-message-deduplication",
+        },
         durable=FLAG,
         auto_delete=FLAG,
         internal=FLAG,

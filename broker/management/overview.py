@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 from ottermq.dlx.reasons import Reason
+from ottermq.vhost.chash import CHASH_DESCRIPTION, CHASH_EXCHANGE_TYPE
 
 from .. import VERSION
 from ..node.stats import MessageStats
@@ -31,11 +32,21 @@ from .rates import (
 
 RABBITMQ_API_VERSION = "3.10.8"
 EXCHANGE_TYPES = ("direct", "fanout", "headers", "topic")
-# the plugins' types ottermq has built in, with the plugins' descriptions
+# the plugins' types ottermq has built in, with the plugins' descriptions (RabbitMQ lists every type by name)
 PLUGIN_EXCHANGE_TYPES = (
+    (CHASH_EXCHANGE_TYPE, CHASH_DESCRIPTION),
     ("x-delayed-message", "Delayed Message Exchange."),
     ("x-message-deduplication", "Message Deduplication Exchange."),
 )
+
+
+def exchange_types() -> list[dict[str, Any]]:
+    """The ``exchange_types`` of ``/api/overview`` and ``/api/nodes``: the AMQP types, then the
+    plugins' types ottermq has built in (all of them are always enabled)."""
+    return [
+        {"name": t, "description": f"AMQP {t} exchange, as per the AMQP specification", "enabled": True}
+        for t in EXCHANGE_TYPES
+    ] + [{"name": t, "description": d, "enabled": True} for t, d in PLUGIN_EXCHANGE_TYPES]
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -65,11 +76,7 @@ async def overview(request: web.Request) -> web.Response:
         "rates_mode": "basic",
         "disable_stats": False,
         "enable_queue_totals": False,
-        "exchange_types": [
-            {"name": t, "description": f"AMQP {t} exchange, as per the AMQP specification", "enabled": True}
-            for t in EXCHANGE_TYPES
-        ]
-        + [{"name": t, "description": d, "enabled": True} for t, d in PLUGIN_EXCHANGE_TYPES],
+        "exchange_types": exchange_types(),
         "message_stats": with_rates(MESSAGE_FIELDS, counts, rates[: len(MESSAGE_FIELDS)]),
         "queue_totals": with_rates(TOTALS, totals(queues), rates[len(MESSAGE_FIELDS) :]),
         "churn_rates": with_rates(CHURN, churn_counts(broker), sampler.rates(churn_key(), len(CHURN))),

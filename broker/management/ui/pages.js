@@ -215,7 +215,7 @@ ROUTES.push([/^#\/exchanges$/, "Exchanges", async (main) => {
     actionForm("inline", [
       field("Virtual host", select("vhost", vhosts, vhosts[0])),
       field("Name", h("input", {name: "name", required: true})),
-      field("Type", select("type", ["direct", "fanout", "headers", "topic", "x-delayed-message", "x-message-deduplication"], "direct")),
+      field("Type", select("type", ["direct", "fanout", "headers", "topic", "x-consistent-hash", "x-delayed-message", "x-message-deduplication"], "direct")),
       field("Durable", select("durable", [["true", "durable"], ["false", "transient"]], "true")),
       field("Arguments", h("textarea", {name: "arguments", rows: 1, placeholder: "alternate-exchange=ae"})),
       h("button", {type: "submit", class: "primary"}, "Add exchange"),

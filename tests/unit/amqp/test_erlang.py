@@ -188,3 +188,31 @@ def test_pretty_breaks_lists_and_untagged_tuples() -> None:
     assert text.startswith("[1000000,") and "\n " in text
     text = pretty_term(tuple(items))
     assert text.startswith("{1000000,") and text.endswith("}") and "\n " in text
+
+
+BINDING_KEY = "The binding key must be an integer: "
+ONES = ",".join(["1"] * 20)
+BREAK = ",\n" + " " * 38  # continuation lines line up after the "<<"
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [  # the consistent-hash exchange's bind errors, as RabbitMQ 3.10.8 sent them (before the 255-byte cut)
+        (b"\x01" * 60, "<<" + ONES + BREAK + ONES + BREAK + ONES + ">>"),
+        (b"\x01\x02" * 10 + b"abc", "<<" + ",".join(["1,2"] * 10) + BREAK + "97,98,99>>"),
+        (b"a b" * 30, '<<"' + "a b" * 30 + '">>'),  # printable: never broken
+    ],
+)
+def test_pretty_breaks_binaries_between_octets(data: bytes, text: str) -> None:
+    assert pretty_term(data, indentation(BINDING_KEY) + 1) == text
+
+
+def test_pretty_binary_lines_fit_the_column() -> None:
+    """io_lib_pretty's pp_binary: octets are packed while they fit before column 80 (read back from
+    ``io_lib:format("...~p", [Bin])`` on OTP 25 for random binaries)."""
+    data = b"z" * 40 + b"\x01" + b"z" * 40
+    text = pretty_term(data, indentation(BINDING_KEY) + 1)
+    lines = text.split("\n")
+    assert lines[0] == "<<" + ",".join(["122"] * 10) + ","
+    assert all(line == " " * 38 + ",".join(["122"] * 10) + "," for line in lines[1:4])
+    assert text.replace("\n" + " " * 38, "") == format_term(data)

@@ -599,8 +599,8 @@ def test_defaults_for_missing_optional_fields() -> None:
             "queues[0] (queue 'q' in vhost '/'): arguments 'big' 9223372036854775808 is out of range",
         ),
         (
-            {"exchanges": [exchange(type="x-consistent-hash")]},
-            "exchanges[0] (exchange 'x' in vhost '/'): unsupported exchange type 'x-consistent-hash'",
+            {"exchanges": [exchange(type="x-random")]},
+            "exchanges[0] (exchange 'x' in vhost '/'): unsupported exchange type 'x-random'",
         ),
         (
             {"exchanges": [exchange(arguments={"alternate-exchange": 5})]},
