@@ -52,6 +52,34 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, their children and so on (one scan of ``/proc``)."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_bytes()
+        except OSError:
+            continue
+        kids.setdefault(int(text[text.rfind(b")") + 2 :].split()[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds all cores spent busy since boot (``/proc/stat``: everything but idle and iowait)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(fields) - fields[3] - fields[4]) / _TICKS
+
+
 def tree_cpu_seconds(pid: int | None) -> float | None:
     """CPU seconds of ``pid`` and of its children now running (ottermq's workers)."""
     own = cpu_seconds(pid)

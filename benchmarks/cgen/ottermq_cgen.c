@@ -373,11 +373,28 @@ static conn_t *conn_new(const char *what) {
   return c;
 }
 
+static void on_blocked(conn_t *c, int blocked, const uint8_t *reason, size_t len);
+
 /* After the last librabbitmq RPC on it: nothing may be left in librabbitmq's buffers (no delivery
- * can precede consume-ok, and nothing was published yet), so the socket is ours from here on. */
+ * can precede consume-ok, and nothing was published yet), so the socket is ours from here on. The one
+ * exception is connection.blocked / unblocked, which a broker may send at any time (ottermq does as
+ * soon as an alarm is on, to every connection that claims the capability; RabbitMQ once it
+ * publishes): librabbitmq keeps them aside during its RPCs, and they are recorded here. */
 static int conn_go_raw(conn_t *c) {
-  if (!opt.lib_reader && (amqp_data_in_buffer(c->st) || amqp_frames_enqueued(c->st)))
-    return fail("%s: librabbitmq still buffers data after set-up", c->what);
+  struct timeval zero = {0, 0};
+  amqp_frame_t fr;
+  while (!opt.lib_reader && (amqp_data_in_buffer(c->st) || amqp_frames_enqueued(c->st))) {
+    if (amqp_simple_wait_frame_noblock(c->st, &fr, &zero) != AMQP_STATUS_OK || fr.frame_type != AMQP_FRAME_METHOD)
+      return fail("%s: librabbitmq still buffers data after set-up", c->what);
+    if (fr.payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD) {
+      amqp_connection_blocked_t *b = fr.payload.method.decoded;
+      on_blocked(c, 1, b->reason.bytes, b->reason.len);
+    } else if (fr.payload.method.id == AMQP_CONNECTION_UNBLOCKED_METHOD) {
+      on_blocked(c, 0, (const uint8_t *)"", 0);
+    } else {
+      return fail("%s: librabbitmq still buffers a method 0x%08x after set-up", c->what, fr.payload.method.id);
+    }
+  }
   int flags = fcntl(c->fd, F_GETFL);
   fcntl(c->fd, F_SETFL, flags | O_NONBLOCK);
   return 0;
