@@ -413,7 +413,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--other-mgmt", help="its management URL (default http://HOST:15672; 'none')")
     p.add_argument("--other-data-dir", help="its data directory for bytes on disk (default: found; 'none')")
     args = p.parse_args(argv)
-    args.messages = args.messages or (QUICK_MESSAGES if args.quick else FULL_MESSAGES)
+    if args.messages is None:
+        args.messages = QUICK_MESSAGES if args.quick else FULL_MESSAGES
+    if args.messages < 1 or args.publishers < 1 or args.size < 0:
+        p.error("--messages and --publishers must be at least 1, --size at least 0")
     args.hold = args.hold if args.hold is not None else (3.0 if args.quick else 10.0)
     args.idle = args.idle if args.idle is not None else (2.0 if args.quick else 5.0)
     args.broker = args.broker or ("both" if args.compare else "ottermq")
