@@ -70,6 +70,7 @@ from wire import BrokerURL, RawConnection  # noqa: E402
 log = logging.getLogger("backlog")
 FULL_MESSAGES = 10_000_000
 QUICK_MESSAGES = 200_000
+BUSY_PCT = 25.0  # other processes' CPU (% of a core) over a phase above which the table warns
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,6 +254,12 @@ class Run:
         r.left = await depth(self.t.url, r.queue)
         if r.left:
             r.notes.append(f"{r.left:,} messages left in the queue after the drain")
+        busy = [f"{p.name} {p.others_pct:.0f}%" for p in r.phases if (p.others_pct or 0) > BUSY_PCT]
+        if busy:
+            r.notes.append(
+                "the machine was busy: other processes used " + ", ".join(busy) + " of a core (of "
+                f"{os.cpu_count()}); msg/s are lower, and µs/msg may be higher, than on a quiet machine"
+            )
 
 
 def _rate(count: int, gen: dict[str, Any]) -> float | None:
