@@ -214,7 +214,8 @@ class Run:
 
         pub = self.begin("publish")
         extra = ["-size", str(a.size), "-publishers", str(a.publishers), "-window", str(a.window)]
-        gen = await run_generator(self.gen_argv("backlog-publish", a.messages, *extra), r, self.monitor)
+        argv = self.gen_argv("backlog-publish", a.messages, *extra)
+        gen = await run_generator(argv, r, self.monitor, stop_on_limit=True)
         await self.end(pub, gen)
         r.published = int(gen.get("delivered") or 0)
         r.publish_msgs_s = _rate(r.published, gen)
@@ -230,8 +231,13 @@ class Run:
         r.hold_cpu_pct = _pct(hold.broker_cpu_s, hold.seconds)
         r.held = await depth(self.t.url, r.queue)
         r.disk_held = disk_usage(self.t.data_dir)
-        if r.held != r.published:
-            r.notes.append(f"the queue holds {r.held:,} messages after {r.published:,} confirms")
+        if r.held > r.published:
+            r.notes.append(
+                f"the queue holds {r.held:,} messages after {r.published:,} confirms (published, not yet"
+                " confirmed when the publish phase ended)"
+            )
+        elif r.held < r.published:
+            r.notes.append(f"the queue holds only {r.held:,} messages after {r.published:,} confirms")
 
         if r.held:
             drain = self.begin("drain")

@@ -251,9 +251,12 @@ def own_cpu() -> float:
 # ------------------------------------------------------------------------------------------------
 # the generator
 # ------------------------------------------------------------------------------------------------
-async def run_generator(argv: list[str], result: Result, monitor: Monitor) -> dict[str, Any]:
-    """Run one ``ottermq-cgen backlog-*`` command; its result line (or what is known when it failed or
-    was stopped because the broker passed ``--max-rss``: then ``error`` says so)."""
+async def run_generator(
+    argv: list[str], result: Result, monitor: Monitor, stop_on_limit: bool = False
+) -> dict[str, Any]:
+    """Run one ``ottermq-cgen backlog-*`` command; its result line. With ``stop_on_limit``, an RSS past
+    the monitor's limit stops the generator (SIGTERM: it prints its counts so far), and ``error`` says
+    so."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -288,18 +291,23 @@ async def run_generator(argv: list[str], result: Result, monitor: Monitor) -> di
 
     reader = asyncio.ensure_future(read_stdout())
     errors = asyncio.ensure_future(proc.stderr.read())
-    guard = asyncio.ensure_future(monitor.exceeded.wait())
+    guard = asyncio.ensure_future(monitor.exceeded.wait() if stop_on_limit else asyncio.Event().wait())
     done, _ = await asyncio.wait({reader, guard}, return_when=asyncio.FIRST_COMPLETED)
     if guard in done and reader not in done:
-        proc.kill()
-        await reader
-        last = result.progress[-1] if result.progress else {}
-        final = {
-            "error": f"stopped: broker RSS passed --max-rss {(monitor.limit or 0) / GIB:.1f} GiB",
-            "delivered": last.get("confirmed" if "publish" in argv[1] else "delivered", 0),
-            "t_first": result.progress[0]["t"] if result.progress else None,
-            "t_last": last.get("t"),
-        }
+        log.warning(
+            "%s: broker RSS passed %.2f GiB; stopping the generator", result.label, (monitor.limit or 0) / GIB
+        )
+        proc.terminate()  # the generator ends the phase and prints its exact counts
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), 15)
+        except TimeoutError:  # no result line: the last progress line's counts
+            proc.kill()
+            await reader
+            ours = [p for p in result.progress if p["phase"] == monitor.phase]
+            if ours and not final:
+                final = {"delivered": ours[-1]["confirmed"], "t_first": ours[0]["t"], "t_last": ours[-1]["t"]}
+        reason = f"stopped: broker RSS passed --max-rss {(monitor.limit or 0) / GIB:.2f} GiB"
+        final = dict(final, error=reason) if final else {"error": reason}
     guard.cancel()
     await proc.wait()
     stderr = (await errors).decode(errors="replace")

@@ -689,12 +689,18 @@ static void maybe_progress(void) {
   fflush(stdout);
 }
 
+/* SIGTERM / SIGINT end the phase running (its result printed as a failure "stopped by signal"), so a
+ * harness stopping a run early still gets the exact counts */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
 /* the poll() loop over every data connection, until done() or a stall of opt.stall seconds */
 static int run_until(int (*done)(void), double stall, const char *stalled_what) {
   struct pollfd pfd[MAX_CONNS];
   long last = -1;
   double changed = now();
   for (;;) {
+    if (stop_signal) return fail("stopped by signal %d", (int)stop_signal);
     maybe_progress();
     for (int i = 0; i < n_conns; i++)
       if (flush(conns[i])) return -1;
@@ -924,6 +930,7 @@ static void close_all(void) {
     pend_add(conns[i], frame, n);
   }
   err_text[0] = 0;
+  stop_signal = 0; /* a signal stopped the phase, not its goodbye */
   run_until(closing_done, 2.0, "connection.close-ok");
   memcpy(err_text, saved, sizeof saved); /* a close that times out is not the run's result */
   for (int i = 0; i < n_conns; i++) amqp_destroy_connection(conns[i]->st);
@@ -984,6 +991,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGTERM, on_stop_signal);
+  signal(SIGINT, on_stop_signal);
 
   result_t r = {.count = opt.count};
   int rc = -1;
