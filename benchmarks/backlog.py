@@ -330,7 +330,10 @@ def run_ottermq(args: argparse.Namespace, cgen: Path) -> Result:
         _execute(Run(target, args, result, cgen))
         if not otter.alive:
             result.notes.append(f"ottermq exited (code {otter.proc.returncode if otter.proc else '?'})")
-        otter.stop()
+        t0 = time.monotonic()
+        otter.stop(timeout=120)  # SIGTERM; a large store can take a while to close
+        if time.monotonic() - t0 > 5:
+            result.notes.append(f"ottermq took {time.monotonic() - t0:.0f} s to stop (SIGTERM) after the run")
         shutil.rmtree(data_dir, ignore_errors=True)  # the backlog; the log stays if it has tracebacks
     return result
 
