@@ -209,9 +209,9 @@ chaos: install
 # publish and its delivery, a policy pattern over 500 queues) keeps another client waiting
 # (benchmarks/stalls.py); and last the backlog benchmark (benchmarks/backlog.py): BACKLOG_MESSAGES
 # persistent 1 KB messages with confirms into one durable lazy queue, held and drained, broker RSS
-# throughout (ottermq's paging targets; 0 skips it). At the default 10M it adds about half an hour here
-# (RabbitMQ's run is ~20 min; ottermq's stops publishing at its 8 GiB guard until its bodies go to
-# disk) and writes ~12 GB per broker, deleted after each run.
+# throughout (ottermq's paging targets; 0 skips it). At the default 10M it adds about 25 minutes here
+# (RabbitMQ's run 17 min; ottermq's 6.5, its publishing stopped at the 8 GiB guard until its bodies go
+# to disk) and writes ~12 GB per broker, deleted after each run.
 BACKLOG_MESSAGES ?= 10000000
 bench: install
 	bash .ci/install-cgen.sh
