@@ -153,6 +153,7 @@ class Run:
     async def end(self, phase: Phase, gen: dict[str, Any] | None = None) -> None:
         phase.end = time.monotonic()
         phase.rss_end = self.monitor.sample()
+        phase.rss_file_end = self.monitor.file_backed if phase.rss_end is not None else None
         (cpu0, busy0, own0), (cpu1, busy1, own1) = self._at_start, self._counters()
         phase.broker_cpu_s = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
         phase.machine_busy_s = busy1 - busy0 if busy0 is not None and busy1 is not None else None

@@ -172,6 +172,11 @@ def rows() -> list[Row]:
         ("peak RSS, MB", "< 1,500", peak),
         ("RSS at end of publish, MB", "", lambda r: _mb(_phase_attr("publish", "rss_end")(r))),
         ("RSS with the backlog held (end of hold), MB", "", lambda r: _mb(_phase_attr("hold", "rss_end")(r))),
+        (
+            "of the held RSS, file-backed or shared (mmap); peak, MB",
+            "",
+            lambda r: f"{_mb(_phase_attr('hold', 'rss_file_end')(r))}; {_mb(r.peak_rss_file)}",
+        ),
         ("RSS at end of drain, MB", "", lambda r: _mb(_phase_attr("drain", "rss_end")(r))),
         ("RSS after the drain (+hold s), MB", "", lambda r: _mb(_phase_attr("settle", "rss_end")(r))),
         ("broker memory per message held, bytes", "<= 100", per_message),

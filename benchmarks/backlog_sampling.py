@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procinfo import descendants, rss_bytes
+from procinfo import descendants, rss_split
 
 log = logging.getLogger("backlog")
 GIB = 1024**3
@@ -36,6 +36,7 @@ class Phase:
     end: float = 0.0
     rss_end: int | None = None
     rss_peak: int | None = None
+    rss_file_end: int | None = None  # of rss_end, file-backed or shared (RssFile + RssShmem)
     broker_cpu_s: float | None = None
     machine_busy_s: float | None = None  # every process on every core
     gen_cpu_s: float | None = None  # the generator's whole process
@@ -70,6 +71,7 @@ class Result:
     prefetch: int
     ack_every: int
     processes: int = 0  # the most processes in the broker's tree at one sample
+    peak_rss_file: int | None = None  # the most file-backed + shared RSS at one sample
     idle_rss: int | None = None
     idle_cpu_pct: float | None = None
     published: int = 0  # confirmed
@@ -158,6 +160,7 @@ class Monitor:
         self.phase = "idle"
         self.exceeded = asyncio.Event()
         self.gone = False
+        self.file_backed = 0  # of the last sample: RssFile + RssShmem
         self._pids = [pid]
         self._tree_at = 0.0
         self._alarm_state: tuple[bool, bool] | None = None
@@ -170,10 +173,11 @@ class Monitor:
             self._pids = [self.pid, *descendants(self.pid)]
             self._tree_at = now
             self.result.processes = max(self.result.processes, len(self._pids))
-        values = [rss_bytes(p) for p in self._pids]
+        values = [rss_split(p) for p in self._pids]
         if values[0] is None:
             return None  # the broker is gone
-        return sum(v or 0 for v in values)
+        self.file_backed = sum(v[1] for v in values if v is not None)
+        return sum(v[0] for v in values if v is not None)
 
     def sample(self) -> int | None:
         rss = self.rss()
@@ -182,6 +186,7 @@ class Monitor:
             self.result.notes.append(f"the broker's pid {self.pid} exited during {self.phase}")
         if rss is not None:
             self.result.samples.append((round(time.monotonic(), 3), rss, self.phase))
+            self.result.peak_rss_file = max(self.result.peak_rss_file or 0, self.file_backed)
             if self.limit is not None and rss > self.limit:
                 self.exceeded.set()
         return rss

@@ -121,6 +121,25 @@ def rss_bytes(pid: int | None) -> int | None:
     return None
 
 
+def rss_split(pid: int | None) -> tuple[int, int] | None:
+    """``(VmRSS, RssFile + RssShmem)`` of ``pid`` in bytes: all resident memory, and the part of it that
+    is file-backed or shared (mapped files such as an mmap'd database, which the kernel can reclaim)."""
+    if pid is None:
+        return None
+    found: dict[bytes, int] = {}
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                key = line.split(b":", 1)[0]
+                if key in (b"VmRSS", b"RssFile", b"RssShmem"):
+                    found[key] = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if b"VmRSS" not in found:
+        return None
+    return found[b"VmRSS"], found.get(b"RssFile", 0) + found.get(b"RssShmem", 0)
+
+
 def listening_pid(port: int) -> int | None:
     """The process holding a listening TCP socket on ``port`` (needs permission to read its fds)."""
     inodes: set[str] = set()
