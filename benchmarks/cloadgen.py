@@ -74,7 +74,10 @@ def _throughput(scenario: str, size: str) -> Scenario:
             return Outcome({"msgs/s": None, "gen cpu": None}, result)
         # messages the broker handled: each published one, once (deliveries of fanout10 are 10 per message)
         handled = int(result.get("count") or 0)  # type: ignore[call-overload]
-        values = {"msgs/s": float(result["msgs_per_s"]), "gen cpu": float(result["cpu_pct"])}  # type: ignore[arg-type]
+        values: dict[str, float | None] = {
+            "msgs/s": float(result["msgs_per_s"]),  # type: ignore[arg-type]
+            "gen cpu": float(result["cpu_pct"]),  # type: ignore[arg-type]
+        }
         return Outcome(values, messages=handled)
 
     return Scenario(

@@ -52,6 +52,34 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, their children and so on (one scan of ``/proc``)."""
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_bytes()
+        except OSError:
+            continue
+        kids.setdefault(int(text[text.rfind(b")") + 2 :].split()[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds all cores spent busy since boot (``/proc/stat``: everything but idle and iowait)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(fields) - fields[3] - fields[4]) / _TICKS
+
+
 def tree_cpu_seconds(pid: int | None) -> float | None:
     """CPU seconds of ``pid`` and of its children now running (ottermq's workers)."""
     own = cpu_seconds(pid)
@@ -91,6 +119,25 @@ def rss_bytes(pid: int | None) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def rss_split(pid: int | None) -> tuple[int, int] | None:
+    """``(VmRSS, RssFile + RssShmem)`` of ``pid`` in bytes: all resident memory, and the part of it that
+    is file-backed or shared (mapped files such as an mmap'd database, which the kernel can reclaim)."""
+    if pid is None:
+        return None
+    found: dict[bytes, int] = {}
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                key = line.split(b":", 1)[0]
+                if key in (b"VmRSS", b"RssFile", b"RssShmem"):
+                    found[key] = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if b"VmRSS" not in found:
+        return None
+    return found[b"VmRSS"], found.get(b"RssFile", 0) + found.get(b"RssShmem", 0)
 
 
 def listening_pid(port: int) -> int | None:

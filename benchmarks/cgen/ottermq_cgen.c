@@ -14,9 +14,14 @@
  * Usage:
  *   ottermq-cgen <scenario> [-url amqp://guest:guest@127.0.0.1:5672/%2F] [-count N] [-prefix P]
  *                [-stall 15s] [-size 100] [-batch 50] [-window 1000] [-reader raw|lib]
+ *                [-queue Q] [-publishers 1] [-prefetch 1000] [-ack-every 100] [-progress 0]
  *
  * Scenarios (as benchmarks/go/src/ottermqbench): noack, ack-each, ack-multiple50, confirms,
- * confirms-consumed, fanout10, dlx. Prints one JSON object:
+ * confirms-consumed, fanout10, dlx; and for benchmarks/backlog.py, on a queue it declared (-queue):
+ * backlog-publish (-publishers connections, persistent, confirms, -window each) and backlog-drain (one
+ * consumer, -prefetch, a multiple ack every -ack-every deliveries, 0 = no-ack), which add t_first /
+ * t_last (CLOCK_MONOTONIC), the connection.blocked / unblocked events and, with -progress S, a progress
+ * line every S seconds before the result. Prints one JSON object:
  *   {"scenario", "count", "delivered", "seconds", "msgs_per_s", "cpu_s", "cpu_pct", "proc_cpu_s",
  *    "writes", "reads", "batch", "reader", "error"}
  * where seconds / msgs_per_s / cpu_* cover the timed part (first publish to last delivery, confirm or
@@ -50,11 +55,12 @@
 /* options, errors, clocks                                                                         */
 /* ---------------------------------------------------------------------------------------------- */
 static struct {
-  const char *url, *prefix, *reader;
+  const char *url, *prefix, *reader, *queue;
   long count;
-  int size, batch, window, lib_reader;
-  double stall;
-} opt = {"amqp://guest:guest@127.0.0.1:5672/%2F", "bench.c", "raw", 100000, 100, 50, 1000, 0, 15.0};
+  int size, batch, window, lib_reader, publishers, prefetch, ack_every;
+  double stall, progress;
+} opt = {"amqp://guest:guest@127.0.0.1:5672/%2F", "bench.c", "raw", NULL, 100000, 100, 50, 1000, 0, 1, 1000, 100,
+         15.0, 0.0};
 
 static char err_text[512];
 static long n_writes, n_reads;
@@ -144,6 +150,17 @@ static size_t encode_ack(uint8_t *out, uint64_t tag, int multiple) {
   return (size_t)(frame_end(out, p) - out);
 }
 
+/* basic.consume(queue, consumer tag "", no-local 0, no-ack, exclusive 0, nowait 0, no arguments) */
+static size_t encode_consume(uint8_t *out, const char *queue, int no_ack) {
+  uint8_t *p = frame_start(out, 1, 1);
+  p = w16(w16(p, 60), 20);
+  p = w16(p, 0);
+  p = wstr(wstr(p, queue), "");
+  p = w8(p, no_ack ? 2 : 0);
+  p = w32(p, 0);
+  return (size_t)(frame_end(out, p) - out);
+}
+
 static size_t encode_connection_close(uint8_t *out) {
   uint8_t *p = frame_start(out, 1, 0);
   p = w16(w16(p, 10), 50);
@@ -179,7 +196,24 @@ static int lib_check(amqp_rpc_reply_t r, const char *what) {
   return fail("%s: unknown reply", what);
 }
 
-static amqp_connection_state_t lib_open(const char *what) {
+/* client-properties {capabilities: {connection.blocked: true}}, merged by librabbitmq into its own
+ * (which do not claim it): brokers then send connection.blocked / unblocked to the data connections,
+ * whose raw reader records them. The control connection, read by librabbitmq's RPCs, does not ask. */
+static amqp_table_entry_t cap_entry[1], prop_entry[1];
+static amqp_table_t blocked_props(void) {
+  cap_entry[0].key = amqp_cstring_bytes("connection.blocked");
+  cap_entry[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+  cap_entry[0].value.value.boolean = 1;
+  prop_entry[0].key = amqp_cstring_bytes("capabilities");
+  prop_entry[0].value.kind = AMQP_FIELD_KIND_TABLE;
+  prop_entry[0].value.value.table = (amqp_table_t){1, cap_entry};
+  return (amqp_table_t){1, prop_entry};
+}
+
+static amqp_connection_state_t lib_open_as(const char *what, int blocked_capability);
+static amqp_connection_state_t lib_open(const char *what) { return lib_open_as(what, 0); }
+
+static amqp_connection_state_t lib_open_as(const char *what, int blocked_capability) {
   char url[1024], ctx[128];
   struct amqp_connection_info ci;
   snprintf(url, sizeof url, "%s", opt.url);
@@ -197,7 +231,12 @@ static amqp_connection_state_t lib_open(const char *what) {
     return NULL;
   }
   snprintf(ctx, sizeof ctx, "%s: login", what);
-  if (lib_check(amqp_login(st, ci.vhost, 0, FRAME_MAX, 0, AMQP_SASL_METHOD_PLAIN, ci.user, ci.password), ctx) ||
+  amqp_table_t props = blocked_props();
+  amqp_rpc_reply_t login =
+      blocked_capability ? amqp_login_with_properties(st, ci.vhost, 0, FRAME_MAX, 0, &props, AMQP_SASL_METHOD_PLAIN,
+                                                      ci.user, ci.password)
+                         : amqp_login(st, ci.vhost, 0, FRAME_MAX, 0, AMQP_SASL_METHOD_PLAIN, ci.user, ci.password);
+  if (lib_check(login, ctx) ||
       (amqp_channel_open(st, 1), lib_check(amqp_get_rpc_reply(st), "channel.open"))) {
     amqp_destroy_connection(st);
     return NULL;
@@ -312,6 +351,8 @@ typedef struct conn {
   /* consumer */
   int consumer, ack_every;
   long delivered;
+  uint64_t last_tag, acked_tag; /* the last delivery's tag, the last one acked (ack_every > 0) */
+  double first_delivery;        /* CLOCK_MONOTONIC of the first basic.deliver, 0 before it */
   int close_ok;
 } conn_t;
 
@@ -320,7 +361,7 @@ static int n_conns;
 
 static conn_t *conn_new(const char *what) {
   if (n_conns == MAX_CONNS) return fail("too many connections"), NULL;
-  amqp_connection_state_t st = lib_open(what);
+  amqp_connection_state_t st = lib_open_as(what, !opt.lib_reader);
   if (st == NULL) return NULL;
   conn_t *c = calloc(1, sizeof *c);
   c->st = st;
@@ -332,11 +373,28 @@ static conn_t *conn_new(const char *what) {
   return c;
 }
 
+static void on_blocked(conn_t *c, int blocked, const uint8_t *reason, size_t len);
+
 /* After the last librabbitmq RPC on it: nothing may be left in librabbitmq's buffers (no delivery
- * can precede consume-ok, and nothing was published yet), so the socket is ours from here on. */
+ * can precede consume-ok, and nothing was published yet), so the socket is ours from here on. The one
+ * exception is connection.blocked / unblocked, which a broker may send at any time (ottermq does as
+ * soon as an alarm is on, to every connection that claims the capability; RabbitMQ once it
+ * publishes): librabbitmq keeps them aside during its RPCs, and they are recorded here. */
 static int conn_go_raw(conn_t *c) {
-  if (!opt.lib_reader && (amqp_data_in_buffer(c->st) || amqp_frames_enqueued(c->st)))
-    return fail("%s: librabbitmq still buffers data after set-up", c->what);
+  struct timeval zero = {0, 0};
+  amqp_frame_t fr;
+  while (!opt.lib_reader && (amqp_data_in_buffer(c->st) || amqp_frames_enqueued(c->st))) {
+    if (amqp_simple_wait_frame_noblock(c->st, &fr, &zero) != AMQP_STATUS_OK || fr.frame_type != AMQP_FRAME_METHOD)
+      return fail("%s: librabbitmq still buffers data after set-up", c->what);
+    if (fr.payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD) {
+      amqp_connection_blocked_t *b = fr.payload.method.decoded;
+      on_blocked(c, 1, b->reason.bytes, b->reason.len);
+    } else if (fr.payload.method.id == AMQP_CONNECTION_UNBLOCKED_METHOD) {
+      on_blocked(c, 0, (const uint8_t *)"", 0);
+    } else {
+      return fail("%s: librabbitmq still buffers a method 0x%08x after set-up", c->what, fr.payload.method.id);
+    }
+  }
   int flags = fcntl(c->fd, F_GETFL);
   fcntl(c->fd, F_SETFL, flags | O_NONBLOCK);
   return 0;
@@ -395,12 +453,41 @@ static void on_confirm(conn_t *c, uint64_t tag, int multiple, int ack) {
   while (c->low <= c->sent && c->seen[c->low]) c->low++;
 }
 
+static void ack_upto(conn_t *c, uint64_t tag, int multiple) {
+  uint8_t ack[32];
+  pend_add(c, ack, encode_ack(ack, tag, multiple));
+  c->acked_tag = tag;
+}
+
 static void on_deliver(conn_t *c, uint64_t tag) {
-  c->delivered++;
-  if (c->ack_every == 1 || (c->ack_every > 1 && c->delivered % c->ack_every == 0)) {
-    uint8_t ack[32];
-    pend_add(c, ack, encode_ack(ack, tag, c->ack_every > 1));
+  if (c->delivered++ == 0) c->first_delivery = now();
+  c->last_tag = tag;
+  if (c->ack_every == 1 || (c->ack_every > 1 && c->delivered % c->ack_every == 0))
+    ack_upto(c, tag, c->ack_every > 1);
+}
+
+/* connection.blocked / unblocked as they arrive: CLOCK_MONOTONIC (Python's time.monotonic() on
+ * Linux, so the harness can place them among its samples), connection, reason */
+#define MAX_EVENTS 256
+static struct {
+  double t;
+  int blocked;
+  char conn[32], reason[256];
+} events[MAX_EVENTS];
+static int n_events, n_events_lost;
+
+static void on_blocked(conn_t *c, int blocked, const uint8_t *reason, size_t len) {
+  fprintf(stderr, "ottermq-cgen: %s: connection.%s %.*s\n", c->what, blocked ? "blocked" : "unblocked",
+          (int)len, (const char *)reason);
+  if (n_events == MAX_EVENTS) {
+    n_events_lost++;
+    return;
   }
+  events[n_events].t = now();
+  events[n_events].blocked = blocked;
+  snprintf(events[n_events].conn, sizeof events[n_events].conn, "%s", c->what);
+  snprintf(events[n_events].reason, sizeof events[n_events].reason, "%.*s", (int)len, (const char *)reason);
+  n_events++;
 }
 
 /* one method frame's payload (class id, method id, arguments) */
@@ -427,8 +514,12 @@ static int on_method(conn_t *c, const uint8_t *p, uint32_t n) {
     case 0x000A0033: /* connection.close-ok */
       c->close_ok = 1;
       return 0;
-    case 0x000A003C: /* connection.blocked: the stall watchdog reports it if it lasts */
-      fprintf(stderr, "ottermq-cgen: %s: connection.blocked\n", c->what);
+    case 0x000A003C: /* connection.blocked (reason): the stall watchdog reports it if it lasts */
+      if (n < 5u + p[4]) return fail("%s: short connection.blocked", c->what);
+      on_blocked(c, 1, p + 5, p[4]);
+      return 0;
+    case 0x000A003D: /* connection.unblocked */
+      on_blocked(c, 0, (const uint8_t *)"", 0);
       return 0;
     default:
       return 0;
@@ -577,12 +668,40 @@ static long total_delivered(void) {
   return n;
 }
 
+/* -progress S: one JSON line on stdout every S seconds while a phase runs (the harness logs them and
+ * places them among its RSS samples); the result stays the last line */
+static double last_progress;
+static void maybe_progress(void) {
+  if (opt.progress <= 0) return;
+  double t = now();
+  if (t - last_progress < opt.progress) return;
+  last_progress = t;
+  long sent = 0, confirmed = 0, nacked = 0, delivered = 0;
+  int blocked = 0;
+  for (int i = 0; i < n_conns; i++) {
+    sent += conns[i]->sent, confirmed += conns[i]->confirmed, nacked += conns[i]->nacked;
+    delivered += conns[i]->delivered;
+  }
+  for (int i = 0; i < n_events; i++) blocked += events[i].blocked ? 1 : -1;
+  printf("{\"progress\": true, \"t\": %.3f, \"sent\": %ld, \"confirmed\": %ld, \"nacked\": %ld, "
+         "\"delivered\": %ld, \"blocked_conns\": %d}\n",
+         t, sent, confirmed, nacked, delivered, blocked);
+  fflush(stdout);
+}
+
+/* SIGTERM / SIGINT end the phase running (its result printed as a failure "stopped by signal"), so a
+ * harness stopping a run early still gets the exact counts */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
 /* the poll() loop over every data connection, until done() or a stall of opt.stall seconds */
 static int run_until(int (*done)(void), double stall, const char *stalled_what) {
   struct pollfd pfd[MAX_CONNS];
   long last = -1;
   double changed = now();
   for (;;) {
+    if (stop_signal) return fail("stopped by signal %d", (int)stop_signal);
+    maybe_progress();
     for (int i = 0; i < n_conns; i++)
       if (flush(conns[i])) return -1;
     if (done()) return 0;
@@ -729,6 +848,69 @@ static int dlx(result_t *r) {
   return 0;
 }
 
+/* backlog-publish: -publishers connections publish -count persistent messages (split evenly) with
+ * confirms (-window unconfirmed each) to the existing queue -queue through the default exchange; nothing
+ * is declared or deleted. Timed from the first publish to the last confirm. */
+static double t_first, t_last; /* first publish / consume-ok, last confirm / delivery */
+
+static int backlog_publish(result_t *r) {
+  if (opt.queue == NULL) return fail("backlog-publish needs -queue");
+  long share = opt.count / opt.publishers;
+  for (int i = 0; i < opt.publishers; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "publisher %d", i);
+    conn_t *pub = conn_new(what);
+    long n = share + (i == 0 ? opt.count % opt.publishers : 0);
+    if (pub == NULL || publisher_setup(pub, "", opt.queue, 1, 1, n)) return -1;
+  }
+  target = 0;
+  clock_start();
+  t_first = t0;
+  int rc = run_until(confirms_done, opt.stall, "confirms");
+  clock_stop(r);
+  t_last = now();
+  long nacked = 0;
+  for (int i = 0; i < n_conns; i++) r->delivered += conns[i]->confirmed, nacked += conns[i]->nacked;
+  if (rc == 0 && nacked) return fail("%ld nacks", nacked);
+  return rc;
+}
+
+/* backlog-drain: one consumer on the existing queue -queue, prefetch -prefetch, a multiple ack every
+ * -ack-every deliveries (0: no-ack), until -count deliveries; the last ones acked before the close.
+ * The queue is full already, so deliveries follow consume-ok at once: basic.consume is written on the
+ * raw socket (librabbitmq would buffer them), its consume-ok skipped by the raw reader. Timed from
+ * writing basic.consume to the last delivery. */
+static conn_t *drainer;
+static int acks_written(void) { return drainer->pend_off >= drainer->pend_len; }
+
+static int backlog_drain(result_t *r) {
+  if (opt.queue == NULL) return fail("backlog-drain needs -queue");
+  drainer = conn_new("consumer");
+  if (drainer == NULL) return -1;
+  int no_ack = opt.ack_every == 0;
+  if (!no_ack && opt.prefetch > 0) {
+    amqp_basic_qos(drainer->st, 1, 0, (uint16_t)opt.prefetch, 0);
+    if (lib_check(amqp_get_rpc_reply(drainer->st), "basic.qos")) return -1;
+  }
+  if (conn_go_raw(drainer)) return -1;
+  drainer->consumer = 1;
+  drainer->ack_every = opt.ack_every;
+  uint8_t consume[512];
+  target = opt.count;
+  clock_start();
+  pend_add(drainer, consume, encode_consume(consume, opt.queue, no_ack));
+  t_first = t0;
+  int rc = run_until(consumers_done, opt.stall, "deliveries");
+  clock_stop(r);
+  t_last = now();
+  r->delivered = drainer->delivered;
+  if (rc == 0 && !no_ack && drainer->acked_tag < drainer->last_tag) {
+    ack_upto(drainer, drainer->last_tag, 1);
+    rc = run_until(acks_written, opt.stall, "the last ack");
+  }
+  return rc;
+}
+
 /* connection.close on every data connection, close-ok awaited for up to 2 s, then the sockets go */
 static int closing_done(void) {
   for (int i = 0; i < n_conns; i++)
@@ -748,6 +930,7 @@ static void close_all(void) {
     pend_add(conns[i], frame, n);
   }
   err_text[0] = 0;
+  stop_signal = 0; /* a signal stopped the phase, not its goodbye */
   run_until(closing_done, 2.0, "connection.close-ok");
   memcpy(err_text, saved, sizeof saved); /* a close that times out is not the run's result */
   for (int i = 0; i < n_conns; i++) amqp_destroy_connection(conns[i]->st);
@@ -775,7 +958,8 @@ int main(int argc, char **argv) {
   double start = now();
   if (argc < 2) {
     fprintf(stderr, "usage: ottermq-cgen <scenario> [-url URL] [-count N] [-prefix P] [-stall S] [-size B]"
-                    " [-batch N] [-window N] [-reader raw|lib]\n");
+                    " [-batch N] [-window N] [-reader raw|lib] [-queue Q] [-publishers N] [-prefetch N]"
+                    " [-ack-every N] [-progress S]\n");
     return 2;
   }
   const char *name = argv[1];
@@ -789,18 +973,26 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "-batch")) opt.batch = atoi(v);
     else if (!strcmp(k, "-window")) opt.window = atoi(v);
     else if (!strcmp(k, "-reader")) opt.reader = v;
+    else if (!strcmp(k, "-queue")) opt.queue = v;
+    else if (!strcmp(k, "-publishers")) opt.publishers = atoi(v);
+    else if (!strcmp(k, "-prefetch")) opt.prefetch = atoi(v);
+    else if (!strcmp(k, "-ack-every")) opt.ack_every = atoi(v);
+    else if (!strcmp(k, "-progress")) opt.progress = parse_seconds(v);
     else {
       fprintf(stderr, "unknown option %s\n", k);
       return 2;
     }
   }
   opt.lib_reader = !strcmp(opt.reader, "lib");
-  if (opt.batch < 1 || opt.count < 1 || opt.size < 0 || opt.size > FRAME_MAX - 8 ||
+  if (opt.batch < 1 || opt.count < 1 || opt.size < 0 || opt.size > FRAME_MAX - 8 || opt.publishers < 1 ||
+      opt.publishers > MAX_CONNS || opt.prefetch < 0 || opt.prefetch > 65535 || opt.ack_every < 0 ||
       (!opt.lib_reader && strcmp(opt.reader, "raw"))) {
     fprintf(stderr, "bad option value\n");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGTERM, on_stop_signal);
+  signal(SIGINT, on_stop_signal);
 
   result_t r = {.count = opt.count};
   int rc = -1;
@@ -813,6 +1005,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(name, "confirms-consumed")) rc = confirms(name, 1, &r);
     else if (!strcmp(name, "fanout10")) rc = fanout(name, 10, &r);
     else if (!strcmp(name, "dlx")) rc = dlx(&r);
+    else if (!strcmp(name, "backlog-publish")) rc = backlog_publish(&r);
+    else if (!strcmp(name, "backlog-drain")) rc = backlog_drain(&r);
     else {
       fprintf(stderr, "unknown scenario %s\n", name);
       return 2;
@@ -834,6 +1028,21 @@ int main(int argc, char **argv) {
   printf(", \"proc_cpu_s\": %.4f, \"proc_s\": %.4f, \"writes\": %ld, \"reads\": %ld, \"batch\": %d, \"reader\": ",
          cpu_now(), now() - start, n_writes, n_reads, opt.batch);
   json_str(opt.reader);
+  if (!strncmp(name, "backlog-", 8)) {
+    printf(", \"t_first\": %.6f, \"t_last\": %.6f, \"publishers\": %d, \"window\": %d, \"prefetch\": %d, "
+           "\"ack_every\": %d, \"events_lost\": %d, \"events\": [",
+           t_first, t_last, opt.publishers, opt.window, opt.prefetch, opt.ack_every, n_events_lost);
+    for (int i = 0; i < n_events; i++) {
+      printf("%s{\"t\": %.3f, \"blocked\": %s, \"conn\": ", i ? ", " : "", events[i].t,
+             events[i].blocked ? "true" : "false");
+      json_str(events[i].conn);
+      printf(", \"reason\": ");
+      json_str(events[i].reason);
+      printf("}");
+    }
+    printf("]");
+    if (drainer != NULL) printf(", \"first_delivery\": %.6f", drainer->first_delivery);
+  }
   if (err_text[0]) {
     printf(", \"error\": ");
     json_str(err_text);
