@@ -535,9 +535,19 @@ class BatchingStore:
             index = self._marks.pop(message_id, None)
             if index is not None:
                 self._cancel(index)
+        ops = self._ops
+        last = ops[-1] if ops else None
+        if last is not None:  # a run of ids (a queue drained in order) is one range delete: a drain
+            statement, params = last  # outrunning the disk keeps one op per run, not one per message
+            if statement == s.DELETE_MESSAGE and params[0] + 1 == message_id:
+                ops[-1] = (s.DELETE_MESSAGES, (params[0], message_id))
+                return
+            if statement == s.DELETE_MESSAGES and params[1] + 1 == message_id:
+                ops[-1] = (s.DELETE_MESSAGES, (params[0], message_id))
+                return
         if self._task is None:
             self._kick()
-        self._ops.append((s.DELETE_MESSAGE, (message_id,)))
+        ops.append((s.DELETE_MESSAGE, (message_id,)))
 
     def mark_delivered(self, message_id: int, delivery_count: int) -> None:
         """Remember the message was delivered (recovered as redelivered); coalesced per batch."""

@@ -771,3 +771,28 @@ def test_move_jobs_round_trip_update_in_place_and_delete(new_store: Factory) -> 
 
     run(write)
     run(read)
+
+
+def test_a_run_of_deletes_is_one_range_and_deletes_exactly_those(new_store: Factory) -> None:
+    """A queue drained in order queues one op per run of ids, not one per message (a drain that
+    outruns the disk must not hold millions of pending deletes)."""
+
+    async def main() -> tuple[list[int], int]:
+        store = new_store()
+        await store.open()
+        q = store.put_queue(QueueRecord("/", "q"))
+        ids = [store.insert_message(message(q, seq)) for seq in range(1, 21)]
+        await store.flush()
+        for i in (*range(0, 10), *range(11, 15), 16, 17):  # runs 1-10, 12-15, 17-18; 11, 16, 19, 20 stay
+            store.delete_message(ids[i])
+        pending = store.pending
+        await store.close()
+        store = new_store()
+        await store.open()
+        left = [m.seq for m in await messages(store, q)]
+        await store.close()
+        return left, pending
+
+    left, pending = run(main)
+    assert left == [11, 16, 19, 20]
+    assert pending == 3
