@@ -96,9 +96,22 @@ def encode_parts(entry: Entry) -> tuple[tuple[bytes, ...], int]:
 
 def decode(buf: bytes, at: int) -> tuple[Entry, int]:
     """The entry whose record starts at ``buf[at]`` (complete), and the record's length."""
-    (total, seq, store_id, deadline, enqueued_at, expiration, delivery_count, flags, priority, xl, rl, pl, bl, el) = (
-        _HEADER.unpack_from(buf, at)
-    )
+    (
+        total,
+        seq,
+        store_id,
+        deadline,
+        enqueued_at,
+        expiration,
+        delivery_count,
+        flags,
+        priority,
+        xl,
+        rl,
+        pl,
+        bl,
+        el,
+    ) = _HEADER.unpack_from(buf, at)
     p = at + _HEADER_SIZE
     exchange = _text(buf[p : p + xl])
     p += xl
@@ -475,7 +488,36 @@ class SpillPager:
         self._dropped.add(seq)
         entry.state = GONE
         self._count_out([entry])
+        self._skip_dropped_head()
         return True
+
+    def _skip_dropped_head(self) -> None:
+        """Step over dropped records at the head, forgetting their seqs: a move that takes a paged
+        backlog from its head keeps no seq per message it moved."""
+        dropped = self._dropped
+        segments = self._segments
+        while dropped and segments:
+            segment = segments[0]
+            if segment.left == 0:
+                return
+            if segment is segments[-1] and self._parts:
+                self._flush()
+            try:
+                head = os.pread(segment.open(), _HEADER_SIZE, segment.read_at)
+            except OSError:
+                return  # a pull reports it
+            if len(head) < _HEADER_SIZE:
+                return
+            total, seq = _HEADER.unpack_from(head, 0)[:2]
+            if seq not in dropped:
+                return
+            dropped.discard(seq)
+            segment.read_at += total
+            segment.left -= 1
+            if seq > self._max_pulled:
+                self._max_pulled = seq
+            if segment.left == 0 and segment is not segments[-1]:
+                segments.popleft().remove()
 
     def entries(self) -> Iterator[Entry]:
         self._flush()

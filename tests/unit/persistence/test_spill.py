@@ -141,3 +141,17 @@ def test_an_empty_pull_is_empty(tmp_path, n):
         pager.push(entry(i))
         pager.pull(1, 1)
     assert pager.pull(10, 100) == []
+
+
+def test_drops_at_the_head_are_stepped_over_and_forgotten(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "SEGMENT_BYTES", 2048)
+    pager = SpillDir(tmp_path).pager()
+    es = [entry(i, b"x" * 100) for i in range(100)]
+    for e in es:
+        pager.push(e)
+    for e in es[:60]:  # a move taking the backlog from its head
+        assert pager.drop(e)
+    assert not pager._dropped and len(pager) == 40
+    assert pager.drop(es[80]) and pager._dropped == {80}  # not at the head: remembered
+    assert [e.seq for e in pager.pull(100, 1 << 20)] == [*range(60, 80), *range(81, 100)]
+    assert not pager._dropped
