@@ -6,7 +6,8 @@ Rules:
 - A requeued entry goes back to its original position (by ``seq``), with ``redelivered`` set.
 - ``dispatch`` hands ready entries to consumers round-robin, skipping consumers whose channel
   cannot take more (prefetch, flow, a paused connection); the broker calls it again when a
-  consumer regains capacity.
+  consumer regains capacity. With ``x-single-active-consumer`` only the active consumer takes
+  them (``consumers.py`` chooses; the queue hands a new active consumer what is ready).
 - TTL (RabbitMQ's model): a message's deadline is fixed at enqueue as ``now + min(x-message-ttl,
   expiration)`` and survives requeue. Only the head is watched: a message behind a longer-lived
   head waits for the head (and is counted meanwhile). Expired heads are dead-lettered by a timer
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
+from .consumers import Consumer, QueueConsumers, consumer_priority
 from .dedup import DedupCache
 from .message import HELD, OUT, READY, Entry, Message, with_delivery_count
 from .ready import PriorityReady, QuorumReady, Ready
@@ -64,20 +66,6 @@ DELIVERY_LIMIT: Final = "delivery_limit"
 # a no-ack consumer that keeps up would otherwise take a whole backlog in one turn (0.8 s for a few
 # hundred thousand), and every other connection of the process (handshakes, heartbeats) waits
 DISPATCH_BUDGET: Final = 2000
-
-
-class Consumer(Protocol):
-    """What a queue needs from a consumer (implemented by the broker's channel)."""
-
-    tag: str
-    exclusive: bool
-    no_ack: bool  # deliveries are settled on sending (basic.consume no-ack)
-
-    def can_deliver(self) -> bool: ...
-
-    def deliver(self, queue: Queue, entry: Entry) -> None: ...
-
-    def on_queue_deleted(self, queue: Queue) -> None: ...
 
 
 class DeadLetterSink(Protocol):
@@ -173,7 +161,6 @@ class Queue:
         "args",
         "consumers",
         "_ready",
-        "_rr",
         "_seq",
         "had_consumer",
         "deleted",
@@ -228,8 +215,9 @@ class Queue:
         self.auto_delete = auto_delete
         self.owner = owner
         self.args = args
-        self.consumers: list[Consumer] = []
         self.quorum = args.queue_type == "quorum"
+        # consumer selection, single active consumer, exclusivity (``consumers.py``)
+        self.consumers = QueueConsumers(args.single_active_consumer, self.quorum)
         self._blocked = False  # a quorum queue's reject-publish soft limit is in force
         self._ready: Ready = (
             PriorityReady(args.max_priority)
@@ -238,7 +226,6 @@ class Queue:
             if self.quorum
             else Ready()
         )
-        self._rr = 0
         self._seq = 0
         self.had_consumer = False
         self.deleted = False
@@ -740,41 +727,38 @@ class Queue:
         if self.on_expired is not None:
             self.on_expired(self)
 
-    # -- consumers ------------------------------------------------------------------------
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+    # -- consumers (selection and single active consumer: ``consumers.py``) --------------------
+    def add_consumer(self, consumer: Consumer, arguments: object = None) -> None:
+        """Attach a consumer (``arguments``: its ``basic.consume`` arguments, for ``x-priority``)."""
+        self.consumers.add(consumer, consumer_priority(arguments))
         self.had_consumer = True
         self.touch()
         self.dispatch()
 
-    def remove_consumer(self, consumer: Consumer) -> bool:
-        """Detach a consumer. Returns True when an auto-delete queue should now be deleted."""
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
+    def remove_consumer(self, consumer: Consumer, dispatch: bool = True) -> bool:
+        """Detach a consumer; with single active consumer the next one is active at once. On a quorum
+        queue it takes what is ready at once, unless ``dispatch`` is false (a closing channel: its
+        deliveries are requeued first and go to it ahead of the ready messages); on a classic queue
+        it takes them at the queue's next delivery run (``consumers.py``).
+
+        Returns:
+            True when an auto-delete queue should now be deleted.
+        """
+        consumers = self.consumers
+        active = consumers.active
+        if not consumers.remove(consumer):
             return False
-        if not self.consumers:
+        if not consumers.items:
             self.touch()
-        return self.auto_delete and not self.consumers and self.had_consumer
+        elif dispatch and self.quorum and consumers.active is not active:
+            self.dispatch()
+        return self.auto_delete and not consumers.items and self.had_consumer
 
     def has_exclusive_consumer(self) -> bool:
-        """An exclusive consumer is always alone (no other may join it, it joins only an idle
-        queue): one look, however many consumers there are."""
-        consumers = self.consumers
-        return len(consumers) == 1 and consumers[0].exclusive
+        return self.consumers.has_exclusive()
 
     def _next_consumer(self) -> Consumer | None:
-        consumers = self.consumers
-        n = len(consumers)
-        if n == 1:
-            consumer = consumers[0]
-            return consumer if consumer.can_deliver() else None
-        for _ in range(n):
-            self._rr = (self._rr + 1) % n
-            consumer = consumers[self._rr]
-            if consumer.can_deliver():
-                return consumer
-        return None
+        return self.consumers.next()
 
     def dispatch(self) -> None:
         """Deliver ready entries round-robin to consumers able to take them."""
@@ -829,5 +813,4 @@ class Queue:
         if self._heap is not None:
             self._heap.clear()
         self.ttl.cancel(self)
-        consumers, self.consumers = self.consumers, []
-        return consumers
+        return self.consumers.clear()

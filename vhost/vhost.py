@@ -30,13 +30,14 @@ from .arguments import (
     check_quorum_properties,
     parse_queue_args,
 )
+from .consumers import Consumer
 from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_settings
 from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
 from .patterns import name_budget
 from .policy import Policy, choose, effective_args, kinds_of, merge
-from .queue import Consumer, DeadLetterSink, DropSink, Queue
+from .queue import DeadLetterSink, DropSink, Queue
 
 
 class PublishResult:
@@ -695,7 +696,8 @@ class VHost:
         return [queues[n] for n in queue_names if n in queues]
 
     # -- consumers ------------------------------------------------------------------------
-    def consumer_removed(self, queue: Queue, consumer: Consumer) -> None:
-        """Detach a consumer; deletes an auto-delete queue that lost its last consumer."""
-        if queue.remove_consumer(consumer) and not queue.deleted:
+    def consumer_removed(self, queue: Queue, consumer: Consumer, dispatch: bool = True) -> None:
+        """Detach a consumer; deletes an auto-delete queue that lost its last consumer (``dispatch``:
+        see ``Queue.remove_consumer``)."""
+        if queue.remove_consumer(consumer, dispatch) and not queue.deleted:
             self.delete_queue(queue)
