@@ -40,29 +40,22 @@ Rules (RabbitMQ 3.10.8: ``rabbit_queue_consumers`` and ``rabbit_amqqueue_process
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final, Protocol
-
-if TYPE_CHECKING:
-    from .message import Entry
-    from .queue import Queue
+from typing import Final, Generic, Protocol, TypeVar
 
 UP: Final = "up"
 SINGLE_ACTIVE: Final = "single_active"
 WAITING: Final = "waiting"
 
 
-class Consumer(Protocol):
-    """What a queue needs from a consumer (implemented by the broker's channel)."""
+class Candidate(Protocol):
+    """What choosing needs from a consumer (``vhost.queue.Consumer`` has more)."""
 
-    tag: str
     exclusive: bool
-    no_ack: bool  # deliveries are settled on sending (basic.consume no-ack)
 
     def can_deliver(self) -> bool: ...
 
-    def deliver(self, queue: Queue, entry: Entry) -> None: ...
 
-    def on_queue_deleted(self, queue: Queue) -> None: ...
+Consumer = TypeVar("Consumer", bound=Candidate)
 
 
 def consumer_priority(arguments: object) -> int:
@@ -74,7 +67,7 @@ def consumer_priority(arguments: object) -> int:
     return 0
 
 
-class QueueConsumers:
+class QueueConsumers(Generic[Consumer]):
     """The consumers of one queue (see the module rules).
 
     Args:

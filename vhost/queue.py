@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
-from .consumers import Consumer, QueueConsumers, consumer_priority
+from .consumers import QueueConsumers, consumer_priority
 from .dedup import DedupCache
 from .message import HELD, OUT, READY, Entry, Message, with_delivery_count
 from .ready import PriorityReady, QuorumReady, Ready
@@ -66,6 +66,20 @@ DELIVERY_LIMIT: Final = "delivery_limit"
 # a no-ack consumer that keeps up would otherwise take a whole backlog in one turn (0.8 s for a few
 # hundred thousand), and every other connection of the process (handshakes, heartbeats) waits
 DISPATCH_BUDGET: Final = 2000
+
+
+class Consumer(Protocol):
+    """What a queue needs from a consumer (implemented by the broker's channel)."""
+
+    tag: str
+    exclusive: bool
+    no_ack: bool  # deliveries are settled on sending (basic.consume no-ack)
+
+    def can_deliver(self) -> bool: ...
+
+    def deliver(self, queue: Queue, entry: Entry) -> None: ...
+
+    def on_queue_deleted(self, queue: Queue) -> None: ...
 
 
 class DeadLetterSink(Protocol):
@@ -217,7 +231,7 @@ class Queue:
         self.args = args
         self.quorum = args.queue_type == "quorum"
         # consumer selection, single active consumer, exclusivity (``consumers.py``)
-        self.consumers = QueueConsumers(args.single_active_consumer, self.quorum)
+        self.consumers: QueueConsumers[Consumer] = QueueConsumers(args.single_active_consumer, self.quorum)
         self._blocked = False  # a quorum queue's reject-publish soft limit is in force
         self._ready: Ready = (
             PriorityReady(args.max_priority)

@@ -30,14 +30,13 @@ from .arguments import (
     check_quorum_properties,
     parse_queue_args,
 )
-from .consumers import Consumer
 from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_settings
 from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
 from .patterns import name_budget
 from .policy import Policy, choose, effective_args, kinds_of, merge
-from .queue import DeadLetterSink, DropSink, Queue
+from .queue import Consumer, DeadLetterSink, DropSink, Queue
 
 
 class PublishResult:
