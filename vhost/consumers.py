@@ -78,7 +78,7 @@ class QueueConsumers(Generic[Consumer]):
     __slots__ = ("items", "active", "single_active", "quorum", "_rr", "_priority")
 
     def __init__(self, single_active: bool = False, quorum: bool = False) -> None:
-        self.items: list[Consumer] = []
+        self.items: list[Consumer] = []  # never replaced: the queue reads it as ``Queue.consumers``
         self.active: Consumer | None = None  # the single active consumer (None without one)
         self.single_active = single_active
         self.quorum = quorum
@@ -157,7 +157,8 @@ class QueueConsumers(Generic[Consumer]):
 
     def clear(self) -> list[Consumer]:
         """Unregister every consumer (the queue is deleted); returns them."""
-        items, self.items = self.items, []
+        items = list(self.items)
+        self.items.clear()
         self.active = None
         self._priority.clear()
         self._rr = 0

@@ -174,6 +174,7 @@ class Queue:
         "owner",
         "args",
         "consumers",
+        "selection",
         "_ready",
         "_seq",
         "had_consumer",
@@ -230,8 +231,10 @@ class Queue:
         self.owner = owner
         self.args = args
         self.quorum = args.queue_type == "quorum"
-        # consumer selection, single active consumer, exclusivity (``consumers.py``)
-        self.consumers: QueueConsumers[Consumer] = QueueConsumers(args.single_active_consumer, self.quorum)
+        # consumer selection, single active consumer, exclusivity (``consumers.py``); ``consumers`` is
+        # its list of every consumer (the same list object for the queue's life: read it, never change it)
+        self.selection: QueueConsumers[Consumer] = QueueConsumers(args.single_active_consumer, self.quorum)
+        self.consumers = self.selection.items
         self._blocked = False  # a quorum queue's reject-publish soft limit is in force
         self._ready: Ready = (
             PriorityReady(args.max_priority)
@@ -744,7 +747,7 @@ class Queue:
     # -- consumers (selection and single active consumer: ``consumers.py``) --------------------
     def add_consumer(self, consumer: Consumer, arguments: object = None) -> None:
         """Attach a consumer (``arguments``: its ``basic.consume`` arguments, for ``x-priority``)."""
-        self.consumers.add(consumer, consumer_priority(arguments))
+        self.selection.add(consumer, consumer_priority(arguments))
         self.had_consumer = True
         self.touch()
         self.dispatch()
@@ -758,21 +761,21 @@ class Queue:
         Returns:
             True when an auto-delete queue should now be deleted.
         """
-        consumers = self.consumers
-        active = consumers.active
-        if not consumers.remove(consumer):
+        selection = self.selection
+        active = selection.active
+        if not selection.remove(consumer):
             return False
-        if not consumers.items:
+        if not self.consumers:
             self.touch()
-        elif dispatch and self.quorum and consumers.active is not active:
+        elif dispatch and self.quorum and selection.active is not active:
             self.dispatch()
-        return self.auto_delete and not consumers.items and self.had_consumer
+        return self.auto_delete and not self.consumers and self.had_consumer
 
     def has_exclusive_consumer(self) -> bool:
-        return self.consumers.has_exclusive()
+        return self.selection.has_exclusive()
 
     def _next_consumer(self) -> Consumer | None:
-        return self.consumers.next()
+        return self.selection.next()
 
     def dispatch(self) -> None:
         """Deliver ready entries round-robin to consumers able to take them."""
@@ -783,13 +786,14 @@ class Queue:
         now = -1
         taken = False
         budget = DISPATCH_BUDGET if self.call_soon is not None else -1
+        next_consumer = self.selection.next
         while ready:
             if budget == 0:  # the rest in the next turn of the event loop
                 if not self._dispatch_later and self.call_soon is not None:
                     self._dispatch_later = True
                     self.call_soon(self._dispatch_again)
                 break
-            consumer = self._next_consumer()
+            consumer = next_consumer()
             if consumer is None:
                 break
             entry = self._take()
@@ -827,4 +831,4 @@ class Queue:
         if self._heap is not None:
             self._heap.clear()
         self.ttl.cancel(self)
-        return self.consumers.clear()
+        return self.selection.clear()

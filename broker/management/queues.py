@@ -97,7 +97,7 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
         "consumers": len(consumers),
     }
     exclusive_tag = next((getattr(c, "tag", None) for c in consumers if getattr(c, "exclusive", False)), None)
-    active = consumers.active  # the single active consumer (classic: ..._tag, quorum: ..._ctag)
+    active = queue.selection.active  # the single active consumer (classic: ..._tag, quorum: ..._ctag)
     active_tag = active.tag if active is not None else None
     if queue.quorum:  # one node: the leader, the only member, online
         body.update(

@@ -64,7 +64,7 @@ class ChannelConsumer:
     def info(self, ref: ChannelRef | None = None) -> ConsumerInfo:
         """A snapshot (``ottermq.broker.node.info``); ``ref`` is the channel's, computed if not given."""
         owner = self.owner
-        status = self.queue.consumers.status(self)
+        status = self.queue.selection.status(self)
         return ConsumerInfo(
             tag=self.tag,
             queue=self.queue.name,
@@ -448,7 +448,7 @@ class Consumers:
             raise AMQPNotImplemented(
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' does not support global qos"
             )
-        if not queue.consumers.admits(m.exclusive):
+        if not queue.selection.admits(m.exclusive):
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
         consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, self.prefetch)
         consumer.arguments = m.arguments or {}  # shown by the management API's consumer_details

@@ -128,7 +128,7 @@ class Topology:
         self.last_queue = name
         if not m.nowait:
             self.conn.send(
-                _declare_ok(self.number, name, queue.message_count, queue.consumers.declared_count)
+                _declare_ok(self.number, name, queue.message_count, queue.selection.declared_count)
             )
 
     def queue(self, name: str, access: QueueAccess) -> Queue:

@@ -181,7 +181,7 @@ def test_classic_queue_hands_what_is_ready_over_at_its_next_run() -> None:
     queue.add_consumer(b)
     _publish(queue, b"1", b"2", b"3")
     queue.remove_consumer(a)
-    assert (b.got, queue.consumers.active) == ([], b)
+    assert (b.got, queue.selection.active) == ([], b)
     _publish(queue, b"4")
     assert b.got == [b"3", b"4"]
 
@@ -194,7 +194,7 @@ def test_queue_hand_over_can_wait_for_the_requeue(queue_type: str) -> None:
     queue.add_consumer(b)
     _publish(queue, b"1", b"2")
     queue.remove_consumer(a, dispatch=False)
-    assert b.got == [] and queue.consumers.active is b
+    assert b.got == [] and queue.selection.active is b
     queue.dispatch()
     assert b.got == [b"2"]
 
@@ -206,7 +206,7 @@ def test_queue_priority_from_consume_arguments_chooses_the_successor() -> None:
     queue.add_consumer(b)
     queue.add_consumer(c, {"x-priority": 3})
     queue.remove_consumer(a)
-    assert queue.consumers.active is c
+    assert queue.selection.active is c
 
 
 def test_auto_delete_single_active_queue_goes_with_its_last_consumer() -> None:
