@@ -2,8 +2,10 @@
 
 Rules (RabbitMQ 3.10.8: ``rabbit_queue_consumers`` and ``rabbit_amqqueue_process`` for classic queues,
 ``rabbit_fifo`` for quorum queues):
-- ``items`` holds every consumer in registration order, waiting ones included (what the consumer
-  counts of declare-ok, the management API and Prometheus report).
+- ``QueueConsumers`` (round-robin) and ``SingleActiveConsumers`` (``x-single-active-consumer``) share one
+  interface; ``make_consumers`` picks the one a queue needs, so the choice per message has no branch
+  for the other. ``items`` holds every consumer in registration order, waiting ones included (what
+  the management API and Prometheus count).
 - Without single active consumer, deliveries go round-robin to the consumers that can take one
   (``Consumer.can_deliver``: prefetch, flow, a closing channel).
 - With ``x-single-active-consumer`` the first consumer registered while there is no active one is
@@ -40,7 +42,7 @@ Rules (RabbitMQ 3.10.8: ``rabbit_queue_consumers`` and ``rabbit_amqqueue_process
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 UP: Final = "up"
 SINGLE_ACTIVE: Final = "single_active"
@@ -68,23 +70,21 @@ def consumer_priority(arguments: object) -> int:
 
 
 class QueueConsumers(Generic[Consumer]):
-    """The consumers of one queue (see the module rules).
+    """The consumers of one queue, served round-robin (see the module rules); ``SingleActiveConsumers``
+    for ``x-single-active-consumer``. ``make_consumers`` picks the one a queue needs.
 
     Args:
-        single_active: the queue has ``x-single-active-consumer: true``.
-        quorum: the queue is a quorum queue (its own hand-over order and exclusivity).
+        quorum: the queue is a quorum queue (its exclusivity and, with single active consumer, its
+            hand-over order).
     """
 
-    __slots__ = ("items", "active", "single_active", "quorum", "_rr", "_priority")
+    __slots__ = ("items", "active", "quorum", "_rr")
 
-    def __init__(self, single_active: bool = False, quorum: bool = False) -> None:
+    def __init__(self, quorum: bool = False) -> None:
         self.items: list[Consumer] = []  # never replaced: the queue reads it as ``Queue.consumers``
         self.active: Consumer | None = None  # the single active consumer (None without one)
-        self.single_active = single_active
         self.quorum = quorum
         self._rr = 0
-        # x-priority of consumers that have one (only a classic single-active queue reads it)
-        self._priority: dict[Consumer, int] = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -99,11 +99,13 @@ class QueueConsumers(Generic[Consumer]):
         return consumer in self.items
 
     @property
+    def single_active(self) -> bool:
+        """``x-single-active-consumer`` is on."""
+        return False
+
+    @property
     def declared_count(self) -> int:
-        """The consumer count of ``queue.declare-ok``: every consumer, except on a quorum queue with
-        single active consumer, whose count (``rabbit_fifo:query_stat``) leaves the waiting ones out."""
-        if self.quorum and self.single_active:
-            return 1 if self.active is not None else 0
+        """The consumer count of ``queue.declare-ok``: every consumer."""
         return len(self.items)
 
     # -- joining and leaving ---------------------------------------------------------------
@@ -111,8 +113,6 @@ class QueueConsumers(Generic[Consumer]):
         """Whether a ``basic.consume`` (``exclusive`` or not) may join (else ACCESS_REFUSED, in use)."""
         if self.quorum:
             return True
-        if self.single_active:
-            return not exclusive
         return not (self.items and (exclusive or self.has_exclusive()))
 
     def has_exclusive(self) -> bool:
@@ -122,11 +122,77 @@ class QueueConsumers(Generic[Consumer]):
         return len(items) == 1 and items[0].exclusive and not self.quorum
 
     def add(self, consumer: Consumer, priority: int = 0) -> None:
-        """Register a consumer (``priority``: its ``x-priority``); it is active if none is."""
+        """Register a consumer (``priority``: its ``x-priority``)."""
         self.items.append(consumer)
-        if priority:
+
+    def remove(self, consumer: Consumer) -> bool:
+        """Unregister a consumer. Returns whether it was here."""
+        try:
+            self.items.remove(consumer)
+        except ValueError:
+            return False
+        return True
+
+    def clear(self) -> list[Consumer]:
+        """Unregister every consumer (the queue is deleted); returns them."""
+        items = list(self.items)
+        self.items.clear()
+        self.active = None
+        self._rr = 0
+        return items
+
+    # -- choosing --------------------------------------------------------------------------
+    def next(self) -> Consumer | None:
+        """The consumer to take the next message: the next one round-robin that can take it; None
+        when none can."""
+        items = self.items
+        n = len(items)
+        if n == 1:
+            consumer = items[0]
+            return consumer if consumer.can_deliver() else None
+        for _ in range(n):
+            self._rr = (self._rr + 1) % n
+            consumer = items[self._rr]
+            if consumer.can_deliver():
+                return consumer
+        return None
+
+    def status(self, consumer: Consumer) -> str:
+        """``activity_status`` of a consumer: ``up`` (``single_active`` or ``waiting`` with single
+        active consumer)."""
+        return UP
+
+
+class SingleActiveConsumers(QueueConsumers[Consumer]):
+    """The consumers of a queue with ``x-single-active-consumer: true``: ``active`` takes every message."""
+
+    __slots__ = ("_priority",)
+
+    def __init__(self, quorum: bool = False) -> None:
+        super().__init__(quorum)
+        # x-priority of the consumers that have one (a classic queue's hand-over reads it)
+        self._priority: dict[Consumer, int] = {}
+
+    @property
+    def single_active(self) -> bool:
+        return True
+
+    @property
+    def declared_count(self) -> int:
+        """A quorum queue counts the active consumer only (``rabbit_fifo:query_stat``)."""
+        if self.quorum:
+            return 1 if self.active is not None else 0
+        return len(self.items)
+
+    def admits(self, exclusive: bool) -> bool:
+        return self.quorum or not exclusive
+
+    def add(self, consumer: Consumer, priority: int = 0) -> None:
+        """Register a consumer; it is active if none is."""
+        self.items.append(consumer)
+        if priority and not self.quorum:
             self._priority[consumer] = priority
-        if self.single_active and self.active is None:
+        if self.active is None:
             self.active = consumer
 
     def remove(self, consumer: Consumer) -> bool:
@@ -144,10 +210,10 @@ class QueueConsumers(Generic[Consumer]):
         items = self.items
         if not items:
             return None
-        if self.quorum or not self._priority:
-            return items[0]
         priority = self._priority
         best = items[0]
+        if not priority:  # a quorum queue, or no priorities: the earliest registered
+            return best
         top = priority.get(best, 0)
         for consumer in items:
             p = priority.get(consumer, 0)
@@ -156,35 +222,18 @@ class QueueConsumers(Generic[Consumer]):
         return best
 
     def clear(self) -> list[Consumer]:
-        """Unregister every consumer (the queue is deleted); returns them."""
-        items = list(self.items)
-        self.items.clear()
-        self.active = None
         self._priority.clear()
-        self._rr = 0
-        return items
+        return super().clear()
 
-    # -- choosing --------------------------------------------------------------------------
     def next(self) -> Consumer | None:
-        """The consumer to take the next message: the active one, or the next one round-robin that
-        can take it; None when none can."""
+        """The active consumer if it can take a message, else None (the waiting ones never do)."""
         active = self.active
-        if active is not None:
-            return active if active.can_deliver() else None
-        items = self.items
-        n = len(items)
-        if n == 1:
-            consumer = items[0]
-            return consumer if consumer.can_deliver() else None
-        for _ in range(n):
-            self._rr = (self._rr + 1) % n
-            consumer = items[self._rr]
-            if consumer.can_deliver():
-                return consumer
-        return None
+        return active if active is not None and active.can_deliver() else None
 
     def status(self, consumer: Consumer) -> str:
-        """``activity_status`` of a consumer: ``up``, ``single_active`` or ``waiting``."""
-        if not self.single_active:
-            return UP
         return SINGLE_ACTIVE if consumer is self.active else WAITING
+
+
+def make_consumers(single_active: bool, quorum: bool) -> QueueConsumers[Any]:
+    """The consumers part a queue needs: round-robin, or single active consumer."""
+    return SingleActiveConsumers(quorum) if single_active else QueueConsumers(quorum)

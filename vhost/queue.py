@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
-from .consumers import QueueConsumers, consumer_priority
+from .consumers import QueueConsumers, consumer_priority, make_consumers
 from .dedup import DedupCache
 from .message import HELD, OUT, READY, Entry, Message, with_delivery_count
 from .ready import PriorityReady, QuorumReady, Ready
@@ -233,7 +233,7 @@ class Queue:
         self.quorum = args.queue_type == "quorum"
         # consumer selection, single active consumer, exclusivity (``consumers.py``); ``consumers`` is
         # its list of every consumer (the same list object for the queue's life: read it, never change it)
-        self.selection: QueueConsumers[Consumer] = QueueConsumers(args.single_active_consumer, self.quorum)
+        self.selection: QueueConsumers[Consumer] = make_consumers(args.single_active_consumer, self.quorum)
         self.consumers = self.selection.items
         self._blocked = False  # a quorum queue's reject-publish soft limit is in force
         self._ready: Ready = (
@@ -321,7 +321,7 @@ class Queue:
             entry.deadline = self.ttl.expires_at(now, self.args.message_ttl, message.expiration)
         ready = self._ready
         if self.consumers and not ready:
-            consumer = self._next_consumer()
+            consumer = self.selection.next()
             if consumer is not None:  # straight to a consumer: a TTL of 0 is fine here
                 # A no-ack consumer takes it for good: nothing is left to store (its publisher's
                 # confirm goes out at once, as RabbitMQ's does for a message consumed before it is
@@ -773,9 +773,6 @@ class Queue:
 
     def has_exclusive_consumer(self) -> bool:
         return self.selection.has_exclusive()
-
-    def _next_consumer(self) -> Consumer | None:
-        return self.selection.next()
 
     def dispatch(self) -> None:
         """Deliver ready entries round-robin to consumers able to take them."""

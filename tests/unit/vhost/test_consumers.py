@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from ottermq.vhost.arguments import parse_queue_args
-from ottermq.vhost.consumers import QueueConsumers, consumer_priority
+from ottermq.vhost.consumers import QueueConsumers, SingleActiveConsumers, consumer_priority, make_consumers
 from ottermq.vhost.message import Entry, Message
 from ottermq.vhost.queue import Queue
 
@@ -37,7 +37,7 @@ class FakeConsumer:
 def consumers(
     *tags: str, single_active: bool = True, quorum: bool = False, **priorities: int
 ) -> tuple[QueueConsumers, list[FakeConsumer]]:
-    part = QueueConsumers(single_active, quorum)
+    part = make_consumers(single_active, quorum)
     made = [FakeConsumer(tag) for tag in tags]
     for c in made:
         part.add(c, priorities.get(c.tag, 0))
@@ -51,7 +51,7 @@ def test_round_robin_without_single_active_consumer() -> None:
 
 
 def test_round_robin_skips_consumers_that_cannot_take_more() -> None:
-    part = QueueConsumers()
+    part: QueueConsumers[FakeConsumer] = QueueConsumers()
     full, free = FakeConsumer("full", capacity=0), FakeConsumer("free")
     part.add(full)
     part.add(free)
@@ -67,7 +67,7 @@ def test_the_first_registered_is_active_whatever_the_priorities() -> None:
 
 
 def test_a_blocked_active_consumer_blocks_the_queue() -> None:
-    part = QueueConsumers(single_active=True)
+    part: QueueConsumers[FakeConsumer] = SingleActiveConsumers()
     active, waiting = FakeConsumer("a", capacity=0), FakeConsumer("b")
     part.add(active)
     part.add(waiting)
@@ -126,7 +126,7 @@ def test_the_first_consumer_after_an_idle_spell_is_active() -> None:
 def test_who_may_join(
     single_active: bool, quorum: bool, existing: list[str], exclusive: bool, admitted: bool
 ) -> None:
-    part = QueueConsumers(single_active, quorum)
+    part = make_consumers(single_active, quorum)
     for tag in existing:
         part.add(FakeConsumer(tag, exclusive=tag == "exclusive"))
     assert part.admits(exclusive) is admitted
