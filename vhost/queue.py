@@ -772,6 +772,7 @@ class Queue:
         return self.auto_delete and not self.consumers and self.had_consumer
 
     def has_exclusive_consumer(self) -> bool:
+        """An exclusive consumer holds the queue (classic queues; ``QueueConsumers.has_exclusive``)."""
         return self.selection.has_exclusive()
 
     def dispatch(self) -> None:
