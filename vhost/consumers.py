@@ -24,9 +24,9 @@ Rules (RabbitMQ 3.10.8: ``rabbit_queue_consumers`` and ``rabbit_amqqueue_process
   publish, an ack, a requeue, a new consumer), as ``rabbit_amqqueue_process`` hands over on
   ``basic.cancel`` without running the queue. (RabbitMQ 3.10.8 waits for a requeue or a new
   consumer; a publish in that state crashes its queue process, ``badmatch`` in ``attempt_delivery``,
-  and transient messages are lost: measured, not copied.) When a channel closes,
-  both requeue its unacked deliveries first, so the new active consumer gets them ahead of the
-  ready ones, redelivered.
+  and transient messages are lost: measured, not copied.) When a channel closes or its connection
+  is lost without a cancel first, both requeue its unacked deliveries before the hand-over runs,
+  so the new active consumer gets them ahead of the ready ones, redelivered.
 - Exclusive consumers: on a classic queue an exclusive consumer joins only a queue without
   consumers and no one joins it; a classic single-active-consumer queue refuses every exclusive
   ``basic.consume``, even with no consumers (``exclusive_consume_unavailable``). Quorum queues
