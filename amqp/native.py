@@ -43,6 +43,7 @@ MODULES = (
     "ottermq.amqp.props",
     "ottermq.vhost.ready",
     "ottermq.vhost.message",
+    "ottermq.vhost.consumers",
     "ottermq.vhost.queue",
     "ottermq.vhost.exchange",
     "ottermq.vhost.chash",

@@ -47,8 +47,21 @@ from .polling import poll_until
 
 Q = {"x-queue-type": "quorum"}
 STATS_TIMEOUT = 20  # RabbitMQ's quorum queue stats are emitted every 5 s
-QUORUM_ONLY = {"leader", "members", "online", "open_files", "messages_dlx", "message_bytes_dlx"}
-CLASSIC_ONLY = {"exclusive_consumer_tag", "head_message_timestamp", "backing_queue_status"}
+QUORUM_ONLY = {
+    "leader",
+    "members",
+    "online",
+    "open_files",
+    "messages_dlx",
+    "message_bytes_dlx",
+    "single_active_consumer_ctag",
+}
+CLASSIC_ONLY = {
+    "exclusive_consumer_tag",
+    "head_message_timestamp",
+    "backing_queue_status",
+    "single_active_consumer_tag",
+}
 
 
 def _invalid(name: str, key: str, term: str) -> str:

@@ -6,7 +6,8 @@ Rules:
 - A requeued entry goes back to its original position (by ``seq``), with ``redelivered`` set.
 - ``dispatch`` hands ready entries to consumers round-robin, skipping consumers whose channel
   cannot take more (prefetch, flow, a paused connection); the broker calls it again when a
-  consumer regains capacity.
+  consumer regains capacity. With ``x-single-active-consumer`` only the active consumer takes
+  them (``consumers.py`` chooses; the queue hands a new active consumer what is ready).
 - TTL (RabbitMQ's model): a message's deadline is fixed at enqueue as ``now + min(x-message-ttl,
   expiration)`` and survives requeue. Only the head is watched: a message behind a longer-lived
   head waits for the head (and is counted meanwhile). Expired heads are dead-lettered by a timer
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ottermq.ttl.manager import TTLManager
 from ottermq.ttl.noop import NoopTTLManager
 
+from .consumers import QueueConsumers, consumer_priority, make_consumers
 from .dedup import DedupCache
 from .message import HELD, OUT, PAGED, READY, Entry, Message, with_delivery_count
 from .paging import UNBOUNDED, Paging
@@ -179,8 +181,8 @@ class Queue:
         "owner",
         "args",
         "consumers",
+        "selection",
         "_ready",
-        "_rr",
         "_seq",
         "had_consumer",
         "deleted",
@@ -238,8 +240,11 @@ class Queue:
         self.auto_delete = auto_delete
         self.owner = owner
         self.args = args
-        self.consumers: list[Consumer] = []
         self.quorum = args.queue_type == "quorum"
+        # consumer selection, single active consumer, exclusivity (``consumers.py``); ``consumers`` is
+        # its list of every consumer (the same list object for the queue's life: read it, never change it)
+        self.selection: QueueConsumers[Consumer] = make_consumers(args.single_active_consumer, self.quorum)
+        self.consumers = self.selection.items
         self._blocked = False  # a quorum queue's reject-publish soft limit is in force
         self._ready: Ready = (
             PriorityReady(args.max_priority)
@@ -248,7 +253,6 @@ class Queue:
             if self.quorum
             else Ready()
         )
-        self._rr = 0
         self._seq = 0
         self.had_consumer = False
         self.deleted = False
@@ -330,7 +334,7 @@ class Queue:
             entry.deadline = self.ttl.expires_at(now, self.args.message_ttl, message.expiration)
         ready = self._ready
         if self.consumers and not ready:
-            consumer = self._next_consumer()
+            consumer = self.selection.next()
             if consumer is not None:  # straight to a consumer: a TTL of 0 is fine here
                 # A no-ack consumer takes it for good: nothing is left to store (its publisher's
                 # confirm goes out at once, as RabbitMQ's does for a message consumed before it is
@@ -814,41 +818,36 @@ class Queue:
         if self.on_expired is not None:
             self.on_expired(self)
 
-    # -- consumers ------------------------------------------------------------------------
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+    # -- consumers (selection and single active consumer: ``consumers.py``) --------------------
+    def add_consumer(self, consumer: Consumer, arguments: object = None) -> None:
+        """Attach a consumer (``arguments``: its ``basic.consume`` arguments, for ``x-priority``)."""
+        self.selection.add(consumer, consumer_priority(arguments))
         self.had_consumer = True
         self.touch()
         self.dispatch()
 
-    def remove_consumer(self, consumer: Consumer) -> bool:
-        """Detach a consumer. Returns True when an auto-delete queue should now be deleted."""
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
+    def remove_consumer(self, consumer: Consumer, dispatch: bool = True) -> bool:
+        """Detach a consumer; with single active consumer the next one is active at once. On a quorum
+        queue it takes what is ready at once, unless ``dispatch`` is false (a closing channel: its
+        deliveries are requeued first and go to it ahead of the ready messages); on a classic queue
+        it takes them at the queue's next delivery run (``consumers.py``).
+
+        Returns:
+            True when an auto-delete queue should now be deleted.
+        """
+        selection = self.selection
+        active = selection.active
+        if not selection.remove(consumer):
             return False
         if not self.consumers:
             self.touch()
+        elif dispatch and self.quorum and selection.active is not active:
+            self.dispatch()
         return self.auto_delete and not self.consumers and self.had_consumer
 
     def has_exclusive_consumer(self) -> bool:
-        """An exclusive consumer is always alone (no other may join it, it joins only an idle
-        queue): one look, however many consumers there are."""
-        consumers = self.consumers
-        return len(consumers) == 1 and consumers[0].exclusive
-
-    def _next_consumer(self) -> Consumer | None:
-        consumers = self.consumers
-        n = len(consumers)
-        if n == 1:
-            consumer = consumers[0]
-            return consumer if consumer.can_deliver() else None
-        for _ in range(n):
-            self._rr = (self._rr + 1) % n
-            consumer = consumers[self._rr]
-            if consumer.can_deliver():
-                return consumer
-        return None
+        """An exclusive consumer holds the queue (classic queues; ``QueueConsumers.has_exclusive``)."""
+        return self.selection.has_exclusive()
 
     def dispatch(self) -> None:
         """Deliver ready entries round-robin to consumers able to take them."""
@@ -859,13 +858,14 @@ class Queue:
         now = -1
         taken = False
         budget = DISPATCH_BUDGET if self.call_soon is not None else -1
+        next_consumer = self.selection.next
         while ready:
             if budget == 0:  # the rest in the next turn of the event loop
                 if not self._dispatch_later and self.call_soon is not None:
                     self._dispatch_later = True
                     self.call_soon(self._dispatch_again)
                 break
-            consumer = self._next_consumer()
+            consumer = next_consumer()
             if consumer is None:
                 break
             entry = self._take()
@@ -903,5 +903,4 @@ class Queue:
         if self._heap is not None:
             self._heap.clear()
         self.ttl.cancel(self)
-        consumers, self.consumers = self.consumers, []
-        return consumers
+        return self.selection.clear()

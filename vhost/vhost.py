@@ -703,7 +703,8 @@ class VHost:
         return [queues[n] for n in queue_names if n in queues]
 
     # -- consumers ------------------------------------------------------------------------
-    def consumer_removed(self, queue: Queue, consumer: Consumer) -> None:
-        """Detach a consumer; deletes an auto-delete queue that lost its last consumer."""
-        if queue.remove_consumer(consumer) and not queue.deleted:
+    def consumer_removed(self, queue: Queue, consumer: Consumer, dispatch: bool = True) -> None:
+        """Detach a consumer; deletes an auto-delete queue that lost its last consumer (``dispatch``:
+        see ``Queue.remove_consumer``)."""
+        if queue.remove_consumer(consumer, dispatch) and not queue.deleted:
             self.delete_queue(queue)

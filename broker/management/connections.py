@@ -132,8 +132,8 @@ def consumer_json(consumer: ConsumerInfo, node: str) -> dict[str, Any]:
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,
         "arguments": json_value(consumer.arguments),
-        "active": True,
-        "activity_status": "up",
+        "active": consumer.active,
+        "activity_status": consumer.activity_status,
     }
 
 

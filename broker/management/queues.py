@@ -117,6 +117,8 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
         "consumers": len(consumers),
     }
     exclusive_tag = next((getattr(c, "tag", None) for c in consumers if getattr(c, "exclusive", False)), None)
+    active = queue.selection.active  # the single active consumer (classic: ..._tag, quorum: ..._ctag)
+    active_tag = active.tag if active is not None else None
     if queue.quorum:  # one node: the leader, the only member, online
         body.update(
             leader=node,
@@ -125,12 +127,13 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
             open_files={node: 0},
             messages_dlx=0,  # dead letters are moved at once (no at-least-once backlog)
             message_bytes_dlx=0,
-            single_active_consumer_ctag=None,
+            single_active_consumer_ctag=active_tag,
         )
     else:
         body["head_message_timestamp"] = head_timestamp(queue)
         body["exclusive_consumer_tag"] = exclusive_tag
         body.update(memory_fields(queue, unacked))
+        body["single_active_consumer_tag"] = active_tag
     if any(counts):  # RabbitMQ shows message_stats once the queue saw traffic
         body["message_stats"] = with_rates(QUEUE_STATS, counts, rates[:n])
     if queue.dedup is not None:  # ottermq extensions

@@ -52,6 +52,8 @@ class ConsumerInfo:
     exclusive: bool
     prefetch: int
     arguments: dict[str, Any] = field(default_factory=dict)
+    active: bool = True  # single active consumer: False while waiting
+    activity_status: str = "up"  # up, or single_active / waiting on a single-active-consumer queue
 
 
 @dataclass(frozen=True, slots=True)

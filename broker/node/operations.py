@@ -31,7 +31,8 @@ Rules:
    check, :meth:`Operations.access_queue`: read permission on the queue first (before existence, as
    ``rabbit_channel``), then the queue exists (404), then it is not another connection's exclusive
    queue (405 RESOURCE_LOCKED; the management API and the broker's own jobs own no connection, so
-   every exclusive queue is locked to them, as RabbitMQ's HTTP ``/get`` finds it).
+   every exclusive queue is locked to them, as RabbitMQ's HTTP ``/get`` finds it); a ``get`` from a
+   quorum queue with single active consumer is refused too (405, RabbitMQ 3.10's ``rabbit_fifo``).
 6. Policies and limits are validated (RabbitMQ's texts plus the bounds), applied to the vhost, and
    written to the store in one step; a policy whose write fails is taken back in memory, and the
    undo is queued behind the write (which the store retries after an I/O failure), so memory and
@@ -51,7 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from ottermq.amqp.errors import AccessRefused, PreconditionFailed
+from ottermq.amqp.errors import AccessRefused, PreconditionFailed, ResourceLocked
 from ottermq.persistence.store import Definitions, LimitRecord, PolicyRecord
 from ottermq.vhost.arguments import check_server_named
 from ottermq.vhost.bounds import OutOfBounds, field_table
@@ -329,10 +330,17 @@ class Operations:
         broker job, owns no exclusive queue).
 
         Raises:
-            AccessRefused, NotFound, ResourceLocked: as a channel answers.
+            AccessRefused, NotFound, ResourceLocked: as a channel answers (ResourceLocked also for a
+            ``get`` from a quorum queue with single active consumer, as RabbitMQ 3.10's ``rabbit_fifo``).
         """
         self.allow(user, vhost, QUEUE_ACCESS[access], "queue", name)
-        return vhost.get_queue(name, owner)
+        queue = vhost.get_queue(name, owner)
+        if access == "get" and queue.quorum and queue.selection.single_active:
+            raise ResourceLocked(
+                f"cannot obtain access to locked queue '{name}' in vhost '{vhost.name}'. basic.get operations"
+                " are not supported by quorum queues with single active consumer"
+            )
+        return queue
 
     def check_queue_access(
         self, user: Actor, vhost: VHost, name: str, access: QueueAccess, owner: object | None = None

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import AccessRefused, AMQPNotImplemented, NotAllowed, PreconditionFailed
+from ottermq.vhost.consumers import WAITING
 from ottermq.vhost.message import Entry, Message
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import generated_name
@@ -63,6 +64,7 @@ class ChannelConsumer:
     def info(self, ref: ChannelRef | None = None) -> ConsumerInfo:
         """A snapshot (``ottermq.broker.node.info``); ``ref`` is the channel's, computed if not given."""
         owner = self.owner
+        status = self.queue.selection.status(self)
         return ConsumerInfo(
             tag=self.tag,
             queue=self.queue.name,
@@ -72,6 +74,8 @@ class ChannelConsumer:
             exclusive=self.exclusive,
             prefetch=self.prefetch,
             arguments=self.arguments,
+            active=status != WAITING,
+            activity_status=status,
         )
 
     def can_deliver(self) -> bool:
@@ -231,9 +235,12 @@ class Consumers:
         self.reply = None
         consumers = list(self.consumers.values())
         self.consumers.clear()
-        for consumer in consumers:
-            self.vhost.consumer_removed(consumer.queue, consumer)
+        for consumer in consumers:  # no dispatch yet: a new single active consumer gets the requeued first
+            self.vhost.consumer_removed(consumer.queue, consumer, dispatch=False)
         self.requeue_all(down=True)
+        for queue in {c.queue for c in consumers}:
+            if not queue.deleted:
+                queue.dispatch()
 
     # -- the read API (snapshots, the consumer timeout): never per message -------------------
     def infos(self, ref: ChannelRef) -> tuple[ConsumerInfo, ...]:
@@ -431,7 +438,8 @@ class Consumers:
         Raises:
             NotAllowed: the tag is in use on this channel (530).
             AMQPNotImplemented: a quorum queue and a global prefetch count (540, as RabbitMQ 3.10).
-            AccessRefused: the queue has an exclusive consumer, or this one asks to be and others exist.
+            AccessRefused: the queue has an exclusive consumer, or this one asks to be and others exist
+                or the queue has single active consumer (``vhost/consumers.py``).
         """
         tag = m.consumer_tag or generated_name("amq.ctag-")
         if tag in self.consumers:
@@ -440,14 +448,14 @@ class Consumers:
             raise AMQPNotImplemented(
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' does not support global qos"
             )
-        if queue.consumers and (m.exclusive or queue.has_exclusive_consumer()):
+        if not queue.selection.admits(m.exclusive):
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.vhost.name}' in exclusive use")
         consumer = ChannelConsumer(self, queue, tag, m.no_ack, m.exclusive, self.prefetch)
         consumer.arguments = m.arguments or {}  # shown by the management API's consumer_details
         self.consumers[tag] = consumer
         if not m.nowait:
             self.conn.send_method(self.number, spec.Basic.ConsumeOk(tag))
-        queue.add_consumer(consumer)
+        queue.add_consumer(consumer, consumer.arguments)
 
     def on_basic_cancel(self, m: spec.Basic.Cancel) -> None:
         consumer: ChannelConsumer | None

@@ -127,7 +127,9 @@ class Topology:
             self.conn.exclusive_queues.add(queue)
         self.last_queue = name
         if not m.nowait:
-            self.conn.send(_declare_ok(self.number, name, queue.message_count, len(queue.consumers)))
+            self.conn.send(
+                _declare_ok(self.number, name, queue.message_count, queue.selection.declared_count)
+            )
 
     def queue(self, name: str, access: QueueAccess) -> Queue:
         """The queue ``name`` (empty: the most recently declared) names, checked by the operations
