@@ -62,6 +62,8 @@ OTHER_LANGUAGES = {"text"}  # output, file layouts: shown, not run
 
 # Snippets that cannot run in a test, and why. Everything else is run below.
 SKIPPED = {
+    "sac-declare": "a fragment (the reader's channel and callback); e2e/test_single_active_consumer.py runs"
+    " every behaviour the page describes, on both brokers",
     "readme-make": "make test is the suite this test belongs to, and make run serves until stopped",
     "make-run-test": "make test is the suite this test belongs to, and make run serves until stopped",
     "make-targets": "the project's own targets: CI runs lint, typecheck, docs, test and conformance itself,"

@@ -48,6 +48,11 @@ _NO_PRIORITY: Final = 0xFFFF
 _REDELIVERED: Final = 1
 _PERSISTENT: Final = 2
 _SELECTED: Final = 4
+_IN_MEMORY: Final = 8  # a stub: the entry itself stays in memory (``BIG_BODY``)
+_FLAGS_AT: Final = 48  # offset of the flags in ``_HEADER``
+# a body larger than this is not written: its record is a stub and the entry waits in memory, in its
+# place (writing and reading back 100 MB would hold the event loop for a second; such messages are few)
+BIG_BODY: Final = 16 << 20
 _KEY_LEN: Final = struct.Struct("<H")
 _IOV: Final = 1000  # buffers per pwritev (IOV_MAX is 1024 on Linux)
 
@@ -145,6 +150,11 @@ def decode(buf: bytes, at: int) -> tuple[Entry, int]:
         entry.delivery_count = delivery_count
     entry.store_id = store_id
     return entry, total
+
+
+def _stub(seq: int) -> tuple[bytes]:
+    """The record of an entry that stays in memory (``BIG_BODY``)."""
+    return (_HEADER.pack(_HEADER_SIZE, seq, 0, _NONE, 0, _NONE, 0, _IN_MEMORY, _NO_PRIORITY, 0, 0, 0, 0, 0),)
 
 
 # exchange names and routing keys are few: their octets and texts are cached (bounded)
@@ -267,6 +277,7 @@ class SpillPager:
         self._dropped: set[int] = set()
         self._max_pulled = -1
         self._front: deque[Entry] = deque()  # older than every segment, the disk did not take them
+        self._big: dict[int, Entry] = {}  # seq -> entry of a stub record (``BIG_BODY``)
         self._memory: deque[Entry] | None = None  # entries the disk did not take (see the rules)
 
     def __len__(self) -> int:
@@ -293,7 +304,12 @@ class SpillPager:
             if tail is None:  # the disk failed: memory mode (see the rules)
                 self._keep(entry)
                 return
-        parts, total = encode_parts(entry)
+        parts: tuple[bytes, ...]
+        if len(entry.message.body) > BIG_BODY:
+            self._big[entry.seq] = entry
+            parts, total = _stub(entry.seq), _HEADER_SIZE
+        else:
+            parts, total = encode_parts(entry)
         self._parts += parts
         self._pending += total
         self._buffered += 1
@@ -386,7 +402,7 @@ class SpillPager:
             at = 0
             view = b"".join(parts)
             while at < len(view):
-                entry, n = decode(view, at)
+                entry, n = self._decode(view, at, True)
                 entry.state = PAGED
                 kept.append(entry)
                 at += n
@@ -435,7 +451,7 @@ class SpillPager:
                                 raise OSError(errno.EIO, "short read")
                         else:
                             break
-                    entry, n = decode(view, at)
+                    entry, n = self._decode(view, at, True)
                     at += n
                     segment.read_at += n
                     segment.left -= 1
@@ -481,6 +497,13 @@ class SpillPager:
             got += len(entry.message.body)
         return got
 
+    def _decode(self, buf: bytes, at: int, take: bool) -> tuple[Entry, int]:
+        """``decode``, or the entry a stub stands for (``take``: it leaves the pager)."""
+        if buf[at + _FLAGS_AT] & _IN_MEMORY:
+            seq = _HEADER.unpack_from(buf, at)[1]
+            return (self._big.pop(seq) if take else self._big[seq]), _HEADER_SIZE
+        return decode(buf, at)
+
     def drop(self, entry: Entry) -> bool:
         seq = entry.seq
         if seq <= self._max_pulled or seq in self._dropped:
@@ -512,6 +535,7 @@ class SpillPager:
             if seq not in dropped:
                 return
             dropped.discard(seq)
+            self._big.pop(seq, None)
             segment.read_at += total
             segment.left -= 1
             if seq > self._max_pulled:
@@ -535,7 +559,7 @@ class SpillPager:
                     if len(head) < _HEADER.size:
                         break
                     total = _HEADER.unpack_from(head, 0)[0]
-                    entry, n = decode(os.pread(fd, total, at), 0)
+                    entry, n = self._decode(os.pread(fd, total, at), 0, False)
                     at += n
                     left -= 1
                     if entry.seq not in dropped:
@@ -553,6 +577,7 @@ class SpillPager:
         self._unbuffer()
         self._memory = None
         self._front.clear()
+        self._big.clear()
         self._dropped.clear()
         self._count = self._transient = self._transient_bytes = self._bytes = 0
 

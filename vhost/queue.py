@@ -346,7 +346,7 @@ class Queue:
                 return entry
         if (message.persistent or self.quorum) and self.store is not None:
             self.store.message_added(self, entry)
-        if self.ready_bytes + size <= self._page_bytes or not ready.page(entry):
+        if self.ready_bytes < self._page_bytes or not ready.page(entry):  # (a lazy queue's is 0)
             ready.append(entry)
         self.ready_bytes += size
         if self.consumers:

@@ -155,3 +155,17 @@ def test_drops_at_the_head_are_stepped_over_and_forgotten(tmp_path, monkeypatch)
     assert pager.drop(es[80]) and pager._dropped == {80}  # not at the head: remembered
     assert [e.seq for e in pager.pull(100, 1 << 20)] == [*range(60, 80), *range(81, 100)]
     assert not pager._dropped
+
+
+def test_a_body_over_big_body_waits_in_memory_in_its_place(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "BIG_BODY", 1000)
+    pager = SpillDir(tmp_path).pager()
+    es = [entry(i, b"x" * (5000 if i in (2, 5) else 10)) for i in range(8)]
+    for e in es:
+        pager.push(e)
+    assert [e.seq for e in pager.entries()] == list(range(8))  # (flushes)
+    assert 0 < sum(f.stat().st_size for f in tmp_path.rglob("*.seg")) < 2000  # big bodies not written
+    assert pager.drop(es[5])
+    got = pager.pull(100, 1 << 30)
+    assert [e.seq for e in got] == [0, 1, 2, 3, 4, 6, 7] and got[2] is es[2]
+    assert not pager._big and len(pager) == 0

@@ -73,7 +73,7 @@ def test_the_byte_window_pages_too(tmp_path):
     q, _, _ = make(tmp_path, window=1000, window_bytes=250)
     for _ in range(5):
         q.enqueue(msg(b"x" * 100))
-    assert q.paged == 3
+    assert q.paged == 2  # paged once 250 bytes are in memory (one message larger than it stays)
 
 
 def test_consumers_get_paged_messages_in_order_and_requeues_go_first(tmp_path):
