@@ -323,8 +323,9 @@ class AMQPConnection(asyncio.Protocol):
     def set_blocked(self, blocked: bool, reason: str) -> None:
         """Memory alarm: publishers stop being read; capable clients are told (connection.blocked)."""
         flow = self.flow
-        if blocked == flow.alarm_blocked or self.state is not RUNNING:
-            flow.alarm_blocked = blocked
+        if self.state is not RUNNING:  # still opening: connection.open-ok applies the node's alarm (and
+            return  # tells the client) then; recording it now would make that a no-op, never told
+        if blocked == flow.alarm_blocked:
             return
         flow.alarm_blocked = blocked
         if self.capabilities.connection_blocked:

@@ -131,6 +131,31 @@ def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, b
     assert c.transport.reading
 
 
+def test_an_alarm_raised_while_a_connection_opens_is_told_at_open_ok(make_client, broker, loop):
+    c = make_client()
+    c.send_raw(b"AMQP\x00\x00\x09\x01")
+    c.send(
+        0,
+        spec.Connection.StartOk(
+            client_properties={"capabilities": {"connection.blocked": True}},
+            mechanism="PLAIN",
+            response="\0guest\0guest",
+        ),
+    )
+    broker.set_alarm(True)  # between start-ok and open: the connection is not running yet
+    loop.run_soon()
+    c.send(
+        0,
+        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
+        spec.Connection.Open(virtual_host="/"),
+    )
+    methods = [type(m) for _, m in c.methods()]
+    assert methods[-2:] == [spec.Connection.OpenOk, spec.Connection.Blocked]
+    broker.set_alarm(False)
+    loop.run_soon()
+    c.expect(spec.Connection.Unblocked)
+
+
 def test_disk_alarm_from_a_fake_probe_blocks_and_unblocks(make_client, broker, loop):
     c = make_client()
     c.send_raw(b"AMQP\x00\x00\x09\x01")
