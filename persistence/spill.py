@@ -226,7 +226,6 @@ class SpillDir:
         self.path = root / f"{os.getpid()}.{next(SpillDir._instances)}"
         self._names = itertools.count(1)
         self._open = False
-        self.pagers = 0  # made so far
 
     def _make(self) -> None:
         """Create the directory, removing what dead processes left (their spill is worthless now)."""
@@ -255,7 +254,6 @@ class SpillDir:
         """
         if not self._open:
             self._make()
-        self.pagers += 1
         return SpillPager(self.path, f"q{next(self._names)}")
 
 
@@ -304,18 +302,20 @@ class SpillPager:
             if tail is None:  # the disk failed: memory mode (see the rules)
                 self._keep(entry)
                 return
-        parts: tuple[bytes, ...]
-        if len(entry.message.body) > BIG_BODY:
-            self._big[entry.seq] = entry
-            parts, total = _stub(entry.seq), _HEADER_SIZE
-        else:
-            parts, total = encode_parts(entry)
+        parts, total = self._record(entry)
         self._parts += parts
         self._pending += total
         self._buffered += 1
         tail.left += 1
         if self._pending >= WRITE_BUFFER:
             self._flush()
+
+    def _record(self, entry: Entry) -> tuple[tuple[bytes, ...], int]:
+        """``entry``'s record in parts and its length: a stub when its body stays in memory."""
+        if len(entry.message.body) > BIG_BODY:
+            self._big[entry.seq] = entry
+            return _stub(entry.seq), _HEADER_SIZE
+        return encode_parts(entry)
 
     def _keep(self, entry: Entry) -> None:
         if self._memory is None:
@@ -325,18 +325,24 @@ class SpillPager:
     def push_front(self, entries: list[Entry]) -> None:
         if not entries:
             return
+        parts: list[bytes] = []
+        size = 0
         for e in entries:
             e.state = PAGED
-        records = b"".join(encode(e) for e in entries)
+            record, total = self._record(e)
+            parts += record
+            size += total
         segment = _Segment(self._dir / f"{self._name}-{next(self._files)}.seg")
         try:
-            _write_all(segment.open(), records)
+            _write_parts(segment.open(), parts, 0)
         except OSError as exc:
             segment.remove()
+            for e in entries:
+                self._big.pop(e.seq, None)
             log.warning("spill: cannot page out %d messages (%s): they stay in memory", len(entries), exc)
             self._memory_front(entries)
             return
-        segment.size = len(records)
+        segment.size = size
         segment.left = len(entries)
         self._segments.appendleft(segment)
         self._count_in(entries)
@@ -349,22 +355,19 @@ class SpillPager:
         self._max_pulled = min(self._max_pulled, entries[0].seq - 1)
 
     def _count_in(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
-        for entry in entries:
-            size = len(entry.message.body)
-            self._count += 1
-            self._bytes += size
-            if not entry.message.persistent:
-                self._transient += 1
-                self._transient_bytes += size
+        self._count_by(entries, 1)
 
     def _count_out(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
+        self._count_by(entries, -1)
+
+    def _count_by(self, entries: list[Entry] | tuple[Entry, ...], sign: int) -> None:
         for entry in entries:
-            size = len(entry.message.body)
-            self._count -= 1
-            self._bytes -= size
+            size = len(entry.message.body) * sign
+            self._count += sign
+            self._bytes += size
             if not entry.message.persistent:
-                self._transient -= 1
-                self._transient_bytes -= size
+                self._transient += sign
+                self._transient_bytes += size
 
     def _new_segment(self) -> _Segment | None:
         tail = self._segments[-1] if self._segments else None

@@ -51,7 +51,8 @@ class Pager(Protocol):
         write keeps the entry in memory, in order)."""
 
     def push_front(self, entries: list[Entry]) -> None:
-        """Write ``entries`` (in order, all older than the pager's) before its head."""
+        """Write ``entries`` (in order, all older than the pager's) before its head, marking them
+        ``PAGED``."""
 
     def pull(self, count: int, nbytes: int) -> list[Entry]:
         """Read up to ``count`` entries (and about ``nbytes`` body bytes, at least one entry) from the

@@ -75,22 +75,29 @@ class Ready:
 
     def page(self, entry: Entry) -> bool:
         """Write ``entry`` behind everything (the queue's window is full); False without a pager."""
+        pager = self._pager_or_none()
+        if pager is None:
+            return False
+        pager.push(entry)
+        self._paged += 1
+        return True
+
+    def _pager_or_none(self) -> Pager | None:
+        """The pager, made on first use; None without a factory or when it cannot be made (the queue
+        then keeps its messages in memory)."""
         pager = self._pager
         if pager is None:
             factory = self.factory
             if factory is None:
-                return False
+                return None
             try:
                 pager = self._pager = factory()
             except OSError as exc:
                 log.warning("cannot page (%s): this queue keeps its messages in memory", exc)
                 self.factory = None
                 self.window = UNBOUNDED
-                return False
-        pager.push(entry)
-        entry.state = PAGED
-        self._paged += 1
-        return True
+                return None
+        return pager
 
     def _page_in(self) -> None:
         """The window ran dry: read the next page from disk."""
@@ -103,8 +110,10 @@ class Ready:
         """Page out up to ``limit`` entries from the end of the window, keeping ``keep`` in memory
         (a queue that became lazy); returns how many are still above ``keep``."""
         q = self._q
-        live = len(q) - self._dead
-        if live <= keep or self.factory is None:
+        if len(q) - self._dead <= keep:
+            return 0
+        pager = self._pager_or_none()
+        if pager is None:
             return 0
         out: list[Entry] = []
         while q and len(out) < limit and len(q) - self._dead > keep:
@@ -116,13 +125,7 @@ class Ready:
         if not out:
             return 0
         out.reverse()
-        pager = self._pager
-        if pager is None:
-            assert self.factory is not None
-            pager = self._pager = self.factory()
         pager.push_front(out)
-        for entry in out:
-            entry.state = PAGED
         self._paged = len(pager)
         return max(0, len(q) - self._dead - keep)
 

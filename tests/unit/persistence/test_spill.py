@@ -169,3 +169,14 @@ def test_a_body_over_big_body_waits_in_memory_in_its_place(tmp_path, monkeypatch
     got = pager.pull(100, 1 << 30)
     assert [e.seq for e in got] == [0, 1, 2, 3, 4, 6, 7] and got[2] is es[2]
     assert not pager._big and len(pager) == 0
+
+
+def test_a_front_push_keeps_a_big_body_in_memory_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(spill, "BIG_BODY", 1000)
+    pager = SpillDir(tmp_path).pager()
+    pager.push(entry(9))
+    big = entry(3, b"y" * 5000)
+    pager.push_front([entry(2), big])
+    assert sum(f.stat().st_size for f in tmp_path.rglob("*.seg")) < 1000
+    got = pager.pull(10, 1 << 30)
+    assert [e.seq for e in got] == [2, 3, 9] and got[1] is big
