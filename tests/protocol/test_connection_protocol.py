@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ottermq.broker.server.flow import READ_BUDGET
 from ottermq.broker.server.states import State
 from pamqp import body as pbody
@@ -101,8 +103,8 @@ def test_shutdown_force_close_is_320(client):
     assert close.reply_text == "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
 
 
-def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, broker, loop):
-    c = make_client()
+def start_capable(c: Any) -> None:
+    """Protocol header and a start-ok announcing the ``connection.blocked`` capability."""
     c.send_raw(b"AMQP\x00\x00\x09\x01")
     c.send(
         0,
@@ -112,11 +114,21 @@ def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, b
             response="\0guest\0guest",
         ),
     )
+
+
+def open_capable(c: Any) -> None:
+    """Tune-ok and connection.open after ``start_capable``."""
     c.send(
         0,
         spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
         spec.Connection.Open(virtual_host="/"),
     )
+
+
+def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, broker, loop):
+    c = make_client()
+    start_capable(c)
+    open_capable(c)
     c.frames()
     c.open_channel(1)
     broker.set_alarm(True)
@@ -133,22 +145,10 @@ def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, b
 
 def test_an_alarm_raised_while_a_connection_opens_is_told_at_open_ok(make_client, broker, loop):
     c = make_client()
-    c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.send(
-        0,
-        spec.Connection.StartOk(
-            client_properties={"capabilities": {"connection.blocked": True}},
-            mechanism="PLAIN",
-            response="\0guest\0guest",
-        ),
-    )
+    start_capable(c)
     broker.set_alarm(True)  # between start-ok and open: the connection is not running yet
     loop.run_soon()
-    c.send(
-        0,
-        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
-        spec.Connection.Open(virtual_host="/"),
-    )
+    open_capable(c)
     methods = [type(m) for _, m in c.methods()]
     assert methods[-2:] == [spec.Connection.OpenOk, spec.Connection.Blocked]
     broker.set_alarm(False)
@@ -158,20 +158,8 @@ def test_an_alarm_raised_while_a_connection_opens_is_told_at_open_ok(make_client
 
 def test_disk_alarm_from_a_fake_probe_blocks_and_unblocks(make_client, broker, loop):
     c = make_client()
-    c.send_raw(b"AMQP\x00\x00\x09\x01")
-    c.send(
-        0,
-        spec.Connection.StartOk(
-            client_properties={"capabilities": {"connection.blocked": True}},
-            mechanism="PLAIN",
-            response="\0guest\0guest",
-        ),
-    )
-    c.send(
-        0,
-        spec.Connection.TuneOk(channel_max=10, frame_max=131072, heartbeat=0),
-        spec.Connection.Open(virtual_host="/"),
-    )
+    start_capable(c)
+    open_capable(c)
     c.frames()
     c.open_channel(1)
     free = [broker.disk_free_limit + 1]
