@@ -47,12 +47,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from ottermq.amqp.errors import PreconditionFailed
 
 # the value helpers live in .values; re-exported here for callers of the older layout
+from .classic import CLASSIC_ARGUMENTS
+from .queue_args import QueueArgs
+from .queue_types import QUEUE_TYPES
+from .quorum import QUORUM_ARGUMENTS
 from .values import amqp_type_name, erl_binary, erl_equal, erl_term, freeze_value, longstr_text
 
 __all__ = [
@@ -67,7 +70,6 @@ __all__ = [
     "assert_args_equivalence",
     "check_args_equivalence",
     "check_flag_equivalence",
-    "check_quorum_properties",
     "check_server_named",
     "erl_binary",
     "erl_equal",
@@ -87,73 +89,42 @@ OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_MODES = ("default", "lazy")
 RETRY_TYPES = ("disabled", "all", "failed", "returned")  # RabbitMQ 4.3's x-delayed-retry-type
 QUEUE_VERSIONS = (1, 2)
-SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
+SUPPORTED_QUEUE_TYPES = tuple(QUEUE_TYPES)
 DLX_STRATEGIES = ("at-most-once", "at-least-once")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
-# RabbitMQ's module per queue type, as its texts name them
+# RabbitMQ's types not implemented here: their module (as its texts name it) and their arguments
+_UNIMPLEMENTED_TYPES = {
+    "stream": (
+        "rabbit_stream_queue",
+        (
+            "x-queue-type",
+            "x-max-length-bytes",
+            "x-queue-leader-locator",
+            "x-max-age",
+            "x-stream-max-segment-size-bytes",
+            "x-initial-cluster-size",
+        ),
+    ),
+}
+# RabbitMQ's module per queue type, as its texts name it
 TYPE_MODULES = {
-    "classic": "rabbit_classic_queue",
-    "quorum": "rabbit_quorum_queue",
-    "stream": "rabbit_stream_queue",
+    **{name: kind.module for name, kind in QUEUE_TYPES.items()},
+    **{name: module for name, (module, _) in _UNIMPLEMENTED_TYPES.items()},
 }
 NEVER = 2**63
 """A quorum queue's delivery limit when ``x-delivery-limit`` is no number: never exceeded (in RabbitMQ
 an integer count is below any atom or binary), but a limit all the same (returns go first, see
-``vhost/queue.py``), and the lower of it and a policy's is the policy's."""
+``vhost/quorum.py``), and the lower of it and a policy's is the policy's."""
 
-EQUIVALENCE_KEYS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-version",
-    "x-single-active-consumer",
-    "x-queue-type",
-    "x-queue-master-locator",
+EQUIVALENCE_KEYS = CLASSIC_ARGUMENTS
+QUORUM_EQUIVALENCE_KEYS = QUORUM_ARGUMENTS
+_ALL_TYPE_ARGS = frozenset(k for kind in QUEUE_TYPES.values() for k in kind.arguments) | frozenset(
+    k for _, keys in _UNIMPLEMENTED_TYPES.values() for k in keys
 )
-"""Queue arguments RabbitMQ 3.10 compares on redeclare of a classic queue, in its order (its
-``rabbit_classic_queue`` ``queue_arguments``)."""
-
-QUORUM_EQUIVALENCE_KEYS = (
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-dead-letter-strategy",
-    "x-expires",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
-    "x-overflow",
-    "x-single-active-consumer",
-    "x-queue-type",
-    "x-quorum-initial-group-size",
-    "x-delivery-limit",
-    "x-message-ttl",
-    "x-queue-leader-locator",
-)
-"""The arguments of a quorum queue (``rabbit_quorum_queue`` ``queue_arguments``), in RabbitMQ 3.10's
-order: those it validates on declare and compares on redeclare."""
-
-_STREAM_ARGS = (
-    "x-queue-type",
-    "x-max-length-bytes",
-    "x-queue-leader-locator",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-    "x-initial-cluster-size",
-)
-_ALL_TYPE_ARGS = frozenset(EQUIVALENCE_KEYS) | frozenset(QUORUM_EQUIVALENCE_KEYS) | frozenset(_STREAM_ARGS)
-_TYPE_ARGS = {"classic": frozenset(EQUIVALENCE_KEYS), "quorum": frozenset(QUORUM_EQUIVALENCE_KEYS)}
-# Arguments of other queue types that RabbitMQ 3.10 refuses on a queue of each type
-# (x-delivery-limit is left out for classic queues: ottermq implements it there).
+# the arguments of other queue types that RabbitMQ 3.10 refuses on a queue of each type
 _OTHER_TYPE_ARGS = {
-    "classic": _ALL_TYPE_ARGS - _TYPE_ARGS["classic"] - {"x-delivery-limit"},
-    "quorum": _ALL_TYPE_ARGS - _TYPE_ARGS["quorum"],
+    name: _ALL_TYPE_ARGS - frozenset(kind.arguments) - kind.foreign_arguments
+    for name, kind in QUEUE_TYPES.items()
 }
 
 _INTEGER_TYPES = frozenset(
@@ -281,7 +252,7 @@ def check_args_equivalence(
     assert_args_equivalence(
         existing_raw or {},
         new_raw or {},
-        QUORUM_EQUIVALENCE_KEYS if queue_type == "quorum" else EQUIVALENCE_KEYS,
+        QUEUE_TYPES[queue_type].arguments,
         f"queue '{queue}' in vhost '{vhost}'",
         existing_types,
         new_types,
@@ -291,29 +262,6 @@ def check_args_equivalence(
 # ---------------------------------------------------------------------------------------------
 # queue.declare validation
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class QueueArgs:
-    """Validated queue arguments. ``raw`` (excluded from equality) keeps the table as declared."""
-
-    message_ttl: int | None = None
-    expires: int | None = None
-    max_length: int | None = None
-    max_length_bytes: int | None = None
-    overflow: str = "drop-head"
-    dead_letter_exchange: str | None = None
-    dead_letter_routing_key: str | None = None
-    max_priority: int | None = None
-    delivery_limit: int | None = None
-    single_active_consumer: bool = False
-    queue_mode: str = "default"  # "lazy": a window of zero (vhost/paging.py)
-    exact_ttl: bool = False
-    queue_type: str = "classic"
-    delayed_retry_type: str = "disabled"
-    delayed_retry_min: int | None = None
-    delayed_retry_max: int | None = None
-    raw: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
 class _Invalid(Exception):
     """An argument check failed; ``term`` is what RabbitMQ prints after the colon."""
 
@@ -374,30 +322,15 @@ def check_server_named(arguments: Mapping[str, Any] | None, types: Types = None)
     Raises:
         PreconditionFailed: ``Cannot declare a server-named queue for type rabbit_quorum_queue``.
     """
-    module = TYPE_MODULES.get(queue_type_of(arguments, types) or "classic")
-    if module is not None and module != TYPE_MODULES["classic"]:
-        raise PreconditionFailed(f"Cannot declare a server-named queue for type {module}")
+    name = queue_type_of(arguments, types) or "classic"
+    kind = QUEUE_TYPES.get(name)
+    if kind is not None and not kind.server_named:
+        raise PreconditionFailed(f"Cannot declare a server-named queue for type {kind.module}")
+    if kind is None and name in _UNIMPLEMENTED_TYPES:
+        raise PreconditionFailed(f"Cannot declare a server-named queue for type {TYPE_MODULES[name]}")
 
 
-def check_quorum_properties(
-    name: str, durable: bool, exclusive: bool, auto_delete: bool, vhost: str = "/"
-) -> None:
-    """A new quorum queue's flags, in RabbitMQ 3.10's order (after its arguments).
-
-    Raises:
-        PreconditionFailed: ``invalid property 'auto-delete' for queue 'q' in vhost '/'`` (then
-            ``exclusive-owner``, then ``non-durable``).
-    """
-    for wrong, prop in (
-        (auto_delete, "auto-delete"),
-        (exclusive, "exclusive-owner"),
-        (not durable, "non-durable"),
-    ):
-        if wrong:
-            raise PreconditionFailed(f"invalid property '{prop}' for queue '{name}' in vhost '{vhost}'")
-
-
-def _quorum_delivery_limit(value: object) -> int:
+def _lenient_delivery_limit(value: object) -> int:
     """A quorum queue's ``x-delivery-limit``: see the module rules."""
     if isinstance(value, bool):
         return NEVER
@@ -448,11 +381,14 @@ def parse_queue_args(
         if "x-queue-type" in args:
             key = "x-queue-type"
             queue_type = _longstr(args[key], type_of(key))
-            if queue_type == "stream":
-                raise _Invalid("\"unsupported queue type 'stream'\" (ottermq does not implement streams)")
-            if queue_type not in SUPPORTED_QUEUE_TYPES:
+            if queue_type in _UNIMPLEMENTED_TYPES:
+                raise _Invalid(
+                    f"\"unsupported queue type '{queue_type}'\" (ottermq does not implement {queue_type}s)"
+                )
+            if queue_type not in QUEUE_TYPES:
                 raise _unsupported("queue type", queue_type)
-        own = _TYPE_ARGS[queue_type]
+        qtype = QUEUE_TYPES[queue_type]
+        own = qtype.arguments
         parsed: dict[str, Any] = {}
         for key, check in _DECLARE_CHECKS:
             if key in args and key in own:
@@ -468,8 +404,8 @@ def parse_queue_args(
         retry: dict[str, Any] = {}
         for key, value in args.items():  # ottermq extensions, checked last
             if key == "x-delivery-limit":
-                if queue_type == "quorum":
-                    delivery_limit = _quorum_delivery_limit(value)
+                if qtype.lenient_delivery_limit:
+                    delivery_limit = _lenient_delivery_limit(value)
                 else:
                     delivery_limit = _non_neg_int(value, type_of(key))
             elif key == "x-delayed-retry-type":

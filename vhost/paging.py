@@ -20,14 +20,17 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from .message import Entry
+
+CallSoon = Callable[[Callable[[], None]], Any]
 
 # entries and body bytes one page-in reads at most (one slice of the event loop: ~0.2 ms per page)
 PAGE_ENTRIES: Final = 256
 PAGE_BYTES: Final = 1 << 20
 UNBOUNDED: Final = 1 << 62  # a window nothing fills (no pager, or paging off)
+SHRINK_SLICE: Final = 5000  # entries a queue that became lazy pages out per loop turn
 
 
 class Pager(Protocol):
@@ -90,3 +93,49 @@ class Paging:
         self.factory = factory
         self.window = window
         self.window_bytes = window_bytes
+
+
+class Pageable(Protocol):
+    """What a window pages (``ready.Ready``)."""
+
+    def set_paging(self, factory: PagerFactory | None, window: int) -> None: ...
+
+    def shrink(self, limit: int, keep: int) -> int: ...
+
+
+class Window:
+    """How much of one queue's ready messages stays in memory: nothing for a lazy queue (``x-queue-mode:
+    lazy``), the vhost's window otherwise, all of them without paging or with exact TTL (its deadline
+    heap holds every ready entry). A queue that becomes lazy pages what it holds out, a slice of
+    ``SHRINK_SLICE`` entries per loop turn (``call_soon``)."""
+
+    __slots__ = ("paging", "bytes", "lazy", "_shrinking")
+
+    def __init__(self) -> None:
+        self.paging: Paging | None = None
+        self.bytes = UNBOUNDED  # ready body bytes kept in memory before new messages are paged
+        self.lazy = False
+        self._shrinking = False
+
+    def apply(
+        self, ready: Pageable, paging: Paging | None, lazy: bool, exact: bool, call_soon: CallSoon | None
+    ) -> None:
+        """Page ``ready`` beyond the window in force (``paging``: the vhost's; None: never)."""
+        self.paging = paging
+        self.lazy = lazy
+        if paging is None or exact:
+            ready.set_paging(None, UNBOUNDED)
+            self.bytes = UNBOUNDED
+            return
+        ready.set_paging(paging.factory, 0 if lazy else paging.window)
+        self.bytes = 0 if lazy else paging.window_bytes
+        if lazy and not self._shrinking:
+            self._shrink(ready, call_soon)
+
+    def _shrink(self, ready: Pageable, call_soon: CallSoon | None) -> None:
+        self._shrinking = False
+        if not self.lazy or self.paging is None:
+            return
+        if ready.shrink(SHRINK_SLICE, 0) and call_soon is not None:
+            self._shrinking = True
+            call_soon(lambda: self._shrink(ready, call_soon))

@@ -1,12 +1,8 @@
-"""Ready entries of a queue in delivery order: a plain deque, or one per priority level, or a quorum
-queue's two.
+"""Ready entries of a queue in delivery order: a plain deque, or one per priority level (a quorum
+queue's, with its returns first, are ``quorum.QuorumReady``).
 
 Rules:
 - Entries are kept in ``seq`` order; a requeue merges entries back into their original positions.
-- A quorum queue (``QuorumReady``, RabbitMQ 3.10's ``rabbit_fifo``) has no original positions: a
-  return (``requeue``) joins the returns, which go out first, in the order they came back; ``append``
-  puts a new message, or a requeued one (``rabbit_fifo``'s requeue: a nack without a delivery
-  limit), at the back.
 - Exact-TTL expiries are tombstones (state ``GONE``) left in place and skipped by every read.
 - ``pop_expired``/``head_deadline`` look only at the head: the highest non-empty priority level's
   first entry (a priority queue expires like one queue read in delivery order).
@@ -219,6 +215,11 @@ class Ready:
         head = self.peek()
         return head.deadline if head is not None else None
 
+    def head_seq(self) -> int:
+        """The head's ``seq`` (-1 when empty)."""
+        head = self.peek()
+        return head.seq if head is not None else -1
+
 
 def _merge(q: deque[Entry], entries: list[Entry]) -> deque[Entry]:
     entries.sort(key=_seq)
@@ -230,59 +231,6 @@ def _merge(q: deque[Entry], entries: list[Entry]) -> deque[Entry]:
 
 def _seq(entry: Entry) -> int:
     return entry.seq
-
-
-class QuorumReady(Ready):
-    """A quorum queue's ready entries: its returns (served first, in return order), then the rest."""
-
-    __slots__ = ("_returns",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._returns: deque[Entry] = deque()
-
-    def __len__(self) -> int:
-        return len(self._returns) + len(self._q) - self._dead + self._paged
-
-    def popleft(self) -> Entry:
-        returns = self._returns
-        while returns:
-            entry = returns.popleft()
-            if entry.state != GONE:
-                return entry
-            self._dead -= 1
-        return super().popleft()
-
-    def peek(self) -> Entry | None:
-        returns = self._returns
-        while returns and returns[0].state == GONE:
-            returns.popleft()
-            self._dead -= 1
-        return returns[0] if returns else super().peek()
-
-    def peek_in_memory(self) -> Entry | None:
-        for e in self._returns:
-            if e.state != GONE:
-                return e
-        return super().peek_in_memory()
-
-    def clear(self) -> list[Entry]:
-        entries = [e for e in self._returns if e.state != GONE]
-        self._returns.clear()
-        return entries + super().clear()
-
-    def __iter__(self) -> Iterator[Entry]:
-        for e in self._returns:
-            if e.state != GONE:
-                yield e
-        yield from super().__iter__()
-
-    def scan(self) -> Iterator[Entry]:
-        returns = [e for e in self._returns if e.state != GONE]
-        return itertools.chain(returns, super().scan())
-
-    def requeue(self, entries: list[Entry]) -> None:
-        self._returns.extend(entries)
 
 
 class PriorityReady(Ready):

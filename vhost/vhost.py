@@ -29,7 +29,6 @@ from .arguments import (
     QueueArgs,
     check_args_equivalence,
     check_flag_equivalence,
-    check_quorum_properties,
     parse_queue_args,
 )
 from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_settings
@@ -40,6 +39,7 @@ from .paging import Paging
 from .patterns import name_budget
 from .policy import Policy, choose, effective_args, kinds_of, merge
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
+from .queue_types import queue_type
 
 
 class PublishResult:
@@ -165,7 +165,7 @@ class VHost:
         self.ttl: TTLManager = ttl if ttl is not None else NoopTTLManager()
         self.limits = limits
         self.quorum_delivery_limit: int | None = None  # OTTERMQ_QUORUM_DELIVERY_LIMIT (broker/wiring.py)
-        self.sink: DeadLetterSink = DropSink()  # replaced by broker/wiring.py
+        self.sink: DeadLetterSink[Queue] = DropSink()  # replaced by broker/wiring.py
         self.store: DefinitionStore | None = None  # set by broker/wiring.py when persistent
         self.delayer: Delayer | None = None  # set by broker/wiring.py (x-delayed-message exchanges)
         self.dedup_store: DedupStore | None = None  # set by broker/wiring.py when persistent
@@ -466,8 +466,7 @@ class VHost:
                 f"cannot declare queue '{name}': queue limit in vhost '{self.name}' ({limit}) is reached"
             )
         args: QueueArgs = parse_queue_args(arguments or {}, name, self.name, self.max_priority)
-        if args.queue_type == "quorum":
-            check_quorum_properties(name, durable, exclusive, auto_delete, self.name)
+        queue_type(args.queue_type).check_properties(name, durable, exclusive, auto_delete, self.name)
         queue = Queue(
             name,
             self.name,
@@ -703,7 +702,7 @@ class VHost:
         return [queues[n] for n in queue_names if n in queues]
 
     # -- consumers ------------------------------------------------------------------------
-    def consumer_removed(self, queue: Queue, consumer: Consumer, dispatch: bool = True) -> None:
+    def consumer_removed(self, queue: Queue, consumer: Consumer[Queue], dispatch: bool = True) -> None:
         """Detach a consumer; deletes an auto-delete queue that lost its last consumer (``dispatch``:
         see ``Queue.remove_consumer``)."""
         if queue.remove_consumer(consumer, dispatch) and not queue.deleted:

@@ -119,7 +119,7 @@ def queue_json(queue: Queue, node: str, unacked: int, rates: tuple[float, ...]) 
     exclusive_tag = next((getattr(c, "tag", None) for c in consumers if getattr(c, "exclusive", False)), None)
     active = queue.selection.active  # the single active consumer (classic: ..._tag, quorum: ..._ctag)
     active_tag = active.tag if active is not None else None
-    if queue.quorum:  # one node: the leader, the only member, online
+    if queue.kind.name == "quorum":  # one node: the leader, the only member, online
         body.update(
             leader=node,
             members=[node],

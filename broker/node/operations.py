@@ -335,7 +335,7 @@ class Operations:
         """
         self.allow(user, vhost, QUEUE_ACCESS[access], "queue", name)
         queue = vhost.get_queue(name, owner)
-        if access == "get" and queue.quorum and queue.selection.single_active:
+        if access == "get" and queue.selection.single_active and not queue.kind.get_with_single_active:
             raise ResourceLocked(
                 f"cannot obtain access to locked queue '{name}' in vhost '{vhost.name}'. basic.get operations"
                 " are not supported by quorum queues with single active consumer"

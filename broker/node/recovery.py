@@ -116,7 +116,7 @@ async def _recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict
 
 async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
     need_priority = bool(queue.args.max_priority)
-    quorum = queue.quorum
+    interrupted = queue.kind.interrupted_delivery_returns  # a cut-short delivery counts as a return
     total = 0
     async for chunk in _prefetched(store.iter_messages(queue_id)):
         entries: list[Entry] = []
@@ -128,7 +128,7 @@ async def _load_messages(store: Store, queue: Queue, queue_id: int) -> int:
                 message = SelectedMessage(message, r.props, tuple(r.extra_keys))
             entry = Entry(message, r.seq, r.deadline, r.enqueued_at)
             entry.redelivered = r.delivered
-            entry.delivery_count = r.delivery_count + 1 if quorum and r.delivered else r.delivery_count
+            entry.delivery_count = r.delivery_count + 1 if interrupted and r.delivered else r.delivery_count
             entry.store_id = r.id
             append(entry)
         queue.recover(entries)

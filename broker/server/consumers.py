@@ -444,7 +444,7 @@ class Consumers:
         tag = m.consumer_tag or generated_name("amq.ctag-")
         if tag in self.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
-        if self.global_qos and queue.quorum:
+        if self.global_qos and not queue.kind.global_qos:
             raise AMQPNotImplemented(
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' does not support global qos"
             )

@@ -422,7 +422,7 @@ def test_a_quorum_queue_comes_back_with_its_type_and_transient_messages_and_coun
         broker = boot(store, clock)
         await recover(broker, store, broker.hook)
         back = broker.vhosts["/"].queues["q"]
-        assert back.quorum and back.args.queue_type == "quorum"
+        assert back.kind.name == "quorum" and back.args.queue_type == "quorum"
         got = [(e.message.body, e.redelivered, e.delivery_count) for e in back.ready_entries()]
         assert got == [(b"once", True, 1), (b"never", False, 0)]
         assert bodies(broker.vhosts["/"].queues["dlq"]) == [b"twice"]

@@ -15,11 +15,11 @@ from ottermq.vhost.arguments import (
     NEVER,
     QUORUM_EQUIVALENCE_KEYS,
     check_args_equivalence,
-    check_quorum_properties,
     check_server_named,
     parse_queue_args,
     queue_type_of,
 )
+from ottermq.vhost.quorum import QUORUM
 
 Q = {"x-queue-type": "quorum"}
 
@@ -175,9 +175,9 @@ def test_declare_check_order(first: tuple[str, object], second: tuple[str, objec
 )
 def test_flags_in_rabbitmqs_order(durable: bool, exclusive: bool, auto_delete: bool, prop: str) -> None:
     with pytest.raises(PreconditionFailed) as info:
-        check_quorum_properties("q", durable, exclusive, auto_delete)
+        QUORUM.check_properties("q", durable, exclusive, auto_delete)
     assert info.value.text == f"invalid property '{prop}' for queue 'q' in vhost '/'"
-    check_quorum_properties("q", True, False, False)
+    QUORUM.check_properties("q", True, False, False)
 
 
 @pytest.mark.parametrize(
