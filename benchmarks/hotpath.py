@@ -15,6 +15,10 @@ in a fresh interpreter, and ``time.process_time`` is taken around feeding it pre
 - ``persistent``: persistent messages through the real SQLite store and durable hook (commits
   included: ``process_time`` counts the store's thread), from ``tests/unit/broker/test_recovery.py``.
 
+Each tree runs from its sources (pure Python: a symlink overlay), or with ``--compiled`` as ``pip
+install --target`` builds it: its hot path compiled by mypyc, as ``make install`` does (a minute or
+two per tree).
+
 Reads arrive in ``--chunk`` bytes (64 KiB: a pipelining client; 176: one publish per read). Each
 tree runs A B A B ...; the table shows medians (µs per message) and head/base ratios. Each run
 checks what the broker did (messages queued or delivered), so a broken path cannot look fast.
@@ -175,6 +179,17 @@ def worker(tree: Path, names: list[str], count: int, chunk: int) -> dict[str, fl
     return result
 
 
+def _build(tree: Path, site: Path) -> Path:
+    """``tree`` installed into ``site`` as pip builds it (its hot path compiled when it can be)."""
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(tree)]
+    subprocess.run(cmd, check=True)
+    probe = "from ottermq.amqp import native; print(native.status())"
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    print(f"{tree.name}: {out.stdout.strip()}", file=sys.stderr)
+    return site
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -190,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=65536, help="bytes per read")
     parser.add_argument("--reps", type=int, default=5, help="interpreters per tree, interleaved")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument("--compiled", action="store_true", help="build each tree (mypyc) and run that")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.scenarios.split(",")]
@@ -201,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     trees = [p.resolve() for p in args.ottermq_src]
     work = Path(tempfile.mkdtemp(prefix="hotpath-"))
-    sites = [overlay(tree, work / str(i) / "site") for i, tree in enumerate(trees)]
+    if args.compiled:
+        sites = [_build(tree, work / str(i) / "site") for i, tree in enumerate(trees)]
+    else:
+        sites = [overlay(tree, work / str(i) / "site") for i, tree in enumerate(trees)]
     runs: dict[str, list[dict[str, float]]] = {str(t): [] for t in trees}
     for _ in range(args.reps):
         for tree, site in zip(trees, sites, strict=True):

@@ -8,8 +8,7 @@ Rules:
   records are appended at the tail, read from the head with ``pread``; a segment read to its end is
   deleted, so the disk used follows the backlog. Writes are buffered (one ``write`` per
   ``WRITE_BUFFER`` octets) and flushed before the buffered records are read.
-- A record is every field of an ``Entry`` and its ``Message``: a fixed header (``_HEADER``), then the
-  exchange, routing key, property octets, body and CC/BCC routing keys.
+- A record is every field of an ``Entry`` and its ``Message`` (``spill_record.py``).
 - A pager that cannot write (disk full, I/O error) keeps the entries it could not write, and every later
   one until it is empty again, in memory, in order: the queue goes on, the memory alarm takes over.
 - Dropped entries (withdrawn, moved, over a delivery limit while on disk) are remembered by seq and left
@@ -24,163 +23,34 @@ import itertools
 import logging
 import os
 import shutil
-import struct
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from ottermq.vhost.message import GONE, PAGED, READY, Entry, Message, SelectedMessage
+from ottermq.vhost.message import GONE, PAGED, READY, Entry
 
 from .archive.files import _pid_alive
+from .spill_record import (
+    BIG_BODY,
+    FLAGS_AT,
+    HEADER,
+    HEADER_SIZE,
+    IN_MEMORY,
+    decode,
+    encode,
+    encode_parts,
+    stub,
+)
 
 log = logging.getLogger(__name__)
+
+__all__ = ["BIG_BODY", "SpillDir", "SpillPager", "decode", "encode"]
 
 SEGMENT_BYTES: Final = 64 << 20
 WRITE_BUFFER: Final = 256 << 10
 READ_BLOCK: Final = 256 << 10
-# total, seq, store id, deadline, enqueued at, expiration, delivery count, flags, priority, and the
-# lengths of exchange, routing key, properties, body, extra keys
-_HEADER: Final = struct.Struct("<IqqqqqIBHIIIII")
-_HEADER_SIZE: Final = _HEADER.size
-_NONE: Final = -1
-_NO_PRIORITY: Final = 0xFFFF
-_REDELIVERED: Final = 1
-_PERSISTENT: Final = 2
-_SELECTED: Final = 4
-_IN_MEMORY: Final = 8  # a stub: the entry itself stays in memory (``BIG_BODY``)
-_FLAGS_AT: Final = 48  # offset of the flags in ``_HEADER``
-# a body larger than this is not written: its record is a stub and the entry waits in memory, in its
-# place (writing and reading back 100 MB would hold the event loop for a second; such messages are few)
-BIG_BODY: Final = 16 << 20
-_KEY_LEN: Final = struct.Struct("<H")
 _IOV: Final = 1000  # buffers per pwritev (IOV_MAX is 1024 on Linux)
-
-
-def encode(entry: Entry) -> bytes:
-    """One record for ``entry``."""
-    return b"".join(encode_parts(entry)[0])
-
-
-def encode_parts(entry: Entry) -> tuple[tuple[bytes, ...], int]:
-    """``entry``'s record in parts (the body is not copied) and its length."""
-    m = entry.message
-    exchange = _octets(m.exchange)
-    routing_key = _octets(m.routing_key)
-    extra = b""
-    flags = (_REDELIVERED if entry.redelivered else 0) | (_PERSISTENT if m.persistent else 0)
-    if isinstance(m, SelectedMessage):
-        flags |= _SELECTED
-        keys = []
-        for key in m.extra_keys:
-            raw = key.encode("utf-8", "surrogateescape")
-            keys.append(_KEY_LEN.pack(len(raw)) + raw)
-        extra = b"".join(keys)
-    props, body = m.raw_props, m.body
-    total = _HEADER.size + len(exchange) + len(routing_key) + len(props) + len(body) + len(extra)
-    header = _HEADER.pack(
-        total,
-        entry.seq,
-        entry.store_id,
-        _NONE if entry.deadline is None else entry.deadline,
-        entry.enqueued_at,
-        _NONE if m.expiration is None else m.expiration,
-        entry.delivery_count,
-        flags,
-        _NO_PRIORITY if m.priority is None else m.priority,
-        len(exchange),
-        len(routing_key),
-        len(props),
-        len(body),
-        len(extra),
-    )
-    if extra:
-        return (header, exchange, routing_key, props, body, extra), total
-    return (header, exchange, routing_key, props, body), total
-
-
-def decode(buf: bytes, at: int) -> tuple[Entry, int]:
-    """The entry whose record starts at ``buf[at]`` (complete), and the record's length."""
-    (
-        total,
-        seq,
-        store_id,
-        deadline,
-        enqueued_at,
-        expiration,
-        delivery_count,
-        flags,
-        priority,
-        xl,
-        rl,
-        pl,
-        bl,
-        el,
-    ) = _HEADER.unpack_from(buf, at)
-    p = at + _HEADER_SIZE
-    exchange = _text(buf[p : p + xl])
-    p += xl
-    routing_key = _text(buf[p : p + rl])
-    p += rl
-    props = buf[p : p + pl]
-    p += pl
-    body = buf[p : p + bl]
-    p += bl
-    message = Message(
-        exchange,
-        routing_key,
-        props,
-        body,
-        bool(flags & _PERSISTENT),
-        None if priority == _NO_PRIORITY else priority,
-        None if expiration == _NONE else expiration,
-    )
-    if flags & _SELECTED:
-        keys: list[str] = []
-        end = p + el
-        while p < end:
-            (n,) = _KEY_LEN.unpack_from(buf, p)
-            keys.append(buf[p + 2 : p + 2 + n].decode("utf-8", "surrogateescape"))
-            p += 2 + n
-        message = SelectedMessage(message, props, tuple(keys))
-    entry = Entry(message, seq, None if deadline == _NONE else deadline, enqueued_at)
-    if flags & _REDELIVERED:
-        entry.redelivered = True
-    if delivery_count:
-        entry.delivery_count = delivery_count
-    entry.store_id = store_id
-    return entry, total
-
-
-def _stub(seq: int) -> tuple[bytes]:
-    """The record of an entry that stays in memory (``BIG_BODY``)."""
-    return (_HEADER.pack(_HEADER_SIZE, seq, 0, _NONE, 0, _NONE, 0, _IN_MEMORY, _NO_PRIORITY, 0, 0, 0, 0, 0),)
-
-
-# exchange names and routing keys are few: their octets and texts are cached (bounded)
-_OCTETS: dict[str, bytes] = {}
-_TEXTS: dict[bytes, str] = {}
-_CACHE_MAX: Final = 4096
-
-
-def _octets(text: str) -> bytes:
-    raw = _OCTETS.get(text)
-    if raw is None:
-        raw = text.encode("utf-8", "surrogateescape")
-        if len(_OCTETS) >= _CACHE_MAX:
-            _OCTETS.clear()
-        _OCTETS[text] = raw
-    return raw
-
-
-def _text(raw: bytes) -> str:
-    text = _TEXTS.get(raw)
-    if text is None:
-        text = raw.decode("utf-8", "surrogateescape")
-        if len(_TEXTS) >= _CACHE_MAX:
-            _TEXTS.clear()
-        _TEXTS[raw] = text
-    return text
 
 
 class _Segment:
@@ -314,7 +184,7 @@ class SpillPager:
         """``entry``'s record in parts and its length: a stub when its body stays in memory."""
         if len(entry.message.body) > BIG_BODY:
             self._big[entry.seq] = entry
-            return _stub(entry.seq), _HEADER_SIZE
+            return stub(entry.seq), HEADER_SIZE
         return encode_parts(entry)
 
     def _keep(self, entry: Entry) -> None:
@@ -441,12 +311,12 @@ class SpillPager:
                 continue
             try:
                 block = os.pread(segment.open(), max(READ_BLOCK, min(nbytes - got, 8 << 20)), segment.read_at)
-                if len(block) < _HEADER.size:
+                if len(block) < HEADER.size:
                     raise OSError(errno.EIO, "short read")
                 view = block
                 at = 0
-                while at + _HEADER.size <= len(view) and segment.left and len(out) < count and got < nbytes:
-                    total = _HEADER.unpack_from(view, at)[0]
+                while at + HEADER.size <= len(view) and segment.left and len(out) < count and got < nbytes:
+                    total = HEADER.unpack_from(view, at)[0]
                     if at + total > len(view):
                         if at == 0:  # one record larger than the block
                             view = os.pread(segment.fd, total, segment.read_at)
@@ -502,9 +372,9 @@ class SpillPager:
 
     def _decode(self, buf: bytes, at: int, take: bool) -> tuple[Entry, int]:
         """``decode``, or the entry a stub stands for (``take``: it leaves the pager)."""
-        if buf[at + _FLAGS_AT] & _IN_MEMORY:
-            seq = _HEADER.unpack_from(buf, at)[1]
-            return (self._big.pop(seq) if take else self._big[seq]), _HEADER_SIZE
+        if buf[at + FLAGS_AT] & IN_MEMORY:
+            seq = HEADER.unpack_from(buf, at)[1]
+            return (self._big.pop(seq) if take else self._big[seq]), HEADER_SIZE
         return decode(buf, at)
 
     def drop(self, entry: Entry) -> bool:
@@ -529,12 +399,12 @@ class SpillPager:
             if segment is segments[-1] and self._parts:
                 self._flush()
             try:
-                head = os.pread(segment.open(), _HEADER_SIZE, segment.read_at)
+                head = os.pread(segment.open(), HEADER_SIZE, segment.read_at)
             except OSError:
                 return  # a pull reports it
-            if len(head) < _HEADER_SIZE:
+            if len(head) < HEADER_SIZE:
                 return
-            total, seq = _HEADER.unpack_from(head, 0)[:2]
+            total, seq = HEADER.unpack_from(head, 0)[:2]
             if seq not in dropped:
                 return
             dropped.discard(seq)
@@ -558,10 +428,10 @@ class SpillPager:
                 continue
             try:
                 while left:
-                    head = os.pread(fd, _HEADER.size, at)
-                    if len(head) < _HEADER.size:
+                    head = os.pread(fd, HEADER.size, at)
+                    if len(head) < HEADER.size:
                         break
-                    total = _HEADER.unpack_from(head, 0)[0]
+                    total = HEADER.unpack_from(head, 0)[0]
                     entry, n = self._decode(os.pread(fd, total, at), 0, False)
                     at += n
                     left -= 1

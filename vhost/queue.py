@@ -93,6 +93,7 @@ class Queue:
         self.args = args
         kind = queue_type(args.queue_type)
         self.kind: QueueType = kind
+        self._store_all = kind.stores_every_message  # (read per message)
         # consumer selection, single active consumer, exclusivity (``consumers.py``); ``consumers`` is
         # its list of every consumer (the same list object for the queue's life: read it, never change it)
         self.selection: QueueConsumers[Consumer[Queue]] = kind.consumers(args.single_active_consumer)
@@ -179,20 +180,20 @@ class Queue:
         entry = Entry(message, self._seq, None, now)
         if message.expiration is not None or self.args.message_ttl is not None:
             entry.deadline = self.ttl.expires_at(now, self.args.message_ttl, message.expiration)
-        stored = (message.persistent or self.kind.stores_every_message) and self.store is not None
         if self.consumers and not ready:
             consumer = self.selection.next()
             if consumer is not None:  # straight to a consumer: a TTL of 0 is fine here
-                # A no-ack consumer takes it for good: nothing is left to store (its publisher's
-                # confirm goes out at once, as RabbitMQ's does for a message consumed before it is
-                # persisted). Any other consumer may return it: it is stored first.
-                if stored and not consumer.no_ack and self.store is not None:
-                    self.store.message_added(self, entry)
+                # stored first unless a no-ack consumer takes it for good (its publisher's confirm goes
+                # out at once, as RabbitMQ's for a message consumed before it is persisted)
+                store = self.store
+                if store is not None and (message.persistent or self._store_all) and not consumer.no_ack:
+                    store.message_added(self, entry)
                 entry.state = OUT
                 consumer.deliver(self, entry)
                 return entry
-        if stored and self.store is not None:
-            self.store.message_added(self, entry)
+        store = self.store
+        if store is not None and (message.persistent or self._store_all):
+            store.message_added(self, entry)
         if self.ready_bytes < self._window.bytes or not ready.page(entry):  # (a lazy queue's is 0)
             ready.append(entry)
         self.ready_bytes += size
