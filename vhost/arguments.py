@@ -92,7 +92,8 @@ QUEUE_VERSIONS = (1, 2)
 SUPPORTED_QUEUE_TYPES = tuple(QUEUE_TYPES)
 DLX_STRATEGIES = ("at-most-once", "at-least-once")
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
-# RabbitMQ's types not implemented here: their module (as its texts name it) and their arguments
+# RabbitMQ's types not implemented here (a registered type of the name wins): their module (as its
+# texts name it) and their arguments
 _UNIMPLEMENTED_TYPES = {
     "stream": (
         "rabbit_stream_queue",
@@ -108,8 +109,8 @@ _UNIMPLEMENTED_TYPES = {
 }
 # RabbitMQ's module per queue type, as its texts name it
 TYPE_MODULES = {
-    **{name: kind.module for name, kind in QUEUE_TYPES.items()},
     **{name: module for name, (module, _) in _UNIMPLEMENTED_TYPES.items()},
+    **{name: kind.module for name, kind in QUEUE_TYPES.items()},
 }
 NEVER = 2**63
 """A quorum queue's delivery limit when ``x-delivery-limit`` is no number: never exceeded (in RabbitMQ
@@ -118,14 +119,15 @@ an integer count is below any atom or binary), but a limit all the same (returns
 
 EQUIVALENCE_KEYS = CLASSIC_ARGUMENTS
 QUORUM_EQUIVALENCE_KEYS = QUORUM_ARGUMENTS
-_ALL_TYPE_ARGS = frozenset(k for kind in QUEUE_TYPES.values() for k in kind.arguments) | frozenset(
-    k for _, keys in _UNIMPLEMENTED_TYPES.values() for k in keys
-)
-# the arguments of other queue types that RabbitMQ 3.10 refuses on a queue of each type
-_OTHER_TYPE_ARGS = {
-    name: _ALL_TYPE_ARGS - frozenset(kind.arguments) - kind.foreign_arguments
-    for name, kind in QUEUE_TYPES.items()
-}
+
+
+def _other_type_args(queue_type: str) -> frozenset[str]:
+    """The arguments of other queue types that RabbitMQ 3.10 refuses on a queue of this type."""
+    kind = QUEUE_TYPES[queue_type]
+    every = frozenset(k for other in QUEUE_TYPES.values() for k in other.arguments)
+    every |= frozenset(k for _, keys in _UNIMPLEMENTED_TYPES.values() for k in keys)
+    return every - frozenset(kind.arguments) - kind.foreign_arguments
+
 
 _INTEGER_TYPES = frozenset(
     {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
@@ -381,7 +383,7 @@ def parse_queue_args(
         if "x-queue-type" in args:
             key = "x-queue-type"
             queue_type = _longstr(args[key], type_of(key))
-            if queue_type in _UNIMPLEMENTED_TYPES:
+            if queue_type not in QUEUE_TYPES and queue_type in _UNIMPLEMENTED_TYPES:
                 raise _Invalid(
                     f"\"unsupported queue type '{queue_type}'\" (ottermq does not implement {queue_type}s)"
                 )
@@ -393,7 +395,7 @@ def parse_queue_args(
         for key, check in _DECLARE_CHECKS:
             if key in args and key in own:
                 parsed[key] = check(args[key], type_of(key), args, max_priority_cap)
-        others = _OTHER_TYPE_ARGS[queue_type]
+        others = _other_type_args(queue_type)
         for key in args:
             if key in others:
                 raise PreconditionFailed(

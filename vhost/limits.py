@@ -56,6 +56,9 @@ class Limits:
             return ADMIT
         return REFUSE_DEAD_LETTER if self.overflow == REJECT_PUBLISH_DLX else REFUSE
 
+    def carry(self, old: Limits) -> None:
+        """Take over the state of the limits these replace (a policy changed them)."""
+
     def returning(self, count: int, nbytes: int) -> None:
         """Returns are about to join ``count`` ready messages of ``nbytes`` bytes (soft limits)."""
 
@@ -86,6 +89,10 @@ class SoftLimits(Limits):
             return REFUSE
         self.blocked = False
         return ADMIT
+
+    def carry(self, old: Limits) -> None:
+        if isinstance(old, SoftLimits):
+            self.blocked = old.blocked
 
     def returning(self, count: int, nbytes: int) -> None:
         if self.blocked and self.below_soft_limit(count, nbytes):

@@ -140,11 +140,10 @@ class Queue:
 
     def _configure(self, args: QueueArgs) -> None:
         """The parts follow the arguments in force (declared, or a policy's)."""
-        self._limits = (
-            self.kind.limits(args.max_length, args.max_length_bytes, args.overflow)
-            if self._apply_limits
-            else None
-        )
+        limits = self.kind.limits(args.max_length, args.max_length_bytes, args.overflow)
+        if limits is not None and self._limits is not None:
+            limits.carry(self._limits)  # (a quorum queue's soft limit stays in force)
+        self._limits = limits if self._apply_limits else None
         self._returns.configure(args)
 
     # -- messages -------------------------------------------------------------------------
@@ -274,7 +273,7 @@ class Queue:
         lapsed, arm timers."""
         self._expiry.ordered()
         if self._returns.limit is not None:
-            over = self._returns.over_limit(list(self._ready))
+            over = self._returns.over_limit(self._ready)
             for entry in over:
                 self._ready.discard(entry)  # a tombstone, as an exact-TTL expiry
                 self.ready_bytes -= len(entry.message.body)

@@ -18,7 +18,7 @@ Rules:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .message import HELD, Entry
@@ -92,7 +92,7 @@ class Returns:
                 back.append(entry)
         return back, held, over
 
-    def over_limit(self, entries: list[Entry]) -> list[Entry]:
+    def over_limit(self, entries: Iterable[Entry]) -> list[Entry]:
         """Recovered entries already past the delivery limit."""
         limit = self.limit
         return [] if limit is None else [e for e in entries if e.delivery_count > limit]

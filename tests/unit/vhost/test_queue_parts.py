@@ -61,6 +61,17 @@ def test_soft_limit_blocks_after_going_over_and_opens_at_80_percent() -> None:
     assert not limits.blocked
 
 
+def test_a_policy_keeps_a_soft_limit_in_force() -> None:
+    old = SoftLimits(10, None, "reject-publish")
+    old.blocked = True
+    new = SoftLimits(10, None, "reject-publish")
+    new.carry(old)
+    assert new.blocked and new.admit(9, 0, 1) == REFUSE
+    hard = Limits(10, None, "reject-publish")
+    hard.carry(old)  # nothing to carry
+    assert hard.admit(9, 0, 1) == ADMIT
+
+
 def test_soft_reject_publish_dlx_is_drop_head() -> None:
     assert SoftLimits(1, None, "reject-publish-dlx").drops_head
     assert not Limits(1, None, "reject-publish-dlx").drops_head
