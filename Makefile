@@ -18,7 +18,7 @@ export PYTHONSAFEPATH := 1
 #   install      + dev (`make test`, lint, typecheck): dev,spark,tools,postgresql (over 1 GB: pyspark, ...)
 # A wider layer touches the narrower stamps, so `make test` then `make run` re-installs nothing, and
 # `make run` then `make test` only adds the extras. Strict editable installs (a link tree that mypy follows,
-# see STYLE.md) for all; PIP_INSTALL hides setuptools' "Editable installation" notice, which says that
+# see docs/development.md) for all; PIP_INSTALL hides setuptools' "Editable installation" notice, which says that
 # build/__editable__.* must not be deleted (`make clean` removes it with the venv).
 PKG_DIRS     := $(shell find $(PKGS) -type d -not -name __pycache__)
 # The hot-path modules mypyc compiles (amqp/native.py's MODULES, setup.py): an edit re-installs, which

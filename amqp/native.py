@@ -57,6 +57,7 @@ MODULES = (
     "ottermq.vhost.exchange",
     "ottermq.vhost.chash",
     "ottermq.vhost.erlhash",
+    "ottermq.vhost.publish_result",
     "ottermq.vhost.vhost",
     "ottermq.broker.server.output",
     "ottermq.broker.server.consumers",

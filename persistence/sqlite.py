@@ -5,14 +5,14 @@ Rules:
   worker thread (``worker.Worker``, named ``ottermq-sqlite``); every write and every read that
   must see the store's own writes runs there, one ``Worker.call`` each (``SQLiteStore._call``),
   in submission order.
-- Group commit (see ``batching.BatchingStore``): each batch is ONE transaction run by ONE worker
+- Group commit (see ``group_commit.GroupCommit``): each batch is ONE transaction run by ONE worker
   call (``engine.write_batch``: ``BEGIN IMMEDIATE``, one ``executemany`` per run of consecutive ops
   with the same statement, ``COMMIT``). Never one call per message: each call is a thread round
   trip. The SQL (writes, reads, schema) is ``engine``'s, the very code ``MemoryStore`` runs.
 - ``after_commit`` callbacks fire on the event loop once their batch's worker call has
   returned (the transaction is committed or rolled back), in registration order; a failed batch
   (``sqlite3.Error`` such as "database or disk is full") is rolled back, logged and reported to
-  its callbacks as ``ok=False`` (see ``batching.BatchingStore._run``), and later batches go on.
+  its callbacks as ``ok=False`` (see ``group_commit.GroupCommit._run``), and later batches go on.
 - Durability (``synchronous``, from ``OTTERMQ_SYNC``), in WAL mode:
   ``FULL`` (default): the WAL is fsynced at every commit, so a confirmed message survives a power
   loss or OS crash (RabbitMQ's promise for confirms). ``NORMAL``: the WAL is fsynced only at

@@ -1,7 +1,7 @@
 """The TTL manager interface: deadlines for messages and timers that fire queue expiry.
 
 Two implementations share this interface and one is chosen at start-up
-(``broker/wiring.py``, from ``OTTERMQ_ENABLE_TTL``): ``ttl.default.DefaultTTLManager`` arms one
+(``broker/node/wiring.py``, from ``OTTERMQ_ENABLE_TTL``): ``ttl.default.DefaultTTLManager`` arms one
 timer per queue for its earliest deadline plus one for queue expiry (``x-expires``);
 ``ttl.noop.NoopTTLManager`` gives no deadlines and arms nothing.
 """

@@ -1,6 +1,6 @@
 """Delayed delivery (issue 19): the ``x-delayed-message`` exchange type and the delay heap.
 
-Pure: no I/O, no clock. The broker's ``DelayService`` (``broker/delayed.py``) owns the timer, the
+Pure: no I/O, no clock. The broker's ``DelayService`` (``broker/node/delayed.py``) owns the timer, the
 store rows and the routing when a delay ends; this module decides what is delayed, for how long,
 and in which order messages come due.
 

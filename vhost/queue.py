@@ -112,7 +112,7 @@ class Queue:
         self.sink: DeadLetterSink[Queue] = sink if sink is not None else DropSink()
         # called when x-expires fires on an unused queue (the vhost deletes it)
         self.on_expired: Callable[[Queue], None] | None = None
-        # durable queues get a MessageStore (broker/wiring.py); store_id is the queue's row
+        # durable queues get a MessageStore (broker/node/wiring.py); store_id is the queue's row
         self.store: MessageStore[Queue] | None = None
         self.store_id = 0
         self._last_now = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from ottermq.amqp.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
 from ottermq.ttl.manager import TTLManager
@@ -31,46 +31,31 @@ from .arguments import (
     check_flag_equivalence,
     parse_queue_args,
 )
-from .dedup import DEDUP_EXCHANGE_TYPE, DedupCache, DedupSettings, dedup_settings
+from .dedup_owners import DedupOwners
+from .definition_store import DefinitionStore
 from .delayed import delay_of
 from .exchange import Destination, Exchange, check_exchange_type, equivalent, make_exchange
 from .message import Entry, Message
 from .paging import Paging
 from .patterns import name_budget
 from .policy import Policy, choose, effective_args, kinds_of, merge
+from .publish_result import DUPLICATE, EXCLUDED, REFUSED, ROUTED, UNROUTED, PublishResult
 from .queue import Consumer, DeadLetterSink, DropSink, Queue
 from .queue_types import queue_type
 
-
-class PublishResult:
-    """The outcome of ``VHost.publish`` (see there)."""
-
-    __slots__ = ("routed", "refused", "stored", "excluded")
-
-    def __init__(
-        self,
-        routed: bool,
-        refused: bool,
-        stored: list[tuple[Queue, Entry]] | None = None,
-        excluded: bool = False,
-    ) -> None:
-        self.routed = routed  # at least one queue took it or refused it
-        self.refused = refused  # a reject-publish queue refused it
-        self.stored = stored  # (queue, entry) written to the store; None: nothing to wait for
-        self.excluded = excluded  # routed only to queues ``exclude`` named: it went nowhere
-
-    def __repr__(self) -> str:
-        return (
-            f"PublishResult(routed={self.routed}, refused={self.refused}, stored={self.stored!r}, "
-            f"excluded={self.excluded})"
-        )
-
-
-UNROUTED: Final = PublishResult(False, False)
-DUPLICATE: Final = PublishResult(False, False)  # a deduplicating exchange saw it before: not routed
-EXCLUDED: Final = PublishResult(False, False, None, True)
-ROUTED: Final = PublishResult(True, False)
-REFUSED: Final = PublishResult(True, True)
+__all__ = [
+    "DUPLICATE",
+    "EXCLUDED",
+    "PREDECLARED",
+    "REFUSED",
+    "ROUTED",
+    "UNROUTED",
+    "DefinitionStore",
+    "Delayer",
+    "PublishResult",
+    "VHost",
+    "generated_name",
+]
 
 PREDECLARED = (
     ("amq.direct", "direct", False),
@@ -82,45 +67,13 @@ PREDECLARED = (
 )
 
 
-def _durable_owner(owner: Exchange | Queue) -> bool:
-    """Whether an exchange or queue outlives a restart (an exclusive queue does not)."""
-    return owner.durable and not getattr(owner, "exclusive", False)
-
-
 def generated_name(prefix: str) -> str:
     """A RabbitMQ-style generated name: ``amq.gen-`` / ``amq.ctag-`` + 22 url-safe chars."""
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class DefinitionStore(Protocol):
-    """Persistence of durable exchanges, queues and bindings (filled by ``persistence.hook``).
-
-    The vhost only reports durable entities: exchanges declared durable, queues declared
-    durable and not exclusive, and bindings whose two ends are both durable. A declare or an added
-    binding is reported before it is applied in memory; ``ValueError`` or ``TypeError`` from the
-    report (a value the store cannot hold) refuses it, and nothing is applied.
-    """
-
-    def exchange_declared(self, vhost: str, exchange: Exchange) -> None: ...
-
-    def exchange_deleted(self, vhost: str, name: str) -> None: ...
-
-    def queue_declared(self, queue: Queue) -> None:
-        """Store the queue and give it its ``MessageStore`` (``queue.store``/``store_id``)."""
-
-    def queue_deleted(self, queue: Queue) -> None: ...
-
-    def binding_added(
-        self, vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
-    ) -> None: ...
-
-    def binding_removed(
-        self, vhost: str, source: str, dest: Destination, routing_key: str, arguments: dict[str, Any]
-    ) -> None: ...
-
-
 class Delayer(Protocol):
-    """Where a delayed exchange's messages wait (``broker/delayed.py``; ``vhost/delayed.py``)."""
+    """Where a delayed exchange's messages wait (``broker/node/delayed.py``; ``vhost/delayed.py``)."""
 
     def delay(
         self, vhost: VHost, exchange: Exchange, message: Message, delay: int, mandatory: bool
@@ -130,18 +83,6 @@ class Delayer(Protocol):
 
     def exchange_deleted(self, vhost: str, name: str) -> None:
         """Drop what waits for a deleted exchange."""
-        ...
-
-
-class DedupStore(Protocol):
-    """Keeps persistent deduplication caches (``broker/wiring.py`` fills it when the store is durable)."""
-
-    def attach(self, vhost: str, kind: str, name: str, cache: DedupCache) -> None:
-        """Load the cache's remembered keys and write its changes from now on."""
-        ...
-
-    def detach(self, vhost: str, kind: str, name: str) -> None:
-        """The owner is gone (or no longer persists its cache): forget its keys."""
         ...
 
 
@@ -164,12 +105,12 @@ class VHost:
         self.max_priority = max_priority
         self.ttl: TTLManager = ttl if ttl is not None else NoopTTLManager()
         self.limits = limits
-        self.quorum_delivery_limit: int | None = None  # OTTERMQ_QUORUM_DELIVERY_LIMIT (broker/wiring.py)
-        self.sink: DeadLetterSink[Queue] = DropSink()  # replaced by broker/wiring.py
-        self.store: DefinitionStore | None = None  # set by broker/wiring.py when persistent
-        self.delayer: Delayer | None = None  # set by broker/wiring.py (x-delayed-message exchanges)
-        self.dedup_store: DedupStore | None = None  # set by broker/wiring.py when persistent
-        # timer source for queues' delayed retry: (epoch ms, callback) -> handle (broker/wiring.py)
+        self.quorum_delivery_limit: int | None = None  # OTTERMQ_QUORUM_DELIVERY_LIMIT (broker/node/wiring.py)
+        self.sink: DeadLetterSink[Queue] = DropSink()  # replaced by broker/node/wiring.py
+        self.store: DefinitionStore | None = None  # set by broker/node/wiring.py when persistent
+        self.delayer: Delayer | None = None  # set by broker/node/wiring.py (x-delayed-message exchanges)
+        self.dedup = DedupOwners(name)  # which exchanges and queues deduplicate (``dedup_owners.py``)
+        # timer source for queues' delayed retry: (epoch ms, callback) -> handle (broker/node/wiring.py)
         self.call_at: Callable[[int, Callable[[], None]], Any] | None = None
         self.call_soon: Callable[[Callable[[], None]], Any] | None = None  # the event loop's (queues)
         self.paging: Paging | None = None  # backlogs beyond memory (broker/node/wiring.py)
@@ -178,7 +119,7 @@ class VHost:
         # churn, for the management API and Prometheus: queue.declare calls (not passive), queues
         # created by them (or the API, definitions, recovery) and queues deleted
         self.queues_declared = self.queues_created = self.queues_deleted = 0
-        self.max_queues: int | None = None  # the vhost's max-queues limit (broker/limits.py)
+        self.max_queues: int | None = None  # the vhost's max-queues limit (broker/node/limits.py)
         # name -> policy (vhost/policy.py); set_policy/delete_policy re-apply them to everything
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
@@ -221,7 +162,7 @@ class VHost:
             policy = choose(self.policies.values(), "exchange", exchange.name)
             if policy is not None or exchange.policy is not None:
                 exchange.set_policy(policy.name if policy else None, policy.definition if policy else {})
-                self._apply_dedup_policy("exchange", exchange, policy.definition if policy else {})
+                self.dedup.apply_policy("exchange", exchange, policy.definition if policy else {})
 
     def _apply_to_queue(self, queue: Queue) -> None:
         kind = queue.args.queue_type
@@ -237,61 +178,7 @@ class VHost:
             definition,
             effective_args(queue.declared_args, definition, self.quorum_delivery_limit),
         )
-        self._apply_dedup_policy("queue", queue, definition)
-
-    # -- deduplication ----------------------------------------------------------------------
-    def _dedup_settings(
-        self, kind: str, owner: Exchange | Queue, definition: dict[str, Any]
-    ) -> DedupSettings | None:
-        """What ``owner``'s arguments and policy ``definition`` ask for (``dedup.dedup_settings``).
-
-        Raises:
-            PreconditionFailed: an invalid argument.
-        """
-        if isinstance(owner, Exchange):
-            arguments, always = owner.arguments, owner.TYPE == DEDUP_EXCHANGE_TYPE
-        else:
-            arguments, always = owner.declared_args.raw, False
-        durable = _durable_owner(owner)
-        return dedup_settings(
-            arguments,
-            definition,
-            durable=durable,
-            always=always,
-            resource=f"{kind} '{owner.name}' in vhost '{self.name}'",
-        )
-
-    def _apply_dedup_policy(self, kind: str, owner: Exchange | Queue, definition: dict[str, Any]) -> None:
-        """A policy changed: the cache its arguments and the new definition ask for."""
-        try:
-            settings = self._dedup_settings(kind, owner, definition)
-        except PreconditionFailed:
-            settings = None  # a policy value the arguments already refused: keep the arguments' view
-        self._configure_dedup(kind, owner, settings)
-
-    def _configure_dedup(self, kind: str, owner: Exchange | Queue, settings: DedupSettings | None) -> None:
-        """Give ``owner`` the deduplication cache ``settings`` describe (None: none)."""
-        cache = owner.dedup
-        if settings is None:
-            if cache is not None:
-                owner.dedup = None
-                if cache.settings.persistent and self.dedup_store is not None:
-                    self.dedup_store.detach(self.name, kind, owner.name)
-            return
-        if cache is not None and cache.settings.persistent == settings.persistent:
-            cache.resize(settings)
-            return
-        if cache is not None and cache.settings.persistent and self.dedup_store is not None:
-            self.dedup_store.detach(self.name, kind, owner.name)
-        cache = DedupCache(settings)
-        owner.dedup = cache
-        if settings.persistent and _durable_owner(owner) and self.dedup_store is not None:
-            self.dedup_store.attach(self.name, kind, owner.name, cache)
-
-    def _forget_dedup(self, kind: str, owner: Exchange | Queue) -> None:
-        cache = owner.dedup
-        if cache is not None and cache.settings.persistent and self.dedup_store is not None:
-            self.dedup_store.detach(self.name, kind, owner.name)
+        self.dedup.apply_policy("queue", queue, definition)
 
     # -- durability -----------------------------------------------------------------------
     def _durable_dest(self, dest: Destination) -> bool:
@@ -373,7 +260,7 @@ class VHost:
             with name_budget():  # the policies' costly patterns share 50 ms for this name
                 policy = choose(self.policies.values(), "exchange", name)
         # arguments checked (406) before the exchange exists
-        settings = self._dedup_settings("exchange", exchange, policy.definition if policy else {})
+        settings = self.dedup.settings("exchange", exchange, policy.definition if policy else {})
         if durable:  # stored first: refused there, it is not declared at all
             self._store_first(
                 f"exchange '{name}'", lambda store: store.exchange_declared(self.name, exchange)
@@ -382,7 +269,7 @@ class VHost:
         if policy is not None:
             exchange.set_policy(policy.name, policy.definition)
         if settings is not None:
-            self._configure_dedup("exchange", exchange, settings)
+            self.dedup.configure("exchange", exchange, settings)
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
@@ -399,7 +286,7 @@ class VHost:
         self._remove_exchange(exchange)
 
     def _remove_exchange(self, exchange: Exchange) -> None:
-        self._forget_dedup("exchange", exchange)
+        self.dedup.forget("exchange", exchange)
         if exchange.DELAYED and self.delayer is not None:
             self.delayer.exchange_deleted(self.name, exchange.name)
         self._forget_bindings(exchange, None)
@@ -479,7 +366,7 @@ class VHost:
             sink=self.sink,
             limits=self.limits,
         )
-        dedup = self._dedup_settings("queue", queue, {})  # 406 before the queue exists
+        dedup = self.dedup.settings("queue", queue, {})  # 406 before the queue exists
         if durable and not exclusive:  # stored first: refused there, it is not declared at all
             self._store_first(f"queue '{name}'", lambda store: store.queue_declared(queue))
         queue.on_expired = self._expire_queue
@@ -493,14 +380,14 @@ class VHost:
             with name_budget():  # the policies' costly patterns share 50 ms for this name
                 self._apply_to_queue(queue)
         if dedup is not None and queue.dedup is None:  # no policy configured it
-            self._configure_dedup("queue", queue, dedup)
+            self.dedup.configure("queue", queue, dedup)
         return queue
 
     def delete_queue(self, queue: Queue) -> int:
         """Delete a queue: unbind it, cancel its consumers. Returns its ready message count."""
         count = queue.message_count
         self.queues_deleted += 1
-        self._forget_dedup("queue", queue)
+        self.dedup.forget("queue", queue)
         self._drop_destination(("queue", queue.name))
         self.queues.pop(queue.name, None)
         if queue.store_id and self.store is not None:

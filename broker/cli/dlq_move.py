@@ -1,7 +1,7 @@
 """``ottermq dlq move``: send dead letters back through a running broker's management API.
 
 The move runs in the broker (``POST /api/dead-letters/{vhost}/{queue}/moves``, see
-``broker/dlq_move.py``); this command starts it, shows its progress on stderr and prints the final
+``broker/node/dlq_move.py``); this command starts it, shows its progress on stderr and prints the final
 count (``done: moved N, unroutable U, skipped S``, then ``, refused R`` when some messages could not be
 moved) on stdout. Exit status 0 when the move is done,
 1 when it failed, was cancelled or could not start. Interrupting the command (Ctrl-C) does not stop

@@ -1,5 +1,5 @@
 """The management app: routes under ``OTTERMQ_WEB_API_PATH``, Basic auth, RabbitMQ's JSON errors,
-and the listener (``ManagementServer``) that ``broker/server.py`` binds and starts.
+and the listener (``ManagementServer``) that ``broker/runtime.py`` binds and starts.
 
 Request rules, in RabbitMQ's order (see ``common.py`` for the exact texts):
 

@@ -3,7 +3,7 @@
 RabbitMQ 3.10.8's shapes and texts: lists of ``{"vhost"|"user", "value": {name: N}}``; ``PUT`` with
 ``{"value": N}`` and ``DELETE`` answer 204 (whether or not the limit was set); a bad name or value is
 a 400 (``Validation failed\\n\\n...\\n`` for vhosts, the bare reason for users, see
-``broker/limits.py``), a missing ``value`` ``[{key_missing,value}]``, an unknown vhost on ``PUT``
+``broker/node/limits.py``), a missing ``value`` ``[{key_missing,value}]``, an unknown vhost on ``PUT``
 ``404 {"error":"not_found","reason":"vhost_not_found"}``, an unknown user
 ``400 {"error":"bad_request","reason":["no_such_user",name]}``. Reading needs a management tag
 (vhost limits of the vhosts the user sees; user limits: administrators); writing, administrators.

@@ -3,7 +3,7 @@
 Rules:
 
 1. Nothing runs between scrapes: :class:`BrokerCollector` reads the broker's state and the plain
-   counters the hot path increments (``broker/stats.py``, ``DeadLetterer.dead_lettered`` and
+   counters the hot path increments (``broker/node/stats.py``, ``DeadLetterer.dead_lettered`` and
    ``.lateness``, the archive's ``lost``) when Prometheus asks.
 2. ``<path>`` (``OTTERMQ_PROMETHEUS_PATH``, default ``/metrics``) is aggregated like RabbitMQ's
    ``/metrics`` (queue metrics summed, unlabelled); ``<path>/per-object`` labels the queue metrics

@@ -2,7 +2,7 @@
 
 Rules:
 
-1. The hot path only increments plain counters (``broker/stats.py``, ``QueueStats``); nothing here
+1. The hot path only increments plain counters (``broker/node/stats.py``, ``QueueStats``); nothing here
    runs per message.
 2. Every ``OTTERMQ_METRICS_SAMPLES_INTERVAL`` seconds (RabbitMQ's ``collect_statistics_interval``,
    5 s) :meth:`RateSampler.sample` reads the counters of the node, each vhost, queue, connection

@@ -246,7 +246,7 @@ class Node:
             vhost = self.vhosts[name] = make_vhost(name, self.settings, self.ttl, self.archive)
             vhost.store = self.hook
             vhost.delayer = self.delays
-            vhost.dedup_store = self.dedup
+            vhost.dedup.store = self.dedup
             vhost.call_at = make_call_at(self.loop, self.ttl.now)
             vhost.call_soon = self.loop.call_soon
             vhost.paging = self.paging
@@ -401,7 +401,7 @@ class Node:
 
     # -- limits -------------------------------------------------------------------------------
     def check_connection_limits(self, conn: ConnectionHandle, vhost: str) -> None:
-        """``connection.open``: the vhost's, then the user's connection limit (broker/limits.py).
+        """``connection.open``: the vhost's, then the user's connection limit (broker/node/limits.py).
 
         Raises:
             NotAllowed: a limit is reached (530, RabbitMQ's texts).

@@ -140,7 +140,7 @@ class Consumers:
         self.flow = conn.flow  # paused: the socket's output is backed up
         self.closing = False
         self.consumers: dict[str, ChannelConsumer] = {}
-        self.reply: ReplyConsumer | None = None  # direct reply-to consumer (broker/reply_to.py)
+        self.reply: ReplyConsumer | None = None  # direct reply-to consumer (broker/server/reply_to.py)
         self.reply_id: str | None = None  # this channel's id in reply addresses, once it has one
         self._unacked: dict[int, Unacked] = {}
         self._delivery_clock: deque[tuple[int, float]] = deque()  # (delivery tag, time): overdue_ack
@@ -255,7 +255,7 @@ class Consumers:
     def overdue_ack(self, now: float, default_ms: int | None) -> int | None:
         """The consumer timeout (ms) the oldest unacked delivery has outlived, else None.
 
-        Called by ``broker/ack_timeout.py`` at every check, never per message: a call records
+        Called by ``broker/server/ack_timeout.py`` at every check, never per message: a call records
         ``(highest delivery tag so far, now)`` when there were deliveries since the last record and
         the last is older than 1/60 of the timeout in force (so a channel keeps at most about 60),
         and a delivery tag's delivery time is bounded by the first record at or above it (late by
@@ -425,7 +425,7 @@ class Consumers:
         self.kick()
 
     def consume_replies(self, m: spec.Basic.Consume) -> None:
-        """basic.consume on ``amq.rabbitmq.reply-to`` (see ``broker/reply_to.py``)."""
+        """basic.consume on ``amq.rabbitmq.reply-to`` (see ``broker/server/reply_to.py``)."""
         tag = m.consumer_tag or generated_name("amq.ctag-")
         self.reply = self.conn.replies.consume(self, tag, m.no_ack, self.consumers)
         self.reply_id = self.reply.channel_id

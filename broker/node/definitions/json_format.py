@@ -20,7 +20,7 @@ Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` i
   as the management API does (``vhost/policy.py``); operator policies are the ``parameters`` of
   component ``operator_policy`` (their ``value`` holds the policy), as RabbitMQ exports them.
 - Limits: users' ``limits`` (an object), vhosts' ``limits`` (an object, or 3.10's list of pairs)
-  and ``vhost-limits`` parameters, validated as the API does (``broker/limits.py``); exported in
+  and ``vhost-limits`` parameters, validated as the API does (``broker/node/limits.py``); exported in
   all three of RabbitMQ's places.
 - ``topic_permissions``, ``global_parameters`` and other ``parameters``: accepted and ignored with
   a warning (not implemented); other unknown keys are ignored.

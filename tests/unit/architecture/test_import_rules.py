@@ -202,3 +202,25 @@ def test_cycle_finder_sees_a_cycle() -> None:
 @pytest.mark.parametrize("part", sorted(ALLOWED))
 def test_rules_name_real_parts(part: str) -> None:
     assert {part_of(m) for m in graph()} >= {part} | ALLOWED[part]
+
+
+def layering_table() -> str:
+    """``ALLOWED`` as the Markdown table docs/architecture.md shows (top of the layering first)."""
+    order = list(ALLOWED)
+    rows = ["| part | may import |", "|---|---|"]
+    for part in reversed(order):
+        allowed = sorted(ALLOWED[part], key=order.index, reverse=True)
+        rows.append(f"| `{part}` | {', '.join(f'`{a}`' for a in allowed) or 'nothing of ours'} |")
+    return "\n".join(rows)
+
+
+def test_the_architecture_page_shows_these_rules() -> None:
+    """docs/architecture.md's layering table is ``ALLOWED`` (regenerate it with ``layering_table``), and
+    its diagram names every part."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = "<!-- layering: ALLOWED in tests/unit/architecture/test_import_rules.py -->"
+    end = "<!-- /layering -->"
+    assert start in page and end in page
+    assert page.split(start, 1)[1].split(end, 1)[0].strip() == layering_table()
+    diagram = page.split("```text", 1)[1].split("```", 1)[0]
+    assert [p for p in ALLOWED if p.replace(".", "/") not in diagram and p != "broker"] == []
