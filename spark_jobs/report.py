@@ -48,14 +48,11 @@ from ottermq.spark_jobs.fused import (
     fused_count_rows,
     fused_digest_rows,
     fused_routing_rows,
-    id_aggregation,
-    id_counts,
-    loops_table,
     percentile_tables,
     timeline_bucket,
-    top_ids_table,
     trend_cut,
 )
+from ottermq.spark_jobs.fused_ids import id_aggregation, id_counts, loops_table, top_ids_table
 from ottermq.spark_jobs.io import Format, account, open_archive
 from ottermq.spark_jobs.schema import DAY_MS, HOUR_MS, REASONS, headers_map, hour_label
 from ottermq.spark_jobs.session import (
@@ -674,7 +671,8 @@ def _run_report(
     try:
         # The count tables and the findings' causes come from one grouping-set aggregation, the
         # percentile tables from a second, top ids from a third, retry loops from a fourth, routing
-        # keys from a fifth (spark_jobs/fused.py); header values are one job. Jobs run a few at once,
+        # keys from a fifth (spark_jobs/fused.py, the id tables spark_jobs/fused_ids.py); header values
+        # are one job. Jobs run a few at once,
         # so the executors stay busy while the driver plans and writes; tables are written as their
         # aggregation finishes (by spark_jobs/parquet.py for a local output: no job each).
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
