@@ -1,7 +1,7 @@
 """The report's tables from a few aggregations instead of one Spark job each.
 
-:mod:`ottermq.spark_jobs.report` defines every table as a small ``DataFrame -> DataFrame`` function;
-run one by one they cost a scan, a plan and a job each. Here the count tables come from one
+:mod:`ottermq.spark_jobs.report_tables` defines every table as a small ``DataFrame -> DataFrame``
+function; run one by one they cost a scan, a plan and a job each. Here the count tables come from one
 ``GROUP BY GROUPING SETS`` over the cached records and the percentile tables from a second one;
 the rows are split per table and ordered on the driver exactly as the reference functions order
 them (:mod:`ottermq.spark_jobs.ordering`: Spark's ordering). ``tests/spark/test_fused.py`` checks

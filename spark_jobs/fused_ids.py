@@ -4,8 +4,8 @@
 that :func:`top_ids_table` totals per id with no second shuffle; :func:`id_aggregation` aggregates
 only the deaths of the looping ``(message_id, vhost, queue)`` keys, picked out of the records by a
 broadcast semi-join (the records themselves are never shuffled), and :func:`loops_table` orders them
-as the reference :func:`ottermq.spark_jobs.report.retry_loops` does. :func:`fused_id_rows` collects
-both; the report runs the two as separate jobs (:mod:`ottermq.spark_jobs.report`), and
+as the reference :func:`ottermq.spark_jobs.report_tables.retry_loops` does. :func:`fused_id_rows`
+collects both; the report runs the two as separate jobs (:mod:`ottermq.spark_jobs.report`), and
 :mod:`ottermq.spark_jobs.fused` covers the other tables.
 """
 
