@@ -1,12 +1,11 @@
 """The report's tables from a few aggregations instead of one Spark job each.
 
-:mod:`ottermq.spark_jobs.report` defines every table as a small ``DataFrame -> DataFrame`` function;
-run one by one they cost a scan, a plan and a job each. Here the count tables come from one
+:mod:`ottermq.spark_jobs.report_tables` defines every table as a small ``DataFrame -> DataFrame``
+function; run one by one they cost a scan, a plan and a job each. Here the count tables come from one
 ``GROUP BY GROUPING SETS`` over the cached records and the percentile tables from a second one;
 the rows are split per table and ordered on the driver exactly as the reference functions order
-them (Spark's ordering: ascending puts nulls first, descending puts them last; strings by code
-point). ``tests/spark/test_fused.py`` checks that both give the same rows on an archive with every
-record shape.
+them (:mod:`ottermq.spark_jobs.ordering`: Spark's ordering). ``tests/spark/test_fused.py`` checks
+that both give the same rows on an archive with every record shape.
 
 Tables covered: ``overview``, ``by_reason``, ``by_outcome``, ``by_queue``, ``by_policy``,
 ``by_limit``, ``by_exchange``, ``by_hour``, ``top_content_types``, ``time_in_queue``,
@@ -14,11 +13,9 @@ Tables covered: ``overview``, ``by_reason``, ``by_outcome``, ``by_queue``, ``by_
 ``expiry_lateness_by_queue``; the count aggregation also gives the findings' causes (``_causes``:
 deaths per queue, reason and limit, before and after a cut in time) and the timeline chart's points
 (``_timeline``). ``by_routing_key`` counts per routing-key *list* and explodes the few lists on the
-driver. ``top_message_ids`` comes from one aggregation per (message id, vhost, queue), shuffled by
-message id only so that the per-id totals need no second shuffle (:func:`id_counts`), and
-``retry_loops`` from the deaths of the looping (id, vhost, queue) keys alone, picked out by a
-broadcast semi-join (:func:`id_aggregation`). Header values stay one job: they parse every record's
-headers.
+driver. ``top_message_ids`` and ``retry_loops`` (:data:`ID_TABLES`) come from their own
+aggregations in :mod:`ottermq.spark_jobs.fused_ids`; :func:`fused_rows` gives every covered table.
+Header values stay one job: they parse every record's headers.
 """
 
 from __future__ import annotations
@@ -26,9 +23,10 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from functools import cmp_to_key
 from typing import Any
 
+from ottermq.spark_jobs.fused_ids import fused_id_rows
+from ottermq.spark_jobs.ordering import asc, asc_nulls_last, desc, ordered
 from ottermq.spark_jobs.schema import REASONS, hour_label
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -40,16 +38,11 @@ __all__ = [
     "TABLE_SCHEMAS",
     "fused_count_rows",
     "fused_digest_rows",
-    "fused_id_rows",
     "fused_percentile_rows",
     "fused_routing_rows",
     "fused_rows",
-    "id_aggregation",
-    "id_counts",
-    "loops_table",
     "percentile_tables",
     "timeline_bucket",
-    "top_ids_table",
     "trend_cut",
 ]
 
@@ -287,37 +280,6 @@ def _digest_aggregation(df: DataFrame) -> DataFrame:
     return per_queue.unionByName(overall)
 
 
-# -- ordering like Spark's orderBy --------------------------------------------------------------------
-Key = tuple[str, bool, bool]  # (column, descending, nulls first)
-
-
-def _asc(name: str) -> Key:
-    return (name, False, True)
-
-
-def _desc(name: str) -> Key:
-    return (name, True, False)
-
-
-def _asc_nulls_last(name: str) -> Key:
-    return (name, False, False)
-
-
-def _ordered(rows: list[dict[str, Any]], keys: Sequence[Key]) -> list[dict[str, Any]]:
-    def compare(a: dict[str, Any], b: dict[str, Any]) -> int:
-        for name, descending, nulls_first in keys:
-            x, y = a[name], b[name]
-            if x == y:
-                continue
-            if x is None or y is None:
-                return (-1 if x is None else 1) * (1 if nulls_first else -1)
-            result = -1 if x < y else 1
-            return -result if descending else result
-        return 0
-
-    return sorted(rows, key=cmp_to_key(compare))
-
-
 def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
     by_gid: dict[int, list[Any]] = {}
     for row in rows:
@@ -330,18 +292,18 @@ def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
     def pick(name: str, *fields: str) -> list[dict[str, Any]]:
         return [{f: r[f] for f in fields} for r in rows_of(name)]
 
-    out["by_reason"] = _ordered(pick("by_reason", "reason", "count"), [_desc("count"), _asc("reason")])
-    out["by_outcome"] = _ordered(
+    out["by_reason"] = ordered(pick("by_reason", "reason", "count"), [desc("count"), asc("reason")])
+    out["by_outcome"] = ordered(
         pick("by_outcome", "outcome", "drop_reason", "count"),
-        [_desc("count"), _asc("outcome"), _asc("drop_reason")],
+        [desc("count"), asc("outcome"), asc("drop_reason")],
     )
-    out["by_queue"] = _ordered(
+    out["by_queue"] = ordered(
         pick("by_queue", "vhost", "queue", "count", *REASONS, "dropped"),
-        [_desc("count"), _asc("vhost"), _asc("queue")],
+        [desc("count"), asc("vhost"), asc("queue")],
     )
-    out["by_policy"] = _ordered(
+    out["by_policy"] = ordered(
         pick("by_policy", "vhost", "policy", "count", *REASONS),
-        [_desc("count"), _asc("vhost"), _asc("policy")],
+        [desc("count"), asc("vhost"), asc("policy")],
     )
     limits: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rows_of("by_limit"):
@@ -351,9 +313,9 @@ def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
             key, dict(zip(("cause", "limit_value", "limit_source", "reason"), key, strict=True), count=0)
         )
         row["count"] += r["count"]
-    out["by_limit"] = _ordered(
+    out["by_limit"] = ordered(
         list(limits.values()),
-        [_desc("count"), _asc("cause"), _asc("limit_value"), _asc("limit_source"), _asc("reason")],
+        [desc("count"), asc("cause"), asc("limit_value"), asc("limit_source"), asc("reason")],
     )
     causes: dict[tuple[Any, ...], dict[str, Any]] = {}
     names = ("vhost", "queue", "reason", "limit", "limit_value", "limit_source", "policy")
@@ -373,19 +335,17 @@ def _count_tables(rows: list[Any], top: int) -> dict[str, list[dict[str, Any]]]:
         cause["recent" if r["recent"] else "earlier"] += r["count"]
         cause["first_ms"] = min(x for x in (cause["first_ms"], r["first_ms"]) if x is not None)
         cause["last_ms"] = max(x for x in (cause["last_ms"], r["last_ms"]) if x is not None)
-    out["_causes"] = _ordered(list(causes.values()), [_desc("count"), *(_asc(n) for n in names)])
-    out["by_exchange"] = _ordered(
-        pick("by_exchange", "vhost", "exchange", "count"), [_desc("count"), _asc("vhost"), _asc("exchange")]
+    out["_causes"] = ordered(list(causes.values()), [desc("count"), *(asc(n) for n in names)])
+    out["by_exchange"] = ordered(
+        pick("by_exchange", "vhost", "exchange", "count"), [desc("count"), asc("vhost"), asc("exchange")]
     )
-    out["by_hour"] = _ordered(pick("by_hour", "hour", "reason", "count"), [_asc("hour"), _asc("reason")])
-    out["_timeline"] = _ordered(
-        pick("_timeline", "bucket", "reason", "count"), [_asc("bucket"), _asc("reason")]
-    )
+    out["by_hour"] = ordered(pick("by_hour", "hour", "reason", "count"), [asc("hour"), asc("reason")])
+    out["_timeline"] = ordered(pick("_timeline", "bucket", "reason", "count"), [asc("bucket"), asc("reason")])
     content = [
         {"content_type": r["content_type"], "count": r["count"], "body_bytes": r["body_bytes"]}
         for r in rows_of("top_content_types")
     ]
-    out["top_content_types"] = _ordered(content, [_desc("count"), _asc_nulls_last("content_type")])[:top]
+    out["top_content_types"] = ordered(content, [desc("count"), asc_nulls_last("content_type")])[:top]
     (total,) = rows_of("overview") or [None]
     measures = ("expired", "tiq_count", "tiq_max", "measurable", "early", "late_max")
     hist = [name for name in (total.asDict() if total is not None else {}) if re.fullmatch(r"b\d+", name)]
@@ -448,15 +408,15 @@ def percentile_tables(
     def digest(r: dict[str, Any]) -> Any:
         return queue_digests.get((r["vhost"], r["queue"]))
 
-    by_key = [_desc("count"), _asc("vhost"), _asc("queue")]
+    by_key = [desc("count"), asc("vhost"), asc("queue")]
     stats = counted["_stats"]
     return {
         "time_in_queue": [tiq(overall, overall_digest, {})],
-        "time_in_queue_by_queue": _ordered(
+        "time_in_queue_by_queue": ordered(
             [tiq(r, digest(r), queue(r)) for r in stats if r["tiq_count"]], by_key
         ),
         "expiry_lateness": [late(overall, overall_digest, {})],
-        "expiry_lateness_by_queue": _ordered(
+        "expiry_lateness_by_queue": ordered(
             [late(r, digest(r), queue(r)) for r in stats if r["expired"]], by_key
         ),
         "time_in_queue_histogram": [
@@ -499,8 +459,8 @@ def fused_routing_rows(records: DataFrame) -> dict[str, list[dict[str, Any]]]:
                 counts.get((r["vhost"], r["exchange"], key), 0) + r["n"]
             )
     table = [{"vhost": v, "exchange": x, "routing_key": k, "count": n} for (v, x, k), n in counts.items()]
-    order = [_desc("count"), _asc("vhost"), _asc("exchange"), _asc("routing_key")]
-    return {"by_routing_key": _ordered(table, order)}
+    order = [desc("count"), asc("vhost"), asc("exchange"), asc("routing_key")]
+    return {"by_routing_key": ordered(table, order)}
 
 
 def fused_digest_rows(records: DataFrame) -> list[Any]:
@@ -514,112 +474,6 @@ def fused_percentile_rows(records: DataFrame, buckets: Buckets) -> dict[str, lis
     return percentile_tables(
         fused_count_rows(records, 0, buckets=buckets), fused_digest_rows(records), buckets
     )
-
-
-# -- retry loops and top message ids ------------------------------------------------------------------
-
-
-def id_aggregation(records: DataFrame, threshold: int) -> DataFrame:
-    """Per ``(message_id, vhost, queue)`` of a retry loop: deaths, highest ``death_count``, first and last
-    death, and which of :data:`REASONS` (one flag each), for :func:`loops_table`.
-
-    Only the deaths of loops are aggregated: the ``(message_id, vhost, queue)`` keys whose
-    ``death_count`` reached ``threshold`` somewhere (a small set, broadcast) pick their deaths out of
-    the records with a semi-join, so the records themselves are never shuffled. Deaths without an id
-    are kept only where ``death_count`` reached ``threshold`` (they cannot be told apart, so their
-    group per queue counts those). Every aggregation buffer is fixed-width (no string min/max, no
-    collect_set), so Spark aggregates in a hash map instead of sorting the deaths.
-    """
-    columns = ("message_id", "vhost", "queue", "death_count", "time_ms", "reason")
-    has_id = F.col("message_id").isNotNull()
-    reached = F.col("death_count") >= threshold
-    looping = records.filter(has_id & reached).select("message_id", "vhost", "queue").distinct()
-    # vhost and queue are never null in a good record: plain equality matches like groupBy does
-    linked = (
-        records.select(*columns)
-        .filter(has_id)
-        .join(F.broadcast(looping), ["message_id", "vhost", "queue"], "left_semi")
-    )
-    unlinked = records.select(*columns).filter(~has_id & reached)
-    return (
-        linked.unionByName(unlinked)
-        .groupBy("message_id", "vhost", "queue")
-        .agg(
-            F.count(F.lit(1)).alias("deaths"),
-            F.max("death_count").alias("max_death_count"),
-            F.min("time_ms").alias("first_ms"),
-            F.max("time_ms").alias("last_ms"),
-            *[F.max((F.col("reason") == r).cast("int")).alias(f"_r{i}") for i, r in enumerate(REASONS)],
-        )
-    )
-
-
-def id_counts(records: DataFrame) -> DataFrame:
-    """Per ``(message_id, vhost, queue)`` with an id: deaths and highest ``death_count``, for
-    :func:`top_ids_table`. Shuffled by ``message_id`` alone, so grouping the result by id needs no
-    second shuffle."""
-    return (
-        records.select("message_id", "vhost", "queue", "death_count")
-        .filter(F.col("message_id").isNotNull())
-        .repartition("message_id")
-        .groupBy("message_id", "vhost", "queue")
-        .agg(F.count(F.lit(1)).alias("deaths"), F.max("death_count").alias("max_death_count"))
-    )
-
-
-def loops_table(per_queue: DataFrame, threshold: int) -> DataFrame:
-    """``retry_loops`` from :func:`id_aggregation`'s result, ordered as the reference orders it.
-
-    Its ``reasons`` know only :data:`REASONS` (all the broker writes): for an archive with any other
-    reason (``by_reason`` tells) the caller uses the reference function instead.
-    """
-    flags = [F.when(F.col(f"_r{i}") == 1, F.lit(r)) for i, r in enumerate(REASONS)]
-    found = F.filter(F.array(*flags), lambda x: x.isNotNull())
-    return (
-        per_queue.filter(F.col("max_death_count") >= threshold)
-        .select(
-            "vhost",
-            "queue",
-            "message_id",
-            "deaths",
-            "max_death_count",
-            F.array_sort(found).alias("reasons"),
-            "first_ms",
-            "last_ms",
-        )
-        # one sorted partition (the rows are few next to the records): no sampling job and range
-        # shuffle as a global orderBy would take, and the same order (no two rows tie)
-        .coalesce(1)
-        .sortWithinPartitions(
-            F.desc("max_death_count"), F.desc("deaths"), "vhost", "queue", F.asc_nulls_last("message_id")
-        )
-    )
-
-
-def top_ids_table(per_queue: DataFrame, top: int) -> DataFrame:
-    """``top_message_ids`` from :func:`id_counts`' result."""
-    return (
-        per_queue.filter(F.col("message_id").isNotNull())
-        .groupBy("message_id")
-        .agg(
-            F.sum("deaths").alias("count"),
-            F.count(F.lit(1)).alias("queues"),
-            F.max("max_death_count").alias("max_death_count"),
-        )
-        .orderBy(F.desc("count"), "message_id")
-        .limit(top)
-    )
-
-
-def fused_id_rows(records: DataFrame, *, threshold: int, top: int) -> dict[str, list[dict[str, Any]]]:
-    """``retry_loops`` (:func:`id_aggregation`) and ``top_message_ids`` (:func:`id_counts`) rows."""
-    loops = loops_table(id_aggregation(records, threshold), threshold)
-    return {
-        "retry_loops": [r.asDict(recursive=True) for r in loops.collect()],
-        "top_message_ids": [
-            r.asDict(recursive=True) for r in top_ids_table(id_counts(records), top).collect()
-        ],
-    }
 
 
 def fused_rows(

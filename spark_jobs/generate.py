@@ -30,17 +30,19 @@ Two shapes:
   independently: ids from a pool of ``n / 3`` (so ids repeat at random, across queues too) and a
   geometric ``death_count`` unrelated to the other deaths of the same id.
 
+The queues and the parts of a record both shapes draw alike are in
+:mod:`ottermq.spark_jobs.generate_queues`, the shapes in :mod:`ottermq.spark_jobs.generate_loops`
+and :mod:`ottermq.spark_jobs.generate_uniform`; this module seeds the chunks and writes the files.
+
 Pure Python, no Spark: ``python -m ottermq.spark_jobs.generate OUT --records N [--shape uniform]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime
 import json
 import logging
-import math
 import multiprocessing
 import os
 import random
@@ -51,7 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ottermq.spark_jobs.headers import encode_headers
+from ottermq.spark_jobs.generate_loops import loop_chunk
+from ottermq.spark_jobs.generate_uniform import uniform_record
 
 __all__ = ["CHUNK", "DEFAULT_START_MS", "SHAPES", "generate_records", "main", "write_archive", "write_jsonl"]
 
@@ -59,443 +62,9 @@ log = logging.getLogger(__name__)
 
 CHUNK = 100_000
 DEFAULT_START_MS = 1_714_521_600_000  # 2024-05-01T00:00:00Z
-BODY_LIMIT = 1024
 HOUR_MS = 3_600_000
 
-
-@dataclass(frozen=True)
-class _Queue:
-    vhost: str
-    name: str
-    exchange: str
-    keys: tuple[str, ...]
-    weight: float
-    reasons: tuple[tuple[str, float], ...]
-    dlx: str | None
-    outcome: tuple[tuple[str | None, float], ...]  # drop_reason (None = routed) and weight
-    ttl_ms: int
-
-
-_QUEUES = (
-    _Queue(
-        "/",
-        "orders",
-        "orders",
-        ("order.created", "order.updated"),
-        30,
-        (("rejected", 6), ("expired", 3), ("delivery_limit", 1)),
-        "dlx",
-        ((None, 95), ("no_route", 5)),
-        60_000,
-    ),
-    _Queue(
-        "/",
-        "orders.retry",
-        "retry",
-        ("order.created",),
-        18,
-        (("expired", 8), ("delivery_limit", 2)),
-        "orders",
-        ((None, 97), ("cycle", 3)),
-        5_000,
-    ),
-    _Queue(
-        "/",
-        "payments",
-        "payments",
-        ("payment.authorised", "payment.captured"),
-        12,
-        (("rejected", 5), ("delivery_limit", 3), ("expired", 2)),
-        "dlx",
-        ((None, 100),),
-        120_000,
-    ),
-    _Queue(
-        "/",
-        "notifications.email",
-        "notify",
-        ("email.send",),
-        9,
-        (("expired", 9), ("rejected", 1)),
-        "dlx",
-        ((None, 90), ("no_route", 10)),
-        30_000,
-    ),
-    _Queue(
-        "/",
-        "notifications.sms",
-        "notify",
-        ("sms.send",),
-        6,
-        (("expired", 7), ("maxlen", 3)),
-        None,
-        (("no_dlx", 100),),
-        30_000,
-    ),
-    _Queue(
-        "/",
-        "events.buffer",
-        "amq.topic",
-        ("events.click", "events.view", "events.scroll"),
-        8,
-        (("maxlen", 9), ("expired", 1)),
-        "dlx",
-        ((None, 80), ("dlx_disabled", 20)),
-        10_000,
-    ),
-    _Queue("/", "audit", "", ("audit",), 3, (("rejected", 1),), "audit-dlx", (("dlx_missing", 100),), 0),
-    _Queue(
-        "/",
-        "search.index",
-        "search",
-        ("index.update",),
-        4,
-        (("rejected", 4), ("expired", 6)),
-        "dlx",
-        ((None, 100),),
-        15_000,
-    ),
-    _Queue(
-        "tenant-a",
-        "jobs",
-        "jobs",
-        ("job.run",),
-        5,
-        (("delivery_limit", 5), ("rejected", 5)),
-        "dlx",
-        ((None, 100),),
-        300_000,
-    ),
-    _Queue(
-        "tenant-a",
-        "jobs.slow",
-        "jobs",
-        ("job.run.slow",),
-        2,
-        (("expired", 10),),
-        "dlx",
-        ((None, 100),),
-        900_000,
-    ),
-    _Queue(
-        "tenant-b",
-        "ingest",
-        "ingest",
-        ("ingest.csv", "ingest.json"),
-        2,
-        (("maxlen", 6), ("rejected", 4)),
-        None,
-        (("no_dlx", 100),),
-        0,
-    ),
-    _Queue(
-        "tenant-b",
-        "reports",
-        "reports",
-        ("report.build",),
-        1,
-        (("expired", 5), ("rejected", 5)),
-        "dlx",
-        ((None, 100),),
-        60_000,
-    ),
-)
-_QUEUE_WEIGHTS = [q.weight for q in _QUEUES]
-_CONTENT_TYPES = (("application/json", 60), ("text/plain", 15), ("application/octet-stream", 10), (None, 15))
-_TYPES = (
-    "OrderCreated",
-    "OrderUpdated",
-    "PaymentCaptured",
-    "EmailRequested",
-    "SmsRequested",
-    "Click",
-    "JobRun",
-)
-
-
-def _pick(rng: random.Random, weighted: Sequence[tuple[Any, float]]) -> Any:
-    return rng.choices([v for v, _ in weighted], [w for _, w in weighted])[0]
-
-
-def _headers(
-    rng: random.Random,
-    queue: _Queue,
-    reason: str,
-    enqueued_ms: int,
-    death_count: int,
-    *,
-    first_death_x_death: float = 0.0,
-) -> dict[str, Any] | None:
-    """A dead letter's encoded headers (three in four carry some): an ``x-death`` entry from its
-    previous deaths, and on a first death with the chance ``first_death_x_death`` (a stale one)."""
-    if rng.random() >= 0.75:
-        return None
-    plain: dict[str, Any] = {
-        "x-message-type": rng.choice(_TYPES),
-        "tenant": queue.vhost.strip("/") or "default",
-        "attempt": death_count,
-    }
-    if death_count > 1 or (first_death_x_death and rng.random() < first_death_x_death):
-        plain["x-death"] = [
-            {
-                "count": death_count - 1 or 1,
-                "reason": reason,
-                "queue": queue.name,
-                "time": datetime.datetime.fromtimestamp(enqueued_ms // 1000, tz=datetime.UTC),
-                "exchange": queue.exchange,
-                "routing-keys": [queue.keys[0]],
-            }
-        ]
-    return encode_headers(plain)
-
-
-def _body(rng: random.Random) -> tuple[int, str | None]:
-    """``(body_size, body_b64)``: a log-normal size, the body kept (up to the limit) for 98 in 100."""
-    body_size = int(math.exp(rng.gauss(5.0, 1.0)))
-    body_b64: str | None = None
-    if rng.random() < 0.98:
-        body_b64 = base64.b64encode(rng.randbytes(min(body_size, BODY_LIMIT))).decode("ascii")
-    return body_size, body_b64
-
-
-def _routing_keys(rng: random.Random, queue: _Queue) -> list[str]:
-    keys = [rng.choice(queue.keys)]
-    if rng.random() < 0.05:
-        keys.append("audit")
-    return keys
-
-
-def _record(rng: random.Random, index: int, n: int, start_ms: int, span_ms: int) -> dict[str, Any]:
-    queue = rng.choices(_QUEUES, _QUEUE_WEIGHTS)[0]
-    time_ms = start_ms + (index * span_ms) // max(n, 1) + rng.randrange(0, max(span_ms // max(n, 1), 1))
-    reason = _pick(rng, queue.reasons)
-    original_expiration: str | None = None
-    if reason == "expired":
-        if queue.ttl_ms and rng.random() < 0.5:
-            in_queue = queue.ttl_ms + int(rng.expovariate(1 / 40))  # queue TTL, a few ms late
-        else:
-            expiration = rng.choice((1_000, 5_000, 30_000))
-            original_expiration = str(expiration)
-            in_queue = (
-                expiration
-                + int(rng.expovariate(1 / 25))
-                + (rng.randrange(0, 5_000) if rng.random() < 0.02 else 0)
-            )
-    else:
-        in_queue = int(math.exp(rng.gauss(6.5, 1.8)))  # median ~ 0.7 s, long tail
-    enqueued_ms: int | None = time_ms - in_queue if rng.random() < 0.97 else None
-    drop_reason = _pick(rng, queue.outcome)
-    death_count = 1
-    while death_count < 25 and rng.random() < (0.55 if queue.name.endswith("retry") else 0.3):
-        death_count += 1
-    message_id: str | None = f"msg-{rng.randrange(0, max(n // 3, 10)):08d}" if rng.random() < 0.9 else None
-    headers = _headers(rng, queue, reason, time_ms - in_queue, death_count, first_death_x_death=0.3)
-    if headers is not None:
-        headers["priority-hint"] = {"t": "b", "v": rng.randrange(-3, 4)}
-    body_size, body_b64 = _body(rng)
-    truncated = body_size > BODY_LIMIT
-    keys = _routing_keys(rng, queue)
-    return {
-        "schema": 1,
-        "time_ms": time_ms,
-        "reason": reason,
-        "vhost": queue.vhost,
-        "queue": queue.name,
-        "exchange": queue.exchange,
-        "routing_keys": keys,
-        "dlx": queue.dlx,
-        "dlx_routing_key": None if queue.dlx is None or rng.random() < 0.5 else "dead",
-        "policy": None if queue.dlx is None or rng.random() < 0.5 else "dead-lettering",
-        "outcome": "routed" if drop_reason is None else "dropped",
-        "drop_reason": drop_reason,
-        "death_count": death_count,
-        "original_expiration": original_expiration,
-        "enqueued_ms": enqueued_ms,
-        "message_id": message_id,
-        "correlation_id": f"corr-{rng.randrange(1 << 32):08x}" if rng.random() < 0.5 else None,
-        "content_type": _pick(rng, _CONTENT_TYPES),
-        "headers": headers,
-        "body_size": body_size,
-        "body_b64": body_b64,
-        "body_truncated": truncated and body_b64 is not None,
-    }
-
-
-# --- the retry-loops shape ----------------------------------------------------------------------------
-
 SHAPES = ("retry-loops", "uniform")
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """A queue's limits in the retry-loops shape: where its TTL comes from, its length and delivery
-    limits (``None``: none set), and the policy named in its records' ``policy`` field."""
-
-    ttl_source: str
-    maxlen: tuple[str, int, str] | None = None  # (max-length | max-length-bytes, value, source)
-    delivery: tuple[int, str] | None = None  # (value, source)
-    policy: str | None = None
-
-
-_LIMITS = {
-    "orders": _Limits("policy", delivery=(5, "argument"), policy="ttl-60s"),
-    "orders.retry": _Limits("argument", delivery=(20, "argument")),
-    "payments": _Limits("argument", delivery=(3, "policy"), policy="payments-limits"),
-    "notifications.email": _Limits("operator-policy", policy="notify-dlx"),
-    "notifications.sms": _Limits("argument", maxlen=("max-length", 10_000, "argument")),
-    "events.buffer": _Limits(
-        "argument", maxlen=("max-length-bytes", 8_388_608, "policy"), policy="events-cap"
-    ),
-    "audit": _Limits("argument"),
-    "search.index": _Limits("policy", policy="search-ttl"),
-    "jobs": _Limits("argument", delivery=(10, "argument")),
-    "jobs.slow": _Limits("operator-policy"),
-    "ingest": _Limits("argument", maxlen=("max-length", 5_000, "operator-policy")),
-    "reports": _Limits("argument"),
-}
-_BY_NAME = {q.name: q for q in _QUEUES}
-_BY_VHOST = {v: [q for q in _QUEUES if q.vhost == v] for v in dict.fromkeys(q.vhost for q in _QUEUES)}
-_LOOP_SHARE, _FANOUT_SHARE = 0.08, 0.05
-
-
-def _reasons_at(queue: _Queue, frac: float) -> tuple[tuple[str, float], ...]:
-    """The queue's reason mix at ``frac`` (0..1) of the span: two queues drift, for trends to find."""
-    if queue.name == "orders":
-        return (("rejected", 6), ("expired", 1 + 8 * frac), ("delivery_limit", 1))
-    if queue.name == "payments":
-        return (("rejected", 5), ("delivery_limit", 0.5 + 5 * (1 - frac)), ("expired", 2))
-    reasons = queue.reasons
-    if queue.ttl_ms == 0:  # no TTL: its expiries would need every message to carry an expiration
-        reasons = tuple((r, w) for r, w in reasons if r != "expired") or (("rejected", 1.0),)
-    return reasons
-
-
-def _death(
-    rng: random.Random,
-    queue: _Queue,
-    reason: str,
-    time_ms: int,
-    death_count: int,
-    message_id: str | None,
-    schema: int,
-) -> dict[str, Any]:
-    """One dead letter of the retry-loops shape, its limit consistent with ``reason`` and the queue."""
-    limits = _LIMITS[queue.name]
-    original_expiration: str | None = None
-    limit: tuple[str, int, str] | None = None
-    if reason == "expired":
-        own = None if queue.ttl_ms and rng.random() < 0.5 else rng.choice((1_000, 5_000, 30_000, 120_000))
-        if own is not None:
-            original_expiration = str(own)
-        if own is None or (queue.ttl_ms and queue.ttl_ms < own):  # the queue's TTL is the lower one
-            limit = ("message-ttl", queue.ttl_ms, limits.ttl_source)
-        else:
-            limit = ("expiration", own, "message")
-        in_queue = (
-            limit[1] + int(rng.expovariate(1 / 30)) + (rng.randrange(0, 5_000) if rng.random() < 0.02 else 0)
-        )
-    else:
-        in_queue = int(math.exp(rng.gauss(6.5, 1.8)))
-        if reason == "maxlen" and limits.maxlen is not None:
-            limit = limits.maxlen
-        elif reason == "delivery_limit" and limits.delivery is not None:
-            limit = ("delivery-limit", *limits.delivery)
-    drop_reason = _pick(rng, queue.outcome)
-    headers = _headers(rng, queue, reason, time_ms - in_queue, death_count)
-    body_size, body_b64 = _body(rng)
-    keys = _routing_keys(rng, queue)
-    record: dict[str, Any] = {
-        "schema": schema,
-        "time_ms": time_ms,
-        "reason": reason,
-        "vhost": queue.vhost,
-        "queue": queue.name,
-        "exchange": queue.exchange,
-        "routing_keys": keys,
-        "dlx": queue.dlx,
-        "dlx_routing_key": None if queue.dlx is None or drop_reason is not None else keys[0],
-        "policy": limits.policy,
-        "outcome": "routed" if drop_reason is None else "dropped",
-        "drop_reason": drop_reason,
-        "death_count": death_count,
-        "original_expiration": original_expiration,
-        "enqueued_ms": time_ms - in_queue if rng.random() < 0.97 else None,
-        "message_id": message_id,
-        "correlation_id": f"corr-{rng.randrange(1 << 32):08x}" if rng.random() < 0.5 else None,
-        "content_type": _pick(rng, _CONTENT_TYPES),
-        "headers": headers,
-        "body_size": body_size,
-        "body_b64": body_b64,
-        "body_truncated": body_size > BODY_LIMIT and body_b64 is not None,
-    }
-    if schema >= 2:
-        record["limit"], record["limit_value"], record["limit_source"] = limit or (None, None, None)
-    return record
-
-
-def _message(
-    rng: random.Random, window: tuple[int, int], start_ms: int, span_ms: int
-) -> list[tuple[_Queue, str, int, int]]:
-    """One message's deaths as ``(queue, reason, time_ms, death_count)``, inside ``window``."""
-    queue = rng.choices(_QUEUES, _QUEUE_WEIGHTS)[0]
-    w0, w1 = window
-    draw = rng.random()
-    # offsets from the first death: (queue, reason or None = draw at that time, offset, death_count)
-    plan: list[tuple[_Queue, str | None, int, int]] = []
-    if draw < _LOOP_SHARE:
-        k = rng.randint(2, 6)
-        reason = None
-        offset = 0
-        retry = _BY_NAME["orders.retry"]
-        for count in range(1, k + 1):
-            plan.append((queue, reason, offset, count))
-            if queue.name == "orders":  # then it waits out orders.retry's TTL and comes back
-                plan.append((retry, "expired", offset + retry.ttl_ms, count))
-                offset += retry.ttl_ms + int(math.exp(rng.gauss(6.5, 1.5)))
-            else:
-                offset += int(rng.expovariate(1 / 60_000)) + 1_000
-    elif draw < _LOOP_SHARE + _FANOUT_SHARE:
-        others = [q for q in _BY_VHOST[queue.vhost] if q is not queue]
-        for i, q in enumerate([queue, *rng.sample(others, min(len(others), rng.randint(1, 2)))]):
-            plan.append((q, None, i * rng.randrange(0, 2_000), 1))
-    else:
-        count = 1 if rng.random() < 0.97 else rng.randint(2, 4)  # earlier deaths before the archive
-        plan.append((queue, None, 0, count))
-    total = max(offset for _, _, offset, _ in plan)
-    room = max(w1 - w0, 1)
-    if total > room // 2:  # squeeze the loop into the chunk's slice of time
-        plan = [(q, r, offset * (room // 2) // total, c) for q, r, offset, c in plan]
-        total = room // 2
-    first = w0 + rng.randrange(0, max(room - total, 1))
-    out = []
-    chosen: dict[str, str] = {}  # a loop dies for the same reason each time (x-death counts per reason)
-    for q, reason, offset, count in plan:
-        time_ms = first + offset
-        if reason is None:
-            if q.name not in chosen:
-                chosen[q.name] = _pick(rng, _reasons_at(q, (time_ms - start_ms) / max(span_ms, 1)))
-            reason = chosen[q.name]
-        out.append((q, reason, time_ms, count))
-    return out
-
-
-def _loop_chunk(
-    rng: random.Random, chunk: int, first: int, last: int, n: int, start_ms: int, span_ms: int, schema: int
-) -> list[dict[str, Any]]:
-    """Records ``first`` to ``last`` of an ``n``-record archive of the retry-loops shape (one chunk)."""
-    window = (start_ms + first * span_ms // max(n, 1), start_ms + last * span_ms // max(n, 1))
-    deaths: list[tuple[int, int, dict[str, Any]]] = []
-    seq = 0
-    while len(deaths) < last - first:
-        message_id = f"msg-{chunk:05d}-{seq:07d}" if rng.random() < 0.9 else None
-        for queue, reason, time_ms, count in _message(rng, window, start_ms, span_ms):
-            if len(deaths) < last - first:
-                deaths.append(
-                    (time_ms, len(deaths), _death(rng, queue, reason, time_ms, count, message_id, schema))
-                )
-        seq += 1
-    deaths.sort(key=lambda d: (d[0], d[1]))
-    return [record for _, _, record in deaths]
 
 
 def generate_records(
@@ -530,13 +99,13 @@ def generate_records(
         rng = random.Random(seed * 1_000_003 + chunk)
         end = min((chunk + 1) * chunk_size, n)
         if shape == "retry-loops":
-            records = _loop_chunk(rng, chunk, chunk * chunk_size, end, n, start_ms, span_ms, schema)
+            records = loop_chunk(rng, chunk, chunk * chunk_size, end, n, start_ms, span_ms, schema)
             yield from records[index - chunk * chunk_size : min(end, stop) - chunk * chunk_size]
         else:
             for skip in range(chunk * chunk_size, index):  # the same stream when starting mid-chunk
-                _record(rng, skip, n, start_ms, span_ms)
+                uniform_record(rng, skip, n, start_ms, span_ms)
             for i in range(index, min(end, stop)):
-                yield _record(rng, i, n, start_ms, span_ms)
+                yield uniform_record(rng, i, n, start_ms, span_ms)
         index = (chunk + 1) * chunk_size
 
 

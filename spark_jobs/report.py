@@ -1,63 +1,61 @@
-"""Dead-letter analytics: pure ``DataFrame -> DataFrame`` tables and the ``report`` job.
+"""The ``report`` job: every table of a dead-letter archive, plus summary, report and charts.
 
-Each table function takes good archive records (see :mod:`ottermq.spark_jobs.io`) and returns
-a small, deterministically ordered DataFrame. :func:`run_report` computes them all over one
-cached read of the archive, writes each as Parquet and CSV, and renders ``summary.json``,
-``report.md`` and PNG charts (:mod:`ottermq.spark_jobs.render`).
-
-Definitions:
-
-- *time in queue* = ``time_ms - enqueued_ms`` (records without ``enqueued_ms`` are left out);
-- *expiry lateness* (``reason = expired`` only) = ``time_ms - (enqueued_ms + original_expiration)``.
-  Lateness is measured only where the message carried an expiration (schema-1 records name no
-  queue TTL; schema-2 records name the TTL that killed them as their ``limit``); a negative value
-  means the queue's TTL was shorter and killed it first: such records are counted as ``early`` and
-  left out of the percentiles, as are expiries with no ``original_expiration`` (queue TTL only);
-- *retry loop*: a message (``message_id``) that died in a queue with a ``death_count`` (the
-  ``x-death`` count for that queue and reason) that reached the threshold (default 3); its row
-  counts **all** its deaths in that queue (a message that died with counts 1, 2 and 3 shows 3
-  deaths). Deaths without a ``message_id`` cannot be told apart: per queue, one row with a null id
-  counts those whose ``death_count`` reached the threshold;
-- *cause* of a death: ``limit`` (the limit that killed it, archive schema 2), or ``reason`` when
-  ``limit`` is null (``rejected``, schema-1 records); see :mod:`ottermq.spark_jobs.render` for the
-  findings built from them.
-
-Percentiles use Spark's ``percentile_approx`` (accuracy 10 000: the value returned has a rank
-within 0.01 % of the exact one; exact below 10 000 values). Hours are UTC.
+:func:`run_report` opens the archive once (JSON Lines parsed into a cache, Parquet read again by
+each job for its own columns), computes the tables of :mod:`ottermq.spark_jobs.report_tables` (most
+of them through the fused aggregations of :mod:`ottermq.spark_jobs.fused` and
+:mod:`ottermq.spark_jobs.fused_ids`, a few jobs at once), writes each as Parquet and CSV
+(:mod:`ottermq.spark_jobs.table_files`), and renders ``summary.json``, ``report.md``,
+``report.html`` and PNG charts (:mod:`ottermq.spark_jobs.render`). :func:`main` is ``ottermq dlq
+report`` and runs unchanged under ``spark-submit``. The table functions are re-exported here; what
+they measure (time in queue, expiry lateness, retry loops, causes) is defined in
+:mod:`ottermq.spark_jobs.report_tables`.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from typing import Any
 
-from ottermq.spark_jobs import parquet
 from ottermq.spark_jobs.fused import (
     FUSED_TABLES,
     ID_TABLES,
-    TABLE_SCHEMAS,
     fused_count_rows,
     fused_digest_rows,
     fused_routing_rows,
-    id_aggregation,
-    id_counts,
-    loops_table,
     percentile_tables,
     timeline_bucket,
-    top_ids_table,
     trend_cut,
 )
+from ottermq.spark_jobs.fused_ids import id_aggregation, id_counts, loops_table, top_ids_table
 from ottermq.spark_jobs.io import Format, account, open_archive
-from ottermq.spark_jobs.schema import DAY_MS, HOUR_MS, REASONS, headers_map, hour_label
+from ottermq.spark_jobs.report_tables import (
+    HISTOGRAM_BUCKETS,
+    Table,
+    count_by_exchange,
+    count_by_hour,
+    count_by_limit,
+    count_by_outcome,
+    count_by_policy,
+    count_by_queue,
+    count_by_reason,
+    count_by_routing_key,
+    expiry_lateness,
+    overview,
+    retry_loops,
+    tables,
+    time_in_queue,
+    time_in_queue_histogram,
+    top_content_types,
+    top_header_values,
+    top_message_ids,
+)
+from ottermq.spark_jobs.schema import REASONS
 from ottermq.spark_jobs.session import (
     add_spark_arguments,
     configure_logging,
@@ -65,20 +63,11 @@ from ottermq.spark_jobs.session import (
     parse_conf,
     spark_session,
 )
-from ottermq.spark_jobs.storage import (
-    detect_format,
-    inspect_inputs,
-    is_local,
-    join,
-    local_path,
-    move_single_file,
-    open_output,
-    write_bytes,
-)
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from ottermq.spark_jobs.storage import detect_format, inspect_inputs, join, write_bytes
+from ottermq.spark_jobs.table_files import materialise, write_rows
+from pyspark.sql import DataFrame, SparkSession
 
+# the table functions (ottermq.spark_jobs.report_tables) stay importable from here, where they began
 __all__ = [
     "HISTOGRAM_BUCKETS",
     "count_by_exchange",
@@ -103,9 +92,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PERCENTILES = (0.5, 0.9, 0.99)
-ACCURACY = 10_000
-
 #: Columns the report reads (``headers`` is added when ``--type-header`` asks for it).
 REPORT_COLUMNS = (
     "time_ms",
@@ -127,474 +113,6 @@ REPORT_COLUMNS = (
     "limit_value",
     "limit_source",
 )
-
-#: Time-in-queue histogram buckets: label and [lower, upper) in ms (None = unbounded).
-HISTOGRAM_BUCKETS: tuple[tuple[str, int | None, int | None], ...] = (
-    ("<0", None, 0),
-    ("0-10ms", 0, 10),
-    ("10-100ms", 10, 100),
-    ("0.1-1s", 100, 1_000),
-    ("1-10s", 1_000, 10_000),
-    ("10s-1m", 10_000, 60_000),
-    ("1-10m", 60_000, 600_000),
-    ("10m-1h", 600_000, HOUR_MS),
-    ("1h-1d", HOUR_MS, DAY_MS),
-    (">=1d", DAY_MS, None),
-)
-
-
-def _count() -> Column:
-    return F.count(F.lit(1)).alias("count")
-
-
-def _reason_counts() -> list[Column]:
-    return [F.sum(F.when(F.col("reason") == r, 1).otherwise(0)).cast("long").alias(r) for r in REASONS]
-
-
-def count_by_reason(df: DataFrame) -> DataFrame:
-    """``reason, count``, most frequent first."""
-    return df.groupBy("reason").agg(_count()).orderBy(F.desc("count"), "reason")
-
-
-def count_by_queue(df: DataFrame) -> DataFrame:
-    """``vhost, queue, count``, one column per reason, and ``dropped``; most frequent first."""
-    dropped = F.sum(F.when(F.col("outcome") == "dropped", 1).otherwise(0)).cast("long").alias("dropped")
-    return (
-        df.groupBy("vhost", "queue")
-        .agg(_count(), *_reason_counts(), dropped)
-        .orderBy(F.desc("count"), "vhost", "queue")
-    )
-
-
-def count_by_policy(df: DataFrame) -> DataFrame:
-    """``vhost, policy, count``, one column per reason: which policy set the dead-lettering (``policy``
-    null: the queues' own arguments, or records from before policies), most frequent first."""
-    return (
-        df.groupBy("vhost", "policy")
-        .agg(_count(), *_reason_counts())
-        .orderBy(F.desc("count"), "vhost", F.asc_nulls_first("policy"))
-    )
-
-
-def count_by_limit(df: DataFrame) -> DataFrame:
-    """``cause, limit_value, limit_source, reason, count``: which limit killed the messages (``cause`` is
-    ``limit``, or ``reason`` where the record names no limit: ``rejected``, schema-1 records), most
-    frequent first."""
-    cause = F.coalesce(F.col("limit"), F.col("reason"))
-    return (
-        df.groupBy(cause.alias("cause"), "limit_value", "limit_source", "reason")
-        .agg(_count())
-        .orderBy(F.desc("count"), "cause", "limit_value", "limit_source", "reason")
-    )
-
-
-def count_by_exchange(df: DataFrame) -> DataFrame:
-    """``vhost, exchange, count`` (the exchange the message was published to; ``""`` = default)."""
-    return df.groupBy("vhost", "exchange").agg(_count()).orderBy(F.desc("count"), "vhost", "exchange")
-
-
-def count_by_routing_key(df: DataFrame) -> DataFrame:
-    """``vhost, exchange, routing_key, count``: a message with several routing keys counts once per key."""
-    keys = df.select("vhost", "exchange", F.explode("routing_keys").alias("routing_key"))
-    return (
-        keys.groupBy("vhost", "exchange", "routing_key")
-        .agg(_count())
-        .orderBy(F.desc("count"), "vhost", "exchange", "routing_key")
-    )
-
-
-def count_by_hour(df: DataFrame) -> DataFrame:
-    """``hour, reason, count`` with ``hour`` as ``YYYY-MM-DDTHH:00Z`` (UTC), in time order."""
-    return (
-        df.groupBy(hour_label(F.col("time_ms")).alias("hour"), "reason")
-        .agg(_count())
-        .orderBy("hour", "reason")
-    )
-
-
-def count_by_outcome(df: DataFrame) -> DataFrame:
-    """``outcome, drop_reason, count`` (``drop_reason`` null for routed), most frequent first."""
-    return (
-        df.groupBy("outcome", "drop_reason")
-        .agg(_count())
-        .orderBy(F.desc("count"), "outcome", F.asc_nulls_first("drop_reason"))
-    )
-
-
-def _percentiles(value: Column) -> list[Column]:
-    approx = F.percentile_approx(value, list(PERCENTILES), ACCURACY)
-    names = [f"p{round(p * 100)}_ms" for p in PERCENTILES]
-    return [approx[i].alias(name) for i, name in enumerate(names)]
-
-
-def _percentile_table(values: DataFrame, by: Sequence[str], extra: Sequence[Column] = ()) -> DataFrame:
-    aggs = [_count(), *extra, *_percentiles(F.col("value")), F.max("value").alias("max_ms")]
-    if not by:
-        return values.agg(*aggs)
-    return values.groupBy(*by).agg(*aggs).orderBy(F.desc("count"), *by)
-
-
-def time_in_queue(df: DataFrame, by: Sequence[str] = ()) -> DataFrame:
-    """``[by...], count, p50_ms, p90_ms, p99_ms, max_ms`` of ``time_ms - enqueued_ms``.
-
-    Only records with ``enqueued_ms``; without ``by`` a single row (count 0 and nulls when empty).
-    """
-    values = df.filter(F.col("enqueued_ms").isNotNull()).select(
-        *by, (F.col("time_ms") - F.col("enqueued_ms")).alias("value")
-    )
-    return _percentile_table(values, by)
-
-
-def time_in_queue_histogram(df: DataFrame) -> DataFrame:
-    """``bucket, label, lower_ms, upper_ms, count`` over :data:`HISTOGRAM_BUCKETS` (empty ones too)."""
-    value = F.col("time_ms") - F.col("enqueued_ms")
-    bucket: Column = F.lit(None)
-    for index, (_, lower, upper) in reversed(list(enumerate(HISTOGRAM_BUCKETS))):
-        cond = F.lit(True)
-        if lower is not None:
-            cond = cond & (value >= lower)
-        if upper is not None:
-            cond = cond & (value < upper)
-        bucket = F.when(cond, F.lit(index)).otherwise(bucket)
-    buckets = df.filter(F.col("enqueued_ms").isNotNull()).select(bucket.alias("bucket"))
-    wide = buckets.agg(
-        *[F.count(F.when(F.col("bucket") == i, 1)).alias(f"b{i}") for i in range(len(HISTOGRAM_BUCKETS))]
-    )
-    entries = [
-        F.struct(
-            F.lit(i).alias("bucket"),
-            F.lit(label).alias("label"),
-            F.lit(lower).cast("long").alias("lower_ms"),
-            F.lit(upper).cast("long").alias("upper_ms"),
-            F.col(f"b{i}").alias("count"),
-        )
-        for i, (label, lower, upper) in enumerate(HISTOGRAM_BUCKETS)
-    ]
-    return wide.select(F.inline(F.array(*entries)))  # one row per bucket, in bucket order
-
-
-def expiry_lateness(df: DataFrame, by: Sequence[str] = ()) -> DataFrame:
-    """``[by...], count, measurable, early, p50_ms, p90_ms, p99_ms, max_ms`` for ``reason = expired``.
-
-    ``count`` is every expiry, ``measurable`` those with ``enqueued_ms`` and a numeric
-    ``original_expiration``, ``early`` the measurable ones that died before their own expiration
-    (the queue TTL was shorter); percentiles are over the measurable, non-early ones.
-    """
-    expiration = F.expr("try_cast(original_expiration AS BIGINT)")
-    lateness = F.col("time_ms") - (F.col("enqueued_ms") + expiration)
-    values = df.filter(F.col("reason") == "expired").select(*by, lateness.alias("lateness"))
-    measurable = F.col("lateness").isNotNull()
-    early = measurable & (F.col("lateness") < 0)
-    on_time = F.when(measurable & ~early, F.col("lateness"))
-    aggs = [
-        _count(),
-        F.count(F.col("lateness")).alias("measurable"),
-        F.sum(F.when(early, 1).otherwise(0)).cast("long").alias("early"),
-        *_percentiles(on_time),
-        F.max(on_time).alias("max_ms"),
-    ]
-    if not by:
-        return values.agg(*aggs)
-    return values.groupBy(*by).agg(*aggs).orderBy(F.desc("count"), *by)
-
-
-def retry_loops(df: DataFrame, threshold: int = 3) -> DataFrame:
-    """Messages dead-lettered again and again in one queue: those with a death there whose
-    ``death_count`` reached ``threshold``, with every death of theirs in that queue.
-
-    Returns ``vhost, queue, message_id, deaths, max_death_count, reasons, first_ms, last_ms``,
-    worst first. ``deaths`` counts all the message's deaths in the queue (``death_count`` 1, 2, 3
-    gives 3). Deaths without an id cannot be linked: per queue, the row with ``message_id`` null
-    counts those whose ``death_count`` reached ``threshold``.
-    """
-    keyed = df.filter(F.col("message_id").isNotNull() | (F.col("death_count") >= threshold))
-    return (
-        keyed.groupBy("vhost", "queue", "message_id")
-        .agg(
-            _count().alias("deaths"),
-            F.max("death_count").alias("max_death_count"),
-            F.array_sort(F.collect_set("reason")).alias("reasons"),
-            F.min("time_ms").alias("first_ms"),
-            F.max("time_ms").alias("last_ms"),
-        )
-        .filter(F.col("max_death_count") >= threshold)
-        .orderBy(
-            F.desc("max_death_count"), F.desc("deaths"), "vhost", "queue", F.asc_nulls_last("message_id")
-        )
-    )
-
-
-def top_message_ids(df: DataFrame, n: int = 20) -> DataFrame:
-    """``message_id, count, queues, max_death_count``: the ``n`` ids seen most (null ids left out)."""
-    # per (id, queue) first, then per id: the same numbers as countDistinct without its expand step
-    per_queue = (
-        df.filter(F.col("message_id").isNotNull())
-        .groupBy("message_id", "vhost", "queue")
-        .agg(_count(), F.max("death_count").alias("max_death_count"))
-    )
-    return (
-        per_queue.groupBy("message_id")
-        .agg(
-            F.sum("count").alias("count"),
-            F.count(F.lit(1)).alias("queues"),
-            F.max("max_death_count").alias("max_death_count"),
-        )
-        .orderBy(F.desc("count"), "message_id")
-        .limit(n)
-    )
-
-
-def top_content_types(df: DataFrame, n: int = 20) -> DataFrame:
-    """``content_type, count, body_bytes``: the ``n`` most common (null = no content type)."""
-    return (
-        df.groupBy("content_type")
-        .agg(_count(), F.sum("body_size").alias("body_bytes"))
-        .orderBy(F.desc("count"), F.asc_nulls_last("content_type"))
-        .limit(n)
-    )
-
-
-def top_header_values(df: DataFrame, key: str, n: int = 20) -> DataFrame:
-    """``value, count``: the ``n`` most common values of header ``key`` (its JSON text; null = absent)."""
-    value = headers_map("headers").getItem(key).getField("v")
-    return (
-        df.groupBy(value.alias("value"))
-        .agg(_count())
-        .orderBy(F.desc("count"), F.asc_nulls_last("value"))
-        .limit(n)
-    )
-
-
-def overview(df: DataFrame) -> DataFrame:
-    """One row: ``records, first_ms, last_ms, vhosts, queues, routed, dropped, body_bytes``."""
-    return df.agg(
-        _count().alias("records"),
-        F.min("time_ms").alias("first_ms"),
-        F.max("time_ms").alias("last_ms"),
-        F.countDistinct("vhost").alias("vhosts"),
-        F.countDistinct("vhost", "queue").alias("queues"),
-        F.sum(F.when(F.col("outcome") == "routed", 1).otherwise(0)).cast("long").alias("routed"),
-        F.sum(F.when(F.col("outcome") == "dropped", 1).otherwise(0)).cast("long").alias("dropped"),
-        F.coalesce(F.sum("body_size"), F.lit(0)).alias("body_bytes"),
-    )
-
-
-# --------------------------------------------------------------------------------------------- job
-
-
-@dataclass(frozen=True)
-class Table:
-    """One report table: its name, a title for report.md, and how to compute it."""
-
-    name: str
-    title: str
-    compute: Callable[[DataFrame], DataFrame]
-
-
-def tables(retry_threshold: int = 3, top: int = 20, type_header: str | None = None) -> list[Table]:
-    """The report's tables, in report order."""
-    out = [
-        Table("overview", "Overview", overview),
-        Table("by_reason", "Deaths by reason", count_by_reason),
-        Table("by_limit", "Deaths by limit (the reason where no limit is recorded)", count_by_limit),
-        Table("by_outcome", "Outcome", count_by_outcome),
-        Table("by_queue", "Deaths by queue", count_by_queue),
-        Table("by_policy", "Deaths by policy", count_by_policy),
-        Table("by_exchange", "Deaths by exchange", count_by_exchange),
-        Table("by_routing_key", "Deaths by routing key", count_by_routing_key),
-        Table("by_hour", "Deaths per hour (UTC)", count_by_hour),
-        Table("time_in_queue", "Time in queue", time_in_queue),
-        Table(
-            "time_in_queue_by_queue",
-            "Time in queue by queue",
-            lambda df: time_in_queue(df, ["vhost", "queue"]),
-        ),
-        Table("time_in_queue_histogram", "Time in queue histogram", time_in_queue_histogram),
-        Table("expiry_lateness", "Expiry lateness", expiry_lateness),
-        Table(
-            "expiry_lateness_by_queue",
-            "Expiry lateness by queue",
-            lambda df: expiry_lateness(df, ["vhost", "queue"]),
-        ),
-        Table(
-            "retry_loops",
-            f"Retry loops (death_count >= {retry_threshold})",
-            lambda df: retry_loops(df, retry_threshold),
-        ),
-        Table("top_message_ids", "Top message ids", lambda df: top_message_ids(df, top)),
-        Table("top_content_types", "Top content types", lambda df: top_content_types(df, top)),
-    ]
-    if type_header:
-        out.append(
-            Table(
-                "top_header_values",
-                f"Top values of header {type_header!r}",
-                lambda df: top_header_values(df, type_header, top),
-            )
-        )
-    return out
-
-
-def _csv_value(value: Any) -> Any:
-    if isinstance(value, list):
-        return ";".join("" if v is None else str(v) for v in value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value
-
-
-def write_csv(spark: SparkSession, uri: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """One CSV file with a header row; arrays joined with ``;``, null as an empty field."""
-    with open_output(spark, uri) as stream:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([_csv_value(v) for v in row])
-            if buf.tell() > 1 << 20:
-                stream.write(buf.getvalue().encode())
-                buf.seek(0)
-                buf.truncate()
-        stream.write(buf.getvalue().encode())
-
-
-def spark_csv(spark: SparkSession, table: DataFrame, uri: str) -> bool:
-    """Write a big table as one CSV file with Spark, byte for byte as :func:`write_csv` would (header,
-    ``;``-joined arrays, empty fields for null and "", RFC 4180 quoting, ``\n`` lines). Tables with
-    floating-point columns are left to :func:`write_csv` (Python and Spark print them differently).
-
-    Returns:
-        Whether it wrote the file.
-    """
-    from pyspark.sql.types import ArrayType, DoubleType, FloatType
-
-    if any(isinstance(f.dataType, DoubleType | FloatType) for f in table.schema.fields):
-        return False
-    columns = [
-        F.array_join(F.col(f.name).cast("array<string>"), ";", "").alias(f.name)
-        if isinstance(f.dataType, ArrayType)
-        else F.col(f.name)
-        for f in table.schema.fields
-    ]
-    staging = uri + ".spark"
-    (
-        table.select(*columns)
-        .coalesce(1)
-        .write.mode("overwrite")
-        .option("header", True)
-        .option("nullValue", "")
-        .option("emptyValue", "")
-        .option("quote", '"')
-        .option("escape", '"')
-        .option("lineSep", "\n")
-        .option("ignoreLeadingWhiteSpace", False)
-        .option("ignoreTrailingWhiteSpace", False)
-        .csv(staging)
-    )
-    move_single_file(spark, staging, ".csv", uri)
-    return True
-
-
-#: Tables report.md and the charts need in full (everything else is shown up to --top rows).
-_FULL_TABLES = frozenset(
-    {
-        "overview",
-        "by_reason",
-        "by_outcome",
-        "by_hour",
-        "time_in_queue",
-        "time_in_queue_histogram",
-        "expiry_lateness",
-    }
-)
-
-
-#: Tables with at most this many rows are collected once and written from the driver.
-COLLECT_LIMIT = 200_000
-#: Up to this many rows a collected table is sent back to Spark to be written as Parquet (as one JSON
-#: literal, see :func:`local_frame`; above it, Spark computes the table again to write it). Only for
-#: an output Spark has to write (a Hadoop URI): a local one gets every collected table from
-#: :mod:`~ottermq.spark_jobs.parquet`.
-SEND_BACK_LIMIT = 5_000
-
-
-def _materialise(
-    spark: SparkSession, table: Table, records: DataFrame, out: str, top: int
-) -> tuple[list[dict[str, Any]], int]:
-    """Write ``table`` as Parquet and CSV under ``out/tables``; return the rows to show and the row count."""
-    result = table.compute(records)
-    head = result.limit(COLLECT_LIMIT + 1).collect()
-    parquet_dir = join(out, "tables", table.name + ".parquet")
-    csv_uri = join(out, "tables", table.name + ".csv")
-    csv_rows: Iterable[Sequence[Any]] | None = None  # None: written already
-    if len(head) <= SEND_BACK_LIMIT or (len(head) <= COLLECT_LIMIT and _python_parquet(out, result.schema)):
-        # the usual case: no recomputation, one small file each
-        total = len(head)
-        _write_small(spark, table.name, head, result.schema, out)
-    elif len(head) <= COLLECT_LIMIT:  # computing it again beats sending this many rows back to the JVM
-        total = len(head)
-        result.coalesce(1).write.mode("overwrite").parquet(parquet_dir)
-        csv_rows = head
-    else:
-        result.write.mode("overwrite").parquet(parquet_dir)
-        source = spark.read.parquet(parquet_dir)
-        total = source.count()
-        if not spark_csv(spark, source, csv_uri):  # a few partitions streamed to the driver (one job each)
-            csv_rows = source.coalesce(4).toLocalIterator(prefetchPartitions=True)
-    if csv_rows is not None:
-        write_csv(spark, csv_uri, result.columns, csv_rows)
-    shown = head if table.name in _FULL_TABLES else head[:top]
-    return [row.asDict(recursive=True) for row in shown], total
-
-
-def _write_rows(
-    spark: SparkSession, table: Table, records: DataFrame, rows: list[dict[str, Any]], out: str, top: int
-) -> tuple[list[dict[str, Any]], int]:
-    """Write rows computed by :mod:`~ottermq.spark_jobs.fused` as the table's Parquet and CSV (the
-    schema is the reference function's, planned but not run)."""
-    schema = TABLE_SCHEMAS.get(table.name) or table.compute(records).schema  # (planning one costs ~0.1 s)
-    names = schema.fieldNames()
-    _write_small(spark, table.name, [tuple(row[name] for name in names) for row in rows], schema, out)
-    shown = rows if table.name in _FULL_TABLES else rows[:top]
-    return [dict(row) for row in shown], len(rows)
-
-
-def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: StructType) -> DataFrame:
-    """``rows`` (values in ``schema``'s order) as a DataFrame of exactly ``schema``, built in the JVM.
-
-    ``spark.createDataFrame(rows)`` runs a Python worker for every job over its result (PySpark
-    re-serialises the rows in Python): ~0.4 s per table where writing the rows takes ~0.15 s. Here
-    the rows travel as one JSON Lines literal that ``from_json`` parses with the schema's types
-    (64-bit integers and strings exactly, floats by their shortest round-trip text), and the JVM
-    applies the schema itself, nullability included, so the Parquet files are the same as before.
-    """
-    names = schema.fieldNames()
-    text = "\n".join(json.dumps(dict(zip(names, row, strict=True)), separators=(",", ":")) for row in rows)
-    lines = spark.range(1).select(F.explode(F.split(F.lit(text), "\n")).alias("line"))
-    parsed = (
-        lines.filter(F.col("line") != "").select(F.from_json("line", schema).alias("row")).select("row.*")
-    )
-    jspark = spark._jsparkSession
-    jdf = jspark.createDataFrame(parsed._jdf.javaRDD(), jspark.parseDataType(schema.json()))
-    return DataFrame(jdf, spark)
-
-
-def _python_parquet(out: str, schema: StructType) -> bool:
-    """Whether a table of ``schema`` goes to ``out`` through :mod:`~ottermq.spark_jobs.parquet` (no job)."""
-    return is_local(out) and parquet.supports(schema)
-
-
-def _write_small(
-    spark: SparkSession, name: str, rows: Sequence[Sequence[Any]], schema: StructType, out: str
-) -> None:
-    """A table collected on the driver as ``out/tables/<name>.parquet`` (one file) and ``.csv``: written
-    here in Python for a local ``out``, else by Spark from the rows sent back (:func:`local_frame`)."""
-    parquet_dir = join(out, "tables", name + ".parquet")
-    if _python_parquet(out, schema):
-        parquet.write_table(local_path(parquet_dir), rows, schema)
-    else:
-        local_frame(spark, rows, schema).coalesce(1).write.mode("overwrite").parquet(parquet_dir)
-    write_csv(spark, join(out, "tables", name + ".csv"), schema.fieldNames(), rows)
 
 
 def run_report(
@@ -666,7 +184,7 @@ def _run_report(
     def run(table: Table) -> tuple[list[dict[str, Any]], int]:
         nonlocal done
         log.info("table %s: computing", table.name)
-        shown, total = _materialise(spark, table, records, out, top)
+        shown, total = materialise(spark, table, records, out, top)
         done += 1
         log.info("table %s: %d rows (%d/%d tables done)", table.name, total, done, len(todo))
         return shown, total
@@ -674,9 +192,10 @@ def _run_report(
     try:
         # The count tables and the findings' causes come from one grouping-set aggregation, the
         # percentile tables from a second, top ids from a third, retry loops from a fourth, routing
-        # keys from a fifth (spark_jobs/fused.py); header values are one job. Jobs run a few at once,
-        # so the executors stay busy while the driver plans and writes; tables are written as their
-        # aggregation finishes (by spark_jobs/parquet.py for a local output: no job each).
+        # keys from a fifth (spark_jobs/fused.py, the id tables spark_jobs/fused_ids.py); header values
+        # are one job. Jobs run a few at once, so the executors stay busy while the driver plans and
+        # writes; tables are written as their aggregation finishes (spark_jobs/table_files.py: by
+        # spark_jobs/parquet.py for a local output, no job each).
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             # The accounting job first (Spark runs jobs first come, first served, and adaptive
             # execution submits each job's later stages as new jobs, behind everything already
@@ -713,7 +232,7 @@ def _run_report(
 
             def write(table: Table) -> tuple[list[dict[str, Any]], int]:
                 nonlocal done
-                result = _write_rows(spark, table, records, fused[table.name], out, top)
+                result = write_rows(spark, table, records, fused[table.name], out, top)
                 done += 1
                 return result
 

@@ -226,7 +226,7 @@ def loops_archive(data: Any) -> list[dict[str, Any]]:
 
 def test_retry_loops_count_every_death(spark: Any, data: Any, tmp_path: Path, rows: Any) -> None:
     from ottermq.spark_jobs import io, report
-    from ottermq.spark_jobs.fused import fused_id_rows
+    from ottermq.spark_jobs.fused_ids import fused_id_rows
 
     data.write_lines(tmp_path / "a" / "2024-05-01" / "00" / "deadletters-1.jsonl", loops_archive(data))
     records = io.read_archive(spark, str(tmp_path / "a"))[0].cache()

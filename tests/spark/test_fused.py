@@ -12,7 +12,7 @@ pytestmark = pytest.mark.spark
 
 def reference(records: Any, top: int, threshold: int = 3) -> dict[str, list[dict[str, Any]]]:
     from ottermq.spark_jobs.fused import FUSED_TABLES, ID_TABLES
-    from ottermq.spark_jobs.report import tables
+    from ottermq.spark_jobs.report_tables import tables
 
     return {
         t.name: [row.asDict(recursive=True) for row in t.compute(records).collect()]
@@ -23,7 +23,7 @@ def reference(records: Any, top: int, threshold: int = 3) -> dict[str, list[dict
 
 def fused(records: Any, top: int, threshold: int = 3) -> dict[str, list[dict[str, Any]]]:
     from ottermq.spark_jobs.fused import fused_rows
-    from ottermq.spark_jobs.report import HISTOGRAM_BUCKETS
+    from ottermq.spark_jobs.report_tables import HISTOGRAM_BUCKETS
 
     return fused_rows(records, top=top, buckets=HISTOGRAM_BUCKETS, threshold=threshold)
 
@@ -77,7 +77,7 @@ def test_unknown_reasons_in_a_loop(spark: Any, records_df: Any, tmp_path: Path) 
 def test_table_schemas_are_the_reference_ones(records_df: Any) -> None:
     """The rows are written with fused.TABLE_SCHEMAS: exactly what Spark's analysis of the reference gives."""
     from ottermq.spark_jobs.fused import FUSED_TABLES, TABLE_SCHEMAS
-    from ottermq.spark_jobs.report import tables
+    from ottermq.spark_jobs.report_tables import tables
 
     todo = [t for t in tables(retry_threshold=3, top=20) if t.name in FUSED_TABLES]
     assert set(TABLE_SCHEMAS) == {t.name for t in todo}

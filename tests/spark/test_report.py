@@ -254,7 +254,7 @@ def test_report_main_missing_archive(spark: Any, tmp_path: Path) -> None:
 
 
 def test_spark_csv_writes_what_write_csv_writes(spark: Any, tmp_path: Path) -> None:
-    from ottermq.spark_jobs.report import spark_csv, write_csv
+    from ottermq.spark_jobs.table_files import spark_csv, write_csv
     from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
 
     schema = StructType(
@@ -287,9 +287,11 @@ def test_big_table_paths_write_the_same_files(
     spark: Any, archive_dir: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
     """Tables over the collect limits (written by Spark, CSV by Spark) give the same files as small ones."""
+    from ottermq.spark_jobs import table_files
+
     R.run_report(spark, str(archive_dir), str(tmp_path / "small"), charts=False)
-    monkeypatch.setattr(R, "SEND_BACK_LIMIT", 1)  # 2..3 rows: written again by Spark
-    monkeypatch.setattr(R, "COLLECT_LIMIT", 3)  # more: written by Spark, read back, CSV by Spark
+    monkeypatch.setattr(table_files, "SEND_BACK_LIMIT", 1)  # 2..3 rows: written again by Spark
+    monkeypatch.setattr(table_files, "COLLECT_LIMIT", 3)  # more: written by Spark, read back, CSV by Spark
     R.run_report(spark, str(archive_dir), str(tmp_path / "big"), charts=False)
     small, big = tmp_path / "small" / "tables", tmp_path / "big" / "tables"
     names = sorted(p.name for p in small.glob("*.csv"))
@@ -303,6 +305,7 @@ def test_big_table_paths_write_the_same_files(
 
 def test_local_frame_is_create_dataframe_without_python_workers(spark: Any) -> None:
     """The report's tables go to Spark as a JSON literal: same rows, same schema (nullability too)."""
+    from ottermq.spark_jobs.table_files import local_frame
     from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
 
     schema = StructType(
@@ -319,10 +322,10 @@ def test_local_frame_is_create_dataframe_without_python_workers(spark: Any) -> N
         (None, -5, None, 1e-300),
         ("", 0, ["x"], float("nan")),
     ]
-    frame = R.local_frame(spark, rows, schema)
+    frame = local_frame(spark, rows, schema)
     assert frame.schema == schema
     want = spark.createDataFrame(rows, schema).collect()
     got = frame.collect()
     assert [tuple(r) for r in got][:3] == [tuple(r) for r in want][:3]
     assert got[3][3] != got[3][3]  # NaN
-    assert R.local_frame(spark, [], schema).collect() == []
+    assert local_frame(spark, [], schema).collect() == []
