@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance fuzz attack chaos bench lint typecheck clean
+.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance conformance-changed fuzz attack chaos bench lint typecheck clean
 
 # One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
 # is added/removed: strict editable installs link files one by one, so new modules need a re-run;
@@ -155,9 +155,20 @@ screenshots: install clients
 # CONFORMANCE_ALL=1 runs them too.
 CONFORMANCE_SKIP := $(if $(CONFORMANCE_ALL),,$(addprefix --ignore=e2e/test_,celery_kombu.py flower.py \
 	dramatiq.py symfony_messenger.py node_frameworks.py))
+# A green run records every file's key in e2e/conformance.lock (.ci/conformance.py: the file, the e2e
+# helpers and RabbitMQ's version). `make conformance-changed` (CI) runs only the files whose key changed
+# since, plus e2e/test_basic.py, and records them: what a test proves about RabbitMQ changes only with
+# them, so CI checks every changed test against RabbitMQ without running the unchanged ones again.
 conformance: install clients
 	bash .ci/rabbitmq.sh "$(RABBIT_URL)"
 	AMQP_URL="$(RABBIT_URL)" ATTACK_EXAMPLES=1 $(BIN)/pytest e2e -m "not extension" $(CONFORMANCE_SKIP)
+	$(BIN)/python .ci/conformance.py record $(CONFORMANCE_SKIP)
+
+conformance-changed: install clients
+	bash .ci/rabbitmq.sh "$(RABBIT_URL)"
+	files="$$($(BIN)/python .ci/conformance.py changed $(CONFORMANCE_SKIP))" && echo "conformance: $$files" && \
+	AMQP_URL="$(RABBIT_URL)" ATTACK_EXAMPLES=1 $(BIN)/pytest $$files -m "not extension" && \
+	$(BIN)/python .ci/conformance.py record $$files
 
 # The management API fuzzer for longer than `make test` runs it (e2e/test_http_fuzz.py: schemathesis
 # from the broker's own OpenAPI description plus targeted cases): FUZZ_EXAMPLES per operation and user,
