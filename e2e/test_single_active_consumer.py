@@ -323,6 +323,27 @@ def test_a_classic_queue_refuses_exclusive_consumers_403(connect, sac_queue, cha
     )
 
 
+@pytest.mark.parametrize(
+    ("priority", "type_name"),
+    [("5", "longstr"), (True, "bool"), (None, "void"), ({"a": 1}, "table"), ([1], "array")],
+)
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_x_priority_must_be_an_integer_406(
+    connect, sac_queue, channel_error, broker, queue_type, priority, type_name
+):
+    """RabbitMQ checks a consumer's arguments before anything else about the consume (a plain queue too)."""
+    ch = connect().channel()
+    q = sac_queue(ch, queue_type)
+    channel_error(
+        lambda: ch.basic_consume(q, lambda *a: None, arguments={"x-priority": priority}),
+        406,
+        f"PRECONDITION_FAILED - invalid arg 'x-priority' for queue '{q}' in vhost '{broker.vhost}': "
+        f'"expected integer, got {type_name}"',
+    )
+    ch = connect().channel()
+    ch.basic_consume(q, lambda *a: None, arguments={"x-priority": 2**40})  # a long is an integer
+
+
 def test_a_quorum_queue_ignores_the_exclusive_flag(connect, sac_queue):
     ch = connect().channel()
     q = sac_queue(ch, "quorum")

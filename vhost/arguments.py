@@ -69,6 +69,7 @@ __all__ = [
     "amqp_type_name",
     "assert_args_equivalence",
     "check_args_equivalence",
+    "check_consume_arguments",
     "check_flag_equivalence",
     "check_server_named",
     "erl_binary",
@@ -315,6 +316,24 @@ def queue_type_of(arguments: Mapping[str, Any] | None, types: Types = None) -> s
     if _type_of("x-queue-type", value, types) != "longstr":
         return None
     return longstr_text(value)
+
+
+def check_consume_arguments(arguments: Mapping[str, Any] | None, queue: str, vhost: str = "/") -> None:
+    """``basic.consume``'s arguments as RabbitMQ 3.10 checks them first (``rabbit_amqqueue``'s
+    ``check_consume_arguments``): ``x-priority`` is an integer.
+
+    Raises:
+        PreconditionFailed: ``invalid arg 'x-priority' for queue 'q' in vhost '/': "expected integer,
+            got longstr"``.
+    """
+    if arguments and "x-priority" in arguments:
+        value = arguments["x-priority"]
+        try:
+            _int_arg(value, _type_of("x-priority", value, None))
+        except _Invalid as invalid:
+            raise PreconditionFailed(
+                f"invalid arg 'x-priority' for queue '{queue}' in vhost '{vhost}': {invalid.term}"
+            ) from None
 
 
 def check_server_named(arguments: Mapping[str, Any] | None, types: Types = None) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "atom_hash",
     "jump_consistent_hash",
     "phash2_binary",
+    "TooComplex",
     "phash2_field",
 ]
 
@@ -189,26 +190,36 @@ _TRUE, _FALSE = atom_hash("true"), atom_hash("false")
 _STRING, _BYTES, _BOOL, _DEC, _TABLE, _ARRAY, _VOID = (ord(c) for c in "SxtDFAV")
 
 
-def phash2_field(raw: bytes, pos: int, end: int) -> int:
+class TooComplex(ValueError):
+    """A field value has more elements than the caller's budget (``phash2_field``'s ``max_elements``)."""
+
+
+def phash2_field(raw: bytes, pos: int, end: int, max_elements: int = -1) -> int:
     """``erlang:phash2({Type, Value})`` of the field value whose tag octet is ``raw[pos]``, as
     ``rabbit_misc:table_lookup`` returns it: ``{longstr, <<"a">>}``, ``{bool, true}``,
     ``{decimal, {Scale, Unscaled}}``, ``{void, undefined}``, ``{table, [{Key, Type, Value}]}``,
     ``{array, [{Type, Value}]}``. Nested tables and arrays are walked with an explicit stack, so
-    any depth that fits in ``raw[pos:end]`` is hashed without recursion.
+    any depth that fits in ``raw[pos:end]`` is hashed without recursion. ``max_elements`` (when not
+    negative) bounds the work: a value with more elements (the value itself, and each table entry and
+    array element at any depth) is not hashed.
 
     Raises:
+        TooComplex: more than ``max_elements`` elements.
         ValueError: the octets are not one well-formed field value within ``end``.
     """
     try:
-        return _field(raw, pos, end) & _PHASH2_MASK
+        return _field(raw, pos, end, max_elements) & _PHASH2_MASK
     except (IndexError, KeyError, struct.error) as exc:
         raise ValueError(f"malformed field value at offset {pos}") from exc
 
 
-def _field(raw: bytes, pos: int, end: int) -> int:
+def _field(raw: bytes, pos: int, end: int, budget: int) -> int:
     h = _tuple(0, 2)
     open_: list[tuple[int, bool]] = []  # enclosing tables (True) and arrays: where each one ends
     while True:
+        if budget == 0:
+            raise TooComplex(f"more elements than the budget at offset {pos}")
+        budget -= 1
         tag = raw[pos]
         h = _atom(h, _TYPE_ATOMS[tag])
         pos += 1

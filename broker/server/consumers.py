@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from ottermq.amqp import fastpath
 from ottermq.amqp.errors import AccessRefused, AMQPNotImplemented, NotAllowed, PreconditionFailed
+from ottermq.vhost.arguments import check_consume_arguments
 from ottermq.vhost.consumers import WAITING
 from ottermq.vhost.message import Entry, Message
 from ottermq.vhost.queue import Queue
@@ -437,6 +438,7 @@ class Consumers:
 
         Raises:
             NotAllowed: the tag is in use on this channel (530).
+            PreconditionFailed: ``x-priority`` is not an integer (406).
             AMQPNotImplemented: a quorum queue and a global prefetch count (540, as RabbitMQ 3.10).
             AccessRefused: the queue has an exclusive consumer, or this one asks to be and others exist
                 or the queue has single active consumer (``vhost/consumers.py``).
@@ -444,6 +446,7 @@ class Consumers:
         tag = m.consumer_tag or generated_name("amq.ctag-")
         if tag in self.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        check_consume_arguments(m.arguments, queue.name, self.vhost.name)
         if self.global_qos and not queue.kind.global_qos:
             raise AMQPNotImplemented(
                 f"queue '{queue.name}' in vhost '{self.vhost.name}' does not support global qos"
