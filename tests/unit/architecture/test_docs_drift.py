@@ -42,6 +42,7 @@ SKIP = {".venv", "build", "node_modules", ".git", "site", "data", "__pycache__"}
 
 NOT_IN_TREE = {
     "benchmarks/cgen/ottermq-cgen": "built by `make bench` (go build)",
+    "amqp/_build_info.py": "written by pip install beside the compiled modules (setup.py)",
     "report.md": "written by the Spark report and the chaos harness",
     "flow_control.py": "uvicorn's, the model of broker/server/flow.py",
     "_state.py": "h11's, the model of broker/server/states.py",
