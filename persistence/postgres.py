@@ -57,6 +57,7 @@ from . import postgres_sql as pg
 from . import schema as s
 from .batching import BatchingStore
 from .engine import Op
+from .postgres_dialect import quote_ident
 from .store import (
     DedupRecord,
     Definitions,
@@ -484,8 +485,8 @@ class PostgresStore(BatchingStore):
         counters = {"pending": self.pending, "batches": self.batches, "failed_batches": self.failed_batches}
         async with self._lock:
             conn = await self._connection()
-            messages = await conn.fetchval(s.COUNT_MESSAGES)
-            queues = await conn.fetchval(s.COUNT_QUEUES)
+            messages = await conn.fetchval(pg.STATEMENTS[s.COUNT_MESSAGES])
+            queues = await conn.fetchval(pg.STATEMENTS[s.COUNT_QUEUES])
             size = await conn.fetchval(pg.TABLE_BYTES, self.schema)
         return {"messages": int(messages), "queues": int(queues), "bytes_on_disk": int(size), **counters}
 
@@ -536,7 +537,7 @@ async def connect(
     return await asyncpg.connect(
         url,
         timeout=timeout,
-        server_settings={"search_path": pg.quote_ident(schema), "application_name": application_name},
+        server_settings={"search_path": quote_ident(schema), "application_name": application_name},
         **kwargs,
     )
 
@@ -578,7 +579,7 @@ async def _migrate(conn: Any, schema: str) -> None:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", pg.LOCK_CLASS, migration_key)
         if not await conn.fetchval(pg.SCHEMA_EXISTS, schema):
-            await conn.execute(f"CREATE SCHEMA {pg.quote_ident(schema)}")
+            await conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
         if await conn.fetchval(pg.HAS_VERSION_TABLE, schema):
             version = int(await conn.fetchval(pg.SELECT_VERSION))
         elif await conn.fetchval(pg.COUNT_TABLES, schema):
@@ -606,37 +607,20 @@ async def _migrate(conn: Any, schema: str) -> None:
 
 
 async def _load_counters(conn: Any) -> tuple[s.QueueIds, dict[int, int], int]:
-    """``engine.load_counters`` on PostgreSQL: delete orphaned messages, compact queue ids once too
-    many are used, read each queue's highest seq and the highest delayed-message id."""
-    rows = await conn.fetch("SELECT id, vhost, name FROM queues ORDER BY id")
+    """``engine.load_counters`` on PostgreSQL: the same tidy-up (``schema``'s rules), with a run of
+    range deletes as one statement and the highest seqs read pipelined."""
+    statements = pg.STATEMENTS
+    rows = await conn.fetch(statements[s.SELECT_QUEUE_IDS])
     queues = [(int(i), unescape(v), unescape(n)) for i, v, n in rows]
     async with conn.transaction():
-        gaps, start = [], 0
-        for queue_id in [q[0] for q in queues] + [s.MAX_QUEUE_ID + 1]:
-            if queue_id > start:  # the ids [start, queue_id) hold no queue
-                gaps.append((start << s.SEQ_BITS, (queue_id << s.SEQ_BITS) - 1))
-            start = queue_id + 1
-        orphans = await conn.fetchval(
-            "WITH gone AS (DELETE FROM messages m USING unnest($1::BIGINT[], $2::BIGINT[]) AS g(low, high) "
-            "WHERE m.id BETWEEN g.low AND g.high RETURNING 1) SELECT count(*) FROM gone",
-            [g[0] for g in gaps],
-            [g[1] for g in gaps],
-        )
-        if orphans:
-            log.warning("deleted %d messages of queues that no longer exist", orphans)
-        if queues and queues[-1][0] > s.COMPACT_QUEUE_IDS_ABOVE:
-            compacted = []
-            for new_id, (old_id, vhost, name) in enumerate(queues, start=1):
-                if new_id != old_id:
-                    low, high = s.queue_range(old_id)
-                    await conn.execute(pg.MOVE_QUEUE, new_id, old_id)
-                    await conn.execute(pg.MOVE_MESSAGES, (old_id - new_id) << s.SEQ_BITS, low, high)
-                compacted.append((new_id, vhost, name))
-            log.warning("compacted queue ids: %d queues now use ids 1..%d", len(queues), len(queues))
-            queues = compacted
-    tops = await conn.fetchmany(pg.MAX_SEQ, [s.queue_range(q[0]) for q in queues]) if queues else []
-    last_seq = {}
-    for (queue_id, _, _), (top,) in zip(queues, tops, strict=True):
-        last_seq[queue_id] = 0 if top is None else top - (queue_id << s.SEQ_BITS)
-    last_delayed = await conn.fetchval(s.SELECT_MAX_DELAYED)
-    return queues, last_seq, int(last_delayed or 0)
+        ranges = s.orphan_ranges(queues)
+        lows, highs = [low for low, _ in ranges], [high for _, high in ranges]
+        orphans = await conn.fetchval(pg.DELETE_MESSAGE_RANGES, lows, highs)
+        compacted, moves = s.compaction(queues)
+        for statement, params in moves:
+            await conn.execute(statements[statement], *params)
+    s.tidied(int(orphans), queues, compacted)
+    ranges = [s.queue_range(q[0]) for q in compacted]
+    tops = await conn.fetchmany(statements[s.MAX_SEQ], ranges) if ranges else []
+    last_delayed = await conn.fetchval(statements[s.SELECT_MAX_DELAYED])
+    return compacted, s.last_seqs(compacted, [top for (top,) in tops]), int(last_delayed or 0)

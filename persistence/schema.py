@@ -3,7 +3,7 @@
 Rules:
 - Every statement here is written in SQLite's dialect, with its column lists taken from ``tables``
   (``insert``, ``select``, ``delete``): the SQLite stores run it as it is (``engine``), the PostgreSQL
-  store translated (``postgres_sql.STATEMENTS``).
+  store translated (``postgres_sql.STATEMENTS``, by ``postgres_dialect.translate``).
 - Every write statement is one op kind: a store queues ``(statement, params)`` tuples and runs them
   in batches (``engine.write_batch``, ``PostgresStore._apply``); the params and a read's rows follow
   the table's column order (the row codecs below).
@@ -14,7 +14,7 @@ Rules:
   plus a ``(queue_id, seq)`` index and 152.2 for a ``WITHOUT ROWID`` table keyed by
   ``(queue_id, seq)`` (which would also spill 1-4 KB bodies to overflow pages).
 - At open every store tidies the ids the same way (``orphan_ranges``, ``compaction``,
-  ``last_seqs``; run by ``engine.load_counters``): it deletes
+  ``last_seqs``; run by ``engine.load_counters`` and ``postgres._load_counters``): it deletes
   the messages of queues that no longer exist, renumbers the queues once too many ids are used, and
   reads each queue's highest seq.
 """

@@ -1,20 +1,23 @@
-"""The durable store's tables, written once: SQLite's DDL and every statement's column list derive from
-``TABLES``.
+"""The durable store's tables, written once: SQLite's DDL, PostgreSQL's DDL and every column list derive
+from ``TABLES``.
 
 Rules:
 - A ``Table`` is data: its columns in order, each with a logical type (``text``, ``integer``,
   ``blob``) and whether it may be NULL; its key; whether SQLite keeps a rowid; its secondary indexes.
-  ``sqlite_schema`` renders it as SQLite's DDL; ``schema`` builds the statements' column lists from
-  it (``insert``, ``select``). (PostgreSQL's DDL is still written out in ``postgres_sql``: next.)
+  ``sqlite_schema`` renders it as SQLite's DDL, ``postgres_dialect`` as PostgreSQL's; ``schema``
+  builds the statements' column lists from it (``insert``, ``select``), and the PostgreSQL store its
+  ``COPY`` of message rows. No other copy of a table or a column list exists.
 - The key is the table's ``PRIMARY KEY``, or, for a rowid table with none, its one ``UNIQUE`` key:
-  what ``INSERT OR REPLACE`` replaces on.
+  what ``INSERT OR REPLACE`` replaces on (PostgreSQL's ``ON CONFLICT`` target is derived from it).
 - A column's order is the order of every write's params and every read's row (``schema``'s row codecs).
 - Versions: ``since`` is the store schema version that added a table (or a column to an existing
   table); ``SCHEMA_VERSION`` is the newest. SQLite's ``PRAGMA user_version`` counts these versions
-  (``sqlite_schema.MIGRATIONS[v]`` creates what version ``v`` added).
+  (``sqlite_schema.MIGRATIONS[v]`` creates what version ``v`` added); PostgreSQL numbers its own
+  versions and says which of these each one brought (``postgres_sql.HISTORY``).
 - To change the schema: add a table, or a nullable column at the end of a table, with ``since =
-  SCHEMA_VERSION + 1``; SQLite then creates it (``ALTER TABLE ... ADD COLUMN`` for a column) at that
-  version. Never edit what an existing version created: old files migrate to exactly what a new
+  SCHEMA_VERSION + 1``; both databases then create it (``ALTER TABLE ... ADD COLUMN`` for a column)
+  at that version, and PostgreSQL's history needs one more entry naming it (a test fails until it
+  has one). Never edit what an existing version created: old files migrate to exactly what a new
   one is created with (``tests/unit/persistence/test_schema_history.py`` keeps the DDL every version
   shipped with and checks it).
 """
