@@ -14,7 +14,7 @@ Rules:
   plus a ``(queue_id, seq)`` index and 152.2 for a ``WITHOUT ROWID`` table keyed by
   ``(queue_id, seq)`` (which would also spill 1-4 KB bodies to overflow pages).
 - At open every store tidies the ids the same way (``orphan_ranges``, ``compaction``,
-  ``last_seqs``; run by ``engine.load_counters`` and ``postgres._load_counters``): it deletes
+  ``last_seqs``; run by ``engine.load_counters`` and ``postgres_conn.load_counters``): it deletes
   the messages of queues that no longer exist, renumbers the queues once too many ids are used, and
   reads each queue's highest seq.
 """
