@@ -220,8 +220,8 @@ def translate(statement: str) -> str:
                 raise ValueError(f"zeroblob is SQLite's alone: {statement}")
             if lower in ("rowid", "_rowid_", "oid"):
                 out[i] = _rowid(named, statement)
-            elif token.text in QUOTED_NAMES:
-                out[i] = quote_ident(token.text)
+            elif lower in QUOTED_NAMES:  # SQLite's names are case-blind, PostgreSQL's quoted ones not
+                out[i] = quote_ident(lower)
 
     if clause:  # at the end of the statement, before a closing semicolon
         last = sig[-1] if tokens[sig[-1]].text != ";" else sig[-2]

@@ -81,6 +81,10 @@ def test_literals_and_comments_are_left_alone_and_parameters_numbered() -> None:
     )
 
 
+def test_a_reserved_column_is_quoted_in_any_case() -> None:
+    assert translate("SELECT User FROM permissions") == 'SELECT "user" FROM permissions'
+
+
 def test_insert_or_replace_becomes_an_upsert_before_a_closing_semicolon() -> None:
     sqlite = "INSERT OR REPLACE INTO limits (kind, owner, name, value) VALUES (?, ?, ?, ?); -- set 'a' limit"
     assert translate(sqlite) == (
