@@ -196,12 +196,10 @@ def translate(statement: str) -> str:
         if token.kind == PARAM:
             if token.text != "?":
                 raise ValueError(f"only ? parameters translate, not {token.text}: {statement}")
+            number += 1
+            out[i] = f"${number}"
             if k and words[k - 1] == "LIMIT":  # SQLite: a negative limit is none; PostgreSQL: NULL is
-                number += 1
                 out[i] = f"CASE WHEN ${number} < 0 THEN NULL ELSE ${number} END"
-            else:
-                number += 1
-                out[i] = f"${number}"
         elif token.kind == OP and token.text == "-" and k and words[k - 1] == "LIMIT":
             following = tokens[sig[k + 1]] if k + 1 < len(sig) else None
             if following is None or following.kind != NUMBER:
