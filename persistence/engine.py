@@ -3,8 +3,8 @@
 Rules:
 - There is one implementation of the schema: ``SQLiteStore`` runs these functions on its worker
   thread (one ``Worker.call`` each), ``MemoryStore`` on the event loop's thread against its own
-  ``:memory:`` database (no I/O, so no thread: a call there costs what the SQL costs). Statements,
-  DDL, migrations and row codecs come from ``schema``.
+  ``:memory:`` database (no I/O, so no thread: a call there costs what the SQL costs). Statements
+  and row codecs come from ``schema``, DDL, migrations and transactions from ``sqlite_schema``.
 - ``write_batch``: one batch, one transaction: ``BEGIN IMMEDIATE``, one ``executemany`` per run of
   consecutive ops with the same statement (queue order is kept: a queue deleted and redeclared, or a
   dead-letter move, lands exactly as queued), ``COMMIT``; message inserts and deletes go
@@ -29,7 +29,9 @@ from operator import itemgetter
 from typing import Any
 
 from . import schema
+from .sqlite_schema import transaction
 from .store import DedupRecord, Definitions, DelayedRecord, MessageRecord, MoveJobRecord
+from .tables import DELAYED, MESSAGES
 
 Op = tuple[str, tuple[Any, ...]]  # (statement, params): one queued write
 # Failures caused by an op's values, not by the disk: the batch is split and only that op refused
@@ -45,15 +47,23 @@ DATA_ERRORS = (
 
 
 def load_counters(conn: sqlite3.Connection) -> tuple[schema.QueueIds, dict[int, int], int]:
-    """Tidy the message ranges (``schema.load_ids``) and read what id allocation starts from.
+    """Tidy the message ranges and read what id allocation starts from (``schema``'s rules: delete
+    orphaned messages, compact queue ids once too many are used, read each queue's highest seq).
 
     Returns:
         ``[(queue_id, vhost, name)]`` in id order, ``{queue_id: highest stored seq}`` and the
         highest delayed-message id (0: none).
     """
-    queues, last_seq = schema.load_ids(conn)
+    queues = [(int(i), str(v), str(n)) for i, v, n in conn.execute(schema.SELECT_QUEUE_IDS)]
+    with transaction(conn):
+        orphans = sum(conn.execute(schema.DELETE_MESSAGES, r).rowcount for r in schema.orphan_ranges(queues))
+        compacted, moves = schema.compaction(queues)
+        for statement, params in moves:
+            conn.execute(statement, params)
+    schema.tidied(orphans, queues, compacted)
+    tops = [conn.execute(schema.MAX_SEQ, schema.queue_range(q[0])).fetchone()[0] for q in compacted]
     last_delayed = conn.execute(schema.SELECT_MAX_DELAYED).fetchone()[0] or 0
-    return queues, last_seq, int(last_delayed)
+    return compacted, schema.last_seqs(compacted, tops), int(last_delayed)
 
 
 # -- writes -----------------------------------------------------------------------------------------
@@ -63,8 +73,16 @@ BLOB_CHUNK = 1 << 20
 
 # statement -> (its form with zeroblob(?) for the body, its table, the body's index in the params)
 _BLOB_FORMS = {
-    schema.INSERT_MESSAGE: (schema.INSERT_MESSAGE_ZEROBLOB, "messages", 4),
-    schema.INSERT_DELAYED: (schema.INSERT_DELAYED_ZEROBLOB, "delayed", 7),
+    schema.INSERT_MESSAGE: (
+        schema.insert(MESSAGES, markers={"body": "zeroblob(?)"}),
+        MESSAGES.name,
+        MESSAGES.names.index("body"),
+    ),
+    schema.INSERT_DELAYED: (
+        schema.insert(DELAYED, markers={"body": "zeroblob(?)"}),
+        DELAYED.name,
+        DELAYED.names.index("body"),
+    ),
 }
 
 
@@ -94,7 +112,7 @@ def write_batch(conn: sqlite3.Connection, ops: list[Op | None]) -> None:
     Raises:
         sqlite3.Error: an I/O failure, or one of ``DATA_ERRORS``: nothing is applied.
     """
-    with schema.transaction(conn):
+    with transaction(conn):
         for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
             params = [p for _, p in group]
             form = _BLOB_FORMS.get(statement)
@@ -124,7 +142,7 @@ def write_each(conn: sqlite3.Connection, ops: list[Op | None]) -> set[int]:
         sqlite3.Error: an I/O failure (nothing is applied).
     """
     refused: set[int] = set()
-    with schema.transaction(conn):
+    with transaction(conn):
         for i, op in enumerate(ops):
             if op is None:
                 continue

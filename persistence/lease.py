@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import postgres_sql as pg
-from .postgres import IO_ERRORS, _migrate, close_quietly, connect, require_driver
+from .postgres_conn import IO_ERRORS, close_quietly, connect, migrate, require_driver
 from .store import StoreError
 
 try:
@@ -220,7 +220,7 @@ class Lease:
 
     async def _standby_step(self, conn: Any) -> bool:
         if not self._migrated:
-            await _migrate(conn, self.schema)
+            await migrate(conn, self.schema)
             self._migrated = True
         return await self._try_take_over(conn)
 

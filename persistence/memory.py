@@ -23,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import engine
-from . import schema as s
+from . import engine, sqlite_schema
 from .batching import BatchingStore
 from .engine import Op
 from .store import StoreError
@@ -112,7 +111,7 @@ _empty_lock = threading.Lock()
 def _new_database() -> sqlite3.Connection:
     """A new in-memory database holding the schema at ``SCHEMA_VERSION``, without rows.
 
-    The first call runs ``schema.migrate``; every store copies the result's pages (``backup``: 5x
+    The first call runs ``sqlite_schema.migrate``; every store copies the result's pages (``backup``: 5x
     faster than running the migrations again). The connection is used by one thread at a time, the
     event loop's, which need not be the one constructing the store.
     """
@@ -121,6 +120,6 @@ def _new_database() -> sqlite3.Connection:
     with _empty_lock:
         if _empty is None:
             _empty = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            s.migrate(_empty, MEMORY, 0)
+            sqlite_schema.migrate(_empty, MEMORY, 0)
         _empty.backup(conn)
     return conn

@@ -15,7 +15,7 @@ Rules:
   back and reported failed (no confirm), the store refuses every later write (``StoreFenced``) and
   the lease is told (``Lease.fenced``), which stops the broker. Two actives can never both commit.
 - Text holds what SQLite's holds: the NUL character, which PostgreSQL's text refuses, is written
-  escaped (``escape``; U+FFFF is the escape) and read back as it was.
+  escaped and read back as it was (``postgres_text``).
 - A batch that fails for a value (``DATA_ERRORS``: an integer over 64 bits, a constraint) is split,
   as on SQLite (``_commit_each``: one savepoint per op). A batch that fails because the server or
   the connection did (``IO_ERRORS``) goes back to the front of the queue (``BatchingStore``) and is
@@ -36,7 +36,7 @@ Rules:
   before them, as on SQLite.
 - The tables live in one PostgreSQL schema (``OTTERMQ_POSTGRES_SCHEMA``, created if missing), so
   several brokers (or worker processes, or tests) can share one database; ``open`` creates and
-  migrates it (``postgres_sql``) and loads the id counters as the SQLite store's open does.
+  migrates it and loads the id counters as the SQLite store's open does (``postgres_conn``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from itertools import groupby
@@ -57,6 +55,20 @@ from . import postgres_sql as pg
 from . import schema as s
 from .batching import BatchingStore
 from .engine import Op
+from .postgres_conn import (
+    CONNECT_TIMEOUT,
+    DATA_ERRORS,
+    IO_ERRORS,
+    close_quietly,
+    connect,
+    describe,
+    load_counters,
+    migrate,
+    require_driver,
+    rollback,
+    server,
+)
+from .postgres_text import ESC, params, text_out, unescape
 from .store import (
     DedupRecord,
     Definitions,
@@ -80,69 +92,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 COPY_MIN = 8  # a run of at least this many message inserts is one COPY (fewer: executemany)
-CONNECT_TIMEOUT = 10.0
 TIMEOUT = 30.0  # default deadline of one database call (the broker passes twice its lease, at least 5 s)
-
-# PostgreSQL's text cannot hold NUL, SQLite's can (a queue name, a routing key): text is written with
-# NUL as ESC "0" and ESC as ESC ESC, ESC being U+FFFF (a noncharacter), and read back the other way.
-NUL, ESC = "\x00", "\uffff"
-_ESCAPED = re.compile("\uffff(.)", re.S)
-
-
-def escape(text: str) -> str:
-    """``text`` as PostgreSQL stores it (see ``NUL``)."""
-    return text.replace(ESC, ESC + ESC).replace(NUL, ESC + "0") if NUL in text or ESC in text else text
-
-
-def unescape(text: str) -> str:
-    """The text ``escape`` stored."""
-    return _ESCAPED.sub(lambda m: NUL if m.group(1) == "0" else m.group(1), text) if ESC in text else text
-
-
-def _text_in(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(escape(v) if type(v) is str else v for v in row)
-
-
-def _text_out(row: Any) -> tuple[Any, ...]:
-    return tuple(unescape(v) if type(v) is str else v for v in row)
-
-
-def _message_in(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An INSERT_MESSAGE row (the hot path: only its exchange and routing key are free text; its CC/BCC
-    keys are JSON, which escapes NUL itself)."""
-    exchange, key = row[1], row[2]
-    if NUL in exchange or ESC in exchange or NUL in key or ESC in key:
-        return (row[0], escape(exchange), escape(key), *row[3:])
-    return row
-
-
-def _errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    if asyncpg is None:
-        return (), ()
-    x = asyncpg.exceptions
-    data = (
-        OverflowError,
-        TypeError,
-        ValueError,
-        x.DataError,  # SQLSTATE class 22, and the driver's "invalid input for query argument"
-        x.IntegrityConstraintViolationError,  # 23
-        x.ProgramLimitExceededError,  # 54: e.g. a key too long for a B-tree entry
-    )
-    # InternalClientError: the driver's protocol state went wrong (seen once after SIGSTOP, "another
-    # operation is in progress"): the connection is dropped and the batch tried again like a dropped one
-    io = (
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        x.InternalClientError,
-        OSError,
-        asyncio.TimeoutError,
-        StoreError,
-    )
-    return data, io
-
-
-DATA_ERRORS, IO_ERRORS = _errors()
-_BROKEN: tuple[type[BaseException], ...] = (asyncpg.exceptions.InternalClientError,) if asyncpg else ()
 
 
 class Fence(Protocol):
@@ -152,14 +102,6 @@ class Fence(Protocol):
     epoch: int
 
     def fenced(self, reason: str) -> None: ...
-
-
-def require_driver() -> None:
-    """Raises: StoreError: asyncpg is not installed."""
-    if asyncpg is None:
-        raise StoreError(
-            "OTTERMQ_STORE=postgresql needs the asyncpg driver: pip install 'ottermq[postgresql]'"
-        )
 
 
 class PostgresStore(BatchingStore):
@@ -198,6 +140,7 @@ class PostgresStore(BatchingStore):
         self.application_name = application_name
         self.timeout = timeout
         self._conn: Any = None  # asyncpg.Connection
+        self._server = ""  # where the connection is, as the server said (``where``)
         self._lock = asyncio.Lock()
         self._fenced = False
         self._abandoned = ""  # why the store gave up (``abandon``)
@@ -231,8 +174,8 @@ class PostgresStore(BatchingStore):
         except IO_ERRORS as exc:
             raise StoreError(f"cannot connect to PostgreSQL ({self.where()}): {exc}") from exc
         try:
-            await _migrate(conn, self.schema)
-            counters = await _load_counters(conn)
+            await migrate(conn, self.schema)
+            counters = await load_counters(conn)
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, StoreError):
@@ -247,17 +190,19 @@ class PostgresStore(BatchingStore):
         log.info("opened PostgreSQL store %s (%d durable queues)", self.where(), len(counters[0]))
 
     def where(self) -> str:
-        """The server, database and schema, without the password (for messages)."""
-        conn = self._conn
-        if conn is not None:
-            addr, params = conn._addr, conn._params  # noqa: SLF001 - asyncpg exposes no accessor
-            return f"{addr[0]}:{addr[1]}/{params.database} schema {self.schema}"
-        return f"schema {self.schema}"
+        """The server, database and schema, without user or password (for messages): as the server
+        reported itself once connected, before that as the URL names it."""
+        return f"{self._server or describe(self.url)} schema {self.schema}"
 
     async def _connect(self) -> Any:
-        return await connect(
-            self.url, self.schema, self.password, self.application_name, min(CONNECT_TIMEOUT, self.timeout)
-        )
+        timeout = min(CONNECT_TIMEOUT, self.timeout)
+        conn = await connect(self.url, self.schema, self.password, self.application_name, timeout)
+        try:
+            self._server = await server(conn, timeout)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
 
     async def close(self) -> None:
         """Commit what is queued (failures are logged), then close the connection."""
@@ -323,7 +268,7 @@ class PostgresStore(BatchingStore):
                     await self._apply(conn, ops)
                     await conn.execute("COMMIT")
                 except BaseException:
-                    await _rollback(conn)
+                    await rollback(conn)
                     raise
 
     def _new_batch(self) -> None:
@@ -378,14 +323,14 @@ class PostgresStore(BatchingStore):
                     continue
                 await conn.execute("SAVEPOINT op")
                 try:
-                    await conn.execute(pg.STATEMENTS[op[0]], *_params(op[0], op[1]))
+                    await conn.execute(pg.STATEMENTS[op[0]], *params(op[0], op[1]))
                 except DATA_ERRORS:
                     await conn.execute("ROLLBACK TO SAVEPOINT op")
                     refused.add(i)
                 await conn.execute("RELEASE SAVEPOINT op")
             await conn.execute("COMMIT")
         except BaseException:
-            await _rollback(conn)
+            await rollback(conn)
             raise
         return refused
 
@@ -406,7 +351,7 @@ class PostgresStore(BatchingStore):
             with self._deadline(conn, "BEGIN"):
                 await conn.execute(pg.begin_batch(epoch, self._batch_no))
         except asyncpg.PostgresError as exc:
-            await _rollback(conn)
+            await rollback(conn)
             if lease is not None and exc.sqlstate == pg.FENCED:
                 self._fenced = True
                 lease.fenced(str(exc))
@@ -417,7 +362,7 @@ class PostgresStore(BatchingStore):
     async def _apply(self, conn: Any, ops: list[Op | None]) -> None:
         statements = pg.STATEMENTS
         for statement, group in groupby(filter(None, ops), key=itemgetter(0)):
-            rows = [_params(statement, p) for _, p in group]
+            rows = [params(statement, p) for _, p in group]
             if len(rows) == 1:
                 await conn.execute(statements[statement], *rows[0])
             elif statement == s.INSERT_MESSAGE and len(rows) >= COPY_MIN:
@@ -442,7 +387,7 @@ class PostgresStore(BatchingStore):
             s.SELECT_POLICIES,
             s.SELECT_LIMITS,
         )
-        return s.definitions(*[map(_text_out, await conn.fetch(pg.STATEMENTS[q])) for q in queries])
+        return s.definitions(*[map(text_out, await conn.fetch(pg.STATEMENTS[q])) for q in queries])
 
     @staticmethod
     async def _read_messages(
@@ -458,17 +403,17 @@ class PostgresStore(BatchingStore):
     @staticmethod
     async def _read_delayed(conn: Any, after: int, chunk: int) -> list[DelayedRecord]:
         return s.delayed_records(
-            map(_text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_DELAYED], after, chunk))
+            map(text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_DELAYED], after, chunk))
         )
 
     @staticmethod
     async def _read_dedup(conn: Any) -> list[DedupRecord]:
-        rows = map(_text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_DEDUP]))
+        rows = map(text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_DEDUP]))
         return [DedupRecord(v, k, o, bytes(key), e) for v, k, o, key, e in rows]
 
     @staticmethod
     async def _read_move_jobs(conn: Any) -> list[MoveJobRecord]:
-        return s.move_job_records(map(_text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_MOVE_JOBS])))
+        return s.move_job_records(map(text_out, await conn.fetch(pg.STATEMENTS[s.SELECT_MOVE_JOBS])))
 
     @staticmethod
     async def _nothing(conn: Any) -> None:
@@ -484,8 +429,8 @@ class PostgresStore(BatchingStore):
         counters = {"pending": self.pending, "batches": self.batches, "failed_batches": self.failed_batches}
         async with self._lock:
             conn = await self._connection()
-            messages = await conn.fetchval(s.COUNT_MESSAGES)
-            queues = await conn.fetchval(s.COUNT_QUEUES)
+            messages = await conn.fetchval(pg.STATEMENTS[s.COUNT_MESSAGES])
+            queues = await conn.fetchval(pg.STATEMENTS[s.COUNT_QUEUES])
             size = await conn.fetchval(pg.TABLE_BYTES, self.schema)
         return {"messages": int(messages), "queues": int(queues), "bytes_on_disk": int(size), **counters}
 
@@ -494,149 +439,3 @@ if TYPE_CHECKING:
 
     def _conforms(store: PostgresStore) -> Store:  # mypy checks PostgresStore against the Protocol
         return store
-
-
-def _params(statement: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
-    """An op's params with their text escaped (``escape``)."""
-    if statement == s.INSERT_MESSAGE:
-        return _message_in(params)
-    if statement in _NO_TEXT:
-        return params
-    return _text_in(params)
-
-
-_NO_TEXT = frozenset(
-    {
-        s.DELETE_MESSAGE,
-        s.MARK_DELIVERED,
-        s.DELETE_MESSAGES,
-        s.TOUCH_QUEUE,
-        s.DELETE_QUEUE,
-        s.PUT_MOVE_JOB_IDS,
-        s.DELETE_MOVE_JOB,
-        s.DELETE_MOVE_JOB_IDS,
-    }
-)
-
-
-async def connect(
-    url: str | None,
-    schema: str,
-    password: str | None,
-    application_name: str,
-    timeout: float = CONNECT_TIMEOUT,
-) -> Any:
-    """A connection whose unqualified names are ``schema``'s, named ``application_name`` in
-    ``pg_stat_activity`` (a standby ends an old active's sessions by that name).
-
-    Raises:
-        IO_ERRORS: the server is unreachable or refuses us.
-    """
-    kwargs: dict[str, Any] = {} if password is None else {"password": password}
-    return await asyncpg.connect(
-        url,
-        timeout=timeout,
-        server_settings={"search_path": pg.quote_ident(schema), "application_name": application_name},
-        **kwargs,
-    )
-
-
-async def close_quietly(conn: Any, timeout: float) -> None:
-    """Close ``conn``, or drop it when the server does not answer (logged)."""
-    try:
-        await conn.close(timeout=timeout)
-    except IO_ERRORS as exc:
-        log.warning("closing a PostgreSQL connection: %s", exc)
-        conn.terminate()
-
-
-async def _rollback(conn: Any) -> None:
-    """Roll back the open transaction, if the connection is still there to do it; a connection whose
-    driver lost track of its protocol state (``InternalClientError``) is dropped instead."""
-    if conn.is_closed():
-        return
-    if isinstance(sys.exc_info()[1], _BROKEN):
-        conn.terminate()
-        return
-    if not conn.is_in_transaction():
-        return
-    try:
-        await conn.execute("ROLLBACK")
-    except IO_ERRORS as exc:
-        log.warning("rollback failed (%s): closing the connection", exc)
-        conn.terminate()
-
-
-async def _migrate(conn: Any, schema: str) -> None:
-    """Create the schema and its tables, or check and migrate them, in one transaction under the
-    migration lock (brokers starting together migrate once).
-
-    Raises:
-        StoreError: the schema holds another program's tables or a newer OtterMQ's.
-    """
-    _, _, migration_key = pg.lock_keys(schema)
-    async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1, $2)", pg.LOCK_CLASS, migration_key)
-        if not await conn.fetchval(pg.SCHEMA_EXISTS, schema):
-            await conn.execute(f"CREATE SCHEMA {pg.quote_ident(schema)}")
-        if await conn.fetchval(pg.HAS_VERSION_TABLE, schema):
-            version = int(await conn.fetchval(pg.SELECT_VERSION))
-        elif await conn.fetchval(pg.COUNT_TABLES, schema):
-            raise StoreError(
-                f"PostgreSQL schema {schema!r} holds tables of another program; refusing to use it "
-                "(choose another with OTTERMQ_POSTGRES_SCHEMA)"
-            )
-        else:
-            version = 0
-            await conn.execute(pg.CREATE_VERSION_TABLE)
-            await conn.execute(pg.INSERT_VERSION, 0)
-        if version > pg.SCHEMA_VERSION:
-            raise StoreError(
-                f"PostgreSQL schema {schema!r} was written by a newer OtterMQ (schema {version}, this "
-                f"version understands up to {pg.SCHEMA_VERSION}); refusing to use it"
-            )
-        steps = pg.migrations(schema)
-        for target in range(version + 1, pg.SCHEMA_VERSION + 1):
-            for statement in steps[target]:
-                await conn.execute(statement)
-        if version != pg.SCHEMA_VERSION:
-            await conn.execute(pg.SET_VERSION, pg.SCHEMA_VERSION)
-            if version:
-                log.info("migrated PostgreSQL schema %s from %d to %d", schema, version, pg.SCHEMA_VERSION)
-
-
-async def _load_counters(conn: Any) -> tuple[s.QueueIds, dict[int, int], int]:
-    """``engine.load_counters`` on PostgreSQL: delete orphaned messages, compact queue ids once too
-    many are used, read each queue's highest seq and the highest delayed-message id."""
-    rows = await conn.fetch("SELECT id, vhost, name FROM queues ORDER BY id")
-    queues = [(int(i), unescape(v), unescape(n)) for i, v, n in rows]
-    async with conn.transaction():
-        gaps, start = [], 0
-        for queue_id in [q[0] for q in queues] + [s.MAX_QUEUE_ID + 1]:
-            if queue_id > start:  # the ids [start, queue_id) hold no queue
-                gaps.append((start << s.SEQ_BITS, (queue_id << s.SEQ_BITS) - 1))
-            start = queue_id + 1
-        orphans = await conn.fetchval(
-            "WITH gone AS (DELETE FROM messages m USING unnest($1::BIGINT[], $2::BIGINT[]) AS g(low, high) "
-            "WHERE m.id BETWEEN g.low AND g.high RETURNING 1) SELECT count(*) FROM gone",
-            [g[0] for g in gaps],
-            [g[1] for g in gaps],
-        )
-        if orphans:
-            log.warning("deleted %d messages of queues that no longer exist", orphans)
-        if queues and queues[-1][0] > s.COMPACT_QUEUE_IDS_ABOVE:
-            compacted = []
-            for new_id, (old_id, vhost, name) in enumerate(queues, start=1):
-                if new_id != old_id:
-                    low, high = s.queue_range(old_id)
-                    await conn.execute(pg.MOVE_QUEUE, new_id, old_id)
-                    await conn.execute(pg.MOVE_MESSAGES, (old_id - new_id) << s.SEQ_BITS, low, high)
-                compacted.append((new_id, vhost, name))
-            log.warning("compacted queue ids: %d queues now use ids 1..%d", len(queues), len(queues))
-            queues = compacted
-    tops = await conn.fetchmany(pg.MAX_SEQ, [s.queue_range(q[0]) for q in queues]) if queues else []
-    last_seq = {}
-    for (queue_id, _, _), (top,) in zip(queues, tops, strict=True):
-        last_seq[queue_id] = 0 if top is None else top - (queue_id << s.SEQ_BITS)
-    last_delayed = await conn.fetchval(s.SELECT_MAX_DELAYED)
-    return queues, last_seq, int(last_delayed or 0)

@@ -1,31 +1,29 @@
-"""The stores' database layout: DDL, ``PRAGMA user_version`` migrations, statements, row codecs.
+"""The statements every store runs, the rows they take, and the message ids' layout.
 
 Rules:
-- ``PRAGMA user_version`` is the schema version. A database newer than ``SCHEMA_VERSION`` is refused
-  before anything is written to it; an older one is migrated step by step (``MIGRATIONS[v]`` turns
-  version ``v - 1`` into ``v``) in one transaction. To change the schema: write ``_migrate_to_2``,
-  register it in ``MIGRATIONS`` and bump ``SCHEMA_VERSION``; never edit ``_create_v1``.
-- A file that is not SQLite, fails ``PRAGMA quick_check`` or belongs to another application is
-  refused with a ``StoreError`` naming it; the file is never deleted, replaced or written.
+- Every statement here is written in SQLite's dialect, with its column lists taken from ``tables``
+  (``insert``, ``select``, ``delete``): the SQLite stores run it as it is (``engine``), the PostgreSQL
+  store translated (``postgres_sql.STATEMENTS``, by ``postgres_dialect.translate``).
+- Every write statement is one op kind: a store queues ``(statement, params)`` tuples and runs them
+  in batches (``engine.write_batch``, ``PostgresStore._apply``); the params and a read's rows follow
+  the table's column order (the row codecs below).
 - A message's id is its rowid and its key: ``(queue_id << SEQ_BITS) | seq``. A queue's messages are
   one contiguous rowid range (``queue_range``), so recovery is a range scan in seq order and a delete
   by id is a rowid lookup, with no secondary index. Measured for 100k 100-byte messages (routing
   key "orders", 3 property bytes): 137.3 bytes/message on disk, against 155.4 for an ``id`` rowid
   plus a ``(queue_id, seq)`` index and 152.2 for a ``WITHOUT ROWID`` table keyed by
   ``(queue_id, seq)`` (which would also spill 1-4 KB bodies to overflow pages).
-- Every write statement below is one op kind: a store queues ``(statement, params)`` tuples and
-  ``engine.write_batch`` runs them. Both stores run this schema through ``engine``: ``SQLiteStore``
-  on its file, ``MemoryStore`` on an in-memory database; no other copy of it exists.
+- At open every store tidies the ids the same way (``orphan_ranges``, ``compaction``,
+  ``last_seqs``; run by ``engine.load_counters`` and ``postgres_conn.load_counters``): it deletes
+  the messages of queues that no longer exist, renumbers the queues once too many ids are used, and
+  reads each queue's highest seq.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sqlite3
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .store import (
@@ -40,16 +38,27 @@ from .store import (
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
-    StoreError,
     UserRecord,
     VHostRecord,
 )
+from .tables import (
+    BINDINGS,
+    DEDUP,
+    DELAYED,
+    EXCHANGES,
+    LIMITS,
+    MESSAGES,
+    MOVE_JOB_IDS,
+    MOVE_JOBS,
+    PERMISSIONS,
+    POLICIES,
+    QUEUES,
+    USERS,
+    VHOSTS,
+    Table,
+)
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 5
-APPLICATION_ID = 0x4F74724D  # "OtrM": PRAGMA application_id of every OtterMQ database
-SQLITE_HEADER = b"SQLite format 3\x00"
 
 # Message ids: 19 bits of queue id, 44 bits of per-queue sequence (a 63-bit positive rowid).
 # 2**44 messages per queue id is 5.5 years at 100k msg/s; queue ids are compacted at open once
@@ -66,411 +75,77 @@ def queue_range(queue_id: int) -> tuple[int, int]:
     return low, low | SEQ_MASK
 
 
-# -- DDL ------------------------------------------------------------------------------------------
-_V1 = """
-CREATE TABLE vhosts (
-    name TEXT NOT NULL PRIMARY KEY,
-    description TEXT NOT NULL,
-    tags TEXT NOT NULL                         -- JSON array
-) WITHOUT ROWID;
-CREATE TABLE users (
-    name TEXT NOT NULL PRIMARY KEY,
-    password_hash TEXT NOT NULL,
-    hashing_algorithm TEXT NOT NULL,
-    tags TEXT NOT NULL                         -- JSON array
-) WITHOUT ROWID;
-CREATE TABLE permissions (
-    user TEXT NOT NULL,
-    vhost TEXT NOT NULL,
-    configure TEXT NOT NULL,
-    write TEXT NOT NULL,
-    read TEXT NOT NULL,
-    PRIMARY KEY (user, vhost)
-) WITHOUT ROWID;
-CREATE TABLE exchanges (
-    vhost TEXT NOT NULL,
-    name TEXT NOT NULL,
-    type TEXT NOT NULL,
-    auto_delete INTEGER NOT NULL,
-    internal INTEGER NOT NULL,
-    arguments BLOB NOT NULL,                   -- AMQP field table, as encoded
-    PRIMARY KEY (vhost, name)
-) WITHOUT ROWID;
-CREATE TABLE queues (
-    id INTEGER PRIMARY KEY,                    -- allocated by the store, never 0
-    vhost TEXT NOT NULL,
-    name TEXT NOT NULL,
-    auto_delete INTEGER NOT NULL,
-    arguments BLOB NOT NULL,
-    expires_at INTEGER,                        -- x-expires deadline, epoch ms
-    UNIQUE (vhost, name)
-);
-CREATE TABLE bindings (
-    vhost TEXT NOT NULL,
-    source TEXT NOT NULL,
-    destination_kind TEXT NOT NULL,            -- 'queue' | 'exchange'
-    destination TEXT NOT NULL,
-    routing_key TEXT NOT NULL,
-    arguments BLOB NOT NULL,
-    PRIMARY KEY (vhost, source, destination_kind, destination, routing_key, arguments)
-) WITHOUT ROWID;
-CREATE INDEX bindings_by_destination ON bindings (vhost, destination_kind, destination);
-CREATE TABLE messages (
-    id INTEGER PRIMARY KEY,                    -- (queue_id << 44) | seq: key, order and handle
-    exchange TEXT NOT NULL,
-    routing_key TEXT NOT NULL,
-    props BLOB NOT NULL,                       -- content-header property octets, as published
-    body BLOB NOT NULL,
-    enqueued_at INTEGER NOT NULL,              -- epoch ms
-    deadline INTEGER,                          -- epoch ms, NULL = never expires
-    extra_keys TEXT,                           -- JSON array of CC/BCC keys, NULL = none
-    deliveries INTEGER                         -- NULL = never delivered, else delivery_count
-)
-"""
+# -- statement builders: the column lists come from the table ----------------------------------------
+def insert(table: Table, *, replace: bool = False, markers: Mapping[str, str] | None = None) -> str:
+    """``INSERT [OR REPLACE] INTO table (every column) VALUES (?, ...)``; ``markers`` writes some
+    columns' values otherwise (``{"body": "zeroblob(?)"}``)."""
+    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    values = ", ".join((markers or {}).get(name, "?") for name in table.names)
+    return f"{verb} INTO {table.name} ({', '.join(table.names)}) VALUES ({values})"
 
 
-def _create_v1(conn: sqlite3.Connection) -> None:
-    for statement in _V1.split(";"):
-        conn.execute(statement)
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+def select(table: Table, tail: str = "") -> str:
+    """``SELECT every column FROM table tail``."""
+    return f"SELECT {', '.join(table.names)} FROM {table.name}" + (f" {tail}" if tail else "")
 
 
-def _migrate_to_2(conn: sqlite3.Connection) -> None:
-    """Schema 2: policies and operator policies (issue 15)."""
-    conn.execute(
-        """CREATE TABLE policies (
-            vhost TEXT NOT NULL,
-            name TEXT NOT NULL,
-            operator INTEGER NOT NULL,             -- 1: an operator policy
-            pattern TEXT NOT NULL,
-            apply_to TEXT NOT NULL,
-            priority INTEGER NOT NULL,
-            definition TEXT NOT NULL,              -- JSON object
-            PRIMARY KEY (vhost, name, operator)
-        ) WITHOUT ROWID"""
-    )
-
-
-def _migrate_to_3(conn: sqlite3.Connection) -> None:
-    """Schema 3: vhost and user limits (issue 17)."""
-    conn.execute(
-        """CREATE TABLE limits (
-            kind TEXT NOT NULL,                    -- 'vhost' or 'user'
-            owner TEXT NOT NULL,
-            name TEXT NOT NULL,                    -- max-connections, max-queues, max-channels
-            value INTEGER NOT NULL,
-            PRIMARY KEY (kind, owner, name)
-        ) WITHOUT ROWID"""
-    )
-
-
-def _migrate_to_4(conn: sqlite3.Connection) -> None:
-    """Schema 4: delayed messages and persistent deduplication caches (issue 19)."""
-    conn.execute(
-        """CREATE TABLE delayed (
-            id INTEGER PRIMARY KEY,                -- assigned by the store: publish order
-            vhost TEXT NOT NULL,
-            exchange TEXT NOT NULL,
-            due INTEGER NOT NULL,                  -- epoch ms
-            delay INTEGER NOT NULL,                -- ms, as published
-            routing_key TEXT NOT NULL,
-            props BLOB NOT NULL,
-            body BLOB NOT NULL,
-            extra_keys TEXT                        -- JSON array of CC/BCC keys, NULL = none
-        )"""
-    )
-    conn.execute("CREATE INDEX delayed_by_exchange ON delayed (vhost, exchange)")
-    conn.execute(
-        """CREATE TABLE dedup (
-            vhost TEXT NOT NULL,
-            kind TEXT NOT NULL,                    -- 'exchange' or 'queue'
-            owner TEXT NOT NULL,
-            key BLOB NOT NULL,                     -- the header value with its type tag
-            expires_at INTEGER,                    -- epoch ms, NULL = until evicted
-            UNIQUE (vhost, kind, owner, key)       -- rowid order = the order keys were remembered
-        )"""
-    )
-
-
-def _migrate_to_5(conn: sqlite3.Connection) -> None:
-    """Schema 5: dead-letter move jobs, until then a JSON file rewritten whole (issue 38). A job's
-    ids are a row of their own, written once: the progress updates rewrite only the small row."""
-    conn.execute(
-        """CREATE TABLE move_jobs (
-            id INTEGER PRIMARY KEY,
-            vhost TEXT NOT NULL,
-            queue TEXT NOT NULL,
-            spec TEXT NOT NULL,                    -- JSON: selection without ids, target, options
-            state TEXT NOT NULL,
-            selected INTEGER NOT NULL,
-            moved INTEGER NOT NULL,
-            unroutable INTEGER NOT NULL,
-            skipped INTEGER NOT NULL,
-            refused INTEGER NOT NULL,
-            error TEXT,
-            started INTEGER NOT NULL,              -- epoch ms
-            finished INTEGER                       -- epoch ms, NULL while running or paused
-        )"""
-    )
-    conn.execute(
-        """CREATE TABLE move_job_ids (
-            job INTEGER PRIMARY KEY,
-            ids BLOB NOT NULL                      -- 8 bytes per id, big-endian, sorted
-        )"""
-    )
-
-
-# MIGRATIONS[v] turns schema v - 1 into v (1: the empty database into the first schema).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    1: _create_v1,
-    2: _migrate_to_2,
-    3: _migrate_to_3,
-    4: _migrate_to_4,
-    5: _migrate_to_5,
-}
-
-
-# -- opening: checks and migrations ---------------------------------------------------------------
-def check_header(path: Path) -> None:
-    """Refuse a file that exists and is not a SQLite database, without opening it with SQLite.
-
-    Raises:
-        StoreError: the file is unreadable or not a SQLite database (it is left untouched).
-    """
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(f"data file {path} is unreadable ({exc}); refusing to open it") from exc
-    if head and head != SQLITE_HEADER:
-        raise StoreError(
-            f"data file {path} is corrupt or unreadable: it is not a SQLite database; refusing to open "
-            "it (the file was left untouched: restore it from a backup or move it away)"
-        )
-
-
-def _corrupt(path: Path, detail: str) -> StoreError:
-    return StoreError(
-        f"data file {path} is corrupt or unreadable ({detail}); refusing to open it (the file was left "
-        "untouched: restore it from a backup or move it away)"
-    )
-
-
-def verify(conn: sqlite3.Connection, path: Path) -> int:
-    """Read-only checks before anything is written: owner, schema version, ``PRAGMA quick_check``.
-
-    Returns:
-        The database's schema version (0 for a new, empty file).
-
-    Raises:
-        StoreError: newer schema, another application's database, corrupt or locked file.
-    """
-    try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"data dir {path} was written by a newer OtterMQ (schema {version}, this version "
-                f"understands up to {SCHEMA_VERSION}); refusing to open it"
-            )
-        if app_id not in (0, APPLICATION_ID) or (version == 0 and tables):
-            raise StoreError(f"data file {path} is a SQLite database of another program; refusing to open it")
-        problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise StoreError(f"data file {path} is locked by another process ({exc})") from exc
-        raise _corrupt(path, str(exc)) from exc
-    except sqlite3.DatabaseError as exc:
-        raise _corrupt(path, str(exc)) from exc
-    if problems != ["ok"]:
-        raise _corrupt(path, "PRAGMA quick_check: " + "; ".join(problems))
-    return int(version)
-
-
-def rollback(conn: sqlite3.Connection) -> None:
-    """Roll back the open transaction, if any (SQLite may already have rolled it back itself)."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            log.exception("rollback failed")
-
-
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``: anything raised inside (or by the commit) rolls it back and
-    propagates. A transaction left open by a failed rollback is rolled back first, so it cannot
-    wedge the connection."""
-    rollback(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        rollback(conn)
-        raise
-
-
-def migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
-    """Bring a verified database from ``version`` to ``SCHEMA_VERSION`` in one transaction.
-
-    Raises:
-        StoreError: a migration step failed (the database is left at ``version``).
-    """
-    if version == SCHEMA_VERSION:
-        return
-    try:
-        with transaction(conn):
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                MIGRATIONS[target](conn)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    except Exception as exc:
-        raise StoreError(f"migrating {path} from schema {version} to {SCHEMA_VERSION} failed: {exc}") from exc
-    if version:
-        log.info("migrated %s from schema %d to %d", path, version, SCHEMA_VERSION)
-
-
-QueueIds = list[tuple[int, str, str]]  # (queue id, vhost, name)
-
-
-def load_ids(conn: sqlite3.Connection) -> tuple[QueueIds, dict[int, int]]:
-    """Tidy the message ranges and read what the store needs to allocate ids.
-
-    Deletes orphaned messages (ranges of queues that no longer exist: left by a failed batch),
-    compacts queue ids once too many are used, then reads every queue and its highest seq.
-
-    Returns:
-        ``[(queue_id, vhost, name)]`` in id order and ``{queue_id: highest stored seq}``.
-    """
-    rows = conn.execute("SELECT id, vhost, name FROM queues ORDER BY id")
-    queues = [(int(i), str(v), str(n)) for i, v, n in rows]
-    with transaction(conn):
-        orphans = 0
-        start = 0
-        for queue_id in [q[0] for q in queues] + [MAX_QUEUE_ID + 1]:
-            if queue_id > start:  # the gap [start, queue_id) holds no queue
-                cur = conn.execute(DELETE_MESSAGES, (start << SEQ_BITS, (queue_id << SEQ_BITS) - 1))
-                orphans += cur.rowcount
-            start = queue_id + 1
-        if orphans:
-            log.warning("deleted %d messages of queues that no longer exist", orphans)
-        if queues and queues[-1][0] > COMPACT_QUEUE_IDS_ABOVE:
-            queues = _compact_queue_ids(conn, queues)
-    last_seq: dict[int, int] = {}
-    for queue_id, _, _ in queues:
-        low, high = queue_range(queue_id)
-        top = conn.execute("SELECT max(id) FROM messages WHERE id BETWEEN ? AND ?", (low, high)).fetchone()[0]
-        last_seq[queue_id] = 0 if top is None else top - low
-    return queues, last_seq
-
-
-def _compact_queue_ids(conn: sqlite3.Connection, queues: QueueIds) -> QueueIds:
-    """Renumber the queues 1..n, moving each queue's message range with it (seqs are kept).
-
-    Queues move in ascending id order to ids no larger than their own; the target range is then
-    always empty (its previous owner already moved lower), so no rowid ever collides.
-    """
-    compacted = []
-    for new_id, (old_id, vhost, name) in enumerate(queues, start=1):
-        if new_id != old_id:
-            low, high = queue_range(old_id)
-            conn.execute("UPDATE queues SET id = ? WHERE id = ?", (new_id, old_id))
-            conn.execute(
-                "UPDATE messages SET id = id - ? WHERE id BETWEEN ? AND ?",
-                ((old_id - new_id) << SEQ_BITS, low, high),
-            )
-        compacted.append((new_id, vhost, name))
-    log.warning("compacted queue ids: %d queues now use ids 1..%d", len(queues), len(queues))
-    return compacted
+def delete(table: Table, *columns: str) -> str:
+    """``DELETE FROM table WHERE column = ? AND ...`` (default: the table's key)."""
+    return f"DELETE FROM {table.name} WHERE " + " AND ".join(f"{c} = ?" for c in columns or table.key)
 
 
 # -- write statements: one per op kind --------------------------------------------------------------
-PUT_VHOST = "INSERT OR REPLACE INTO vhosts (name, description, tags) VALUES (?, ?, ?)"
-DELETE_VHOST = "DELETE FROM vhosts WHERE name = ?"
-DELETE_VHOST_PERMISSIONS = "DELETE FROM permissions WHERE vhost = ?"
-DELETE_VHOST_EXCHANGES = "DELETE FROM exchanges WHERE vhost = ?"
-DELETE_VHOST_BINDINGS = "DELETE FROM bindings WHERE vhost = ?"
-DELETE_VHOST_QUEUES = "DELETE FROM queues WHERE vhost = ?"
-PUT_USER = "INSERT OR REPLACE INTO users (name, password_hash, hashing_algorithm, tags) VALUES (?, ?, ?, ?)"
-DELETE_USER = "DELETE FROM users WHERE name = ?"
-DELETE_USER_PERMISSIONS = "DELETE FROM permissions WHERE user = ?"
-PUT_PERMISSION = (
-    "INSERT OR REPLACE INTO permissions (user, vhost, configure, write, read) VALUES (?, ?, ?, ?, ?)"
-)
-DELETE_PERMISSION = "DELETE FROM permissions WHERE user = ? AND vhost = ?"
-PUT_EXCHANGE = (
-    "INSERT OR REPLACE INTO exchanges (vhost, name, type, auto_delete, internal, arguments) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-DELETE_EXCHANGE = "DELETE FROM exchanges WHERE vhost = ? AND name = ?"
+PUT_VHOST = insert(VHOSTS, replace=True)
+DELETE_VHOST = delete(VHOSTS)
+DELETE_VHOST_PERMISSIONS = delete(PERMISSIONS, "vhost")
+DELETE_VHOST_EXCHANGES = delete(EXCHANGES, "vhost")
+DELETE_VHOST_BINDINGS = delete(BINDINGS, "vhost")
+DELETE_VHOST_QUEUES = delete(QUEUES, "vhost")
+PUT_USER = insert(USERS, replace=True)
+DELETE_USER = delete(USERS)
+DELETE_USER_PERMISSIONS = delete(PERMISSIONS, "user")
+PUT_PERMISSION = insert(PERMISSIONS, replace=True)
+DELETE_PERMISSION = delete(PERMISSIONS)
+PUT_EXCHANGE = insert(EXCHANGES, replace=True)
+DELETE_EXCHANGE = delete(EXCHANGES)
 DELETE_EXCHANGE_BINDINGS = (
     "DELETE FROM bindings WHERE vhost = ? "
     "AND (source = ? OR (destination_kind = 'exchange' AND destination = ?))"
 )
-PUT_QUEUE = (
-    "INSERT OR REPLACE INTO queues (id, vhost, name, auto_delete, arguments, expires_at) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-DELETE_QUEUE = "DELETE FROM queues WHERE id = ?"
+PUT_QUEUE = insert(QUEUES, replace=True)
+DELETE_QUEUE = delete(QUEUES)
 DELETE_QUEUE_BINDINGS = (
     "DELETE FROM bindings WHERE vhost = ? AND destination_kind = 'queue' AND destination = ?"
 )
 TOUCH_QUEUE = "UPDATE queues SET expires_at = ? WHERE id = ?"
-PUT_BINDING = (
-    "INSERT OR REPLACE INTO bindings (vhost, source, destination_kind, destination, routing_key, arguments) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-DELETE_BINDING = (
-    "DELETE FROM bindings WHERE vhost = ? AND source = ? AND destination_kind = ? AND destination = ? "
-    "AND routing_key = ? AND arguments = ?"
-)
-INSERT_MESSAGE = (
-    "INSERT INTO messages "
-    "(id, exchange, routing_key, props, body, enqueued_at, deadline, extra_keys, deliveries) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-DELETE_MESSAGE = "DELETE FROM messages WHERE id = ?"
-# the same with the body's length: a zeroblob the store then writes in pieces (engine.LARGE_BLOB)
-INSERT_MESSAGE_ZEROBLOB = INSERT_MESSAGE.replace("?, ?, ?, ?, ?,", "?, ?, ?, ?, zeroblob(?),", 1)
-PUT_POLICY = (
-    "INSERT OR REPLACE INTO policies (vhost, name, operator, pattern, apply_to, priority, definition) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-DELETE_POLICY = "DELETE FROM policies WHERE vhost = ? AND name = ? AND operator = ?"
-DELETE_VHOST_POLICIES = "DELETE FROM policies WHERE vhost = ?"
-PUT_LIMIT = "INSERT OR REPLACE INTO limits (kind, owner, name, value) VALUES (?, ?, ?, ?)"
-DELETE_LIMIT = "DELETE FROM limits WHERE kind = ? AND owner = ? AND name = ?"
-DELETE_OWNER_LIMITS = "DELETE FROM limits WHERE kind = ? AND owner = ?"
+PUT_BINDING = insert(BINDINGS, replace=True)
+DELETE_BINDING = delete(BINDINGS)
+INSERT_MESSAGE = insert(MESSAGES)
+DELETE_MESSAGE = delete(MESSAGES)
+PUT_POLICY = insert(POLICIES, replace=True)
+DELETE_POLICY = delete(POLICIES)
+DELETE_VHOST_POLICIES = delete(POLICIES, "vhost")
+PUT_LIMIT = insert(LIMITS, replace=True)
+DELETE_LIMIT = delete(LIMITS)
+DELETE_OWNER_LIMITS = delete(LIMITS, "kind", "owner")
 MARK_DELIVERED = "UPDATE messages SET deliveries = ? WHERE id = ?"
-INSERT_DELAYED = (
-    "INSERT INTO delayed (id, vhost, exchange, due, delay, routing_key, props, body, extra_keys) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-INSERT_DELAYED_ZEROBLOB = INSERT_DELAYED.replace(
-    "?, ?, ?, ?, ?, ?, ?, ?,", "?, ?, ?, ?, ?, ?, ?, zeroblob(?),", 1
-)
-DELETE_DELAYED = "DELETE FROM delayed WHERE id = ?"
-DELETE_DELAYED_EXCHANGE = "DELETE FROM delayed WHERE vhost = ? AND exchange = ?"
-DELETE_VHOST_DELAYED = "DELETE FROM delayed WHERE vhost = ?"
-PUT_DEDUP = "INSERT OR REPLACE INTO dedup (vhost, kind, owner, key, expires_at) VALUES (?, ?, ?, ?, ?)"
-DELETE_DEDUP = "DELETE FROM dedup WHERE vhost = ? AND kind = ? AND owner = ? AND key = ?"
-DELETE_DEDUP_OWNER = "DELETE FROM dedup WHERE vhost = ? AND kind = ? AND owner = ?"
-DELETE_VHOST_DEDUP = "DELETE FROM dedup WHERE vhost = ?"
+INSERT_DELAYED = insert(DELAYED)
+DELETE_DELAYED = delete(DELAYED)
+DELETE_DELAYED_EXCHANGE = delete(DELAYED, "vhost", "exchange")
+DELETE_VHOST_DELAYED = delete(DELAYED, "vhost")
+PUT_DEDUP = insert(DEDUP, replace=True)
+DELETE_DEDUP = delete(DEDUP)
+DELETE_DEDUP_OWNER = delete(DEDUP, "vhost", "kind", "owner")
+DELETE_VHOST_DEDUP = delete(DEDUP, "vhost")
 DELETE_MESSAGES = "DELETE FROM messages WHERE id BETWEEN ? AND ?"  # a whole queue's range
-PUT_MOVE_JOB = (
-    "INSERT OR REPLACE INTO move_jobs (id, vhost, queue, spec, state, selected, moved, unroutable, skipped, "
-    "refused, error, started, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-PUT_MOVE_JOB_IDS = "INSERT OR REPLACE INTO move_job_ids (job, ids) VALUES (?, ?)"
+PUT_MOVE_JOB = insert(MOVE_JOBS, replace=True)
+PUT_MOVE_JOB_IDS = insert(MOVE_JOB_IDS, replace=True)
 UPDATE_MOVE_JOB = (
     "UPDATE move_jobs SET state = ?, selected = ?, moved = ?, unroutable = ?, skipped = ?, refused = ?, "
     "error = ?, finished = ? WHERE id = ?"
 )
-DELETE_MOVE_JOB = "DELETE FROM move_jobs WHERE id = ?"
-DELETE_MOVE_JOB_IDS = "DELETE FROM move_job_ids WHERE job = ?"
+DELETE_MOVE_JOB = delete(MOVE_JOBS)
+DELETE_MOVE_JOB_IDS = delete(MOVE_JOB_IDS)
 
 # Multi-row forms of the hot statements: one statement (one sqlite3_step, one GIL release) per
 # MULTI_ROWS rows instead of per row; 1.5x (insert) to 4x (delete) faster than executemany alone.
@@ -479,46 +154,88 @@ MULTI_ROWS = 100
 MULTI_ROW: dict[str, str] = {
     INSERT_MESSAGE: INSERT_MESSAGE.split("VALUES")[0]
     + "VALUES "
-    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * MULTI_ROWS),
+    + ", ".join(["(" + ", ".join("?" * len(MESSAGES.columns)) + ")"] * MULTI_ROWS),
     DELETE_MESSAGE: "DELETE FROM messages WHERE id IN (" + ", ".join(["?"] * MULTI_ROWS) + ")",
 }
 
 # -- reads: the columns are the write params, in order ----------------------------------------------
-SELECT_VHOSTS = "SELECT name, description, tags FROM vhosts ORDER BY name"
-SELECT_USERS = "SELECT name, password_hash, hashing_algorithm, tags FROM users ORDER BY name"
-SELECT_PERMISSIONS = "SELECT user, vhost, configure, write, read FROM permissions ORDER BY user, vhost"
-SELECT_EXCHANGES = (
-    "SELECT vhost, name, type, auto_delete, internal, arguments FROM exchanges ORDER BY vhost, name"
-)
-SELECT_QUEUES = "SELECT id, vhost, name, auto_delete, arguments, expires_at FROM queues ORDER BY id"
-SELECT_BINDINGS = (
-    "SELECT vhost, source, destination_kind, destination, routing_key, arguments FROM bindings "
-    "ORDER BY vhost, source, destination_kind, destination, routing_key, arguments"
-)
-SELECT_POLICIES = (
-    "SELECT vhost, name, operator, pattern, apply_to, priority, definition FROM policies "
-    "ORDER BY vhost, operator, name"
-)
-SELECT_LIMITS = "SELECT kind, owner, name, value FROM limits ORDER BY kind, owner, name"
-SELECT_DELAYED = (
-    "SELECT id, vhost, exchange, due, delay, routing_key, props, body, extra_keys FROM delayed "
-    "WHERE id > ? ORDER BY id LIMIT ?"
-)
-SELECT_DEDUP = "SELECT vhost, kind, owner, key, expires_at FROM dedup ORDER BY rowid"
+SELECT_VHOSTS = select(VHOSTS, "ORDER BY name")
+SELECT_USERS = select(USERS, "ORDER BY name")
+SELECT_PERMISSIONS = select(PERMISSIONS, "ORDER BY user, vhost")
+SELECT_EXCHANGES = select(EXCHANGES, "ORDER BY vhost, name")
+SELECT_QUEUES = select(QUEUES, "ORDER BY id")
+SELECT_BINDINGS = select(BINDINGS, "ORDER BY " + ", ".join(BINDINGS.names))
+SELECT_POLICIES = select(POLICIES, "ORDER BY vhost, operator, name")
+SELECT_LIMITS = select(LIMITS, "ORDER BY kind, owner, name")
+SELECT_DELAYED = select(DELAYED, "WHERE id > ? ORDER BY id LIMIT ?")  # LIMIT -1: all
+SELECT_DEDUP = select(DEDUP, "ORDER BY rowid")  # the order the keys were remembered
 SELECT_MAX_DELAYED = "SELECT max(id) FROM delayed"
 COUNT_MESSAGES = "SELECT count(*) FROM messages"
 COUNT_QUEUES = "SELECT count(*) FROM queues"
 SELECT_MOVE_JOBS = (
-    "SELECT j.id, j.vhost, j.queue, j.spec, j.state, j.selected, j.moved, j.unroutable, j.skipped, "
-    "j.refused, j.error, j.started, j.finished, i.ids "
-    "FROM move_jobs j LEFT JOIN move_job_ids i ON i.job = j.id ORDER BY j.id"
+    "SELECT "
+    + ", ".join(f"j.{name}" for name in MOVE_JOBS.names)
+    + ", i.ids FROM move_jobs j LEFT JOIN move_job_ids i ON i.job = j.id ORDER BY j.id"
 )
-SELECT_MESSAGES = (
-    "SELECT id, exchange, routing_key, props, body, enqueued_at, deadline, extra_keys, deliveries "
-    "FROM messages WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
-)
+SELECT_MESSAGES = select(MESSAGES, "WHERE id > ? AND id <= ? ORDER BY id LIMIT ?")
 
+# -- ids at open (see the module rules) -----------------------------------------------------------------
+SELECT_QUEUE_IDS = "SELECT id, vhost, name FROM queues ORDER BY id"
+MAX_SEQ = "SELECT max(id) FROM messages WHERE id BETWEEN ? AND ?"
+MOVE_QUEUE = "UPDATE queues SET id = ? WHERE id = ?"
+MOVE_MESSAGES = "UPDATE messages SET id = id - ? WHERE id BETWEEN ? AND ?"
+
+QueueIds = list[tuple[int, str, str]]  # (queue id, vhost, name)
 Row = tuple[Any, ...]
+
+
+def orphan_ranges(queues: QueueIds) -> list[tuple[int, int]]:
+    """The message-id ranges no queue owns (``DELETE_MESSAGES``' params): a failed batch can leave
+    messages there. ``queues`` is in id order."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    for queue_id in [q[0] for q in queues] + [MAX_QUEUE_ID + 1]:
+        if queue_id > start:  # the ids [start, queue_id) hold no queue
+            ranges.append((start << SEQ_BITS, (queue_id << SEQ_BITS) - 1))
+        start = queue_id + 1
+    return ranges
+
+
+def compaction(queues: QueueIds) -> tuple[QueueIds, list[tuple[str, Row]]]:
+    """The queues renumbered 1..n once more than ``COMPACT_QUEUE_IDS_ABOVE`` ids are used (else as
+    they are), and the ``(statement, params)`` ops that move them, each queue's message range with it
+    (seqs are kept).
+
+    Queues move in ascending id order to ids no larger than their own; the target range is then
+    always empty (its previous owner already moved lower), so no id ever collides.
+    """
+    if not queues or queues[-1][0] <= COMPACT_QUEUE_IDS_ABOVE:
+        return queues, []
+    compacted: QueueIds = []
+    ops: list[tuple[str, Row]] = []
+    for new_id, (old_id, vhost, name) in enumerate(queues, start=1):
+        if new_id != old_id:
+            low, high = queue_range(old_id)
+            ops.append((MOVE_QUEUE, (new_id, old_id)))
+            ops.append((MOVE_MESSAGES, ((old_id - new_id) << SEQ_BITS, low, high)))
+        compacted.append((new_id, vhost, name))
+    return compacted, ops
+
+
+def tidied(orphans: int, before: QueueIds, after: QueueIds) -> None:
+    """Log what the tidy-up at open did."""
+    if orphans:
+        log.warning("deleted %d messages of queues that no longer exist", orphans)
+    if after is not before:
+        log.warning("compacted queue ids: %d queues now use ids 1..%d", len(after), len(after))
+
+
+def last_seqs(queues: QueueIds, tops: Iterable[int | None]) -> dict[int, int]:
+    """``{queue_id: highest stored seq}`` from each queue's highest message id (``MAX_SEQ``)."""
+    return {
+        queue_id: 0 if top is None else top - (queue_id << SEQ_BITS)
+        for (queue_id, _, _), top in zip(queues, tops, strict=True)
+    }
 
 
 # -- records <-> rows ---------------------------------------------------------------------------------
@@ -616,12 +333,15 @@ def move_job_progress(r: MoveJobRecord) -> Row:
     return (r.state, r.selected, r.moved, r.unroutable, r.skipped, r.refused, r.error, r.finished, r.id)
 
 
+_JOB_COLUMNS = len(MOVE_JOBS.columns)
+
+
 def move_job_records(rows: Iterable[Row]) -> list[MoveJobRecord]:
     """Build ``MoveJobRecord``s from ``SELECT_MOVE_JOBS`` rows (the job's columns, then its ids)."""
     records = []
     for row in rows:
-        record = MoveJobRecord(*row[:13])
-        record.ids = None if row[13] is None else bytes(row[13])
+        record = MoveJobRecord(*row[:_JOB_COLUMNS])
+        record.ids = None if row[_JOB_COLUMNS] is None else bytes(row[_JOB_COLUMNS])
         records.append(record)
     return records
 

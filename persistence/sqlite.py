@@ -19,8 +19,8 @@ Rules:
   checkpoints; a commit survives the broker being killed (the OS has the data) but the last
   commits before a power loss or OS crash may be rolled back. The file is never corrupted either
   way. ``NORMAL`` saves one fsync per batch.
-- The file is checked before anything is written (``schema.check_header``/``schema.verify``): a
-  newer schema, a non-SQLite or corrupt file raises ``StoreError`` and the file is left untouched.
+- The file is checked before anything is written (``sqlite_schema.check_header`` and ``verify``):
+  a newer schema, a non-SQLite or corrupt file raises ``StoreError`` and the file is left untouched.
 - ``<file>.lock`` (``flock``) keeps a second broker out of the same data file; external readers
   (``sqlite3`` CLI, backups) still work while the broker runs.
 - Reads (``load_definitions``, ``iter_messages``, ...: ``batching.BatchingStore``'s) run on the
@@ -54,7 +54,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
-from . import engine, schema
+from . import engine, schema, sqlite_schema
 from .batching import BatchingStore
 from .engine import Op
 from .store import StoreError
@@ -122,7 +122,7 @@ class SQLiteStore(BatchingStore):
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create data dir {path.parent}: {exc}") from exc
-        schema.check_header(path)
+        sqlite_schema.check_header(path)
         self._lock = _lock(path)
         worker = Worker(THREAD_NAME)
         conn: sqlite3.Connection | None = None
@@ -246,7 +246,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 def _open_database(
     conn: sqlite3.Connection, path: Path, synchronous: str
 ) -> tuple[schema.QueueIds, dict[int, int], int]:
-    version = schema.verify(conn, path)  # read-only: nothing is written before this passes
+    version = sqlite_schema.verify(conn, path)  # read-only: nothing is written before this passes
     if version == 0:
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only possible before the first table
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -255,7 +255,7 @@ def _open_database(
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
-    schema.migrate(conn, path, version)
+    sqlite_schema.migrate(conn, path, version)
     return engine.load_counters(conn)
 
 

@@ -47,7 +47,7 @@ def _definitions(action: str, path: str) -> int:
     """Export or import RabbitMQ definitions JSON on the store in ``OTTERMQ_DATA_DIR``."""
     import json
 
-    from ottermq.persistence.postgres import IO_ERRORS
+    from ottermq.persistence.postgres_conn import IO_ERRORS
     from ottermq.persistence.store import Store, StoreError
 
     from ..node.definitions import DefinitionsError, definitions_to_json, load_definitions_file

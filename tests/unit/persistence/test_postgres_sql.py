@@ -1,5 +1,6 @@
-"""The PostgreSQL dialect of the stores' statements (``persistence/postgres_sql.py``): every statement of
-``schema`` has a translation with the same parameters, in PostgreSQL's spelling."""
+"""The PostgreSQL store's statements (``persistence/postgres_sql.py``): every statement of ``schema`` has a
+translation with the same parameters, in PostgreSQL's spelling (how each construct translates:
+``test_postgres_dialect.py``)."""
 
 from __future__ import annotations
 
@@ -33,25 +34,7 @@ def test_a_translation_keeps_the_parameters_in_order(name: str) -> None:
     assert re.search(r'(?<!")\buser\b(?!")', postgres) is None  # a reserved word in PostgreSQL
 
 
-def test_insert_or_replace_becomes_an_upsert_on_the_tables_key() -> None:
-    assert pg.STATEMENTS[s.PUT_PERMISSION] == (
-        'INSERT INTO permissions ("user", vhost, configure, write, read) VALUES ($1, $2, $3, $4, $5) '
-        'ON CONFLICT ("user", vhost) DO UPDATE SET configure = EXCLUDED.configure, '
-        "write = EXCLUDED.write, read = EXCLUDED.read"
-    )
-    assert pg.STATEMENTS[s.PUT_BINDING].endswith(
-        "ON CONFLICT (vhost, source, destination_kind, destination, routing_key, md5(arguments)) DO NOTHING"
-    )
-    # a dedup key remembered again moves last, as SQLite's REPLACE gives it a new rowid
-    assert pg.STATEMENTS[s.PUT_DEDUP].endswith("seq = nextval('dedup_order')")
-    assert pg.STATEMENTS[s.SELECT_DEDUP].endswith("ORDER BY seq")
-
-
 def test_lock_keys_differ_per_schema_and_per_purpose() -> None:
     a, b = pg.lock_keys("ottermq"), pg.lock_keys("ottermq_worker1")
     assert len(set(a) | set(b)) == 6
     assert all(0 <= key < 2**31 for key in a + b)  # pg_advisory_lock(int4, int4)
-
-
-def test_identifiers_are_quoted() -> None:
-    assert pg.quote_ident('we"ird') == '"we""ird"'

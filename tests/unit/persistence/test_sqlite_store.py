@@ -17,6 +17,7 @@ from typing import Any
 import ottermq.persistence.engine as engine
 import ottermq.persistence.schema as schema
 import ottermq.persistence.sqlite as sqlite_module
+import ottermq.persistence.sqlite_schema as sqlite_schema
 import pytest
 from ottermq.persistence import MessageRecord, QueueRecord, SQLiteStore, StoreError, VHostRecord
 from ottermq.persistence.store import MoveJobRecord
@@ -77,7 +78,7 @@ def test_new_file_uses_wal_and_the_sync_setting(tmp_path: Path) -> None:
         assert store.path == tmp_path / "ottermq.db"
         assert await sql(store, "PRAGMA journal_mode") == [("wal",)]
         assert await sql(store, "PRAGMA synchronous") == [(1,)]
-        assert await sql(store, "PRAGMA user_version") == [(schema.SCHEMA_VERSION,)]
+        assert await sql(store, "PRAGMA user_version") == [(sqlite_schema.SCHEMA_VERSION,)]
         assert await sql(store, "PRAGMA auto_vacuum") == [(2,)]  # incremental
         await store.close()
         store = SQLiteStore(tmp_path / "ottermq.db")
@@ -94,13 +95,13 @@ def test_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "ottermq.db"
     make_db(path, per_queue=3)
     with sqlite3.connect(path) as conn:
-        conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+        conn.execute(f"PRAGMA user_version = {sqlite_schema.SCHEMA_VERSION + 1}")
     conn.close()
     before = path.read_bytes()
     error = open_fails(path, "newer OtterMQ")
     assert str(error) == (
-        f"data dir {path} was written by a newer OtterMQ (schema {schema.SCHEMA_VERSION + 1}, "
-        f"this version understands up to {schema.SCHEMA_VERSION}); refusing to open it"
+        f"data dir {path} was written by a newer OtterMQ (schema {sqlite_schema.SCHEMA_VERSION + 1}, "
+        f"this version understands up to {sqlite_schema.SCHEMA_VERSION}); refusing to open it"
     )
     assert path.read_bytes() == before
 
@@ -157,10 +158,10 @@ def test_migration_to_a_next_version(tmp_path: Path, monkeypatch: pytest.MonkeyP
     def to_next(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE queues ADD COLUMN note TEXT")
 
-    following = schema.SCHEMA_VERSION + 1
+    following = sqlite_schema.SCHEMA_VERSION + 1
     with monkeypatch.context() as m:
-        m.setattr(schema, "SCHEMA_VERSION", following)
-        m.setitem(schema.MIGRATIONS, following, to_next)
+        m.setattr(sqlite_schema, "SCHEMA_VERSION", following)
+        m.setitem(sqlite_schema.MIGRATIONS, following, to_next)
 
         async def main() -> None:
             store = SQLiteStore(path)
@@ -178,7 +179,7 @@ def test_a_schema_4_file_gets_the_move_job_tables(tmp_path: Path, monkeypatch: p
     """Schema 5 (issue 38): dead-letter move jobs move from a JSON file into the store."""
     path = tmp_path / "ottermq.db"
     with monkeypatch.context() as m:
-        m.setattr(schema, "SCHEMA_VERSION", 4)
+        m.setattr(sqlite_schema, "SCHEMA_VERSION", 4)
         (q,) = make_db(path, per_queue=1)
 
     async def main() -> None:
