@@ -345,9 +345,7 @@ def check_server_named(arguments: Mapping[str, Any] | None, types: Types = None)
     """
     name = queue_type_of(arguments, types) or "classic"
     kind = QUEUE_TYPES.get(name)
-    if kind is not None and not kind.server_named:
-        raise PreconditionFailed(f"Cannot declare a server-named queue for type {kind.module}")
-    if kind is None and name in _UNIMPLEMENTED_TYPES:
+    if name in TYPE_MODULES and (kind is None or not kind.server_named):  # (an unknown type: refused later)
         raise PreconditionFailed(f"Cannot declare a server-named queue for type {TYPE_MODULES[name]}")
 
 

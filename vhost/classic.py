@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .consumers import QueueConsumers, SingleActiveConsumers
+from .consumers import QueueConsumers, make_consumers
 from .limits import Limits, make_limits
 from .message import Entry
 from .queue_type import QueueType
@@ -53,7 +53,7 @@ class ClassicQueueType(QueueType):
         return PriorityReady(args.max_priority) if args.max_priority else Ready()
 
     def consumers(self, single_active: bool) -> QueueConsumers[Any]:
-        return SingleActiveConsumers(False) if single_active else QueueConsumers(False)
+        return make_consumers(single_active, quorum=False)
 
     def limits(self, max_length: int | None, max_bytes: int | None, overflow: str) -> Limits | None:
         return make_limits(max_length, max_bytes, overflow, soft=False)

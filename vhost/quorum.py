@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ottermq.amqp.errors import PreconditionFailed
 
-from .consumers import QueueConsumers, SingleActiveConsumers
+from .consumers import QueueConsumers, make_consumers
 from .limits import Limits, make_limits
 from .message import GONE, Entry
 from .queue_type import QueueType
@@ -142,7 +142,7 @@ class QuorumQueueType(QueueType):
         return QuorumReady()
 
     def consumers(self, single_active: bool) -> QueueConsumers[Any]:
-        return SingleActiveConsumers(True) if single_active else QueueConsumers(True)
+        return make_consumers(single_active, quorum=True)
 
     def limits(self, max_length: int | None, max_bytes: int | None, overflow: str) -> Limits | None:
         return make_limits(max_length, max_bytes, overflow, soft=True)
