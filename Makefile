@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RABBIT_URL ?= amqp://guest:guest@127.0.0.1:5672/%2F
 export PYTHONSAFEPATH := 1
 
-.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance conformance-changed fuzz attack chaos bench lint typecheck clean
+.PHONY: install run-install analytics clients run test test-workers test-postgresql unit e2e screenshots conformance conformance-changed fuzz attack chaos bench bench-hotpath lint typecheck clean
 
 # One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
 # is added/removed: strict editable installs link files one by one, so new modules need a re-run;
@@ -225,7 +225,7 @@ chaos: install
 # (RabbitMQ's run 17 min; ottermq's 6.5, its publishing stopped at the 8 GiB guard until its bodies go
 # to disk) and writes ~12 GB per broker, deleted after each run.
 BACKLOG_MESSAGES ?= 10000000
-bench: install
+bench: install bench-hotpath
 	bash .ci/install-cgen.sh
 	@if bash .ci/rabbitmq.sh --check "$(RABBIT_URL)"; then \
 	  $(BIN)/python benchmarks/run.py --compare "$(RABBIT_URL)"; \
@@ -261,6 +261,23 @@ bench: install
 	else \
 	  $(BIN)/python benchmarks/backlog.py --messages $(BACKLOG_MESSAGES); \
 	fi
+
+# The hot path's A/B, first in `make bench` (benchmarks/hotpath.py --instructions --compiled): the
+# instructions one more message costs in each scenario (publish, noack, ack-each, confirms, fanout10,
+# persistent), counted by valgrind's callgrind in this tree (its tracked files as they are now, edits
+# included; a new file once `git add`ed) and in HOTPATH_BASE (a commit: main by default; give the commit before a change to see what
+# it costs), each built as `make install` builds it (mypyc). A count does not move with the machine's
+# load, so a 2% difference shows on a shared machine (a ratio above 1.02 is a regression to explain);
+# about 25 minutes on two cores. `benchmarks/hotpath.py --help` has the timed variant.
+HOTPATH_BASE ?= main
+HOTPATH_DIR  := $(shell mktemp -u /tmp/ottermq-hotpath-XXXXXX)
+bench-hotpath: install
+	@command -v valgrind >/dev/null 2>&1 || { echo "make bench-hotpath: needs valgrind (apt-get install valgrind)"; exit 1; }
+	mkdir -p $(HOTPATH_DIR)/base $(HOTPATH_DIR)/head
+	git archive "$(HOTPATH_BASE)" | tar -x -C $(HOTPATH_DIR)/base
+	rev="$$(git stash create)"; git archive "$${rev:-HEAD}" | tar -x -C $(HOTPATH_DIR)/head
+	$(BIN)/python benchmarks/hotpath.py --instructions --compiled --messages 2000 \
+	  --ottermq-src $(HOTPATH_DIR)/base --ottermq-src $(HOTPATH_DIR)/head; status=$$?; rm -rf $(HOTPATH_DIR); exit $$status
 
 lint: install
 	$(BIN)/ruff check $(PKGS) tests e2e benchmarks setup.py

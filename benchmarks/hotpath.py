@@ -22,16 +22,25 @@ two per tree).
 Reads arrive in ``--chunk`` bytes (64 KiB: a pipelining client; 176: one publish per read). Each
 tree runs A B A B ...; the table shows medians (µs per message) and head/base ratios. Each run
 checks what the broker did (messages queued or delivered), so a broken path cannot look fast.
+
+``--instructions`` counts instead of timing: each scenario runs once with ``--messages`` and once with
+twice as many, each in its own interpreter under ``valgrind --tool=callgrind``, and the difference of
+the two totals divided by ``--messages`` is the instructions one more message costs (start-up, imports
+and set-up cancel out). A count does not move with the machine's load or clock, so a 2% difference
+is visible on a shared machine where medians of seconds move by 10%; it weighs every instruction
+alike (a cache miss costs more than an add), so it complements the timed run rather than replacing it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import gc
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -70,8 +79,9 @@ class Harness:
         settings = Settings(_env_file=None)  # type: ignore[call-arg]
         node_class = getattr(h, "Node", None) or h.Broker  # the node (before the split: Broker)
         self.node = node_class(settings, self.loop, h.InstantStore(self.loop))
-        self.node.auth.seed_defaults(settings)
-        for name in self.node.auth.vhosts:
+        auth = getattr(self.node, "services", self.node).auth  # (before the node's split: node.auth)
+        auth.seed_defaults(settings)
+        for name in auth.vhosts:
             self.node.ensure_vhost(name)
         server = h.AMQPServer(self.node) if hasattr(h, "AMQPServer") else self.node
         self.client = h.Client(server, self.loop)
@@ -164,8 +174,9 @@ def _persistent_run(tree: Path, count: int) -> float:
     return asyncio.run(body())
 
 
-def worker(tree: Path, names: list[str], count: int, chunk: int) -> dict[str, float]:
-    """µs per message of each scenario in this interpreter (the best of 3 after a warm-up)."""
+def worker(tree: Path, names: list[str], count: int, chunk: int, once: bool = False) -> dict[str, float]:
+    """µs per message of each scenario in this interpreter (the best of 3 after a warm-up; with
+    ``once``, a single run: ``--instructions`` counts the whole process)."""
     result = {}
     for name in names:
 
@@ -174,9 +185,46 @@ def worker(tree: Path, names: list[str], count: int, chunk: int) -> dict[str, fl
                 _persistent_run(tree, count) if name == "persistent" else _amqp_run(tree, name, count, chunk)
             )
 
+        if once:
+            result[name] = run() / count * 1e6
+            continue
         run()
         result[name] = min(run() for _ in range(3)) / count * 1e6
     return result
+
+
+def _worker_cmd(tree: Path, names: list[str], count: int, chunk: int, once: bool = False) -> list[str]:
+    cmd = [sys.executable, __file__, "--worker", "--ottermq-src", str(tree), "--scenarios", ",".join(names)]
+    return [*cmd, "--messages", str(count), "--chunk", str(chunk), *(["--once"] if once else [])]
+
+
+def _collected(tree: Path, site: Path, name: str, count: int, chunk: int, work: Path) -> int:
+    """Instructions the whole interpreter ran for one scenario of ``count`` messages (callgrind's total)."""
+    out_file = work / f"callgrind.{os.getpid()}.{tree.name}.{name}.{count}"
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}"]
+    cmd += _worker_cmd(tree, [name], count, chunk, once=True)
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(site), "PYTHONHASHSEED": "0"}
+    out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    out_file.unlink(missing_ok=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        sys.exit(f"{tree} {name} {count}: {out.stderr[-3000:]}")
+    return int(found.group(1))
+
+
+def instructions(
+    trees: list[Path], sites: list[Path], names: list[str], count: int, chunk: int, jobs: int, work: Path
+) -> dict[str, dict[str, float]]:
+    """Instructions per message of each scenario and tree: (total at 2 x count - total at count) / count."""
+    pairs = zip(trees, sites, strict=True)
+    tasks = [(t, s, n, c) for t, s in pairs for n in names for c in (count, 2 * count)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        totals = list(pool.map(lambda task: _collected(*task[:3], task[3], chunk, work), tasks))
+    by_task = {(str(t), n, c): total for (t, _s, n, c), total in zip(tasks, totals, strict=True)}
+    return {
+        str(t): {n: (by_task[(str(t), n, 2 * count)] - by_task[(str(t), n, count)]) / count for n in names}
+        for t in trees
+    }
 
 
 def _build(tree: Path, site: Path) -> Path:
@@ -206,14 +254,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5, help="interpreters per tree, interleaved")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     parser.add_argument("--compiled", action="store_true", help="build each tree (mypyc) and run that")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per message under callgrind instead of timing (see above)",
+    )
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="callgrind runs at once")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.scenarios.split(",")]
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     if args.worker:
-        print(json.dumps(worker(args.ottermq_src[0], names, args.messages, args.chunk)))
+        print(json.dumps(worker(args.ottermq_src[0], names, args.messages, args.chunk, args.once)))
         return 0
     trees = [p.resolve() for p in args.ottermq_src]
     work = Path(tempfile.mkdtemp(prefix="hotpath-"))
@@ -221,23 +276,17 @@ def main(argv: list[str] | None = None) -> int:
         sites = [_build(tree, work / str(i) / "site") for i, tree in enumerate(trees)]
     else:
         sites = [overlay(tree, work / str(i) / "site") for i, tree in enumerate(trees)]
+    if args.instructions:
+        counted = instructions(trees, sites, names, args.messages, args.chunk, args.jobs, work)
+        _print_instructions(trees, names, counted, args)
+        if args.json:
+            args.json.write_text(json.dumps({"messages": args.messages, "instructions": counted}, indent=1))
+        return 0
     runs: dict[str, list[dict[str, float]]] = {str(t): [] for t in trees}
     for _ in range(args.reps):
         for tree, site in zip(trees, sites, strict=True):
             env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(site)}
-            cmd = [
-                sys.executable,
-                __file__,
-                "--worker",
-                "--ottermq-src",
-                str(tree),
-                "--scenarios",
-                ",".join(names),
-                "--messages",
-                str(args.messages),
-                "--chunk",
-                str(args.chunk),
-            ]
+            cmd = _worker_cmd(tree, names, args.messages, args.chunk)
             out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 sys.exit(f"{tree}: {out.stderr[-3000:]}")
@@ -257,6 +306,21 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({"messages": args.messages, "chunk": args.chunk, "runs": runs}, indent=1)
         )
     return 0
+
+
+def _print_instructions(
+    trees: list[Path], names: list[str], counted: dict[str, dict[str, float]], args: argparse.Namespace
+) -> None:
+    runs = f"{args.messages} vs {2 * args.messages} messages, reads of {args.chunk} bytes"
+    print(f"instructions per message (callgrind; {runs})")
+    head = ["scenario", *(t.name for t in trees), *(["ratio"] if len(trees) == 2 else [])]
+    print("  ".join(f"{h:>12s}" for h in head))
+    for name in names:
+        counts = [counted[str(t)][name] for t in trees]
+        cells = [name, *(f"{c:,.0f}" for c in counts)]
+        if len(trees) == 2:
+            cells.append(f"{counts[1] / counts[0]:.4f}")
+        print("  ".join(f"{c:>12s}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ class Broker:
                 self.amqp.close()
                 port = "web_ssl_port" if web.failed_on_tls else "web_port"
                 raise listener_startup_error(settings, exc, port, "enable_web_api") from None
-            self.node.add_listing(web.listeners)
+            self.node.listings.add(web.listeners)
         if settings.enable_prometheus and not (settings.prometheus_port or settings.prometheus_ssl):
             log.info("OTTERMQ_PROMETHEUS_PORT=0 and OTTERMQ_PROMETHEUS_SSL=false: no metrics listener")
         elif settings.enable_prometheus:
@@ -119,7 +119,7 @@ class Broker:
                 port = "prometheus_ssl_port" if prometheus.failed_on_tls else "prometheus_port"
                 raise listener_startup_error(settings, exc, port, "enable_prometheus") from None
             metrics = self.prometheus
-            self.node.add_listing(
+            self.node.listings.add(
                 lambda: [(f"{p}/prometheus", ip, port) for p, ip, port in metrics.listeners()]
             )
 
@@ -172,7 +172,7 @@ class Broker:
             await self.web.start()
         if self.prometheus is not None:
             await self.prometheus.start()
-        self.node.start_alarms()
+        self.node.alarms.start()
 
     async def shutdown(self, timeout: float = 5.0, reason: str = "shutdown") -> None:
         """Stop accepting, close every connection with 320 (``reason`` in its text), wait for them to
@@ -249,7 +249,7 @@ async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None
         try:
             check_archive_dir(settings)  # before the data dir: a failure here leaves no store behind
             prepare_data_dir(settings)
-            broker.node.archive = shared_archive(settings)
+            broker.node.use_archive(shared_archive(settings))
             extension = extend(broker) if extend is not None else None
             await broker.start(definitions, extension.start if extension is not None else None)
         except BaseException:

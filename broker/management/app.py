@@ -33,6 +33,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDictProxy
 from yarl import URL
 
+from ..node.view import NodeView
 from . import (
     archive,
     bindings,
@@ -198,7 +199,7 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
         credentials = (b"", b"")
     broker = request.app[BROKER_KEY]
     login, password = credentials
-    user = broker.authenticate(login, password, request.remote or "", "http")
+    user = broker.logins.authenticate(login, password, request.remote or "", "http")
     if user is None:  # the same answer whether or not the user exists
         shown = login[:256].decode("utf-8", "backslashreplace")
         log.warning("HTTP login refused for user %r from %s", shown, request.remote)
@@ -206,11 +207,11 @@ async def rabbit_middleware(request: web.Request, handler: Handler) -> web.Strea
     if MANAGEMENT_TAGS.isdisjoint(user.tags):
         return json_error(401, "not_authorised", "Not management user", challenge=True)
     request[USER_KEY] = user
-    if broker.workers is not None:  # several workers: some answers are theirs (workers.py)
+    if broker.cluster.pool is not None:  # several workers: some answers are theirs (workers.py)
         forwarder = request.app.get(FORWARDER_KEY)
         if forwarder is None:
             forwarder = request.app[FORWARDER_KEY] = Forwarder(
-                broker, broker.workers, request.app[PREFIX_KEY]
+                broker, broker.cluster.pool, request.app[PREFIX_KEY]
             )
         response = await forwarder.dispatch(request, handler)
     else:
@@ -242,7 +243,7 @@ def reshape(response: web.StreamResponse, request: web.Request) -> web.StreamRes
     return web.json_response(shape(json.loads(response.body), request.query, path in PAGINATED))
 
 
-def make_app(broker: Node, api_path: str | None = None) -> web.Application:
+def make_app(broker: NodeView, api_path: str | None = None) -> web.Application:
     """The management application for ``broker``; routes under ``api_path`` (default: the
     ``OTTERMQ_WEB_API_PATH`` setting)."""
     prefix = (api_path if api_path is not None else broker.settings.web_api_path).rstrip("/")
@@ -286,7 +287,8 @@ class ManagementServer(HTTPListener):
     HTTPS only) and, with ``OTTERMQ_WEB_SSL``, ``OTTERMQ_WEB_SSL_PORT``; ``ephemeral``: a worker's
     internal listener on any free port instead."""
 
-    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None, ephemeral: bool = False) -> None:
+    def __init__(self, node: Node, tls_context: ssl.SSLContext | None, ephemeral: bool = False) -> None:
+        broker = NodeView(node)  # what the API reads of the node
         settings = broker.settings
         tls = tls_context if settings.web_ssl else None
         super().__init__(

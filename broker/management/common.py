@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from ottermq.vhost.vhost import VHost
 
     from ..node.auth import Permission, ResourceKind
-    from ..node.node import Node
+    from ..node.view import NodeView
     from .rates import RateSampler
 
-BROKER_KEY: web.AppKey[Node] = web.AppKey("broker")
+BROKER_KEY: web.AppKey[NodeView] = web.AppKey("broker")
 SAMPLER_KEY: web.AppKey[RateSampler] = web.AppKey("sampler")
 PREFIX_KEY: web.AppKey[str] = web.AppKey("prefix", str)  # OTTERMQ_WEB_API_PATH without a trailing /
 USER_KEY = "ottermq.user"  # the authenticated UserRecord, set on each request by the auth middleware
@@ -67,7 +67,7 @@ def node_name() -> str:
     return f"ottermq@{socket.gethostname().split('.')[0]}"
 
 
-def broker_of(request: web.Request) -> Node:
+def broker_of(request: web.Request) -> NodeView:
     return request.app[BROKER_KEY]
 
 
@@ -129,7 +129,7 @@ def selected_vhosts(request: web.Request, owned_only: bool = True) -> list[VHost
         return [vhost_or_404(request)]
     broker = broker_of(request)
     vhosts = sorted(broker.vhosts.items())
-    owns = broker.owns if owned_only else (lambda _name: True)  # another worker's, with several
+    owns = broker.cluster.owns if owned_only else (lambda _name: True)  # another worker's, with several
     return [vhost for name, vhost in vhosts if owns(name) and may_use_vhost(request, name)]
 
 

@@ -28,7 +28,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from ottermq.amqp.errors import AMQPError, FrameError
@@ -56,12 +56,15 @@ MAX_RATE = 1_000_000  # messages per second a move may be asked for
 ID_CHARS = 24  # the most JSON characters one id takes in a request (19 digits, a comma, spaces)
 SLACK = 64 * 1024  # what a move request holds besides its ids
 
+if TYPE_CHECKING:
+    from ..node.view import NodeView
+
 
 def moves_of(request: web.Request) -> MoveJobs:
     return request.app[MOVES_KEY]
 
 
-def setup_moves(app: web.Application, broker: Any) -> None:
+def setup_moves(app: web.Application, broker: NodeView) -> None:
     """The app's move jobs, kept in the store (a durable store's data directory may still hold an
     older ottermq's ``dlq-moves.json``: it is read into the store once)."""
     durable = not isinstance(broker.store, MemoryStore)

@@ -34,7 +34,7 @@ from ottermq.vhost.vhost import PREDECLARED
 
 from .. import VERSION
 from ..node.auth import AuthError
-from ..node.definitions import DefinitionsError, apply_definitions, definitions_from_json
+from ..node.definitions import DefinitionsError, definitions_from_json
 from ..node.definitions.json_format import policies_to_json, vhost_limit_parameters
 from ..node.limits import LimitError
 from ..node.operations import policy_record as record_of
@@ -57,7 +57,7 @@ from .users import user_json
 if TYPE_CHECKING:
     from ottermq.vhost.vhost import VHost
 
-    from ..node.node import Node
+    from ..node.view import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def live_policies(vhosts: list[VHost]) -> tuple[list[dict[str, Any]], list[dict[
     return policies_to_json(records)
 
 
-def export(broker: Node, only: VHost | None = None) -> dict[str, Any]:
+def export(broker: NodeView, only: VHost | None = None) -> dict[str, Any]:
     """The running broker's definitions, node-wide or of the vhost ``only`` (rule 1)."""
     if only is not None:
         policies, parameters = live_policies([only])
@@ -147,7 +147,7 @@ def export(broker: Node, only: VHost | None = None) -> dict[str, Any]:
     body["policies"], body["parameters"] = live_policies([v for _, v in sorted(broker.vhosts.items())])
     body["parameters"] += vhost_limit_parameters(broker.limits.records())
     for _name, vhost in sorted(broker.vhosts.items()):
-        if not broker.owns(vhost.name):  # another worker's: it exports them
+        if not broker.cluster.owns(vhost.name):  # another worker's: it exports them
             continue
         for key, items in topology(vhost, True).items():
             body[key] += items
@@ -219,7 +219,7 @@ async def post_definitions(request: web.Request) -> web.Response:
 
         await broker.ops.prepare_definitions(broker.owned_vhost, defs)  # policy patterns: off the loop
         with amqp_errors():
-            apply_definitions(broker, defs, durable)
+            broker.apply_definitions(defs, durable)
     except (DefinitionsError, AuthError, PolicyError, LimitError) as exc:
         raise bad_request(str(exc)) from None
     return web.Response(status=204)

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from ..node.tls import amqps_files, read_validity, web_files
 from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, user_of, vhost_or_404
+
+if TYPE_CHECKING:
+    from ..node.view import NodeView
 
 ALIVENESS_QUEUE = "aliveness-test"
 ALIVENESS_BODY = b"test_message"
@@ -79,7 +82,9 @@ async def aliveness_test(request: web.Request) -> web.Response:
 
 def _alarms(request: web.Request, reason: str) -> web.Response:
     broker = broker_of(request)
-    raised = [resource for resource, on in (("memory", broker.alarm), ("disk", broker.disk_alarm)) if on]
+    raised = [
+        resource for resource, on in (("memory", broker.alarms.memory), ("disk", broker.alarms.disk)) if on
+    ]
     if raised:
         return failed(reason, alarms=[{"node": node_name(), "resource": r} for r in raised])
     return ok()
@@ -102,7 +107,7 @@ def listeners(request: web.Request) -> list[tuple[str, int]]:
     """``(protocol, port)`` of every listener, in RabbitMQ's order (AMQP, then HTTP)."""
     broker = broker_of(request)
     # amqp, amqp/ssl, then http, https, then http/prometheus, https/prometheus
-    return [(protocol, port) for protocol, _ip, port in broker.listeners()]
+    return [(protocol, port) for protocol, _ip, port in broker.listings.all()]
 
 
 def _unique(values: list[Any]) -> list[Any]:
@@ -183,14 +188,14 @@ async def certificate_expiration(request: web.Request) -> web.Response:
     return ok()
 
 
-def tls_listeners(broker: Any) -> list[tuple[str, str, int, Any]]:
+def tls_listeners(broker: NodeView) -> list[tuple[str, str, int, Any]]:
     """``(protocol, ip, port, TLSFiles)`` of every TLS listener (AMQPS and HTTPS)."""
     found = [
         (p, ip, port, amqps_files(broker.settings))
-        for p, ip, port in broker.amqp_listeners()
+        for p, ip, port in broker.listings.amqp()
         if p == "amqp/ssl"
     ]
-    web = [(s, ip, port) for s, ip, port in broker.listeners() if s in ("https", "https/prometheus")]
+    web = [(s, ip, port) for s, ip, port in broker.listings.all() if s in ("https", "https/prometheus")]
     return found + [(p, ip, port, web_files(broker.settings)) for p, ip, port in web]
 
 

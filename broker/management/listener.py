@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from ..node.node import Node
+    from ..node.view import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +186,11 @@ class HTTPListener:
 
     def __init__(
         self,
-        broker: Node,
+        broker: NodeView,
         port: int | None,
         path: str,
         what: str,
-        make_app: Callable[[Node], web.Application],
+        make_app: Callable[[NodeView], web.Application],
         tls_port: int | None = None,
         tls_context: ssl.SSLContext | None = None,
     ) -> None:

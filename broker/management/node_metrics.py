@@ -34,13 +34,13 @@ from ottermq.persistence.batching import BatchingStore
 from ottermq.persistence.postgres import PostgresStore
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from ..node.node import process_rss
+from ..node.alarms import process_rss
 from .common import node_name
 from .overview import RABBITMQ_API_VERSION
 
 if TYPE_CHECKING:
     from ..node.info import ConnectionInfo
-    from ..node.node import Node
+    from ..node.view import NodeView
 
 
 def _family(
@@ -129,9 +129,9 @@ def connection_metrics(conns: list[ConnectionInfo], per_object: bool) -> Iterato
     yield _family(GaugeMetricFamily, "rabbitmq_connection_channels", text, rows, per_object)
 
 
-def churn_metrics(broker: Node) -> Iterator[Metric]:
+def churn_metrics(broker: NodeView) -> Iterator[Metric]:
     """Connections, channels and queues opened/declared/created and closed/deleted since start-up."""
-    churn = broker.churn
+    churn = broker.connections.churn
     vhosts = broker.owned_vhosts()
     counters = (
         ("rabbitmq_connections_opened", "Total number of connections opened", churn.connections_opened),
@@ -182,7 +182,7 @@ def max_tcp_sockets(fd_limit: int) -> int:
     return max(0, int(limit * 0.9 - 2))
 
 
-def disk_free(broker: Node) -> int | None:
+def disk_free(broker: NodeView) -> int | None:
     """Free bytes on the file system of the data directory (or the working one before it exists)."""
     data_dir = broker.settings.data_dir
     try:
@@ -191,7 +191,7 @@ def disk_free(broker: Node) -> int | None:
         return None
 
 
-def node_metrics(broker: Node) -> Iterator[Metric]:
+def node_metrics(broker: NodeView) -> Iterator[Metric]:
     """Identity and build labels, memory, file descriptors, disk space and alarms."""
     node = node_name()
     identity = GaugeMetricFamily(
@@ -225,7 +225,9 @@ def node_metrics(broker: Node) -> Iterator[Metric]:
     if rss is not None:
         yield GaugeMetricFamily("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", value=rss)
     yield GaugeMetricFamily(
-        "rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", value=broker.memory_limit
+        "rabbitmq_resident_memory_limit_bytes",
+        "Memory high watermark in bytes",
+        value=broker.alarms.memory_limit,
     )
     fds = open_fds()
     if fds is not None:
@@ -245,18 +247,18 @@ def node_metrics(broker: Node) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "rabbitmq_disk_space_available_limit_bytes",
         "Free disk space low watermark in bytes",
-        value=broker.disk_free_limit,
+        value=broker.alarms.disk_free_limit,
     )
     alarms = (
         (
             "rabbitmq_alarms_memory_used_watermark",
             "is 1 if VM memory watermark alarm is in effect",
-            broker.alarm,
+            broker.alarms.memory,
         ),
         (
             "rabbitmq_alarms_free_disk_space_watermark",
             "is 1 if free disk space watermark alarm is in effect",
-            broker.disk_alarm,
+            broker.alarms.disk,
         ),
         ("rabbitmq_alarms_file_descriptor_limit", "is 1 if file descriptor limit alarm is in effect", False),
     )
@@ -267,13 +269,13 @@ def node_metrics(broker: Node) -> Iterator[Metric]:
     yield from loop_lag_metrics(broker)
 
 
-def loop_lag_metrics(broker: Node) -> Iterator[Metric]:
+def loop_lag_metrics(broker: NodeView) -> Iterator[Metric]:
     """``ottermq_event_loop_lag_seconds{worker}`` (histogram: how late the event loop ran a timer
     due every 20 ms) and ``ottermq_event_loop_lag_max_seconds{worker}`` (the worst since start),
     labelled with this process's worker number so that the workers' series stay apart
     (``broker/node/looplag.py``)."""
-    monitor = broker.loop_lag
-    worker = str(broker.worker_index)
+    monitor = broker.alarms.loop_lag
+    worker = str(broker.cluster.index)
     histogram = HistogramMetricFamily(
         "ottermq_event_loop_lag_seconds",
         "How late the event loop ran a timer (a turn that held the loop shows here)",
@@ -291,7 +293,7 @@ def loop_lag_metrics(broker: Node) -> Iterator[Metric]:
 ROLES = ("active", "standby", "lost")
 
 
-def leadership_metrics(broker: Node) -> Iterator[Metric]:
+def leadership_metrics(broker: NodeView) -> Iterator[Metric]:
     """``ottermq_ha_role{role}`` (1 for this node's role; a broker without a PostgreSQL lease is the
     active one), ``ottermq_ha_epoch`` and ``ottermq_ha_failovers_total`` (take-overs from a node that
     had not released the leadership, as counted in the database)."""
@@ -321,7 +323,7 @@ def leadership_metrics(broker: Node) -> Iterator[Metric]:
     yield from store_metrics(broker)
 
 
-def store_metrics(broker: Node) -> Iterator[Metric]:
+def store_metrics(broker: NodeView) -> Iterator[Metric]:
     """``ottermq_store_pending_ops`` (written, not yet committed: grows while the store cannot
     commit), ``ottermq_store_failed_batches_total`` (commits that failed and were retried, or were
     refused when the disk was full) and ``ottermq_store_timeouts_total`` (PostgreSQL calls dropped at
@@ -342,7 +344,7 @@ def store_metrics(broker: Node) -> Iterator[Metric]:
         )
 
 
-def auth_metrics(broker: Node) -> Iterator[Metric]:
+def auth_metrics(broker: NodeView) -> Iterator[Metric]:
     """``rabbitmq_auth_attempts_{,succeeded_,failed_}total`` by protocol (``amqp091``, ``http``)."""
     families: tuple[tuple[str, str, Callable[[int, int], int]], ...] = (
         ("rabbitmq_auth_attempts", "Total number of authorization attempts", lambda ok, bad: ok + bad),
@@ -357,7 +359,7 @@ def auth_metrics(broker: Node) -> Iterator[Metric]:
             lambda ok, bad: bad,
         ),
     )
-    attempts = {"amqp091": [0, 0], "http": [0, 0], **broker.auth_attempts}
+    attempts = {"amqp091": [0, 0], "http": [0, 0], **broker.logins.attempts}
     for name, text, value in families:
         family = CounterMetricFamily(name, text, labels=["protocol"])
         for protocol, (ok, bad) in sorted(attempts.items()):

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..node.node import process_rss
+from ..node.alarms import process_rss
 from ..node.sasl import MECHANISMS
 from .common import NotFound, broker_of, node_name, require_monitor, sampler_of
 from .node_metrics import disk_free, max_fds, open_fds
@@ -41,11 +41,11 @@ def node_json(request: web.Request) -> dict[str, Any]:
         plugins.append("rabbitmq_prometheus")
     contexts = [
         {"description": "RabbitMQ Management", "path": "/", "port": str(port)}
-        for _ip, port in broker.web_addresses()
+        for _ip, port in broker.listings.web_addresses()
     ]
     contexts += [  # RabbitMQ writes the protocol as the Erlang term it is ('http/prometheus')
         {"description": "RabbitMQ Prometheus", "path": "/", "port": str(port), "protocol": f"'{protocol}'"}
-        for protocol, _ip, port in broker.prometheus_listeners()
+        for protocol, _ip, port in broker.listings.prometheus()
     ]
     churn = with_rates(CHURN, churn_counts(broker), sampler_of(request).rates(churn_key(), len(CHURN)))
     return {
@@ -57,12 +57,12 @@ def node_json(request: web.Request) -> dict[str, Any]:
         "processors": os.cpu_count() or 1,
         "rates_mode": "basic",
         "mem_used": process_rss() or 0,
-        "mem_limit": broker.memory_limit,
-        "mem_alarm": broker.alarm,
+        "mem_limit": broker.alarms.memory_limit,
+        "mem_alarm": broker.alarms.memory,
         "mem_calculation_strategy": "rss",
         "disk_free": disk_free(broker) or 0,
-        "disk_free_limit": broker.disk_free_limit,
-        "disk_free_alarm": broker.disk_alarm,
+        "disk_free_limit": broker.alarms.disk_free_limit,
+        "disk_free_alarm": broker.alarms.disk,
         "fd_used": open_fds() or 0,
         "fd_total": fds,
         "sockets_used": len(broker.connections),

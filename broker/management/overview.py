@@ -52,7 +52,7 @@ def exchange_types() -> list[dict[str, Any]]:
 async def overview(request: web.Request) -> web.Response:
     broker = broker_of(request)
     node = node_name()
-    vhosts = [vhost for vhost in visible_vhosts(request) if broker.owns(vhost.name)]
+    vhosts = [vhost for vhost in visible_vhosts(request) if broker.cluster.owns(vhost.name)]
     names = {vhost.name for vhost in vhosts}
     user = user_of(request)
     conns = [c for c in broker.connections if c.vhost_name is not None and c.vhost_name in names]
@@ -62,10 +62,10 @@ async def overview(request: web.Request) -> web.Response:
     sampler = sampler_of(request)
     width = len(MESSAGE_FIELDS) + len(TOTALS)
     if not SEE_ALL_TAGS.isdisjoint(user.tags):  # the node's counts
-        counts = message_counts(broker.message_stats())
+        counts = message_counts(broker.connections.message_stats())
         rates = sampler.rates(node_key(), width)
     else:  # the user's vhosts' counts
-        counts = message_counts(MessageStats.total(broker.message_stats(v.name) for v in vhosts))
+        counts = message_counts(MessageStats.total(broker.connections.message_stats(v.name) for v in vhosts))
         per_vhost = [sampler.rates(vhost_key(v.name), width) for v in vhosts]
         rates = tuple(round(sum(column), 1) for column in zip(*per_vhost, strict=True)) or (0.0,) * width
     body: dict[str, Any] = {
@@ -109,7 +109,7 @@ def listeners(request: web.Request, node: str) -> list[dict[str, Any]]:
     ``amqp/ssl``, ``http``, ``https``, ``http/prometheus``, ``https/prometheus``; the HTTP ones' socket
     options name their port, the Prometheus ones their protocol too, without cowboy's options)."""
     result = []
-    for protocol, ip, port in broker_of(request).listeners():
+    for protocol, ip, port in broker_of(request).listings.all():
         opts: dict[str, Any] = {}
         if protocol.startswith("http"):
             opts = {"port": port, **({"protocol": protocol} if protocol.endswith("/prometheus") else {})}

@@ -36,6 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
+from ..node.view import NodeView
 from .listener import HTTPListener
 from .node_metrics import channel_metrics, churn_metrics, connection_metrics, node_metrics
 from .queues import memory_fields
@@ -223,7 +224,7 @@ class BrokerCollector(Collector):
         per_object: label queue metrics per queue (``/metrics/per-object``) instead of summing them.
     """
 
-    def __init__(self, broker: Node, per_object: bool = False) -> None:
+    def __init__(self, broker: NodeView, per_object: bool = False) -> None:
         self.broker = broker
         self.per_object = per_object
 
@@ -254,7 +255,7 @@ class BrokerCollector(Collector):
                 value=sum(len(q.consumers) for q in queues),
             ),
         ]
-        stats = broker.message_stats()
+        stats = broker.connections.message_stats()
         for name, attribute, text in GLOBAL_COUNTERS:
             family = CounterMetricFamily(name, text, labels=list(PROTOCOL))
             family.add_metric(list(PROTOCOL.values()), getattr(stats, attribute))
@@ -391,7 +392,7 @@ class Snapshot(Collector):
             yield family
 
 
-def exposition(broker: Node, per_object: bool = False, others: Iterable[str] = ()) -> bytes:
+def exposition(broker: NodeView, per_object: bool = False, others: Iterable[str] = ()) -> bytes:
     """The text exposition of ``broker``'s metrics, read now, with the other workers' (their
     expositions, ``others``) merged in (see :class:`Merged`)."""
     return render(BrokerCollector(broker, per_object), list(others))
@@ -463,13 +464,13 @@ def _merge_samples(mine: list[Sample], theirs: list[Sample], highest: bool) -> l
     return out
 
 
-def make_app(broker: Node, path: str | None = None) -> web.Application:
+def make_app(broker: NodeView, path: str | None = None) -> web.Application:
     """The metrics app: ``path`` (default ``OTTERMQ_PROMETHEUS_PATH``) and ``path/per-object``."""
     base = (path if path is not None else broker.settings.prometheus_path).rstrip("/") or ""
 
     async def others(path: str) -> list[str]:
         """The other workers' expositions (worker 0 of several), those that answer."""
-        pool = broker.workers
+        pool = broker.cluster.pool
         if pool is None:
             return []
         texts = []
@@ -512,7 +513,8 @@ class PrometheusServer(HTTPListener):
     ``OTTERMQ_PROMETHEUS_SSL``, ``OTTERMQ_PROMETHEUS_SSL_PORT``; ``ephemeral``: a worker's internal
     listener on any free port instead."""
 
-    def __init__(self, broker: Node, tls_context: ssl.SSLContext | None, ephemeral: bool = False) -> None:
+    def __init__(self, node: Node, tls_context: ssl.SSLContext | None, ephemeral: bool = False) -> None:
+        broker = NodeView(node)  # what the API reads of the node
         settings = broker.settings
         port = 0 if ephemeral else settings.prometheus_port or None
         path = settings.prometheus_path

@@ -32,7 +32,7 @@ from ..node.stats import MESSAGE_STATS, MessageStats
 
 if TYPE_CHECKING:
     from ..node.info import ChannelInfo, ConnectionInfo
-    from ..node.node import Node
+    from ..node.view import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,9 @@ def totals(queues: Iterable[Queue]) -> tuple[int, int, int]:
     return ready + unacked, ready, unacked
 
 
-def churn_counts(broker: Node) -> tuple[int, ...]:
+def churn_counts(broker: NodeView) -> tuple[int, ...]:
     """The node's churn in :data:`CHURN` order."""
-    churn = broker.churn
+    churn = broker.connections.churn
     vhosts = broker.owned_vhosts()
     return (
         churn.channels_closed,
@@ -150,7 +150,7 @@ class RateSampler:
         interval: seconds between samples.
     """
 
-    def __init__(self, broker: Node, interval: float) -> None:
+    def __init__(self, broker: NodeView, interval: float) -> None:
         self.broker = broker
         self.interval = interval
         self._last: dict[Hashable, tuple[int, ...]] = {}
@@ -169,8 +169,10 @@ class RateSampler:
             all_queues += queues
             for queue in queues:
                 observed[queue_key(queue)] = queue_counts(queue) + totals([queue])
-            observed[vhost_key(name)] = message_counts(broker.message_stats(name)) + totals(queues)
-        observed[node_key()] = message_counts(broker.message_stats()) + totals(all_queues)
+            observed[vhost_key(name)] = message_counts(broker.connections.message_stats(name)) + totals(
+                queues
+            )
+        observed[node_key()] = message_counts(broker.connections.message_stats()) + totals(all_queues)
         observed[churn_key()] = churn_counts(broker)
         for handle in broker.connections:
             if handle.vhost_name is None:  # not open yet: no snapshot

@@ -39,7 +39,7 @@ def _json(request: web.Request, vhost: VHost) -> dict[str, Any]:
     record = broker_of(request).auth.vhosts.get(vhost.name)
     description = record.description if record is not None else ""
     tags = list(record.tags) if record is not None else []
-    counts = message_counts(broker_of(request).message_stats(vhost.name))
+    counts = message_counts(broker_of(request).connections.message_stats(vhost.name))
     rates = sampler_of(request).rates(vhost_key(vhost.name), len(MESSAGE_FIELDS) + len(TOTALS))
     return vhost_json(vhost, description, tags, node_name(), counts, rates)
 

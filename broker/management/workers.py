@@ -31,7 +31,7 @@ from .common import json_error
 
 if TYPE_CHECKING:
     from ..node.info import WorkerPool
-    from ..node.node import Node
+    from ..node.view import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ _TIMEOUT = aiohttp.ClientTimeout(total=60)
 class Forwarder:
     """Worker 0's client of the other workers' management APIs."""
 
-    def __init__(self, node: Node, pool: WorkerPool, prefix: str) -> None:
+    def __init__(self, node: NodeView, pool: WorkerPool, prefix: str) -> None:
         self.node = node
         self.pool = pool
         self.prefix = prefix

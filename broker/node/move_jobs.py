@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import PublishResult, VHost
 
-    from .node import Node
+    from .view import NodeView
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class MoveJobs:
         legacy_file: an older ottermq's ``dlq-moves.json`` to read into the store once (None: none).
     """
 
-    def __init__(self, broker: Node, legacy_file: Path | None = None) -> None:
+    def __init__(self, broker: NodeView, legacy_file: Path | None = None) -> None:
         self.broker = broker
         self.store = broker.store
         self.legacy_file = legacy_file
@@ -203,7 +203,7 @@ class MoveJobs:
         self.check_room()
         self._n += 1
         # with several workers, each numbers its jobs apart from the others': n * workers + its number
-        number = self._n * self.broker.settings.workers + self.broker.worker_index
+        number = self._n * self.broker.settings.workers + self.broker.cluster.index
         job = MoveJob(str(number), vhost, queue, selection, target, keep, rate)
         self.jobs[job.id] = job
         self.store.put_move_job(job.record(with_ids=True))

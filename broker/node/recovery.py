@@ -32,7 +32,6 @@ from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
 from .definitions.apply import Restore, Target, apply_definitions
-from .delayed import DedupPersistence, DelayService
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +39,6 @@ log = logging.getLogger(__name__)
 class Recoverable(Target, Protocol):
     """What recovery fills: the node's vhosts (through the definitions applier's restore), its
     deduplication caches and delayed messages."""
-
-    dedup: DedupPersistence
-    delays: DelayService
 
     def ensure_vhost(self, name: str) -> VHost: ...
 
@@ -67,7 +63,7 @@ async def recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict[
 async def _recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict[str, int]:
     started = time.monotonic()
     defs = await store.load_definitions()
-    await broker.dedup.load()  # before the exchanges and queues whose caches persist
+    await broker.services.dedup.load()  # before the exchanges and queues whose caches persist
     for record in defs.vhosts:
         broker.ensure_vhost(record.name)
     counts = {"exchanges": 0, "queues": 0, "bindings": 0, "messages": 0}
@@ -101,7 +97,7 @@ async def _recover(broker: Recoverable, store: Store, hook: DurableHook) -> dict
         counts["messages"] += await _load_messages(store, queue, queue_id)
     for queue, _ in queues:
         queue.recovered()  # expires (dead-letters) what lapsed while we were down, arms timers
-    counts["delayed"] = await broker.delays.recover()  # the due ones are routed right after
+    counts["delayed"] = await broker.services.delays.recover()  # the due ones are routed right after
     await store.flush()
     log.info(
         "recovered %d exchanges, %d queues, %d bindings, %d messages in %.2f s",

@@ -4,10 +4,11 @@ Rules:
 
 1. The publish, delivery and ack paths only do ``stats.<name> += 1`` on a slotted object; nothing
    here allocates, locks or schedules.
-2. Each channel counts into its own :class:`MessageStats`. When it shuts down, ``Node.retire_stats``
-   adds its counts to the node's and its vhost's retired totals and the channel's counters are reset
-   to zero in place, so nothing is counted twice. Totals (node-wide for Prometheus and ``/api/overview``,
-   per vhost for ``/api/vhosts``) are the retired counts plus the live channels', summed when read.
+2. Each channel counts into its own :class:`MessageStats`. When it shuts down,
+   ``ConnectionRegistry.retire`` adds its counts to the node's and its vhost's retired totals and the
+   channel's counters are reset to zero in place, so nothing is counted twice. Totals (node-wide for
+   Prometheus and ``/api/overview``, per vhost for ``/api/vhosts``) are the retired counts plus the
+   live channels', summed when read.
 3. Names follow RabbitMQ's ``rabbit_global_counters`` (``rabbitmq_global_messages_<name>_total``);
    :data:`MESSAGE_STATS` maps them to the management API's ``message_stats`` fields.
 """

@@ -331,12 +331,12 @@ class Channel:
     def shutdown(self) -> None:
         """Release everything the channel holds: consumers go, unacked messages are requeued."""
         if not self.closing:
-            self.conn.node.churn.channels_closed += 1
+            self.conn.node.connections.churn.channels_closed += 1
         self.closing = True
         self._publish = None
         self._body = []
         self._large = None
-        self.conn.node.retire_stats(self.vhost.name, self.stats)
+        self.conn.node.connections.retire(self.vhost.name, self.stats)
         _restart(self.stats)
         self.consumers.shutdown()
 

@@ -6,7 +6,7 @@ Rules:
 - Each frame goes through ``states.route`` (the table of what a frame means in each state); this
   module only carries out the step: a handler for the expected connection method, the channel's
   own rules for channel frames, or ``_fail`` -- the one place an error becomes a silent close
-  (STARTING, TUNING) or a Connection.Close (OPENING, RUNNING). State changes go through ``_to``,
+  (STARTING, TUNING) or a Connection.Close (OPENING, RUNNING). State changes go through ``to``,
   which checks ``states.TRANSITIONS``.
 - A ``ChannelException`` closes its channel (the channel then ignores all but Close/Close-Ok);
   a ``ConnectionException`` sends ``Connection.Close`` and moves to CLOSING, where only Close-Ok
@@ -43,11 +43,12 @@ from pamqp.base import Frame
 
 from ..node.info import ChannelRef, ConnectionInfo
 from ..node.stats import MessageStats
-from . import handshake
 from .channel import Channel, UnknownMethod, expect_open
 from .endpoints import Endpoints
-from .flow import STORE_HIGH_WATER, FlowControl
-from .handshake import FRAME_MIN_SIZE, ClientCapabilities, HandshakeError
+from .flow import FlowControl
+from .handshake import FRAME_MIN_SIZE, ClientCapabilities
+from .heartbeat import Heartbeat
+from .opening import Opening
 from .output import Output
 from .states import Routed, State, Step, check_transition, route
 
@@ -61,7 +62,6 @@ if TYPE_CHECKING:
 log: Final = logging.getLogger(__name__)
 
 # Final: compiled by mypyc, a Final module constant is a C global (else a module dict lookup per use)
-PROTOCOL_HEADER: Final = legacy.PROTOCOL_0_9_1
 CLOSE_TIMEOUT: Final = 3.0
 WRITE_HIGH_WATER: Final = 1024 * 1024
 
@@ -107,8 +107,6 @@ class AMQPConnection(asyncio.Protocol):
         self._steps = self._step_table()
         self.endpoints = Endpoints()  # the socket's two ends (broker/server/endpoints.py)
         self.peer = "?"
-        self._header = b""
-        self._pending = b""  # an incomplete handshake frame
         self._backlog: list[tuple[int, int, bytes]] = []  # frames left for the next turn (FRAME_BUDGET)
         self._framing_0_8 = False  # an AMQP 0-8 client (amqp/legacy.py)
         self.reader = FrameReader(FRAME_MIN_SIZE)
@@ -129,19 +127,14 @@ class AMQPConnection(asyncio.Protocol):
         self.send = output.send
         self.send_method = output.send_method
         self.confirms_ready = output.confirms_ready
-        self._flush = output.flush
-        self._recv_flag = True
-        self._silent_ticks = 0
+        self.flush = output.flush
+        self._heartbeat = Heartbeat()  # a beat out when nothing else went, silent clients dropped
         self._timer: asyncio.TimerHandle | None = None
-        # With workers: what the client sent before RUNNING, in case another worker takes it over
-        # (``handshake_bytes``); a connection taken over replays it (``replay``: the bytes up to its
-        # tune-ok, whose answers the client had already, then the rest from its connection.open).
-        self._recording: list[bytes] | None = [] if server.takes_over else None
-        self._handshake_fed = 0  # bytes of handshake frames handled (after the 8-byte header)
-        self._replay = replay
+        # from the protocol header to open-ok, and with workers the hand-off (broker/server/opening.py)
+        self.opening = Opening(self, server.takes_over, replay)
         self._relayed = endpoints  # a TLS connection worker 0 terminates (``RelayedEndpoints``)
 
-    def _to(self, state: State) -> None:
+    def to(self, state: State) -> None:
         """Move to ``state`` (``broker.states.TRANSITIONS`` says which moves exist)."""
         self.state = check_transition(self.state, state)
         if state is CLOSED:
@@ -155,25 +148,11 @@ class AMQPConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.endpoints = endpoints = self._relayed or Endpoints(transport)
         self.peer = endpoints.label
-        self.mechanisms = handshake.mechanisms(endpoints.cert)
         self.server.register(self)
         self._timer = self.loop.call_later(self.settings.handshake_timeout, self._handshake_timeout)
-        replay, self._replay = self._replay, None
-        if replay is None:
-            log.info("accepting AMQP connection %s", self.peer)
-            return
-        log.info("taking over AMQP connection %s", self.peer)
-        before_open, rest = replay
-        self.output.transport = None  # the client had these answers from the first worker
-        self.data_received(before_open)
-        self.output.transport = transport
-        if self.state is OPENING:
-            self.data_received(rest)
-        else:  # the login the first worker accepted is refused here (its user just changed)
-            self._abort()
+        self.opening.made(transport)
 
     def data_received(self, data: bytes) -> None:
-        self._recv_flag = True
         self.recv_oct += len(data)
         self.recv_cnt += 1
         flow = self.flow
@@ -181,46 +160,34 @@ class AMQPConnection(asyncio.Protocol):
             self.loop.call_soon(flow.next_turn)
         if self.state is CLOSED or flow.held:
             return
-        if self._recording is not None and self.state < RUNNING:
-            self._recording.append(data)
         output = self.output
         output.in_receive = True
         try:
             if self.state < RUNNING:
-                if self.state is AWAIT_HEADER:
-                    data = self._on_header(data)
-                data = self._handshake_frames(data)
+                data = self.opening.received(data)
                 if not data:
                     return
-            self._feed(data)
+            self.feed(data)
             self._check_store_backlog()
         except Exception:  # a bug of ours: it must not escape into the event loop
             self._internal_error()
         finally:
             output.in_receive = False
-            self._flush()
+            self.flush()
 
     def _check_store_backlog(self) -> None:
-        if self.flow.has_published and not self.flow.store_wait:
-            store = self.node.store
-            if store.pending > STORE_HIGH_WATER:  # publishers wait for the disk (flow.py)
-                self.flow.store_wait = True
-                self.flow.update_reading()
-                store.after_commit(self._store_caught_up)
+        flow = self.flow
+        if flow.has_published and not flow.store_wait:  # (the common case, checked here: per read)
+            flow.check_store(self.node.services.store)
 
     def _internal_error(self) -> None:
         log.exception("connection %s: internal error", self.peer)
         if self.state is OPENING or self.state is RUNNING:
             self._close_connection(InternalError("internal error"), 0)
         else:
-            self._abort()
+            self.abort()
 
-    def _store_caught_up(self, _ok: bool) -> None:
-        """What was queued when reading stopped is committed (or failed: reported to its publishers)."""
-        self.flow.store_wait = False
-        self.flow.update_reading()
-
-    def _feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> None:
         if self._framing_0_8:  # a flag, not a method assigned per instance: mypyc binds methods early
             self._feed_0_8(data)
             return
@@ -270,31 +237,10 @@ class AMQPConnection(asyncio.Protocol):
             if not self._backlog:
                 self.flow.backlog = False
                 self.flow.update_reading()
-            self._flush()
-
-    def _handshake_frames(self, data: bytes) -> bytes:
-        """Read handshake frames one at a time: ``tune-ok`` changes the frame size limit for the frames
-        after it, even those that arrived in the same packet. Returns the bytes left once RUNNING."""
-        buf = self._pending + data if self._pending else data
-        self._pending = b""
-        pos = 0
-        while AWAIT_HEADER < self.state < RUNNING and len(buf) - pos >= 7 and not self.flow.held:
-            size = int.from_bytes(buf[pos + 3 : pos + 7], "big")
-            end = pos + size + 8
-            if size > self.reader.frame_max:
-                end = len(buf)  # the reader reports the oversized frame from its header
-            elif end > len(buf):
-                break
-            self._feed(buf[pos:end])
-            self._handshake_fed += end - pos
-            pos = end
-        if AWAIT_HEADER < self.state < RUNNING:
-            self._pending = buf[pos:]
-            return b""
-        return buf[pos:] if self.state is RUNNING else b""
+            self.flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._to(CLOSED)
+        self.to(CLOSED)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -303,7 +249,7 @@ class AMQPConnection(asyncio.Protocol):
         if self.vhost is not None:  # RabbitMQ logs the close of opened connections at info
             log.info(
                 "closing AMQP connection %s (vhost '%s', user '%s')",
-                self._label(),
+                self.label(),
                 self.vhost.name,
                 self.username,
             )
@@ -333,31 +279,13 @@ class AMQPConnection(asyncio.Protocol):
         flow.update_reading()
 
     # -- handshake ------------------------------------------------------------------------
-    def _on_header(self, data: bytes) -> bytes:
-        need = 8 - len(self._header)
-        self._header += data[:need]
-        rest = data[need:]
-        if len(self._header) < 8:
-            if legacy.is_header_prefix(self._header):
-                return b""
-        dialect = legacy.dialect_of(self._header)
-        if dialect is None:
-            log.info("connection %s: bad protocol header %r", self.peer, self._header)
-            self.send(PROTOCOL_HEADER)
-            self._flush()
-            self._abort()
-            return b""
-        if dialect.framing_0_8:  # served by the 0-9-1 code, its method frames translated (amqp/legacy.py)
-            log.info("connection %s: AMQP %s client", self.peer, dialect.name)
-            self._framing_0_8 = True
-            self.send_method = self._send_method_0_8
-        self._to(STARTING)
-        start = handshake.start(self.server.server_properties, self.mechanisms, dialect.version)
-        self.send_method(0, start)
-        return rest
+    def use_0_8(self) -> None:
+        """An AMQP 0-8 client: its method frames are translated both ways (amqp/legacy.py)."""
+        self._framing_0_8 = True
+        self.send_method = self._send_method_0_8
 
     def _feed_0_8(self, data: bytes) -> None:
-        """``_feed`` for an AMQP 0-8 client: its method frames as 0-9-1 reads them."""
+        """``feed`` for an AMQP 0-8 client: its method frames as 0-9-1 reads them."""
         for frame_type, channel, payload in self.reader.feed(data):
             if frame_type == FRAME_METHOD and len(payload) >= 4:
                 payload = legacy.from_0_8(payload)
@@ -374,7 +302,7 @@ class AMQPConnection(asyncio.Protocol):
         self._timer = None
         if self.state < RUNNING:
             log.info("connection %s: handshake timeout", self.peer)
-            self._abort()
+            self.abort()
 
     def _on_frame(self, frame_type: int, channel: int, payload: bytes) -> None:
         if self.state is RUNNING and channel:  # route()'s first row, inlined: the hot path
@@ -388,13 +316,13 @@ class AMQPConnection(asyncio.Protocol):
     def _step_table(self) -> dict[Step, Callable[[Routed], None]]:
         return {
             Step.CHANNEL: lambda r: None,  # handled inline in _on_frame
-            Step.START_OK: lambda r: self._on_start_ok(cast(spec.Connection.StartOk, r.method)),
-            Step.TUNE_OK: lambda r: self._guarded(self._on_tune_ok, r),
-            Step.OPEN: lambda r: self._guarded(self._on_open, r),
-            Step.UPDATE_SECRET: lambda r: self._guarded(self._on_update_secret, r),
+            Step.START_OK: lambda r: self.opening.start_ok(cast(spec.Connection.StartOk, r.method)),
+            Step.TUNE_OK: lambda r: self._guarded(self.opening.tune_ok, r),
+            Step.OPEN: lambda r: self._guarded(self.opening.open, r),
+            Step.UPDATE_SECRET: lambda r: self._guarded(self.opening.update_secret, r),
             Step.CLOSE: lambda r: self._reply_close_ok(),
-            Step.CLOSE_OK: lambda r: self._abort(),
-            Step.SILENT: lambda r: self._silent_close(r.reason),
+            Step.CLOSE_OK: lambda r: self.abort(),
+            Step.SILENT: lambda r: self.silent_close(r.reason),
             Step.ERROR: lambda r: self._fail(cast(AMQPError, r.error), r.key),
             Step.ABORT: self._on_abort_step,
         }
@@ -407,7 +335,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def _on_abort_step(self, routed: Routed) -> None:
         log.warning("connection %s: %s; dropping the connection", self.peer, routed.reason)
-        self._abort()
+        self.abort()
 
     def _fail(self, exc: AMQPError, key: int) -> None:
         """The one place a connection-level error becomes what RabbitMQ sends: nothing before the
@@ -415,128 +343,51 @@ class AMQPConnection(asyncio.Protocol):
         closes the connection), nothing more once closing."""
         state = self.state
         if state is STARTING or state is TUNING:
-            self._silent_close(exc.text)
+            self.silent_close(exc.text)
         elif state is OPENING or state is RUNNING:
             self._close_connection(exc, key)
 
-    def _silent_close(self, reason: str) -> None:
+    def silent_close(self, reason: str) -> None:
         """Close the socket without a Connection.Close after ``SILENT_CLOSE_DELAY``, reading nothing more
         (RabbitMQ: "we don't trust the client at this point - force them to wait")."""
         log.info("connection %s: handshake error (%s); closing", self.peer, reason)
-        self._to(CLOSED)
+        self.to(CLOSED)
         if self.transport is not None:
             self.transport.pause_reading()
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self.loop.call_later(SILENT_CLOSE_DELAY, self._close_transport)
 
-    def _on_start_ok(self, method: spec.Connection.StartOk) -> None:
-        self.client_properties = method.client_properties or {}
-        self.capabilities = capabilities = ClientCapabilities.of(self.client_properties)
-        mechanism = method.mechanism
-        try:
-            username, user = handshake.authenticate(
-                self.node, self.settings, method, self.mechanisms, self.endpoints.cert, self.endpoints.host
-            )
-        except HandshakeError as exc:
-            self._silent_close(exc.reason)
-            return
-        if user is None:
-            log.warning("connection %s: login refused for user %r (%s)", self.peer, username, mechanism)
-            if capabilities.authentication_failure_close:
-                # RabbitMQ answers with a Connection.Close straight away (no tune) and closes
-                self.send_method(0, handshake.refused_login(mechanism))
-                self._to(CLOSING)
-                self._flush()
-                self._set_close_timer()
-            else:
-                self._abort()
-            return
-        self.user = user
-        self.username = user.name
-        self._to(TUNING)
-        self.send_method(0, handshake.tune(self.settings))
-
-    def _on_tune_ok(self, method: spec.Connection.TuneOk) -> None:
-        self.frame_max, self.channel_max, self.heartbeat = handshake.negotiate(self.settings, method)
-        self.reader.frame_max = self.frame_max
-        self._to(OPENING)
-
-    def _on_open(self, method: spec.Connection.Open) -> None:
-        vhost = self.node.vhosts.get(method.virtual_host)
-        if vhost is None:
-            raise NotAllowed(f"vhost {method.virtual_host} not found")
-        if self._recording is not None:  # with workers: the one that owns the vhost checks the rest
-            self.node.check_connection_limits(self, vhost.name)  # every worker's connections count
-            if self.server.hand_off(self, vhost.name):
-                return
-            self._recording = None
-        self.node.check_connection_limits(self, vhost.name)
-        self.node.auth.check_vhost(self.user, vhost.name)
-        self.vhost = vhost
-        log.info(
-            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
-            self._label(),
-            self.username,
-            vhost.name,
-        )
-        self._to(RUNNING)
-        self.send_method(0, spec.Connection.OpenOk())
-        reason = self.node.alarm_reason
-        if reason is not None:
-            self.set_blocked(True, reason)
+    def running(self) -> None:
+        """``open-ok`` is sent (``opening.py``): the handshake timer gives way to heartbeats."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self.heartbeat:
             self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
 
-    def handshake_bytes(self) -> tuple[bytes, bytes]:
-        """What the client sent: up to its tune-ok, and from its connection.open on (the frame being
-        handled included, and anything after it)."""
-        sent = b"".join(self._recording or ())
-        split = 8 + self._handshake_fed
-        return sent[:split], sent[split:]
+    # -- the hand-off's side (broker/server/handoff.py) ------------------------------------
+    @property
+    def awaits_open(self) -> bool:
+        return self.state is OPENING
 
-    def hold(self) -> None:
-        """Offered to another worker: read nothing more until it takes the socket (``handed_off``)
-        or cannot (``refuse``)."""
-        self._recording = None
-        self.flow.held = True
-        self.flow.update_reading()
-
-    def refuse(self, exc: ConnectionException) -> None:
-        """The worker offered this connection died before taking it: close it with ``exc``."""
-        self.flow.held = False  # reading stays paused while it closes
+    def close_now(self, exc: ConnectionException) -> None:
         self._close_connection(exc, 0)
-        self._flush()
+        self.flush()
 
-    def relayed(self) -> asyncio.Transport:
-        """Another worker serves this TLS connection, which worker 0 relays: forget it and return
-        its transport (paused), whose protocol the relay replaces."""
-        transport = self.transport
-        assert transport is not None
-        self._forget()
-        self.transport = self.output.transport = None
-        self.server.unregister(self)
-        return transport
-
-    def handed_off(self) -> None:
-        """Another worker has the socket now: forget it without a word to the client."""
-        self._forget()
-        if self.transport is not None:
-            self.transport.abort()  # closes our descriptor only: the other worker holds its own
-
-    def _forget(self) -> None:
-        self._recording = None
+    def forget(self) -> None:
+        self.opening.handoff = None
         self.flow.held = False
         self.flow.stop()  # the transport is the other worker's (or the relay's) now: left as it is
-        self._to(CLOSED)
+        self.to(CLOSED)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _label(self) -> str:
+    def detach(self) -> None:
+        self.server.unregister(self)
+
+    def label(self) -> str:
         """The peer, with the client-provided ``connection_name`` when there is one (as RabbitMQ)."""
         name = self.client_properties.get("connection_name")
         return f"{self.peer} - {name}" if name else self.peer
@@ -547,41 +398,17 @@ class AMQPConnection(asyncio.Protocol):
         if self.state is not RUNNING:
             return
         output = self.output
-        if not output.sent:
-            self.send(HEARTBEAT)
+        beat = self._heartbeat.tick(output.sent, self.recv_cnt)
         output.sent = False
-        if self._recv_flag:
-            self._silent_ticks = 0
-        else:
-            self._silent_ticks += 1
-            if self._silent_ticks >= 4:  # two heartbeat intervals without a byte
-                log.warning(
-                    "connection %s: missed heartbeats from client, timeout: %ss", self.peer, self.heartbeat
-                )
-                self._abort()
-                return
-        self._recv_flag = False
+        if beat is None:
+            log.warning(
+                "connection %s: missed heartbeats from client, timeout: %ss", self.peer, self.heartbeat
+            )
+            self.abort()
+            return
+        if beat:
+            self.send(HEARTBEAT)
         self._timer = self.loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
-
-    # -- open state -----------------------------------------------------------------------
-    def _on_update_secret(self, method: spec.Connection.UpdateSecret) -> None:
-        """RabbitMQ 3.8+: a client refreshes its credentials (OAuth 2 tokens) on a live connection.
-
-        Internal users cannot expire, so RabbitMQ accepts any secret for them; with
-        ``OTTERMQ_UPDATE_SECRET_VERIFY`` the secret must be the user's current password.
-
-        Raises:
-            NotAllowed: the new secret was refused (the user is gone or the password differs).
-        """
-        if self.settings.update_secret_verify:
-            secret = handshake.new_secret(method)
-            if self.node.authenticate(self.username, secret, self.endpoints.host) is None:
-                log.error("Secret update was refused for user '%s'", self.username)
-                raise NotAllowed("New secret was refused by one of the backends")
-        self.send_method(0, spec.Connection.UpdateSecretOk())
-        log.info(
-            "connection %s: user '%s' updated secret, reason: %s", self.peer, self.username, method.reason
-        )
 
     def _on_channel_frame(self, frame_type: int, number: int, payload: bytes) -> None:
         channel = self.channels.get(number)
@@ -598,7 +425,7 @@ class AMQPConnection(asyncio.Protocol):
         # one name per clause: compiled by mypyc, a name shared by the clauses has the first one's type
         except UnknownMethod as unknown:
             log.warning("connection %s: %s; dropping the connection", self.peer, unknown)
-            self._abort()
+            self.abort()
         except ChannelException as soft:
             assert channel is not None
             self._close_channel(channel, soft)
@@ -623,26 +450,26 @@ class AMQPConnection(asyncio.Protocol):
                 f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})"
             )
-        limit = self.node.limits.limit("user", self.username, "max-channels")
-        if limit is not None and self.node.user_channels(self.username) >= limit:
+        limit = self.node.services.limits.limit("user", self.username, "max-channels")
+        if limit is not None and self.node.connections.user_channels(self.username) >= limit:
             raise NotAllowed(
                 f"number of channels opened for user '{self.username}' has reached the maximum"
                 f" allowed user limit of ({limit})"
             )
         self.channels[number] = Channel(self, number)
-        self.node.churn.channels_opened += 1
-        self.node.channels_changed(self.username)
+        self.node.connections.churn.channels_opened += 1
+        self.node.connections.channels_changed(self.username)
         self.send_method(number, spec.Channel.OpenOk())
 
     def channel_closed(self, number: int) -> None:
         """Forget a channel after the close handshake completed."""
         if self.channels.pop(number, None) is not None:
-            self.node.channels_changed(self.username)
+            self.node.connections.channels_changed(self.username)
 
     def close_channel(self, channel: ChannelPort, exc: ChannelException) -> None:
         """Close ``channel`` with ``exc`` outside frame handling (e.g. a failed store commit)."""
         self._close_channel(channel, exc)
-        self._flush()
+        self.flush()
 
     def _close_channel(self, channel: ChannelPort, exc: ChannelException) -> None:
         key = channel.method_key
@@ -657,18 +484,18 @@ class AMQPConnection(asyncio.Protocol):
             return
         log.warning("closing connection %s: %s", self.peer, exc.reply_text)
         self.send_method(0, spec.Connection.Close(exc.reply_code, exc.reply_text, key >> 16, key & 0xFFFF))
-        self._to(CLOSING)
+        self.to(CLOSING)
         self._release()
-        self._flush()
-        self._set_close_timer()
+        self.flush()
+        self.set_close_timer()
 
     def _reply_close_ok(self) -> None:
         """The client closed: answer Close-Ok and, as RabbitMQ, let the client close the socket
         (closing it at once races clients such as amqp091-go); abort after ``CLOSE_TIMEOUT``."""
         self._release()
         self.send_method(0, spec.Connection.CloseOk())
-        self._flush()
-        self._to(CLOSED)
+        self.flush()
+        self.to(CLOSED)
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self.loop.call_later(CLOSE_TIMEOUT, self._close_transport)
@@ -678,10 +505,10 @@ class AMQPConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _set_close_timer(self) -> None:
+    def set_close_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self.loop.call_later(CLOSE_TIMEOUT, self._abort)
+        self._timer = self.loop.call_later(CLOSE_TIMEOUT, self.abort)
 
     # -- the read API (ottermq.broker.node.info): snapshots, never read per message ---------
     @property
@@ -742,7 +569,7 @@ class AMQPConnection(asyncio.Protocol):
                 text = f"broker forced connection closure with reason '{reason}'"
             self._close_connection(ConnectionForced(text), 0)
         elif self.state is not CLOSED:
-            self._abort()
+            self.abort()
 
     def _release(self) -> None:
         """Give back everything this connection holds (idempotent)."""
@@ -753,15 +580,15 @@ class AMQPConnection(asyncio.Protocol):
             except Exception:
                 log.exception("error releasing channel %s", channel.number)
         if channels:
-            self.node.channels_changed(self.username)
+            self.node.connections.channels_changed(self.username)
         queues, self.exclusive_queues = self.exclusive_queues, set()
         for queue in queues:
             if not queue.deleted:
                 self.vhost.delete_queue(queue)
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         if self.state is not CLOSED:
-            self._flush()
-        self._to(CLOSED)
+            self.flush()
+        self.to(CLOSED)
         if self.transport is not None:
             self.transport.close()

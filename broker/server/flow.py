@@ -26,6 +26,10 @@ Rules (uvicorn's ``flow_control.py``, plus RabbitMQ's ``connection.blocked``):
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ottermq.persistence.store import Store
 
 STORE_HIGH_WATER = 50_000  # writes waiting for the store (a persistent publish is one)
 READ_BUDGET = 256 * 1024  # octets read from one connection before it gives way for a loop turn
@@ -91,6 +95,19 @@ class FlowControl:
         """A new event-loop turn: the connection is read again (unless another switch says no)."""
         self.read_octets = 0
         self.yielding = False
+        self.update_reading()
+
+    def check_store(self, store: Store) -> None:
+        """After a read of a connection that has published: stop reading while the store's write
+        backlog is over ``STORE_HIGH_WATER``, until what is queued now is committed (or failed: its
+        publishers are told by their confirms)."""
+        if self.has_published and not self.store_wait and store.pending > STORE_HIGH_WATER:
+            self.store_wait = True
+            self.update_reading()
+            store.after_commit(self._store_caught_up)
+
+    def _store_caught_up(self, _ok: bool) -> None:
+        self.store_wait = False
         self.update_reading()
 
     def update_reading(self) -> None:

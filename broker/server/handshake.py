@@ -109,11 +109,13 @@ def authenticate(
     if mechanism == "EXTERNAL":  # the verified client certificate names the user; no password
         login_from, san_type = settings.ssl_cert_login_from, settings.ssl_cert_login_san_type
         username = peer_identity(peer_cert, login_from, san_type)
-        return username, node.authenticate_external(username, peer_host)
+        return username, node.services.logins.authenticate_external(username, peer_host)
     login, password = credentials(mechanism, method.response)
     if login is None or password is None:  # RabbitMQ: a protocol error, not a refused login
         raise HandshakeError(f"{mechanism} response invalid")
-    return login.decode("utf-8", "backslashreplace"), node.authenticate(login, password, peer_host)
+    return login.decode("utf-8", "backslashreplace"), node.services.logins.authenticate(
+        login, password, peer_host
+    )
 
 
 def refused_login(mechanism: str) -> spec.Connection.Close:

@@ -2,15 +2,16 @@
 
 Rules:
 - Every other module of ``broker.server`` may import this one; it imports none of them but the
-  leaves it names (``reply_to``, ``flow``, ``handshake``). The connection, the channel and the
-  channel's parts depend on these Protocols, never on each other's classes, so no module of the
-  server imports one that imports it back (type-only imports included; ``tests/unit/architecture``
-  checks it).
+  leaves it names (``reply_to``, ``flow``, ``handshake``, ``handoff``, ``endpoints``, ``states``).
+  The connection, the channel and the channel's parts depend on these Protocols, never on each
+  other's classes, so no module of the server imports one that imports it back (type-only imports
+  included; ``tests/unit/architecture`` checks it).
 - ``ServerPort``: what a connection uses of the ``AMQPServer`` (``listener``).
 - ``ConnectionPort``: what a channel and its parts use of their connection (``AMQPConnection``).
   What is fixed once the connection runs (``frame_max``, ``user``, ``vhost``, ``flow``) may be
   copied when a channel opens; the rest is read at use.
 - ``ChannelPort``: what the connection needs to close a channel from outside frame handling.
+- ``OpeningPort``: what the opening handshake (``opening``) carries out on its connection.
 - ``ConfirmSender``, ``HeldAcks``: the narrow views the connection has of a channel's publisher
   and the publisher of the channel's consumers (a transaction holds acks).
 """
@@ -21,9 +22,13 @@ import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ..node.info import ConnectionHandle
+from .handoff import Handed
+
 if TYPE_CHECKING:
     from ottermq.amqp.errors import ChannelException
     from ottermq.amqp.fastpath import Encoded
+    from ottermq.amqp.reader import FrameReader
     from ottermq.persistence.store import UserRecord
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import VHost
@@ -33,8 +38,10 @@ if TYPE_CHECKING:
     from ..node.info import ChannelRef
     from ..node.node import Node
     from .flow import FlowControl
+    from .handoff import HandOff
     from .handshake import ClientCapabilities
     from .reply_to import ReplyRegistry
+    from .states import State
 
 Conn_contra = TypeVar("Conn_contra", contravariant=True)
 
@@ -72,7 +79,7 @@ class ServerPort(Protocol[Conn_contra]):
         """Whether connections may be handed to another worker (they keep their handshake bytes)."""
         ...
 
-    def hand_off(self, conn: Conn_contra, vhost: str) -> bool:
+    def hand_off(self, conn: HandOff, vhost: str) -> bool:
         """Give ``conn`` to the worker that owns ``vhost``; False when that is this process."""
         ...
 
@@ -180,3 +187,63 @@ class HeldAcks(Protocol):
 
     @property
     def held_acks(self) -> int: ...
+
+
+class OpeningPort(Handed, ConnectionHandle, Protocol):
+    """What the opening handshake (``opening.Opening``) uses of its connection (``AMQPConnection``):
+    it fills in what the client said (properties, user, limits, vhost) and moves the state; with
+    workers, what a hand-off uses too (``handoff.Handed``)."""
+
+    client_properties: dict[str, Any]
+    capabilities: ClientCapabilities
+    user: UserRecord
+    frame_max: int
+    channel_max: int
+    heartbeat: int
+    vhost: VHost
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def server(self) -> ServerPort[Any]: ...
+
+    @property
+    def node(self) -> Node: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def reader(self) -> FrameReader: ...
+
+    def to(self, state: State) -> None:
+        """Move to ``state`` (``states.TRANSITIONS`` says which moves exist)."""
+
+    def feed(self, data: bytes) -> None:
+        """Frames to handle, as read."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def send_method(self, channel: int, method: Frame) -> None: ...
+
+    def flush(self) -> None:
+        """Write what is queued now."""
+
+    def use_0_8(self) -> None:
+        """Translate method frames to and from AMQP 0-8."""
+
+    def silent_close(self, reason: str) -> None:
+        """Close the socket without a word after a delay (a broken handshake)."""
+
+    def set_close_timer(self) -> None:
+        """Close the socket if the client has not within ``CLOSE_TIMEOUT``."""
+
+    def label(self) -> str:
+        """The peer, with the client's ``connection_name`` (for logs)."""
+
+    def running(self) -> None:
+        """``open-ok`` was sent: start heartbeats."""

@@ -27,6 +27,7 @@ from ..node.tls import TLSConfigError, amqps_context, amqps_files
 from .ack_timeout import AckTimeouts
 from .connection import AMQPConnection
 from .endpoints import Endpoints
+from .handoff import HandOff
 from .reply_to import ReplyRegistry
 
 
@@ -39,8 +40,8 @@ class AMQPServer:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.settings = node.settings
-        self.loop = node.loop
+        self.settings = node.services.settings
+        self.loop = node.services.loop
         self.connections: set[AMQPConnection] = set()
         self.replies = ReplyRegistry()  # direct reply-to consumers, node-wide like RabbitMQ's
         self.server_properties: dict[str, Any] = server_properties(VERSION)
@@ -51,15 +52,15 @@ class AMQPServer:
         self._servers: list[asyncio.Server] = []  # plain AMQP and/or AMQPS
         # With several workers, in the first: gives a connection to the worker owning its vhost
         # (``ottermq.broker.workers``); returns False for the vhosts this process owns.
-        self.router: Callable[[AMQPConnection, str], bool] | None = None
+        self.router: Callable[[HandOff, str], bool] | None = None
         self._gone: dict[AMQPConnection, Callable[[], None]] = {}  # adopted: tell worker 0 when closed
-        node.add_listing(self.listeners)
+        node.listings.add(self.listeners)
 
     @property
     def takes_over(self) -> bool:
         return self.router is not None
 
-    def hand_off(self, conn: AMQPConnection, vhost: str) -> bool:
+    def hand_off(self, conn: HandOff, vhost: str) -> bool:
         router = self.router
         return router is not None and router(conn, vhost)
 
@@ -95,14 +96,14 @@ class AMQPServer:
         """A connection was made: count it and make it visible to the node."""
         self.connections.add(conn)
         self.node.connections.add(conn)
-        self.node.churn.connections_opened += 1
+        self.node.connections.churn.connections_opened += 1
 
     def unregister(self, conn: AMQPConnection) -> None:
         """A connection is gone (once; later calls do nothing)."""
         if conn in self.connections:
             self.connections.discard(conn)
             self.node.connections.discard(conn)
-            self.node.churn.connections_closed += 1
+            self.node.connections.churn.connections_closed += 1
             gone = self._gone.pop(conn, None)
             if gone is not None:
                 gone()

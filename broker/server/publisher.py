@@ -93,7 +93,7 @@ class Publisher:
         self._replies = replies
         self._is_open = is_open
         self._close = close
-        self._ops = conn.node.ops
+        self._ops = conn.node.services.ops
         self._flow = conn.flow
         self._write_ok: str | None = None  # exchange last allowed for basic.publish
         self.confirm = False
@@ -248,7 +248,7 @@ class Publisher:
         self._acks.settle_held_acks(acks)
         if refused:  # RabbitMQ: a queue refused part of the transaction (what fit stays)
             raise PreconditionFailed("partial tx completion")
-        if not self.conn.node.store.pending:  # nothing to wait for
+        if not self.conn.node.services.store.pending:  # nothing to wait for
             self.conn.send_method(self.number, spec.Tx.CommitOk())
             return
         # durable once its writes are (RabbitMQ: after fsync); a failed commit withdraws them

@@ -65,7 +65,7 @@ class Topology:
 
     # -- exchange class -------------------------------------------------------------------
     def on_exchange_declare(self, m: spec.Exchange.Declare) -> None:
-        self.conn.node.ops.declare_exchange(
+        self.conn.node.services.ops.declare_exchange(
             self.conn.user,
             self.vhost,
             m.exchange,
@@ -80,19 +80,23 @@ class Topology:
             self.conn.send_method(self.number, spec.Exchange.DeclareOk())
 
     def on_exchange_delete(self, m: spec.Exchange.Delete) -> None:
-        self.conn.node.ops.delete_exchange(self.conn.user, self.vhost, m.exchange, m.if_unused)
+        self.conn.node.services.ops.delete_exchange(self.conn.user, self.vhost, m.exchange, m.if_unused)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.DeleteOk())
 
     def on_exchange_bind(self, m: spec.Exchange.Bind) -> None:
         dest = ("exchange", m.destination)
-        self.conn.node.ops.bind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
+        self.conn.node.services.ops.bind(
+            self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments
+        )
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.BindOk())
 
     def on_exchange_unbind(self, m: spec.Exchange.Unbind) -> None:
         dest = ("exchange", m.destination)
-        self.conn.node.ops.unbind(self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments)
+        self.conn.node.services.ops.unbind(
+            self.conn.user, self.vhost, m.source, dest, m.routing_key, m.arguments
+        )
         if not m.nowait:
             self.conn.send_method(self.number, spec.Exchange.UnbindOk())
 
@@ -109,7 +113,7 @@ class Topology:
             if m.passive:
                 raise NotFound(f"no queue '' in vhost '{self.vhost.name}'")
             name = generated_name("amq.gen-")
-        queue = self.conn.node.ops.declare_queue(
+        queue = self.conn.node.services.ops.declare_queue(
             self.conn.user,
             self.vhost,
             name,
@@ -141,13 +145,13 @@ class Topology:
             ResourceLocked: another connection's exclusive queue.
         """
         name = self._queue_name(name)
-        return self.conn.node.ops.access_queue(self.conn.user, self.vhost, name, access, self.conn)
+        return self.conn.node.services.ops.access_queue(self.conn.user, self.vhost, name, access, self.conn)
 
     def on_queue_bind(self, m: spec.Queue.Bind) -> None:
         name = self._queue_name(m.queue)
         # RabbitMQ: an empty queue name *and* key both mean the most recently declared queue
         key = name if not m.queue and not m.routing_key else m.routing_key
-        ops = self.conn.node.ops
+        ops = self.conn.node.services.ops
         ops.bind(self.conn.user, self.vhost, m.exchange, ("queue", name), key, m.arguments, self.conn)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.BindOk())
@@ -155,20 +159,20 @@ class Topology:
     def on_queue_unbind(self, m: spec.Queue.Unbind) -> None:
         name = self._queue_name(m.queue)
         key = name if not m.queue and not m.routing_key else m.routing_key
-        ops = self.conn.node.ops
+        ops = self.conn.node.services.ops
         ops.unbind(self.conn.user, self.vhost, m.exchange, ("queue", name), key, m.arguments, self.conn)
         self.conn.send_method(self.number, spec.Queue.UnbindOk())
 
     def on_queue_purge(self, m: spec.Queue.Purge) -> None:
         name = self._queue_name(m.queue)
-        count = self.conn.node.ops.purge_queue(self.conn.user, self.vhost, name, self.conn)
+        count = self.conn.node.services.ops.purge_queue(self.conn.user, self.vhost, name, self.conn)
         if not m.nowait:
             self.conn.send_method(self.number, spec.Queue.PurgeOk(count))
 
     def on_queue_delete(self, m: spec.Queue.Delete) -> None:
         name = m.queue or self.last_queue
         queue = self.vhost.queues.get(name)
-        count = self.conn.node.ops.delete_queue(
+        count = self.conn.node.services.ops.delete_queue(
             self.conn.user, self.vhost, name, if_unused=m.if_unused, if_empty=m.if_empty, owner=self.conn
         )
         if queue is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..management.definitions import export
 from ..node.definitions import apply_definitions
 from ..node.definitions.json_format import definitions_from_json
+from ..node.view import NodeView
 
 if TYPE_CHECKING:
     from ..node.node import Node
@@ -30,7 +31,7 @@ TOPOLOGY = ("exchanges", "queues", "bindings")
 
 def snapshot(node: Node) -> dict[str, Any]:
     """Worker 0's metadata, as the definitions export shapes it."""
-    body = export(node)
+    body = export(NodeView(node))
     for key in TOPOLOGY:
         body[key] = []
     body.pop("global_parameters", None)  # the cluster id only, which the import does not read
@@ -40,13 +41,13 @@ def snapshot(node: Node) -> dict[str, Any]:
 async def prepare(node: Node, data: dict[str, Any]) -> None:
     """Match the snapshot's policy patterns against this worker's names off the event loop, so that
     :func:`sync` applies them without holding it (``Operations.prepare_policy``)."""
-    await node.ops.prepare_definitions(node.owned_vhost, definitions_from_json(data, transient=True))
+    await node.services.ops.prepare_definitions(node.owned_vhost, definitions_from_json(data, transient=True))
 
 
 def sync(node: Node, data: dict[str, Any]) -> None:
     """Make ``node``'s metadata equal to the snapshot ``data`` (see the module rules)."""
     defs = definitions_from_json(data, transient=True)
-    auth, ops = node.auth, node.ops
+    auth, ops = node.services.auth, node.services.ops
     keep_vhosts = {v.name for v in defs.vhosts}
     for name in list(auth.vhosts):
         if name not in keep_vhosts:
@@ -66,7 +67,7 @@ def sync(node: Node, data: dict[str, Any]) -> None:
                 if (vhost.name, name, operator) not in keep_policies:
                     ops.delete_policy(vhost, name, operator)
     keep_limits = {(r.kind, r.owner, r.name) for r in defs.limits}
-    for record in node.limits.records():
+    for record in node.services.limits.records():
         if (record.kind, record.owner, record.name) not in keep_limits:
             ops.clear_limit(record.kind, record.owner, record.name)
     apply_definitions(node, defs)

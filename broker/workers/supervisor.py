@@ -39,6 +39,7 @@ from ottermq.amqp.errors import NotAllowed
 from ..node.startup import StartupError
 from ..server.endpoints import describe
 from . import metadata
+from .cluster import WorkerCluster
 from .control import Control, Message
 from .ownership import FILE_NAME, OwnershipError, VhostOwners
 from .relay import relay
@@ -46,7 +47,7 @@ from .worker import _start_message
 
 if TYPE_CHECKING:
     from ..runtime import Broker
-    from ..server.connection import AMQPConnection
+    from ..server.handoff import HandOff
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ STOP_TIMEOUT = 10.0
 class Offer:
     """A connection sent to a worker that has not yet said it took it."""
 
-    conn: AMQPConnection
+    conn: HandOff
     vhost: str
     relay_end: socket.socket | None  # a TLS connection: worker 0's end of the pair to the owner
 
@@ -101,6 +102,8 @@ class Supervisor:
         self._offers = 0
         self._stopping = False
         self._spreading = False  # a channels_elsewhere round is scheduled
+        # this process among the workers, once they have all started (``start``)
+        self.cluster = WorkerCluster(0, lambda name: self.owners.owner(name) == 0, self._spread_soon, self)
         # the processes start at once (importing Python takes a while); they get their settings and
         # the metadata in ``start``, once worker 0's store is open
         self._launching: asyncio.Future[list[Child]] = asyncio.gather(
@@ -125,7 +128,7 @@ class Supervisor:
             self.owners.load(holding)
         except OwnershipError as exc:
             raise StartupError("workers", self.count, str(exc)) from None
-        for name in sorted(node.auth.vhosts):
+        for name in sorted(node.services.auth.vhosts):
             self.owners.owner(name)
         for child in await self._launching:
             self._begin(child)
@@ -136,9 +139,7 @@ class Supervisor:
             except (TimeoutError, asyncio.CancelledError):
                 raise StartupError("workers", self.count, f"worker {index} did not start") from None
         self.broker.amqp.router = self.route
-        node.owns = lambda name: self.owners.owner(name) == 0
-        node.on_channels_changed = self._spread_soon
-        node.workers = self
+        node.join(self.cluster)
         log.info("%d workers: %s", self.count, self.describe())
 
     def describe(self) -> str:
@@ -196,7 +197,7 @@ class Supervisor:
             offer = child.offered.pop(number, None)
             if offer is None:
                 return
-            if number in self.broker.node.elsewhere:  # not closed already
+            if number in self.cluster.handed:  # not closed already
                 child.serving.add(number)
             if offer.relay_end is None:
                 offer.conn.handed_off()
@@ -207,7 +208,7 @@ class Supervisor:
         elif kind == "closed":
             number = int(message.get("id") or 0)
             child.serving.discard(number)
-            self.broker.node.elsewhere.pop(number, None)
+            self.cluster.handed.pop(number, None)
         elif kind == "channels":
             child.channels = {str(k): int(v) for k, v in (message.get("counts") or {}).items()}
             self._spread_soon()
@@ -226,7 +227,7 @@ class Supervisor:
         """Tell every worker the channels the limited users have open in the other workers."""
         self._spreading = False
         node = self.broker.node
-        here = node.limited_user_channels()
+        here = node.connections.limited_user_channels()
         up = [c for c in self.children.values() if c.up]
         users = set(here).union(*(c.channels for c in up))
         total = {u: here.get(u, 0) + sum(c.channels.get(u, 0) for c in up) for u in users}
@@ -235,7 +236,7 @@ class Supervisor:
             """The channels of the workers other than the one whose counts are ``own`` (none: left out)."""
             return {u: n - own.get(u, 0) for u, n in total.items() if n > own.get(u, 0)}
 
-        node.channels_elsewhere = elsewhere(here)
+        self.cluster.channels = elsewhere(here)
         for child in up:
             others = elsewhere(child.channels)
             if others != child.told:
@@ -247,7 +248,7 @@ class Supervisor:
             child.channels, child.told = {}, {}
             self._spread_soon()
         for number in (*child.serving, *child.offered):  # its connections died with it
-            self.broker.node.elsewhere.pop(number, None)
+            self.cluster.handed.pop(number, None)
         child.serving.clear()
         offered, child.offered = child.offered, {}
         for offer in offered.values():
@@ -313,7 +314,7 @@ class Supervisor:
         return child.prometheus_port if child is not None and child.up else None
 
     # -- connections ------------------------------------------------------------------------------
-    def route(self, conn: AMQPConnection, vhost: str) -> bool:
+    def route(self, conn: HandOff, vhost: str) -> bool:
         """Give ``conn`` to the owner of ``vhost``; False when worker 0 owns it.
 
         Raises:
@@ -350,14 +351,14 @@ class Supervisor:
             raise NotAllowed(f"vhost {vhost} is down")
         conn.hold()  # until the worker says it has the socket: if it dies first, this one answers
         child.offered[self._offers] = Offer(conn, vhost, inner)
-        self.broker.node.elsewhere[self._offers] = (vhost, conn.username)
+        self.cluster.handed[self._offers] = (vhost, conn.username)
         return True
 
     # -- metadata ---------------------------------------------------------------------------------
     async def sync(self) -> None:
         """Send the metadata to every running worker and wait for their answers."""
-        self.owners.forget(self.broker.node.auth.vhosts)
-        for name in sorted(self.broker.node.auth.vhosts):
+        self.owners.forget(self.broker.node.services.auth.vhosts)
+        for name in sorted(self.broker.node.services.auth.vhosts):
             self.owners.owner(name)
         self._seq += 1
         seq = self._seq

@@ -32,6 +32,7 @@ from ..node.wiring import open_store, shared_archive
 from ..runtime import Broker
 from ..server.endpoints import RelayedEndpoints
 from . import metadata
+from .cluster import WorkerCluster
 from .control import Control, Message
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class Worker:
         self.broker: Broker | None = None
         self.owned: set[str] = set()  # the vhosts worker 0 gave this worker
         self._reporting = False  # a report of this worker's channels per limited user is scheduled
+        # this process among the workers (its node joins it at start-up)
+        self.cluster = WorkerCluster(index, lambda name: name in self.owned, self._report_soon)
         self.stop = asyncio.Event()
         self._syncing = asyncio.Lock()  # metadata messages are applied one at a time, in order
         self._syncs: set[asyncio.Task[None]] = set()
@@ -98,7 +101,7 @@ class Worker:
             return
         if kind == "channels_elsewhere" and broker is not None:
             counts = message.get("counts") or {}
-            broker.node.channels_elsewhere = {str(k): int(v) for k, v in counts.items()}
+            self.cluster.channels = {str(k): int(v) for k, v in counts.items()}
             return
         for fd in fds:
             socket.socket(fileno=fd).close()
@@ -128,7 +131,9 @@ class Worker:
     def _report_channels(self) -> None:
         self._reporting = False
         if self.broker is not None:
-            self.control.send({"type": "channels", "counts": self.broker.node.limited_user_channels()})
+            self.control.send(
+                {"type": "channels", "counts": self.broker.node.connections.limited_user_channels()}
+            )
 
     async def run(self) -> None:
         start = await self._started
@@ -137,9 +142,7 @@ class Worker:
         prepare_data_dir(settings)
         broker = Broker(settings, self.loop, open_store(settings), archive=shared_archive(settings))
         self.owned = set(start.get("owned") or ())
-        broker.node.owns = lambda name: name in self.owned
-        broker.node.worker_index = self.index
-        broker.node.on_channels_changed = self._report_soon
+        broker.node.join(self.cluster)
         await broker.node.open(seed=False)
         await metadata.prepare(broker.node, start["definitions"])
         metadata.sync(broker.node, start["definitions"])
@@ -154,7 +157,7 @@ class Worker:
             prometheus.bind()
             await prometheus.start()
         broker.amqp.ack_timeouts.start()
-        broker.node.start_alarms()
+        broker.node.alarms.start()
         self.control.send(
             {
                 "type": "ready",

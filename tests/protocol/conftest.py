@@ -322,8 +322,8 @@ def broker(loop: FakeLoop, monkeypatch: pytest.MonkeyPatch, settings: Settings) 
     # TTL deadlines, x-expires and x-death stamps follow the fake loop: ``loop.advance`` expires messages
     monkeypatch.setattr(wiring, "wall_clock_ms", lambda: EPOCH_MS + round(loop.now * 1000))
     b = Node(settings, loop, InstantStore(loop))  # type: ignore[arg-type]
-    b.auth.seed_defaults(settings)  # what start() does on a first boot
-    for name in b.auth.vhosts:
+    b.services.auth.seed_defaults(settings)  # what start() does on a first boot
+    for name in b.services.auth.vhosts:
         b.ensure_vhost(name)
     return b
 
@@ -358,12 +358,12 @@ def add_user(broker: Node) -> Callable[..., None]:
     def add(
         name: str, password: str, permissions: tuple[str, str, str] | None = None, vhost: str = "/"
     ) -> None:
-        broker.auth.add_vhost(vhost)
+        broker.services.auth.add_vhost(vhost)
         broker.ensure_vhost(vhost)
-        if name not in broker.auth.users:
-            broker.auth.add_user(name, password)
+        if name not in broker.services.auth.users:
+            broker.services.auth.add_user(name, password)
         if permissions is not None:
-            broker.auth.set_permissions(name, vhost, *permissions)
+            broker.services.auth.set_permissions(name, vhost, *permissions)
 
     return add
 
@@ -371,7 +371,7 @@ def add_user(broker: Node) -> Callable[..., None]:
 @pytest.fixture
 def set_limit(broker: Node) -> Callable[[str, str, str, Any], None]:
     """``set_limit(kind, owner, name, value)``: a vhost or user limit, as the management API sets it."""
-    return broker.ops.set_limit
+    return broker.services.ops.set_limit
 
 
 @pytest.fixture
@@ -381,7 +381,7 @@ def set_policy(broker: Node) -> Callable[..., None]:
     def put(
         name: str, pattern: str, definition: dict[str, Any], apply_to: str = "all", vhost: str = "/"
     ) -> None:
-        broker.ops.set_policy(broker.vhosts[vhost], name, pattern, definition, apply_to)
+        broker.services.ops.set_policy(broker.vhosts[vhost], name, pattern, definition, apply_to)
 
     return put
 

@@ -237,7 +237,7 @@ def _ready(client, name: str) -> int:
 
 def test_failed_store_commit_nacks_and_withdraws_the_message(client, broker, loop):
     _durable_confirming(client, "fq")
-    broker.store.fail_batches = 1
+    broker.services.store.fail_batches = 1
     _publish_many(client, "fq", 3, persistent=True)
     loop.run_soon()
     assert _confirm_frames(client) == [("Nack", 3, True)]
@@ -252,7 +252,7 @@ def test_failed_store_commit_leaves_a_delivered_message_with_its_consumer(client
     _durable_confirming(client, "fq2")
     client.send(1, spec.Basic.Consume(queue="fq2", consumer_tag="c"))
     client.expect(spec.Basic.ConsumeOk)
-    broker.store.fail_batches = 1
+    broker.services.store.fail_batches = 1
     _publish_many(client, "fq2", 1, persistent=True)
     loop.run_soon()
     frames = client.frames()
@@ -268,7 +268,7 @@ def test_failed_store_commit_fails_the_transaction_406(client, broker, loop):
     client.send(1, spec.Tx.Select())
     client.expect(spec.Tx.SelectOk)
     _publish_many(client, "tq", 2, persistent=True)
-    broker.store.fail_batches = 1
+    broker.services.store.fail_batches = 1
     client.send(1, spec.Tx.Commit())
     loop.run_soon()
     close = client.expect(spec.Channel.Close)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ottermq.broker.server import flow
 from ottermq.broker.server.flow import READ_BUDGET
 from ottermq.broker.server.states import State
 from pamqp import body as pbody
@@ -131,13 +132,13 @@ def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, b
     open_capable(c)
     c.frames()
     c.open_channel(1)
-    broker.set_alarm(True)
+    broker.alarms.set_memory(True)
     loop.run_soon()
     assert c.expect(spec.Connection.Blocked).reason == "low on memory"
     assert c.transport.reading  # not a publisher yet: still read
     c.publish(1, "", "nowhere", b"x")
     assert not c.transport.reading
-    broker.set_alarm(False)
+    broker.alarms.set_memory(False)
     loop.run_soon()
     c.expect(spec.Connection.Unblocked)
     assert c.transport.reading
@@ -146,12 +147,12 @@ def test_memory_alarm_blocks_publishers_and_tells_capable_clients(make_client, b
 def test_an_alarm_raised_while_a_connection_opens_is_told_at_open_ok(make_client, broker, loop):
     c = make_client()
     start_capable(c)
-    broker.set_alarm(True)  # between start-ok and open: the connection is not running yet
+    broker.alarms.set_memory(True)  # between start-ok and open: the connection is not running yet
     loop.run_soon()
     open_capable(c)
     methods = [type(m) for _, m in c.methods()]
     assert methods[-2:] == [spec.Connection.OpenOk, spec.Connection.Blocked]
-    broker.set_alarm(False)
+    broker.alarms.set_memory(False)
     loop.run_soon()
     c.expect(spec.Connection.Unblocked)
 
@@ -162,32 +163,32 @@ def test_disk_alarm_from_a_fake_probe_blocks_and_unblocks(make_client, broker, l
     open_capable(c)
     c.frames()
     c.open_channel(1)
-    free = [broker.disk_free_limit + 1]
-    broker.disk_free_probe = lambda: free[0]
-    broker.check_disk()
-    assert not broker.disk_alarm
-    free[0] = broker.disk_free_limit - 1
-    broker.check_disk()
+    free = [broker.alarms.disk_free_limit + 1]
+    broker.alarms.disk_free_probe = lambda: free[0]
+    broker.alarms.check_disk()
+    assert not broker.alarms.disk
+    free[0] = broker.alarms.disk_free_limit - 1
+    broker.alarms.check_disk()
     loop.run_soon()
-    assert broker.disk_alarm and c.expect(spec.Connection.Blocked).reason == "low on disk"
+    assert broker.alarms.disk and c.expect(spec.Connection.Blocked).reason == "low on disk"
     c.publish(1, "", "nowhere", b"x")
     assert not c.transport.reading
-    broker.set_alarm(True)  # memory too: still blocked, one reason shown
-    broker.set_alarm(False)
+    broker.alarms.set_memory(True)  # memory too: still blocked, one reason shown
+    broker.alarms.set_memory(False)
     assert not c.transport.reading
-    free[0] = broker.disk_free_limit
-    broker.check_disk()
+    free[0] = broker.alarms.disk_free_limit
+    broker.alarms.check_disk()
     loop.run_soon()
     c.expect(spec.Connection.Unblocked)
-    assert c.transport.reading and not broker.disk_alarm
+    assert c.transport.reading and not broker.alarms.disk
 
 
 def test_memory_alarm_without_capability_only_stops_reading(client, broker):
     client.publish(1, "", "nowhere", b"x")
-    broker.set_alarm(True)
+    broker.alarms.set_memory(True)
     assert client.methods() == []
     assert not client.transport.reading
-    broker.set_alarm(False)
+    broker.alarms.set_memory(False)
     assert client.transport.reading
 
 
@@ -224,15 +225,13 @@ def test_amqplain_bad_password_is_refused(make_client):
 def test_publishers_are_not_read_while_the_stores_write_backlog_is_over_its_mark(
     client, make_client, broker, loop, monkeypatch
 ):
-    from ottermq.broker.server import connection
-
-    monkeypatch.setattr(connection, "STORE_HIGH_WATER", 3)
+    monkeypatch.setattr(flow, "STORE_HIGH_WATER", 3)
     consumer = make_client()
     consumer.handshake()
     consumer.open_channel(1)
     client.send(1, spec.Queue.Declare(queue="durable", durable=True))
     client.expect(spec.Queue.DeclareOk)
-    broker.store.after_commit(lambda _ok: None)
+    broker.services.store.after_commit(lambda _ok: None)
     loop.run_soon()  # the declaration is committed: nothing waits for the store
     persistent = spec.Basic.Properties(delivery_mode=2)
 
@@ -247,12 +246,12 @@ def test_publishers_are_not_read_while_the_stores_write_backlog_is_over_its_mark
         return b"".join(pframe.marshal(f, 1) for f in frames)
 
     client.conn.data_received(publishes(b"m0", b"m1", b"m2"))  # what one read brings, before a commit
-    assert broker.store.pending == 3 and client.transport.reading  # up to the mark: read on
+    assert broker.services.store.pending == 3 and client.transport.reading  # up to the mark: read on
     client.conn.data_received(publishes(b"m3"))
-    assert broker.store.pending == 4 and not client.transport.reading  # waits for the disk
+    assert broker.services.store.pending == 4 and not client.transport.reading  # waits for the disk
     assert consumer.transport.reading  # a connection that never published is read as before
     loop.run_soon()  # the store commits what was queued
-    assert broker.store.pending == 0 and client.transport.reading
+    assert broker.services.store.pending == 0 and client.transport.reading
     queued = [entry.message.body for entry in broker.vhosts["/"].queues["durable"].ready_entries()]
     assert queued == [b"m0", b"m1", b"m2", b"m3"]
 

@@ -220,7 +220,7 @@ def test_a_bug_in_a_handler_closes_541_and_never_escapes(client, monkeypatch):
     def broken(method):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(client.conn, "_on_update_secret", broken)
+    monkeypatch.setattr(client.conn.opening, "update_secret", broken)
     client.send(0, spec.Connection.UpdateSecret(new_secret="s", reason="r"))  # must not raise
     close = client.expect(spec.Connection.Close)
     assert (close.reply_code, close.reply_text) == (541, "INTERNAL_ERROR - internal error")

@@ -59,7 +59,7 @@ CASES: list[tuple[str, bytes, bytes, str, str]] = [
 
 @pytest.fixture
 def users(broker: Any) -> None:
-    auth = broker.auth
+    auth = broker.services.auth
     for name, password in PASSWORDS.items():
         auth.add_user(name, password)
         if name != "noperm":
@@ -110,7 +110,7 @@ def outcome(c: Any) -> str:
 
 def login(make_client: Any, broker: Any, mechanism: str, user: bytes, password: bytes) -> str:
     if password == HASH_OF_PW:
-        password = broker.auth.users["pw"].password_hash.encode()
+        password = broker.services.auth.users["pw"].password_hash.encode()
     c = make_client(peer="192.0.2.7")
     c.send_raw(HEADER)
     c.expect(spec.Connection.Start)

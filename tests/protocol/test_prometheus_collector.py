@@ -4,6 +4,7 @@ harness: counters move where the events happen, gauges read the broker's state a
 from __future__ import annotations
 
 from ottermq.broker.management.prometheus import exposition
+from ottermq.broker.node.view import NodeView
 from ottermq.dlx.deadletter import DeadLetterer
 from ottermq.vhost.message import Entry, Message
 from pamqp import commands as spec
@@ -14,7 +15,7 @@ AMQP = {"protocol": "amqp091"}
 
 def scrape(broker, per_object=False):
     """``{(sample name, frozenset(labels)): value}`` of one scrape."""
-    text = exposition(broker, per_object).decode()
+    text = exposition(NodeView(broker), per_object).decode()
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text)

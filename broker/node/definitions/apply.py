@@ -31,7 +31,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ottermq.amqp.errors import AMQPError
 from ottermq.persistence.arguments import decode_arguments
@@ -39,9 +39,13 @@ from ottermq.persistence.store import BindingRecord, Definitions, QueueRecord
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
-from ..auth import AuthDB
-from ..operations import Operations, policy_of
+from ..operations import policy_of
 from .arguments import DefinitionsError
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster
+    from ..operations import Operations
+    from ..services import Services
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +55,15 @@ Durability = Callable[[str, str, str], bool]  # (kind "exchange"/"queue", vhost,
 class Target(Protocol):
     """What the applier changes: a node's users and vhosts, its vhosts' topology."""
 
-    auth: AuthDB
-    ops: Operations
     vhosts: dict[str, VHost]
-    owns: Callable[[str], bool]  # with several workers: the vhosts whose topology this one declares
+
+    @property
+    def services(self) -> Services:
+        """Its users (``auth``) and the operations layer (``ops``)."""
+
+    @property
+    def cluster(self) -> Cluster:
+        """With several workers: which vhosts' topology this one declares (``owns``)."""
 
     def add_vhost(self, name: str, description: str = "", tags: list[str] | None = None) -> bool: ...
 
@@ -117,9 +126,9 @@ def apply_definitions(
         AuthError, PolicyError, LimitError, AMQPError: rule 3 (not with ``restore``).
     """
     if restore is None:
-        check_references(defs, node.auth.users, node.auth.vhosts)
+        check_references(defs, node.services.auth.users, node.services.auth.vhosts)
     is_durable = durable or (lambda _kind, _vhost, _name: True)
-    auth, ops = node.auth, node.ops  # the broker itself acts: no permission checks
+    auth, ops = node.services.auth, node.services.ops  # the broker itself acts: no permission checks
     done = Definitions()
     for v in defs.vhosts:
         node.add_vhost(v.name, v.description, v.tags)
@@ -130,7 +139,7 @@ def apply_definitions(
     for p in defs.permissions:
         auth.set_permissions(p.user, p.vhost, p.configure, p.write, p.read)
         done.permissions.append(p)
-    owns = node.owns if restore is None else (lambda _name: True)
+    owns = node.cluster.owns if restore is None else (lambda _name: True)
     for x in defs.exchanges:
         vhost = node.vhosts.get(x.vhost)
         if vhost is None or not owns(x.vhost):  # rule 4 only / another worker's vhost

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
+from ottermq.broker.node.alarms import process_rss
 from ottermq.broker.node.heap import HeapTrimmer
-from ottermq.broker.node.node import process_rss
 
 
 @pytest.fixture

@@ -122,11 +122,11 @@ def test_closed_channels_stay_in_vhost_and_node_totals():
     closed = MessageStats()
     closed.received = 5
     closed.acknowledged = 1
-    broker.retire_stats("/", closed)
-    assert broker.message_stats("/").received == 7
-    assert broker.message_stats("/").acknowledged == 1
-    assert broker.message_stats("other").received == 0
-    assert broker.message_stats().received == 7
+    broker.connections.retire("/", closed)
+    assert broker.connections.message_stats("/").received == 7
+    assert broker.connections.message_stats("/").acknowledged == 1
+    assert broker.connections.message_stats("other").received == 0
+    assert broker.connections.message_stats().received == 7
     sampler = RateSampler(broker, 5.0)
     sampler.sample(now=0.0)
     live.received += 10

@@ -21,6 +21,7 @@ from ottermq.broker.node.dlq_move import Selection, pack_ids
 from ottermq.broker.node.move_jobs import ACTIVE, MoveJob, MoveJobs, TooManyJobs
 from ottermq.broker.node.node import Node
 from ottermq.broker.node.turns import Turns
+from ottermq.broker.node.view import NodeView
 from ottermq.dlx.xdeath import record_death
 from ottermq.persistence import MemoryStore
 from ottermq.persistence import schema as s
@@ -59,12 +60,12 @@ def dead_props(headers: bytes | None = None) -> bytes:
 
 def queues(node: Node, *names: str) -> list[Queue]:
     vhost = node.vhosts["/"]
-    return [node.ops.declare_queue(None, vhost, name, durable=True).queue for name in names]  # type: ignore[misc]
+    return [node.services.ops.declare_queue(None, vhost, name, durable=True).queue for name in names]  # type: ignore[misc]
 
 
 def fill(node: Node, queue: str, count: int, props: bytes | None = None) -> None:
     for i in range(count):
-        node.ops.publish(None, node.vhosts["/"], "", queue, props or dead_props(), b"m%d" % i)
+        node.services.ops.publish(None, node.vhosts["/"], "", queue, props or dead_props(), b"m%d" % i)
 
 
 async def stored(store: MemoryStore, queue: Queue) -> list[bytes]:
@@ -114,7 +115,7 @@ def test_every_copy_is_stored_before_its_source_is_deleted():
         node = await boot(store)
         dlq, work = queues(node, "dlq", "work")
         fill(node, "dlq", 250)
-        moves = MoveJobs(node)
+        moves = MoveJobs(NodeView(node))
         job = await finished(moves.create("/", "dlq", Selection(all_=True), None, False, 0))
         await store.flush()
         assert (job.state, job.selected, job.moved, job.unroutable, job.skipped, job.refused) == (
@@ -153,7 +154,7 @@ def test_jobs_moving_the_same_messages_make_one_copy_of_each():
         node = await boot(store)
         dlq, work = queues(node, "dlq", "work")
         fill(node, "dlq", 300)
-        moves = MoveJobs(node)
+        moves = MoveJobs(NodeView(node))
         jobs = [moves.create("/", "dlq", Selection(all_=True), None, False, 0) for _ in range(3)]
         for job in jobs:
             await finished(job)
@@ -172,7 +173,8 @@ def test_a_batch_the_store_cannot_commit_leaves_every_source_and_takes_the_copie
         fill(node, "dlq", 30)
         await store.flush()
         store.fail_on = lambda op: in_queue(work, op, s.INSERT_MESSAGE)
-        job = await finished(MoveJobs(node).create("/", "dlq", Selection(all_=True), None, False, 0))
+        moves = MoveJobs(NodeView(node))
+        job = await finished(moves.create("/", "dlq", Selection(all_=True), None, False, 0))
         assert job.state == "failed" and "could not commit" in (job.error or "")
         assert job.moved == 0 and 0 < job.refused <= 30  # the first slice (a time budget: up to 30)
         await store.flush()  # the failed batch was retried, then its copies deleted again
@@ -193,7 +195,8 @@ def test_one_message_that_cannot_be_rewritten_stays_with_a_warning_and_the_job_g
         fill(node, "dlq", 2)
         target = ("", "work")
         with caplog.at_level(logging.WARNING):
-            job = await finished(MoveJobs(node).create("/", "dlq", Selection(all_=True), target, False, 0))
+            moves = MoveJobs(NodeView(node))
+            job = await finished(moves.create("/", "dlq", Selection(all_=True), target, False, 0))
         assert (job.state, job.moved, job.refused, job.selected) == ("done", 5, 1, 6)
         [left] = list(dlq.ready_entries())
         assert left.message.body == b"m0" and work.message_count == 5
@@ -211,7 +214,7 @@ def test_a_source_taken_while_its_copy_commits_takes_the_copy_back():
         node = await boot(store)
         dlq, work = queues(node, "dlq", "work")
         fill(node, "dlq", 2)
-        moves = MoveJobs(node)
+        moves = MoveJobs(NodeView(node))
         job = MoveJob("1", "/", "dlq", Selection(all_=True), None, False, 0)
         pending = move_jobs.deque(dlq.ready_entries())
         copies = moves._send(
@@ -234,7 +237,7 @@ def test_the_jobs_running_at_once_and_the_finished_jobs_kept_are_bounded(monkeyp
         store = MemoryStore()
         node = await boot(store, dlq_move_max_jobs=2)
         queues(node, "dlq")
-        moves = MoveJobs(node)
+        moves = MoveJobs(NodeView(node))
         first = moves.create("/", "dlq", Selection(all_=True), None, False, 0)
         moves.create("/", "dlq", Selection(all_=True), None, False, 0)
         with pytest.raises(TooManyJobs, match="^2 dead-letter moves are running or paused already"):
@@ -256,12 +259,12 @@ def test_a_paused_job_resumes_from_the_store_after_a_restart():
         node = await boot(store)
         dlq, work = queues(node, "dlq", "work")
         fill(node, "dlq", 40)
-        moves = MoveJobs(node)
+        moves = MoveJobs(NodeView(node))
         ids = [e.seq for e in dlq.ready_entries()][:25]
         job = moves.create("/", "dlq", Selection(ids=pack_ids(ids)), None, False, 0)
         moves.set_state(job, "paused")
         await moves.close()  # a restart: the job stays paused in the store
-        again = MoveJobs(node)
+        again = MoveJobs(NodeView(node))
         await again.load()
         resumed = again.jobs[job.id]
         assert resumed.state == "paused" and resumed.selection.ids == pack_ids(ids)
@@ -288,7 +291,7 @@ def test_an_older_brokers_json_file_is_read_into_the_store_once(tmp_path: Path):
         ]
         legacy = tmp_path / "dlq-moves.json"
         legacy.write_text(json.dumps(old))
-        moves = MoveJobs(node, legacy)
+        moves = MoveJobs(NodeView(node), legacy)
         await moves.load()
         assert not legacy.exists() and (tmp_path / "dlq-moves.json.migrated").is_file()
         resumed = await finished(moves.jobs["3"])

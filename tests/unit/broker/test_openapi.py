@@ -14,6 +14,7 @@ from ottermq.broker.config import Settings
 from ottermq.broker.management import app as management_app
 from ottermq.broker.management.openapi import BODIES, HEADERS, PAGINATED, QUERIES, describe
 from ottermq.broker.node.node import Node
+from ottermq.broker.node.view import NodeView
 
 PREFIX = "/api"
 
@@ -23,7 +24,7 @@ def doc() -> Iterator[dict[str, Any]]:
     loop = asyncio.new_event_loop()
     try:
         broker = Node(Settings(_env_file=None, enable_swagger=True), loop)  # type: ignore[call-arg]
-        yield describe(management_app.make_app(broker), "/docs")
+        yield describe(management_app.make_app(NodeView(broker)), "/docs")
     finally:
         loop.close()
 

@@ -9,6 +9,7 @@ sockets, no sleeps.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -76,8 +77,11 @@ def boot(store: MemoryStore, clock: Clock) -> Node:
     """A broker on ``store`` whose TTL timers and hook run on ``clock`` (as ``Broker.start`` wires
     it, minus sockets and auth)."""
     broker = Node(Settings(_env_file=None), clock, store)  # type: ignore[call-arg, arg-type]
-    broker.ttl = DefaultTTLManager(clock, clock)  # type: ignore[arg-type]
-    broker.hook = DurableHook(store, clock)
+    broker.services = dataclasses.replace(
+        broker.services,
+        ttl=DefaultTTLManager(clock, clock),  # type: ignore[arg-type]
+        hook=DurableHook(store, clock),
+    )
     broker.ensure_vhost("/")
     return broker
 
@@ -135,7 +139,7 @@ def test_durable_definitions_come_back_and_transient_ones_do_not():
         crash(clock)
 
         broker = boot(store, clock)
-        counts = await recover(broker, store, broker.hook)
+        counts = await recover(broker, store, broker.services.hook)
         again = broker.vhosts["/"]
         assert counts == {"exchanges": 2, "queues": 2, "bindings": 3, "messages": 0, "delayed": 0}
         assert {"dx", "ae"} <= set(again.exchanges) and "tx" not in again.exchanges
@@ -170,7 +174,7 @@ def test_messages_come_back_in_seq_order_with_redelivered_flags():
         crash(clock)
 
         broker = boot(store, clock)
-        counts = await recover(broker, store, broker.hook)
+        counts = await recover(broker, store, broker.services.hook)
         q2 = broker.vhosts["/"].queues["q"]
         assert counts["messages"] == 4
         assert ready(q2) == [(b"1", True), (b"3", False), (b"4", False), (b"5", False)]
@@ -196,7 +200,7 @@ def test_recovery_writes_nothing_back():
         batches = store.batches
 
         broker = boot(store, clock)
-        await recover(broker, store, broker.hook)
+        await recover(broker, store, broker.services.hook)
         assert store.batches == batches and store.pending == 0
         assert bodies(broker.vhosts["/"].queues["q"]) == [b"m"]
 
@@ -214,7 +218,7 @@ def test_bindings_whose_ends_are_gone_are_dropped_from_the_store():
         assert len((await store.load_definitions()).bindings) == 2
 
         broker = boot(store, clock)
-        counts = await recover(broker, store, broker.hook)
+        counts = await recover(broker, store, broker.services.hook)
         assert counts["bindings"] == 0
         assert not broker.vhosts["/"].exchanges["dx"].has_bindings()
         assert (await store.load_definitions()).bindings == []
@@ -240,7 +244,7 @@ def test_records_the_broker_refuses_today_are_skipped_and_the_rest_comes_back(ca
         await store.flush()
 
         broker = boot(store, clock)
-        counts = await recover(broker, store, broker.hook)
+        counts = await recover(broker, store, broker.services.hook)
         vh2 = broker.vhosts["/"]
         assert set(vh2.queues) == {"good", "amq.gen-abc"} and "odd" not in vh2.exchanges
         assert (counts["queues"], counts["bindings"]) == (2, 1)
@@ -283,7 +287,7 @@ def test_ttl_that_lapsed_while_down_is_dead_lettered_once():
         clock.advance(5000)  # the broker is down meanwhile: "short" lapses
 
         broker = boot(store, clock)
-        await recover(broker, store, broker.hook)
+        await recover(broker, store, broker.services.hook)
         vh2 = broker.vhosts["/"]
         work, dlq = vh2.queues["work"], vh2.queues["dlq"]
         assert bodies(work) == [b"long", b"forever"]
@@ -301,7 +305,7 @@ def test_ttl_that_lapsed_while_down_is_dead_lettered_once():
         crash(clock)
 
         third = boot(store, clock)  # a second restart dead-letters nothing again
-        await recover(third, store, third.hook)
+        await recover(third, store, third.services.hook)
         vh3 = third.vhosts["/"]
         assert bodies(vh3.queues["work"]) == [b"forever"]
         assert bodies(vh3.queues["dlq"]) == [b"short", b"long"]
@@ -326,7 +330,7 @@ def test_recovered_expiry_without_a_dlx_drops_and_deletes_the_rows():
         clock.advance(100)
 
         broker = boot(store, clock)
-        await recover(broker, store, broker.hook)
+        await recover(broker, store, broker.services.hook)
         assert bodies(broker.vhosts["/"].queues["q"]) == []
         await store.flush()
         assert [chunk async for chunk in store.iter_messages(q.store_id)] == []
@@ -347,7 +351,7 @@ def test_x_expires_deadline_resumes_after_a_restart():
         clock.advance(3000)  # down for 3 s: "lapsed" expired meanwhile
 
         broker = boot(store, clock)
-        await recover(broker, store, broker.hook)
+        await recover(broker, store, broker.services.hook)
         vh2 = broker.vhosts["/"]
         assert sorted(vh2.queues) == ["idle", "lapsed"]
         clock.advance(0)  # a deadline in the past fires at once
@@ -378,7 +382,7 @@ def test_recovered_entries_keep_their_delivery_count_and_deadline():
         crash(clock)
 
         broker = boot(store, clock)
-        await recover(broker, store, broker.hook)
+        await recover(broker, store, broker.services.hook)
         [back] = list(broker.vhosts["/"].queues["q"].ready_entries())
         assert isinstance(back, Entry)
         assert (back.redelivered, back.delivery_count, back.deadline) == (True, 1, T0 + 60_000)
@@ -420,7 +424,7 @@ def test_a_quorum_queue_comes_back_with_its_type_and_transient_messages_and_coun
         crash(clock)
 
         broker = boot(store, clock)
-        await recover(broker, store, broker.hook)
+        await recover(broker, store, broker.services.hook)
         back = broker.vhosts["/"].queues["q"]
         assert back.kind.name == "quorum" and back.args.queue_type == "quorum"
         got = [(e.message.body, e.redelivered, e.delivery_count) for e in back.ready_entries()]
