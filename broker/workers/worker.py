@@ -2,14 +2,17 @@
 
 Rules:
 - Started by worker 0 (``python -m ottermq.broker.workers INDEX FD``) with one end of its control
-  socket (``control.Control``) as file descriptor FD. The first message is ``start``: worker 0's
-  settings and metadata snapshot. The worker then runs with its own store under
-  ``OTTERMQ_DATA_DIR/worker-INDEX`` (recovering it as any broker does), no AMQP listener of its
-  own, and its management API and Prometheus endpoint on ``127.0.0.1`` ports the system picks,
-  which it reports in ``ready``.
-- ``connection``: a client socket (plain TCP, or worker 0's end of a TLS connection it terminates)
-  with the bytes of its handshake, replayed (``AMQPServer.adopt``). ``metadata``: a new snapshot,
-  applied (``metadata.sync``) and answered with ``synced`` and its number.
+  socket (``control.Control``) as file descriptor FD. The first message is ``Start``: worker 0's
+  settings and metadata snapshot (``messages.py`` lists the messages). The worker then runs with
+  its own store under ``OTTERMQ_DATA_DIR/worker-INDEX`` (recovering it as any broker does), no
+  AMQP listener of its own, and its management API and Prometheus endpoint on ``127.0.0.1`` ports
+  the system picks, which it reports in ``Ready``.
+- What worker 0 sends is dispatched by its type (``HANDLERS``, one method per message of
+  ``messages.TO_WORKER``); anything else closes the control socket, as a message that does not
+  decode does. ``Connection``: a client socket (plain TCP, or worker 0's end of a TLS connection it
+  terminates) with the bytes of its handshake, replayed (``AMQPServer.adopt``), answered with
+  ``Taken`` (and ``Closed`` when it closes). ``Metadata``: a new snapshot, applied
+  (``metadata.sync``) and answered with ``Synced`` and its number.
 - Worker 0 gone (the control socket closed) or SIGTERM/SIGINT: shut down as a broker does (320 to
   every connection, the store committed), then exit.
 """
@@ -17,12 +20,13 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
+import os
 import signal
 import socket
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from ..config import Settings
 from ..management import ManagementServer
@@ -32,7 +36,19 @@ from ..node.wiring import open_store, shared_archive
 from ..runtime import Broker
 from ..server.endpoints import RelayedEndpoints
 from . import metadata
-from .control import Control, Message
+from .control import Control
+from .messages import (
+    Channels,
+    ChannelsElsewhere,
+    Closed,
+    Connection,
+    Message,
+    Metadata,
+    Ready,
+    Start,
+    Synced,
+    Taken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,58 +83,77 @@ class Worker:
         self.stop = asyncio.Event()
         self._syncing = asyncio.Lock()  # metadata messages are applied one at a time, in order
         self._syncs: set[asyncio.Task[None]] = set()
-        self._started: asyncio.Future[Message] = loop.create_future()
-        self.control = Control(sock, loop, self._on_message, self.stop.set)
+        self._started: asyncio.Future[Start] = loop.create_future()
+        self.control = Control(sock, loop, self._on_message, self.stop.set, name="control socket to worker 0")
 
+    # -- what worker 0 sends ----------------------------------------------------------------------
     def _on_message(self, message: Message, fds: list[int]) -> None:
-        kind = message.get("type")
-        if kind == "start":
-            if not self._started.done():
-                self._started.set_result(message)
+        handler = self.HANDLERS.get(type(message))
+        if handler is None:
+            for fd in fds:
+                os.close(fd)
+            log.error(
+                "worker %d: worker 0 sent %r, a message for worker 0; closing", self.index, message.TYPE
+            )
+            self.control.close()
             return
+        handler(self, message, fds)
+
+    def _on_start(self, message: Start, fds: list[int]) -> None:
+        if not self._started.done():
+            self._started.set_result(message)
+
+    def _on_connection(self, message: Connection, fds: list[int]) -> None:
         broker = self.broker
-        if kind == "connection" and broker is not None and fds:
-            sock = socket.socket(fileno=fds[0])
-            before = base64.b64decode(message["before"])
-            rest = base64.b64decode(message["rest"])
-            offer = message.get("id")
-            described = message.get("endpoints")
-            relayed = RelayedEndpoints(described) if described is not None else None
-
-            def gone() -> None:
-                self.control.send({"type": "closed", "id": offer})
-
-            task = self.loop.create_task(broker.amqp.adopt(sock, before, rest, relayed, gone))
-            task.add_done_callback(_log_failure)
-            task.add_done_callback(lambda _t: self.control.send({"type": "taken", "id": offer}))
+        if broker is None:  # not started (worker 0 hands connections over once it is ready)
+            for fd in fds:
+                os.close(fd)
             return
-        if kind == "metadata" and broker is not None:
+        sock = socket.socket(fileno=fds[0])
+        relayed = RelayedEndpoints(message.endpoints) if message.endpoints is not None else None
+        offer = message.id
+
+        def gone() -> None:
+            self.control.send(Closed(offer))
+
+        task = self.loop.create_task(broker.amqp.adopt(sock, message.before, message.rest, relayed, gone))
+        task.add_done_callback(_log_failure)
+        task.add_done_callback(lambda _t: self.control.send(Taken(offer)))
+
+    def _on_metadata(self, message: Metadata, fds: list[int]) -> None:
+        broker = self.broker
+        if broker is not None:
             self._syncs.add(task := self.loop.create_task(self._sync(broker, message)))
             task.add_done_callback(self._syncs.discard)
-            return
-        if kind == "channels_elsewhere" and broker is not None:
-            counts = message.get("counts") or {}
-            broker.node.channels_elsewhere = {str(k): int(v) for k, v in counts.items()}
-            return
-        for fd in fds:
-            socket.socket(fileno=fd).close()
 
-    async def _sync(self, broker: Broker, message: Message) -> None:
+    def _on_channels_elsewhere(self, message: ChannelsElsewhere, fds: list[int]) -> None:
+        if self.broker is not None:
+            self.broker.node.channels_elsewhere = dict(message.counts)
+
+    HANDLERS: ClassVar[dict[type[Message], Callable[[Worker, Any, list[int]], None]]] = {
+        Start: _on_start,
+        Connection: _on_connection,
+        Metadata: _on_metadata,
+        ChannelsElsewhere: _on_channels_elsewhere,
+    }
+
+    async def _sync(self, broker: Broker, message: Metadata) -> None:
         """Apply worker 0's metadata, in the order it came: its policies' patterns are first matched
         off the event loop (``metadata.prepare``), then everything is applied at once."""
         async with self._syncing:
             try:
-                await metadata.prepare(broker.node, message["definitions"])
+                await metadata.prepare(broker.node, message.definitions)
             except Exception:
                 log.exception("worker %d: policy patterns of worker 0's metadata not prepared", self.index)
-            self.owned = set(message.get("owned") or ())
+            self.owned = set(message.owned)
             try:
-                metadata.sync(broker.node, message["definitions"])
+                metadata.sync(broker.node, message.definitions)
             except Exception:
                 log.exception("worker %d: metadata from worker 0 not applied", self.index)
-            self.control.send({"type": "synced", "seq": message.get("seq")})
+            self.control.send(Synced(message.seq))
             self._report_channels()  # the limited users may have changed
 
+    # -- this worker's channels per limited user ----------------------------------------------------
     def _report_soon(self) -> None:
         """A limited user's channels changed here: report them once this event-loop turn is over."""
         if not self._reporting:
@@ -128,21 +163,22 @@ class Worker:
     def _report_channels(self) -> None:
         self._reporting = False
         if self.broker is not None:
-            self.control.send({"type": "channels", "counts": self.broker.node.limited_user_channels()})
+            self.control.send(Channels(self.broker.node.limited_user_channels()))
 
+    # -- start and stop -----------------------------------------------------------------------------
     async def run(self) -> None:
         start = await self._started
-        settings = worker_settings(Settings(_env_file=None, **start["settings"]), self.index)  # type: ignore[call-arg]
+        settings = worker_settings(start.read_settings(), self.index)
         check_archive_dir(settings)
         prepare_data_dir(settings)
         broker = Broker(settings, self.loop, open_store(settings), archive=shared_archive(settings))
-        self.owned = set(start.get("owned") or ())
+        self.owned = set(start.owned)
         broker.node.owns = lambda name: name in self.owned
         broker.node.worker_index = self.index
         broker.node.on_channels_changed = self._report_soon
         await broker.node.open(seed=False)
-        await metadata.prepare(broker.node, start["definitions"])
-        metadata.sync(broker.node, start["definitions"])
+        await metadata.prepare(broker.node, start.definitions)
+        metadata.sync(broker.node, start.definitions)
         self.broker = broker
         web = prometheus = None
         if settings.enable_web_api:
@@ -156,11 +192,10 @@ class Worker:
         broker.amqp.ack_timeouts.start()
         broker.node.start_alarms()
         self.control.send(
-            {
-                "type": "ready",
-                "web": web.addresses()[0][1] if web is not None else None,
-                "prometheus": prometheus.addresses()[0][1] if prometheus is not None else None,
-            }
+            Ready(
+                web=web.addresses()[0][1] if web is not None else None,
+                prometheus=prometheus.addresses()[0][1] if prometheus is not None else None,
+            )
         )
         log.info("worker %d ready (vhosts from worker 0)", self.index)
         await self.stop.wait()
@@ -197,12 +232,3 @@ def main(argv: list[str] | None = None) -> int:
     else:
         uvloop.run(serve_worker(index, fd))
     return 0
-
-
-def _start_message(settings: Settings, definitions: dict[str, Any], owned: list[str]) -> Message:
-    return {
-        "type": "start",
-        "settings": settings.model_dump(mode="json"),
-        "definitions": definitions,
-        "owned": owned,
-    }
