@@ -3,10 +3,11 @@
 Rules:
 - Started by worker 0 (``python -m ottermq.broker.workers INDEX FD``) with one end of its control
   socket (``control.Control``) as file descriptor FD. The first message is ``Start``: worker 0's
-  settings and metadata snapshot (``messages.py`` lists the messages). The worker then runs with
-  its own store under ``OTTERMQ_DATA_DIR/worker-INDEX`` (recovering it as any broker does), no
-  AMQP listener of its own, and its management API and Prometheus endpoint on ``127.0.0.1`` ports
-  the system picks, which it reports in ``Ready``.
+  settings and metadata snapshot (``messages.py`` lists the messages). The worker then starts as
+  any broker does (``Broker.prepare_dirs``, ``Broker.start``, ``internal``): its own store under
+  ``OTTERMQ_DATA_DIR/worker-INDEX``, recovered; worker 0's metadata applied before it serves; no
+  AMQP listener of its own; its management API and Prometheus endpoint on ``127.0.0.1`` ports the
+  system picks, which it reports in ``Ready``.
 - What worker 0 sends is dispatched by its type (``HANDLERS``, one method per message of
   ``messages.TO_WORKER``); anything else closes the control socket, as a message that does not
   decode does. ``Connection``: a client socket (plain TCP, or worker 0's end of a TLS connection it
@@ -14,7 +15,7 @@ Rules:
   ``Taken`` (and ``Closed`` when it closes). ``Metadata``: a new snapshot, applied
   (``metadata.sync``) and answered with ``Synced`` and its number.
 - Worker 0 gone (the control socket closed) or SIGTERM/SIGINT: shut down as a broker does (320 to
-  every connection, the store committed), then exit.
+  every connection, the store committed), then exit; before ``Start``, exit at once.
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from ottermq.persistence.archive import NullArchive
+
 from ..config import Settings
-from ..management import ManagementServer
-from ..management.prometheus import PrometheusServer
-from ..node.startup import check_archive_dir, prepare_data_dir
-from ..node.wiring import open_store, shared_archive
+from ..node.wiring import open_store
 from ..runtime import Broker
 from ..server.endpoints import RelayedEndpoints
 from . import metadata
@@ -167,34 +167,34 @@ class Worker:
 
     # -- start and stop -----------------------------------------------------------------------------
     async def run(self) -> None:
-        start = await self._started
+        """Wait for ``Start``, start as a broker does (see the module rules), say ``Ready``, serve
+        until stopped, shut down."""
+        stopped: asyncio.Future[Any] = self.loop.create_task(self.stop.wait())
+        await asyncio.wait([self._started, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not self._started.done():  # worker 0 gone, or a signal, before it said how to start
+            self.control.close()
+            return
+        start = self._started.result()
         settings = worker_settings(start.read_settings(), self.index)
-        check_archive_dir(settings)
-        prepare_data_dir(settings)
-        broker = Broker(settings, self.loop, open_store(settings), archive=shared_archive(settings))
+        broker = Broker(settings, self.loop, open_store(settings), archive=NullArchive(), internal=True)
+        node = broker.node
         self.owned = set(start.owned)
-        broker.node.owns = lambda name: name in self.owned
-        broker.node.worker_index = self.index
-        broker.node.on_channels_changed = self._report_soon
-        await broker.node.open(seed=False)
-        await metadata.prepare(broker.node, start.definitions)
-        metadata.sync(broker.node, start.definitions)
+        node.owns = lambda name: name in self.owned
+        node.worker_index = self.index
+        node.on_channels_changed = self._report_soon
+
+        async def apply_metadata() -> None:
+            await metadata.prepare(node, start.definitions)
+            metadata.sync(node, start.definitions)
+
+        broker.prepare_dirs()
+        await broker.start(before_serving=apply_metadata)
         self.broker = broker
-        web = prometheus = None
-        if settings.enable_web_api:
-            web = broker.web = ManagementServer(broker.node, None, ephemeral=True)
-            web.bind()
-            await web.start()
-        if settings.enable_prometheus:
-            prometheus = broker.prometheus = PrometheusServer(broker.node, None, ephemeral=True)
-            prometheus.bind()
-            await prometheus.start()
-        broker.amqp.ack_timeouts.start()
-        broker.node.start_alarms()
         self.control.send(
             Ready(
-                web=web.addresses()[0][1] if web is not None else None,
-                prometheus=prometheus.addresses()[0][1] if prometheus is not None else None,
+                web=broker.web.addresses()[0][1] if broker.web is not None else None,
+                prometheus=broker.prometheus.addresses()[0][1] if broker.prometheus is not None else None,
             )
         )
         log.info("worker %d ready (vhosts from worker 0)", self.index)
