@@ -57,8 +57,8 @@ def message(name: str, fds: int = 0) -> Callable[[type[M]], type[M]]:
     """Register a frozen dataclass as the message ``name`` carrying ``fds`` file descriptors.
 
     Raises:
-        TypeError: the name is taken, the class is not a frozen dataclass, or a field has a type the
-            codec does not know.
+        TypeError: the name is taken, the class is not a frozen, slotted dataclass, or a field is
+            named ``type`` or has a type the codec does not know.
     """
 
     def register(cls: type[M]) -> type[M]:
@@ -111,13 +111,13 @@ def decode(data: object) -> Message:
     if cls is None:
         raise MessageError(f"unknown control message type {name!r}")
     fields = _FIELDS[cls]
-    expected = {field_name for field_name, _kind in fields}
+    expected = {field_name for field_name, _type in fields}
     missing = sorted(expected.difference(data))
     extra = sorted(set(data).difference(expected, {"type"}))
-    if missing or extra:
-        parts = [f"missing {', '.join(map(repr, missing))}" if missing else ""]
-        parts.append(f"unexpected {', '.join(map(repr, extra))}" if extra else "")
-        raise MessageError(f"control message {name!r}: {'; '.join(p for p in parts if p)}")
+    problems = [f"missing {', '.join(map(repr, missing))}"] if missing else []
+    problems += [f"unexpected {', '.join(map(repr, extra))}"] if extra else []
+    if problems:
+        raise MessageError(f"control message {name!r}: {'; '.join(problems)}")
     values = {n: _convert(data[n], kind, f"{name}.{n}", decoding=True) for n, kind in fields}
     return cls(**values)
 

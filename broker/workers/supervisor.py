@@ -375,9 +375,8 @@ class Supervisor:
             sock: Any = transport.get_extra_info("socket")
             fd = os.dup(sock.fileno())
         self._offers += 1
-        if not child.control.send(
-            Connection(self._offers, before, rest, endpoints), [fd]
-        ):  # it has just died
+        message = Connection(self._offers, before, rest, endpoints)
+        if not child.control.send(message, [fd]):  # it has just died
             if inner is not None:
                 inner.close()
             raise NotAllowed(f"vhost {vhost} is down")
