@@ -11,7 +11,9 @@ Start-up order (``serve``), so that a broker that cannot start leaves nothing be
 4. open the store, import the definitions, seed the defaults, recover durable state (``Node.open``);
 5. start accepting connections, then serve the management API and the Prometheus metrics.
 
-Every failure of 1-4 is a ``StartupError`` (``ottermq.broker.node.startup``).
+Every failure of 1-4 is a ``StartupError`` (``ottermq.broker.node.startup``). A worker other than the
+first (``ottermq.broker.workers``) starts through the same steps 3-5 (``Broker.prepare_dirs``,
+``Broker.start``) as an ``internal`` broker.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ class Broker:
         loop: the running event loop.
         store: the store (default: a ``MemoryStore``).
         archive: the dead-letter archive (default: ``shared_archive(settings)``, which starts it).
+        internal: a worker other than the first (``ottermq.broker.workers``): no AMQP listener (worker
+            0 hands it its connections), the management API and Prometheus on ports the system picks
+            (``ephemeral``, left out of the node's listeners), and no default user or vhost seeded
+            (worker 0 sends the metadata).
     """
 
     def __init__(
@@ -68,9 +74,11 @@ class Broker:
         loop: asyncio.AbstractEventLoop,
         store: Store | None = None,
         archive: Archive | None = None,
+        internal: bool = False,
     ) -> None:
         self.settings = settings
         self.loop = loop
+        self.internal = internal
         self.node = Node(settings, loop, store, archive)
         self.amqp = AMQPServer(self.node)
         self.web_tls_context: ssl.SSLContext | None = None
@@ -87,29 +95,36 @@ class Broker:
         """
         if self._bound:
             return
-        settings = self.settings
-        self.amqp.prepare_tls()
+        settings, internal = self.settings, self.internal
+        if not internal:
+            self.amqp.prepare_tls()
         try:
             self.web_tls_context = web_context(settings)
         except TLSConfigError as exc:
             raise StartupError(exc.field, exc.value, exc.reason) from None
-        await self.amqp.listen()
+        if not internal:
+            await self.amqp.listen()
         self._bound = True
-        if settings.enable_web_api and not (settings.web_port or settings.web_ssl):
+        if settings.enable_web_api and not (internal or settings.web_port or settings.web_ssl):
             log.info("OTTERMQ_WEB_PORT=0 and OTTERMQ_WEB_SSL=false: the management API has no listener")
         elif settings.enable_web_api:
-            self.web = web = ManagementServer(self.node, self.web_tls_context)
+            self.web = web = ManagementServer(self.node, self.web_tls_context, ephemeral=internal)
             try:
                 web.bind()
             except OSError as exc:
                 self.amqp.close()
                 port = "web_ssl_port" if web.failed_on_tls else "web_port"
                 raise listener_startup_error(settings, exc, port, "enable_web_api") from None
-            self.node.listings.add(web.listeners)
-        if settings.enable_prometheus and not (settings.prometheus_port or settings.prometheus_ssl):
+            if not internal:
+                self.node.listings.add(web.listeners)
+        if settings.enable_prometheus and not (
+            internal or settings.prometheus_port or settings.prometheus_ssl
+        ):
             log.info("OTTERMQ_PROMETHEUS_PORT=0 and OTTERMQ_PROMETHEUS_SSL=false: no metrics listener")
         elif settings.enable_prometheus:
-            self.prometheus = prometheus = PrometheusServer(self.node, self.web_tls_context)
+            self.prometheus = prometheus = PrometheusServer(
+                self.node, self.web_tls_context, ephemeral=internal
+            )
             try:
                 prometheus.bind()
             except OSError as exc:
@@ -119,9 +134,21 @@ class Broker:
                 port = "prometheus_ssl_port" if prometheus.failed_on_tls else "prometheus_port"
                 raise listener_startup_error(settings, exc, port, "enable_prometheus") from None
             metrics = self.prometheus
-            self.node.listings.add(
-                lambda: [(f"{p}/prometheus", ip, port) for p, ip, port in metrics.listeners()]
-            )
+            if not internal:
+                self.node.listings.add(
+                    lambda: [(f"{p}/prometheus", ip, port) for p, ip, port in metrics.listeners()]
+                )
+
+    def prepare_dirs(self) -> None:
+        """Step 3 of the start-up: check ``OTTERMQ_DLX_ARCHIVE_DIR`` is writable and lock
+        ``OTTERMQ_DATA_DIR`` (creating them), then start the dead-letter archive there.
+
+        Raises:
+            StartupError: either directory is unusable, or the data dir is locked by another broker.
+        """
+        check_archive_dir(self.settings)  # before the data dir: a failure here leaves no store behind
+        prepare_data_dir(self.settings)
+        self.node.use_archive(shared_archive(self.settings))
 
     async def close_listeners(self) -> None:
         """Stop accepting AMQP connections and stop the management plugin's listeners."""
@@ -143,8 +170,8 @@ class Broker:
         before_serving: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Bind (if ``listen`` was not called), open the node (store, definitions, recovery), run
-        ``before_serving`` (the other workers' start), then accept connections and serve the
-        management plugin.
+        ``before_serving`` (worker 0: the other workers' start; another worker: worker 0's metadata
+        applied), then accept connections and serve the management plugin.
 
         Raises:
             StartupError: a port, the data dir or the definitions file is unusable.
@@ -154,20 +181,21 @@ class Broker:
         if definitions is None and settings.definitions_file is not None:
             definitions = read_definitions(settings)
         try:
-            await self.node.open(definitions)
+            await self.node.open(definitions, seed=not self.internal)
         except DefinitionsError as exc:
             raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
         if definitions is not None:
             log.info("imported definitions from %s", settings.definitions_file)
         if before_serving is not None:
             await before_serving()
-        await self.amqp.start_serving()
-        addresses = ", ".join(
-            f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")
-            for proto, ip, port in self.amqp.listeners()
-        )
-        log.info("OtterMQ %s listening on %s", VERSION, addresses)
-        log.info("OtterMQ %s", native.status())  # compiled by mypyc or pure Python (setup.py)
+        await self.amqp.start_serving()  # internal: no socket, the consumer-timeout checks only
+        if not self.internal:
+            addresses = ", ".join(
+                f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")
+                for proto, ip, port in self.amqp.listeners()
+            )
+            log.info("OtterMQ %s listening on %s", VERSION, addresses)
+            log.info("OtterMQ %s", native.status())  # compiled by mypyc or pure Python (setup.py)
         if self.web is not None:
             await self.web.start()
         if self.prometheus is not None:
@@ -247,9 +275,7 @@ async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None
         reload_tls.append(broker.reload_tls)
         extension: Extension | None = None
         try:
-            check_archive_dir(settings)  # before the data dir: a failure here leaves no store behind
-            prepare_data_dir(settings)
-            broker.node.use_archive(shared_archive(settings))
+            broker.prepare_dirs()
             extension = extend(broker) if extend is not None else None
             await broker.start(definitions, extension.start if extension is not None else None)
         except BaseException:

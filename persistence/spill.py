@@ -30,7 +30,7 @@ from typing import Final
 
 from ottermq.vhost.message import GONE, PAGED, READY, Entry
 
-from .archive.files import _pid_alive
+from .archive.files import pid_alive
 from .spill_record import (
     BIG_BODY,
     FLAGS_AT,
@@ -102,7 +102,7 @@ class SpillDir:
         self.root.mkdir(parents=True, exist_ok=True)
         for child in self.root.iterdir():
             pid = child.name.split(".", 1)[0]
-            if not pid.isdigit() or _pid_alive(int(pid)):
+            if not pid.isdigit() or pid_alive(int(pid)):
                 continue  # this process, a sibling worker, or another broker on the same data dir
             shutil.rmtree(child, ignore_errors=True)
             log.info("removed the spill files of an earlier process (%s)", child)

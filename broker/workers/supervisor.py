@@ -20,19 +20,22 @@ Rules:
   limit is checked against counts a few milliseconds old.
 - ``stop``: SIGTERM to every worker and wait (they close their connections with 320 and commit),
   then SIGKILL what is left.
+- What a worker sends is dispatched by its type (``HANDLERS``, one method per message of
+  ``messages.TO_WORKER_0``); anything else closes that worker's control socket, as a message that
+  does not decode does (``control.Control``): the worker then stops and is started again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ottermq.amqp.errors import NotAllowed
 
@@ -40,10 +43,21 @@ from ..node.startup import StartupError
 from ..server.endpoints import describe
 from . import metadata
 from .cluster import WorkerCluster
-from .control import Control, Message
+from .control import Control
+from .messages import (
+    Channels,
+    ChannelsElsewhere,
+    Closed,
+    Connection,
+    Message,
+    Metadata,
+    Ready,
+    Start,
+    Synced,
+    Taken,
+)
 from .ownership import FILE_NAME, OwnershipError, VhostOwners
 from .relay import relay
-from .worker import _start_message
 
 if TYPE_CHECKING:
     from ..runtime import Broker
@@ -72,7 +86,7 @@ class Child:
     index: int
     process: asyncio.subprocess.Process
     control: Control
-    ready: asyncio.Future[Message]
+    ready: asyncio.Future[Ready]
     web_port: int | None = None
     prometheus_port: int | None = None
     synced: dict[int, asyncio.Future[None]] = field(default_factory=dict)
@@ -166,8 +180,9 @@ class Supervisor:
             )
         finally:
             child_end.close()
-        ready: asyncio.Future[Message] = self.loop.create_future()
-        child = Child(index, process, Control(parent, self.loop, lambda m, f: None), ready)
+        ready: asyncio.Future[Ready] = self.loop.create_future()
+        control = Control(parent, self.loop, lambda m, f: None, name=f"worker {index}'s control socket")
+        child = Child(index, process, control, ready)
         child.control.on_message = lambda message, fds: self._on_message(child, message, fds)
         child.control.on_closed = lambda: self._on_closed(child)
         self.children[index] = child
@@ -175,47 +190,68 @@ class Supervisor:
 
     def _begin(self, child: Child) -> None:
         index = child.index
+        node = self.broker.node
         child.control.send(
-            _start_message(
-                self.broker.settings, metadata.snapshot(self.broker.node), self.owners.owned_by(index)
-            )
+            Start.of(self.broker.settings, metadata.snapshot(node), self.owners.owned_by(index))
         )
         watcher = self.loop.create_task(self._watch(child))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
 
+    # -- what the workers send ----------------------------------------------------------------------
     def _on_message(self, child: Child, message: Message, fds: list[int]) -> None:
-        for fd in fds:
-            os.close(fd)
-        kind = message.get("type")
-        if kind == "ready" and not child.ready.done():
-            child.web_port, child.prometheus_port = message.get("web"), message.get("prometheus")
+        handler = self.HANDLERS.get(type(message))
+        if handler is None:  # a message for the workers (fds: a connection's)
+            for fd in fds:
+                os.close(fd)
+            log.error(
+                "worker %d sent %r, a message for the workers; closing its control socket",
+                child.index,
+                message.TYPE,
+            )
+            child.control.close()
+            return
+        handler(self, child, message)
+
+    def _on_ready(self, child: Child, message: Ready) -> None:
+        if not child.ready.done():
+            child.web_port, child.prometheus_port = message.web, message.prometheus
             child.ready.set_result(message)
             log.info("worker %d ready (pid %d)", child.index, child.process.pid)
-        elif kind == "taken":
-            number = int(message.get("id") or 0)
-            offer = child.offered.pop(number, None)
-            if offer is None:
-                return
-            if number in self.cluster.handed:  # not closed already
-                child.serving.add(number)
-            if offer.relay_end is None:
-                offer.conn.handed_off()
-            else:
-                task = self.loop.create_task(relay(offer.conn.relayed(), offer.relay_end))
-                self._watchers.add(task)
-                task.add_done_callback(self._watchers.discard)
-        elif kind == "closed":
-            number = int(message.get("id") or 0)
-            child.serving.discard(number)
-            self.cluster.handed.pop(number, None)
-        elif kind == "channels":
-            child.channels = {str(k): int(v) for k, v in (message.get("counts") or {}).items()}
-            self._spread_soon()
-        elif kind == "synced":
-            waiter = child.synced.pop(int(message.get("seq") or 0), None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+
+    def _on_taken(self, child: Child, message: Taken) -> None:
+        offer = child.offered.pop(message.id, None)
+        if offer is None:
+            return
+        if message.id in self.cluster.handed:  # not closed already
+            child.serving.add(message.id)
+        if offer.relay_end is None:
+            offer.conn.handed_off()
+        else:
+            task = self.loop.create_task(relay(offer.conn.relayed(), offer.relay_end))
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+
+    def _on_connection_closed(self, child: Child, message: Closed) -> None:
+        child.serving.discard(message.id)
+        self.cluster.handed.pop(message.id, None)
+
+    def _on_channels(self, child: Child, message: Channels) -> None:
+        child.channels = dict(message.counts)
+        self._spread_soon()
+
+    def _on_synced(self, child: Child, message: Synced) -> None:
+        waiter = child.synced.pop(message.seq, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    HANDLERS: ClassVar[dict[type[Message], Callable[[Supervisor, Child, Any], None]]] = {
+        Ready: _on_ready,
+        Taken: _on_taken,
+        Closed: _on_connection_closed,
+        Channels: _on_channels,
+        Synced: _on_synced,
+    }
 
     # -- user channel limits -----------------------------------------------------------------------
     def _spread_soon(self) -> None:
@@ -241,7 +277,7 @@ class Supervisor:
             others = elsewhere(child.channels)
             if others != child.told:
                 child.told = others
-                child.control.send({"type": "channels_elsewhere", "counts": others})
+                child.control.send(ChannelsElsewhere(others))
 
     def _on_closed(self, child: Child) -> None:
         if child.channels or child.told:  # its channels closed with it
@@ -329,22 +365,18 @@ class Supervisor:
         transport = conn.transport
         assert transport is not None
         before, rest = conn.handshake_bytes()
-        message: Message = {
-            "type": "connection",
-            "before": base64.b64encode(before).decode(),
-            "rest": base64.b64encode(rest).decode(),
-        }
         inner: socket.socket | None = None
+        endpoints: dict[str, Any] | None = None
         if conn.endpoints.tls:  # the session stays here: the owner gets a socket pair's end
             inner, outer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            message["endpoints"] = describe(conn.endpoints)
+            endpoints = describe(conn.endpoints)
             fd = os.dup(outer.fileno())
             outer.close()
         else:
             sock: Any = transport.get_extra_info("socket")
             fd = os.dup(sock.fileno())
         self._offers += 1
-        message["id"] = self._offers
+        message = Connection(self._offers, before, rest, endpoints)
         if not child.control.send(message, [fd]):  # it has just died
             if inner is not None:
                 inner.close()
@@ -368,14 +400,7 @@ class Supervisor:
             if child.up:
                 waiter: asyncio.Future[None] = self.loop.create_future()
                 child.synced[seq] = waiter
-                child.control.send(
-                    {
-                        "type": "metadata",
-                        "seq": seq,
-                        "definitions": data,
-                        "owned": self.owners.owned_by(child.index),
-                    }
-                )
+                child.control.send(Metadata(seq, data, tuple(self.owners.owned_by(child.index))))
                 waiters.append(waiter)
         self._spread_soon()  # a max-channels limit set or removed: who is counted changed
         if waiters:

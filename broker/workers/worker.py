@@ -2,38 +2,54 @@
 
 Rules:
 - Started by worker 0 (``python -m ottermq.broker.workers INDEX FD``) with one end of its control
-  socket (``control.Control``) as file descriptor FD. The first message is ``start``: worker 0's
-  settings and metadata snapshot. The worker then runs with its own store under
-  ``OTTERMQ_DATA_DIR/worker-INDEX`` (recovering it as any broker does), no AMQP listener of its
-  own, and its management API and Prometheus endpoint on ``127.0.0.1`` ports the system picks,
-  which it reports in ``ready``.
-- ``connection``: a client socket (plain TCP, or worker 0's end of a TLS connection it terminates)
-  with the bytes of its handshake, replayed (``AMQPServer.adopt``). ``metadata``: a new snapshot,
-  applied (``metadata.sync``) and answered with ``synced`` and its number.
+  socket (``control.Control``) as file descriptor FD. The first message is ``Start``: worker 0's
+  settings and metadata snapshot (``messages.py`` lists the messages). The worker then starts as
+  any broker does (``Broker.prepare_dirs``, ``Broker.start``, ``internal``): its own store under
+  ``OTTERMQ_DATA_DIR/worker-INDEX``, recovered; worker 0's metadata applied before it serves; no
+  AMQP listener of its own; its management API and Prometheus endpoint on ``127.0.0.1`` ports the
+  system picks, which it reports in ``Ready``.
+- What worker 0 sends is dispatched by its type (``HANDLERS``, one method per message of
+  ``messages.TO_WORKER``); anything else closes the control socket, as a message that does not
+  decode does. ``Connection``: a client socket (plain TCP, or worker 0's end of a TLS connection it
+  terminates) with the bytes of its handshake, replayed (``AMQPServer.adopt``), answered with
+  ``Taken`` (and ``Closed`` when it closes). ``Metadata``: a new snapshot, applied
+  (``metadata.sync``) and answered with ``Synced`` and its number.
 - Worker 0 gone (the control socket closed) or SIGTERM/SIGINT: shut down as a broker does (320 to
-  every connection, the store committed), then exit.
+  every connection, the store committed), then exit; before ``Start``, exit at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
+import os
 import signal
 import socket
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ottermq.persistence.archive import NullArchive
 
 from ..config import Settings
-from ..management import ManagementServer
-from ..management.prometheus import PrometheusServer
-from ..node.startup import check_archive_dir, prepare_data_dir
-from ..node.wiring import open_store, shared_archive
+from ..node.wiring import open_store
 from ..runtime import Broker
 from ..server.endpoints import RelayedEndpoints
 from . import metadata
 from .cluster import WorkerCluster
-from .control import Control, Message
+from .control import Control
+from .messages import (
+    Channels,
+    ChannelsElsewhere,
+    Closed,
+    Connection,
+    Message,
+    Metadata,
+    Ready,
+    Start,
+    Synced,
+    Taken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,58 +86,77 @@ class Worker:
         self.stop = asyncio.Event()
         self._syncing = asyncio.Lock()  # metadata messages are applied one at a time, in order
         self._syncs: set[asyncio.Task[None]] = set()
-        self._started: asyncio.Future[Message] = loop.create_future()
-        self.control = Control(sock, loop, self._on_message, self.stop.set)
+        self._started: asyncio.Future[Start] = loop.create_future()
+        self.control = Control(sock, loop, self._on_message, self.stop.set, name="control socket to worker 0")
 
+    # -- what worker 0 sends ----------------------------------------------------------------------
     def _on_message(self, message: Message, fds: list[int]) -> None:
-        kind = message.get("type")
-        if kind == "start":
-            if not self._started.done():
-                self._started.set_result(message)
+        handler = self.HANDLERS.get(type(message))
+        if handler is None:
+            for fd in fds:
+                os.close(fd)
+            log.error(
+                "worker %d: worker 0 sent %r, a message for worker 0; closing", self.index, message.TYPE
+            )
+            self.control.close()
             return
+        handler(self, message, fds)
+
+    def _on_start(self, message: Start, fds: list[int]) -> None:
+        if not self._started.done():
+            self._started.set_result(message)
+
+    def _on_connection(self, message: Connection, fds: list[int]) -> None:
         broker = self.broker
-        if kind == "connection" and broker is not None and fds:
-            sock = socket.socket(fileno=fds[0])
-            before = base64.b64decode(message["before"])
-            rest = base64.b64decode(message["rest"])
-            offer = message.get("id")
-            described = message.get("endpoints")
-            relayed = RelayedEndpoints(described) if described is not None else None
-
-            def gone() -> None:
-                self.control.send({"type": "closed", "id": offer})
-
-            task = self.loop.create_task(broker.amqp.adopt(sock, before, rest, relayed, gone))
-            task.add_done_callback(_log_failure)
-            task.add_done_callback(lambda _t: self.control.send({"type": "taken", "id": offer}))
+        if broker is None:  # not started (worker 0 hands connections over once it is ready)
+            for fd in fds:
+                os.close(fd)
             return
-        if kind == "metadata" and broker is not None:
+        sock = socket.socket(fileno=fds[0])
+        relayed = RelayedEndpoints(message.endpoints) if message.endpoints is not None else None
+        offer = message.id
+
+        def gone() -> None:
+            self.control.send(Closed(offer))
+
+        task = self.loop.create_task(broker.amqp.adopt(sock, message.before, message.rest, relayed, gone))
+        task.add_done_callback(_log_failure)
+        task.add_done_callback(lambda _t: self.control.send(Taken(offer)))
+
+    def _on_metadata(self, message: Metadata, fds: list[int]) -> None:
+        broker = self.broker
+        if broker is not None:
             self._syncs.add(task := self.loop.create_task(self._sync(broker, message)))
             task.add_done_callback(self._syncs.discard)
-            return
-        if kind == "channels_elsewhere" and broker is not None:
-            counts = message.get("counts") or {}
-            self.cluster.channels = {str(k): int(v) for k, v in counts.items()}
-            return
-        for fd in fds:
-            socket.socket(fileno=fd).close()
 
-    async def _sync(self, broker: Broker, message: Message) -> None:
+    def _on_channels_elsewhere(self, message: ChannelsElsewhere, fds: list[int]) -> None:
+        if self.broker is not None:
+            self.cluster.channels = dict(message.counts)
+
+    HANDLERS: ClassVar[dict[type[Message], Callable[[Worker, Any, list[int]], None]]] = {
+        Start: _on_start,
+        Connection: _on_connection,
+        Metadata: _on_metadata,
+        ChannelsElsewhere: _on_channels_elsewhere,
+    }
+
+    async def _sync(self, broker: Broker, message: Metadata) -> None:
         """Apply worker 0's metadata, in the order it came: its policies' patterns are first matched
         off the event loop (``metadata.prepare``), then everything is applied at once."""
         async with self._syncing:
             try:
-                await metadata.prepare(broker.node, message["definitions"])
+                await metadata.prepare(broker.node, message.definitions)
             except Exception:
                 log.exception("worker %d: policy patterns of worker 0's metadata not prepared", self.index)
-            self.owned = set(message.get("owned") or ())
+            self.owned = set(message.owned)
             try:
-                metadata.sync(broker.node, message["definitions"])
+                metadata.sync(broker.node, message.definitions)
             except Exception:
                 log.exception("worker %d: metadata from worker 0 not applied", self.index)
-            self.control.send({"type": "synced", "seq": message.get("seq")})
+            self.control.send(Synced(message.seq))
             self._report_channels()  # the limited users may have changed
 
+    # -- this worker's channels per limited user ----------------------------------------------------
     def _report_soon(self) -> None:
         """A limited user's channels changed here: report them once this event-loop turn is over."""
         if not self._reporting:
@@ -131,39 +166,37 @@ class Worker:
     def _report_channels(self) -> None:
         self._reporting = False
         if self.broker is not None:
-            self.control.send(
-                {"type": "channels", "counts": self.broker.node.connections.limited_user_channels()}
-            )
+            self.control.send(Channels(self.broker.node.connections.limited_user_channels()))
 
+    # -- start and stop -----------------------------------------------------------------------------
     async def run(self) -> None:
-        start = await self._started
-        settings = worker_settings(Settings(_env_file=None, **start["settings"]), self.index)  # type: ignore[call-arg]
-        check_archive_dir(settings)
-        prepare_data_dir(settings)
-        broker = Broker(settings, self.loop, open_store(settings), archive=shared_archive(settings))
-        self.owned = set(start.get("owned") or ())
-        broker.node.join(self.cluster)
-        await broker.node.open(seed=False)
-        await metadata.prepare(broker.node, start["definitions"])
-        metadata.sync(broker.node, start["definitions"])
+        """Wait for ``Start``, start as a broker does (see the module rules), say ``Ready``, serve
+        until stopped, shut down."""
+        stopped: asyncio.Future[Any] = self.loop.create_task(self.stop.wait())
+        await asyncio.wait([self._started, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not self._started.done():  # worker 0 gone, or a signal, before it said how to start
+            self.control.close()
+            return
+        start = self._started.result()
+        settings = worker_settings(start.read_settings(), self.index)
+        broker = Broker(settings, self.loop, open_store(settings), archive=NullArchive(), internal=True)
+        node = broker.node
+        self.owned = set(start.owned)
+        node.join(self.cluster)
+
+        async def apply_metadata() -> None:
+            await metadata.prepare(node, start.definitions)
+            metadata.sync(node, start.definitions)
+
+        broker.prepare_dirs()
+        await broker.start(before_serving=apply_metadata)
         self.broker = broker
-        web = prometheus = None
-        if settings.enable_web_api:
-            web = broker.web = ManagementServer(broker.node, None, ephemeral=True)
-            web.bind()
-            await web.start()
-        if settings.enable_prometheus:
-            prometheus = broker.prometheus = PrometheusServer(broker.node, None, ephemeral=True)
-            prometheus.bind()
-            await prometheus.start()
-        broker.amqp.ack_timeouts.start()
-        broker.node.alarms.start()
         self.control.send(
-            {
-                "type": "ready",
-                "web": web.addresses()[0][1] if web is not None else None,
-                "prometheus": prometheus.addresses()[0][1] if prometheus is not None else None,
-            }
+            Ready(
+                web=broker.web.addresses()[0][1] if broker.web is not None else None,
+                prometheus=broker.prometheus.addresses()[0][1] if broker.prometheus is not None else None,
+            )
         )
         log.info("worker %d ready (vhosts from worker 0)", self.index)
         await self.stop.wait()
@@ -200,12 +233,3 @@ def main(argv: list[str] | None = None) -> int:
     else:
         uvloop.run(serve_worker(index, fd))
     return 0
-
-
-def _start_message(settings: Settings, definitions: dict[str, Any], owned: list[str]) -> Message:
-    return {
-        "type": "start",
-        "settings": settings.model_dump(mode="json"),
-        "definitions": definitions,
-        "owned": owned,
-    }

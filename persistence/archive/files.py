@@ -33,7 +33,8 @@ Group = tuple[int, list[bytes], int]
 _PART_NAME = re.compile(r"^deadletters-(\d+)-(\d+)-(\d+)\.jsonl\.part$")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts: it cannot be signalled, but lives)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -250,7 +251,7 @@ class ArchiveFiles:
             if match is None:
                 continue
             pid = int(match.group(2))
-            if pid != self.pid and _pid_alive(pid):
+            if pid != self.pid and pid_alive(pid):
                 continue  # another live broker (or export) writing to the same directory
             try:
                 _finish_part(path)

@@ -46,6 +46,7 @@ NOT_IN_TREE = {
     "report.md": "written by the Spark report and the chaos harness",
     "flow_control.py": "uvicorn's, the model of broker/server/flow.py",
     "_state.py": "h11's, the model of broker/server/states.py",
+    "_events.py": "h11's, the model of broker/workers/messages.py",
     "amqp/ssl": "a protocol pair (amqp and amqp/ssl listeners), not a path",
     "vhost/name": "a resource pair in prose, not a path",
 }
