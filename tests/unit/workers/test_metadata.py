@@ -15,6 +15,7 @@ from ottermq.broker.node.auth import hash_password
 from ottermq.broker.node.definitions.json_format import definitions_from_json
 from ottermq.broker.node.node import Node
 from ottermq.broker.workers import metadata
+from ottermq.broker.workers.cluster import WorkerCluster
 from ottermq.broker.workers.messages import Metadata, pack, unpack
 from ottermq.persistence.archive import NullArchive
 
@@ -103,7 +104,7 @@ async def worker_0(definitions: dict[str, Any]) -> dict[str, Any]:
 async def a_worker() -> Node:
     """A worker's node before worker 0's first snapshot: nothing seeded, vhost ``a`` its own."""
     node = Node(Settings(_env_file=None), asyncio.get_running_loop(), archive=NullArchive())  # type: ignore[call-arg]
-    node.owns = lambda name: name == "a"
+    node.join(WorkerCluster(1, lambda name: name == "a", lambda: None))
     await node.open(seed=False)
     return node
 
@@ -142,7 +143,7 @@ def test_sync_makes_the_workers_metadata_worker_0s(run: Run) -> None:
             await sync(node, before)
             assert metadata.snapshot(node) == before
             assert sorted(node.vhosts) == ["/", "a", "b"] and [v.name for v in node.owned_vhosts()] == ["a"]
-            assert node.limits.of("user", "bob") == {"max-channels": 5}
+            assert node.services.limits.of("user", "bob") == {"max-channels": 5}
             assert node.vhosts["a"].policies["cap"].definition == {"max-length": 10}
             assert node.vhosts["b"].queues == {}  # worker 0's topology is not in the snapshot
 
@@ -151,8 +152,13 @@ def test_sync_makes_the_workers_metadata_worker_0s(run: Run) -> None:
 
             await sync(node, after)  # what the snapshot lacks is deleted, the rest replaced
             assert metadata.snapshot(node) == after
-            assert sorted(node.vhosts) == ["/", "a", "c"] and sorted(node.auth.users) == ["carol", "guest"]
-            assert node.limits.of("user", "bob") == {} and node.limits.of("vhost", "a") == {}
+            assert sorted(node.vhosts) == ["/", "a", "c"] and sorted(node.services.auth.users) == [
+                "carol",
+                "guest",
+            ]
+            assert (
+                node.services.limits.of("user", "bob") == {} and node.services.limits.of("vhost", "a") == {}
+            )
             assert node.vhosts["a"] is owned and list(owned.queues) == ["q1"] and owned.policies == {}
 
             await sync(node, after)  # the same snapshot again changes nothing

@@ -72,10 +72,10 @@ def test_a_worker_starts_as_a_broker_and_answers_worker_0(run: Run, tmp_path: Pa
         assert broker is not None and broker.internal and broker.amqp.listeners() == []
         assert broker.web is not None and broker.web.addresses() == [("127.0.0.1", ready.web)]
         node = broker.node
-        assert node.settings.data_dir == tmp_path / "worker-1"
+        assert node.services.settings.data_dir == tmp_path / "worker-1"
         assert (tmp_path / "worker-1" / "ottermq.db").exists()  # its own store, opened
         assert metadata.snapshot(node) == definitions  # worker 0's metadata, applied before serving
-        assert node.owns("b") and not node.owns("/")
+        assert node.cluster.owns("b") and not node.cluster.owns("/")
 
         changed = copy.deepcopy(definitions)
         changed["vhosts"].append({**changed["vhosts"][0], "name": "c"})
@@ -83,8 +83,8 @@ def test_a_worker_starts_as_a_broker_and_answers_worker_0(run: Run, tmp_path: Pa
         control.send(Metadata(1, changed, ("b", "c")))
         await zero.until(lambda: len(zero.messages) == 3)
         assert zero.only()[1:] == [Synced(1), Channels({})]  # answered, then its channels reported
-        assert node.channels_elsewhere == {"guest": 3}
-        assert sorted(node.auth.vhosts) == ["/", "b", "c"] and node.owns("c")
+        assert node.connections.user_channels("guest") == 3  # the other workers', as worker 0 sent them
+        assert sorted(node.services.auth.vhosts) == ["/", "b", "c"] and node.cluster.owns("c")
 
         control.close()  # worker 0 gone: the worker shuts down as a broker does
         async with asyncio.timeout(10):
