@@ -81,16 +81,21 @@ clients:
 # `make test` runs the suite in TEST_WORKERS processes (pytest-xdist), a file's tests together in one
 # (each with its own session broker): most e2e time is spent waiting on sockets, timers and JVMs, so
 # three workers halve the wall time even on two cores. TEST_WORKERS=0 runs it in one process.
-# `make conformance` stays in one process: every worker would share the one RabbitMQ.
+# The workers take the longest files first (.ci/pytest/ottermq_schedule.py, a plugin with the measured
+# times; --no-loadscope-reorder keeps its order, where xdist's would put the files with fewest tests,
+# some of the longest, last). `make conformance` stays in one process: every worker would share the one
+# RabbitMQ.
 TEST_WORKERS ?= 3
-XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST        := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	-p ottermq_schedule)
+PYTEST       := env PYTHONPATH=$(CURDIR)/.ci/pytest $(BIN)/pytest $(XDIST)
 
 # The hot path is compiled by mypyc where a C compiler is (setup.py); the tests of what it is made of run
 # a second time on its pure-Python sources (OTTERMQ_PURE_PYTHON=1), as a machine without a compiler runs
 # it: the protocol tests (connections and channels) and the unit tests of the packages the compiled
 # modules live in or are driven by (amqp, vhost, dlx). The store's, the node's and the CLI's unit tests
 # use no more of the hot path than those, and run once.
-PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(BIN)/pytest $(XDIST) tests/protocol tests/unit/amqp tests/unit/vhost \
+PURE_TESTS := OTTERMQ_PURE_PYTHON=1 $(PYTEST) tests/protocol tests/unit/amqp tests/unit/vhost \
 	tests/unit/dlx tests/unit/ttl
 
 # A throwaway PostgreSQL (.ci/postgres.py: initdb in a temp dir, a free port, stopped at the end) around
@@ -125,23 +130,23 @@ WORKERS_E2E := $(WORKERS_SKIP) e2e
 # every test, then the end-to-end suite again with two worker processes, then the store's end-to-end
 # files on PostgreSQL, then the hot path's tests on its pure-Python sources
 test: install clients
-	$(WITH_PG) $(BIN)/pytest $(XDIST)
-	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) $(WORKERS_E2E)
-	$(WITH_PG) env OTTERMQ_STORE=postgresql $(BIN)/pytest $(XDIST) $(PG_E2E)
+	$(WITH_PG) $(PYTEST)
+	$(WITH_PG) env OTTERMQ_WORKERS=2 $(PYTEST) $(WORKERS_E2E)
+	$(WITH_PG) env OTTERMQ_STORE=postgresql $(PYTEST) $(PG_E2E)
 	$(PURE_TESTS)
 
 test-workers: install clients
-	$(WITH_PG) env OTTERMQ_WORKERS=2 $(BIN)/pytest $(XDIST) $(WORKERS_E2E)
+	$(WITH_PG) env OTTERMQ_WORKERS=2 $(PYTEST) $(WORKERS_E2E)
 
 test-postgresql: install clients
-	$(WITH_PG) env OTTERMQ_STORE=postgresql $(BIN)/pytest $(XDIST) $(PG_E2E)
+	$(WITH_PG) env OTTERMQ_STORE=postgresql $(PYTEST) $(PG_E2E)
 
 unit: install
-	$(BIN)/pytest $(XDIST) tests
+	$(PYTEST) tests
 	$(PURE_TESTS)
 
 e2e: install clients
-	$(BIN)/pytest $(XDIST) e2e
+	$(PYTEST) e2e
 
 # The web UI's browser tests, saving their screenshots as the README's (docs/screenshots)
 screenshots: install clients
@@ -191,7 +196,7 @@ ATTACK_FINDINGS ?= attack-findings.jsonl
 attack: install
 	@echo "make attack: ATTACK_SEED=$(ATTACK_SEED), $(ATTACK_EXAMPLES) examples, findings in $(ATTACK_FINDINGS)"
 	ATTACK_EXAMPLES=$(ATTACK_EXAMPLES) ATTACK_SEED=$(ATTACK_SEED) ATTACK_FINDINGS=$(abspath $(ATTACK_FINDINGS)) \
-	  $(BIN)/pytest $(XDIST) e2e/test_attack_headers.py e2e/test_attack_extension.py e2e/test_attack_stalls.py
+	  $(PYTEST) e2e/test_attack_headers.py e2e/test_attack_extension.py e2e/test_attack_stalls.py
 
 # The fault runner's long schedule (e2e/test_chaos.py drives e2e/chaos/runner.py; root only: network
 # namespaces, nft, tmpfs): an active and a standby broker on PostgreSQL, and a SQLite broker with two
@@ -263,8 +268,8 @@ bench: install
 	fi
 
 lint: install
-	$(BIN)/ruff check $(PKGS) tests e2e benchmarks setup.py
-	$(BIN)/ruff format --check $(PKGS) tests e2e benchmarks setup.py
+	$(BIN)/ruff check $(PKGS) tests e2e benchmarks setup.py .ci
+	$(BIN)/ruff format --check $(PKGS) tests e2e benchmarks setup.py .ci
 
 typecheck: install
 	$(BIN)/mypy $(foreach p,$(PKGS),-p ottermq.$(p))
