@@ -27,14 +27,16 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: floa
         time.sleep(0.2)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def standalone_cluster(
-    spark: Any, tmp_path: Path, free_port: Callable[[], int]
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
 ) -> Iterator[tuple[str, dict[str, str]]]:
-    """``(master URL, environment)`` of a one-worker standalone cluster (``spark`` checks Java)."""
+    """``(master URL, environment)`` of a one-worker standalone cluster (``spark`` checks Java), one for
+    the module: each test submits its own application to it, as users of one cluster do."""
     import pyspark
 
     home = Path(pyspark.__file__).parent
+    tmp_path = tmp_path_factory.mktemp("cluster")
     env = {
         **os.environ,
         "SPARK_HOME": str(home),
