@@ -190,6 +190,8 @@ class Broker:
             await before_serving()
         await self.amqp.start_serving()  # internal: no socket, the consumer-timeout checks only
         if not self.internal:
+            self.node.services.shovels.start()  # they connect to the listener that now accepts
+        if not self.internal:
             addresses = ", ".join(
                 f"{ip}:{port}" + (" (TLS)" if proto == "amqp/ssl" else "")
                 for proto, ip, port in self.amqp.listeners()
@@ -207,6 +209,7 @@ class Broker:
         go, then close the store (committing what is pending) and the archive."""
         await self.close_listeners()
         self.node.stop()
+        await self.node.services.shovels.stop()  # their unacked messages go back to their sources
         await self.amqp.shutdown(timeout, reason)
         await self.node.close()
         log.info("OtterMQ stopped")

@@ -30,6 +30,7 @@ from .store import (
     LimitRecord,
     MessageRecord,
     MoveJobRecord,
+    ParameterRecord,
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
@@ -90,11 +91,18 @@ class BatchingStore(GroupCommit):
     def delete_limit(self, kind: str, owner: str, name: str) -> None:
         self._add(s.DELETE_LIMIT, (kind, owner, name))
 
+    def put_parameter(self, record: ParameterRecord) -> None:
+        self._add(s.PUT_PARAMETER, s.parameter_row(record))
+
+    def delete_parameter(self, vhost: str, component: str, name: str) -> None:
+        self._add(s.DELETE_PARAMETER, (vhost, component, name))
+
     def delete_vhost(self, name: str) -> None:
         """Delete the vhost with its permissions, exchanges, bindings, queues and messages."""
         self._add(s.DELETE_VHOST_PERMISSIONS, (name,))
         self._add(s.DELETE_VHOST_POLICIES, (name,))
         self._add(s.DELETE_OWNER_LIMITS, ("vhost", name))
+        self._add(s.DELETE_VHOST_PARAMETERS, (name,))
         self._add(s.DELETE_VHOST_BINDINGS, (name,))
         self._add(s.DELETE_VHOST_EXCHANGES, (name,))
         for qid, (vhost, _) in list(self._queue_keys.items()):

@@ -174,6 +174,7 @@ def read_definitions(conn: sqlite3.Connection) -> Definitions:
                 schema.SELECT_BINDINGS,
                 schema.SELECT_POLICIES,
                 schema.SELECT_LIMITS,
+                schema.SELECT_PARAMETERS,
             )
         )
     )

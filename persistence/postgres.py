@@ -386,6 +386,7 @@ class PostgresStore(BatchingStore):
             s.SELECT_BINDINGS,
             s.SELECT_POLICIES,
             s.SELECT_LIMITS,
+            s.SELECT_PARAMETERS,
         )
         return s.definitions(*[map(text_out, await conn.fetch(pg.STATEMENTS[q])) for q in queries])
 

@@ -85,6 +85,7 @@ HISTORY: dict[int, tuple[int, int] | None] = {
     1: (1, 4),  # the store's tables as SQLite's schema 4 had them, the leadership and its fence
     2: (5, 5),  # dead-letter move jobs (issue 38)
     3: None,  # the lease's last renewal and the commit token (issue 39)
+    4: (6, 6),  # runtime parameters: dynamic shovels (issue 42)
 }
 SCHEMA_VERSION = max(HISTORY)
 

@@ -35,6 +35,7 @@ from .store import (
     LimitRecord,
     MessageRecord,
     MoveJobRecord,
+    ParameterRecord,
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
@@ -50,6 +51,7 @@ from .tables import (
     MESSAGES,
     MOVE_JOB_IDS,
     MOVE_JOBS,
+    PARAMETERS,
     PERMISSIONS,
     POLICIES,
     QUEUES,
@@ -128,6 +130,9 @@ DELETE_VHOST_POLICIES = delete(POLICIES, "vhost")
 PUT_LIMIT = insert(LIMITS, replace=True)
 DELETE_LIMIT = delete(LIMITS)
 DELETE_OWNER_LIMITS = delete(LIMITS, "kind", "owner")
+PUT_PARAMETER = insert(PARAMETERS, replace=True)
+DELETE_PARAMETER = delete(PARAMETERS)
+DELETE_VHOST_PARAMETERS = delete(PARAMETERS, "vhost")
 MARK_DELIVERED = "UPDATE messages SET deliveries = ? WHERE id = ?"
 INSERT_DELAYED = insert(DELAYED)
 DELETE_DELAYED = delete(DELAYED)
@@ -167,6 +172,7 @@ SELECT_QUEUES = select(QUEUES, "ORDER BY id")
 SELECT_BINDINGS = select(BINDINGS, "ORDER BY " + ", ".join(BINDINGS.names))
 SELECT_POLICIES = select(POLICIES, "ORDER BY vhost, operator, name")
 SELECT_LIMITS = select(LIMITS, "ORDER BY kind, owner, name")
+SELECT_PARAMETERS = select(PARAMETERS, "ORDER BY vhost, component, name")
 SELECT_DELAYED = select(DELAYED, "WHERE id > ? ORDER BY id LIMIT ?")  # LIMIT -1: all
 SELECT_DEDUP = select(DEDUP, "ORDER BY rowid")  # the order the keys were remembered
 SELECT_MAX_DELAYED = "SELECT max(id) FROM delayed"
@@ -271,6 +277,10 @@ def limit_row(r: LimitRecord) -> Row:
     return (r.kind, r.owner, r.name, r.value)
 
 
+def parameter_row(r: ParameterRecord) -> Row:
+    return (r.vhost, r.component, r.name, r.value)
+
+
 def definitions(
     vhosts: Iterable[Row],
     users: Iterable[Row],
@@ -280,6 +290,7 @@ def definitions(
     bindings: Iterable[Row],
     policies: Iterable[Row] = (),
     limits: Iterable[Row] = (),
+    parameters: Iterable[Row] = (),
 ) -> Definitions:
     """Build ``Definitions`` from rows shaped like the put statements' params."""
     return Definitions(
@@ -291,6 +302,7 @@ def definitions(
         bindings=[BindingRecord(*r) for r in bindings],
         policies=[PolicyRecord(v, n, p, a, pr, d, bool(o)) for v, n, o, p, a, pr, d in policies],
         limits=[LimitRecord(*r) for r in limits],
+        parameters=[ParameterRecord(*r) for r in parameters],
     )
 
 

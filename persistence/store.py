@@ -147,6 +147,16 @@ class PolicyRecord:
 
 
 @dataclass(slots=True)
+class ParameterRecord:
+    """A runtime parameter of a component (``shovel``), as ``rabbitmqctl set_parameter`` sets it."""
+
+    vhost: str
+    component: str
+    name: str
+    value: str  # the JSON value
+
+
+@dataclass(slots=True)
 class MoveJobRecord:
     """A dead-letter move job (``broker/node/move_jobs.py``): written once when it starts, then its
     progress row is updated as it goes (never the whole list of jobs)."""
@@ -177,6 +187,7 @@ class Definitions:
     bindings: list[BindingRecord] = field(default_factory=list)
     policies: list[PolicyRecord] = field(default_factory=list)
     limits: list[LimitRecord] = field(default_factory=list)
+    parameters: list[ParameterRecord] = field(default_factory=list)
 
 
 CommitCallback = Callable[[bool], None]
@@ -234,6 +245,8 @@ class Store(Protocol):
     def delete_policy(self, vhost: str, name: str, operator: bool) -> None: ...
     def put_limit(self, record: LimitRecord) -> None: ...
     def delete_limit(self, kind: str, owner: str, name: str) -> None: ...
+    def put_parameter(self, record: ParameterRecord) -> None: ...
+    def delete_parameter(self, vhost: str, component: str, name: str) -> None: ...
 
     # messages
     def insert_message(self, record: MessageRecord) -> int:

@@ -286,6 +286,20 @@ MOVE_JOB_IDS = Table(
     primary_key=("job",),
 )
 
+# -- version 6: runtime parameters of components, shovels first (issue 42) ---------------------------
+PARAMETERS = Table(
+    "parameters",
+    6,
+    (
+        text("vhost"),
+        text("component"),  # 'shovel'
+        text("name"),
+        text("value"),  # the JSON value, as given
+    ),
+    primary_key=("vhost", "component", "name"),
+    rowid=False,
+)
+
 TABLES: tuple[Table, ...] = (
     VHOSTS,
     USERS,
@@ -300,6 +314,7 @@ TABLES: tuple[Table, ...] = (
     DEDUP,
     MOVE_JOBS,
     MOVE_JOB_IDS,
+    PARAMETERS,
 )
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
 SCHEMA_VERSION = max(max(t.since, *(c.since for c in t.columns)) for t in TABLES)

@@ -1,5 +1,6 @@
-"""``ottermq list|purge|get|publish|close-connection|users|permissions|vhosts`` and ``ottermq definitions
-export|import --url``: a small client of the management HTTP API.
+"""``ottermq list|purge|get|publish|close-connection|users|permissions|vhosts|policies|limits``,
+``ottermq parameters|shovels`` (``admin_runtime.py``) and ``ottermq definitions export|import --url``: a
+small client of the management HTTP API.
 
 It speaks only RabbitMQ's management API (stdlib ``urllib``), so it works against ottermq and against
 RabbitMQ with ``rabbitmq_management`` alike. Where to connect comes from ``--url/--user/--password``,
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import admin_runtime
 from .api import AdminClient, AdminError, add_auth_options, add_target_options, announce, client_of, quote
 
 # The columns each ``list`` shows (dotted paths into the API's objects), and whether it takes --vhost.
@@ -52,7 +54,7 @@ DEATH_HEADER_PREFIXES = ("x-first-death-", "x-last-death-")
 ACKMODES = ["ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false"]
 # the commands with their own actions (add, ...)
 ACCESS = ("users", "permissions", "vhosts", "policies", "limits")
-COMMANDS = ("list", "purge", "get", "publish", "close-connection", *ACCESS)
+COMMANDS = ("list", "purge", "get", "publish", "close-connection", *ACCESS, *admin_runtime.RUNTIME)
 
 
 def cell(item: Any, column: str) -> str:
@@ -121,6 +123,7 @@ def add_parsers(sub: Any, defaults: Mapping[str, str]) -> None:
     close.add_argument("name", help="the connection's name as `ottermq list connections` shows it")
     close.add_argument("--reason", help="reply text the client sees (default: RabbitMQ's)")
     _add_access_parsers(sub, common, fmt, api)
+    admin_runtime.add_parsers(sub, common, fmt, api)
 
 
 def add_connection_options(parser: argparse.ArgumentParser, defaults: Mapping[str, str]) -> None:
@@ -161,6 +164,7 @@ DOING = {
     "limits clear": "Clearing {limits} of '{owner}' on",
     "definitions export": "Exporting definitions of",
     "definitions import": "Importing definitions from {file} into",
+    **admin_runtime.DOING,
 }
 
 
@@ -179,9 +183,13 @@ def describe(args: argparse.Namespace) -> tuple[str, str]:
     vhost = getattr(args, "vhost", None)
     if vhost:
         scope = f"(vhost {vhost})"
-    elif key in ("permissions list", "policies list", "definitions export") or (
-        args.command == "list" and LISTS[args.kind][1]
-    ):
+    elif key in (
+        "permissions list",
+        "policies list",
+        "parameters list",
+        "shovels list",
+        "definitions export",
+    ) or (args.command == "list" and LISTS[args.kind][1]):
         scope = "(all vhosts)"
     else:
         scope = ""
@@ -374,6 +382,8 @@ def _call(client: AdminClient, args: argparse.Namespace) -> tuple[Any, list[str]
         return {"connection": args.name, "closed": True}, ["connection", "closed"]
     if command in ACCESS:
         return _access(client, command, args)
+    if command in admin_runtime.RUNTIME:
+        return admin_runtime.call(client, args)
     raise AdminError(f"unknown command {command}")  # pragma: no cover - argparse limits the choices
 
 

@@ -46,9 +46,11 @@ from . import (
     messages,
     nodes,
     overview,
+    parameters,
     permissions,
     policies,
     queues,
+    shovels,
     users,
     vhosts,
 )
@@ -82,6 +84,8 @@ RESOURCES = (
     archive,
     deadletters,
     limits,
+    parameters,
+    shovels,
 )
 
 

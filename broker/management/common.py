@@ -16,7 +16,6 @@ import contextlib
 import datetime
 import json
 import math
-import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -60,11 +59,6 @@ class NotFound(web.HTTPException):
         super().__init__(
             text='{"error":"Object Not Found","reason":"Not Found"}', content_type="application/json"
         )
-
-
-def node_name() -> str:
-    """This node's name, RabbitMQ-style ``name@host``."""
-    return f"ottermq@{socket.gethostname().split('.')[0]}"
 
 
 def broker_of(request: web.Request) -> NodeView:

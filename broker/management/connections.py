@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import node_name
 from ..node.info import ChannelInfo, ConnectionInfo, ConsumerInfo
 from ..node.tls import distinguished_name
 from .common import (
@@ -30,7 +31,6 @@ from .common import (
     NotFound,
     broker_of,
     json_value,
-    node_name,
     not_authorised,
     sampler_of,
     user_of,

@@ -32,19 +32,19 @@ from aiohttp import web
 from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import PREDECLARED
 
-from .. import VERSION
+from .. import VERSION, node_name
 from ..node.auth import AuthError
 from ..node.definitions import DefinitionsError, definitions_from_json
-from ..node.definitions.json_format import policies_to_json, vhost_limit_parameters
+from ..node.definitions.json_format import parameter_json, policies_to_json, vhost_limit_parameters
 from ..node.limits import LimitError
 from ..node.operations import policy_record as record_of
+from ..node.parameters import ParameterError
 from .bindings import vhost_bindings
 from .common import (
     amqp_errors,
     bad_request,
     broker_of,
     json_value,
-    node_name,
     parse_json,
     require_administrator,
     vhost_or_404,
@@ -146,6 +146,7 @@ def export(broker: NodeView, only: VHost | None = None) -> dict[str, Any]:
     }
     body["policies"], body["parameters"] = live_policies([v for _, v in sorted(broker.vhosts.items())])
     body["parameters"] += vhost_limit_parameters(broker.limits.records())
+    body["parameters"] += [parameter_json(p) for p in broker.ops.parameters.records()]
     for _name, vhost in sorted(broker.vhosts.items()):
         if not broker.cluster.owns(vhost.name):  # another worker's: it exports them
             continue
@@ -220,7 +221,7 @@ async def post_definitions(request: web.Request) -> web.Response:
         await broker.ops.prepare_definitions(broker.owned_vhost, defs)  # policy patterns: off the loop
         with amqp_errors():
             broker.apply_definitions(defs, durable)
-    except (DefinitionsError, AuthError, PolicyError, LimitError) as exc:
+    except (DefinitionsError, AuthError, PolicyError, LimitError, ParameterError) as exc:
         raise bad_request(str(exc)) from None
     return web.Response(status=204)
 

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from .. import node_name
 from ..node.tls import amqps_files, read_validity, web_files
-from .common import amqp_errors, bad_request, broker_of, check_permission, node_name, user_of, vhost_or_404
+from .common import amqp_errors, bad_request, broker_of, check_permission, user_of, vhost_or_404
 
 if TYPE_CHECKING:
     from ..node.view import NodeView

@@ -34,8 +34,8 @@ from ottermq.persistence.batching import BatchingStore
 from ottermq.persistence.postgres import PostgresStore
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from .. import node_name
 from ..node.alarms import process_rss
-from .common import node_name
 from .overview import RABBITMQ_API_VERSION
 
 if TYPE_CHECKING:

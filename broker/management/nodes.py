@@ -20,9 +20,10 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import node_name
 from ..node.alarms import process_rss
 from ..node.sasl import MECHANISMS
-from .common import NotFound, broker_of, node_name, require_monitor, sampler_of
+from .common import NotFound, broker_of, require_monitor, sampler_of
 from .node_metrics import disk_free, max_fds, open_fds
 from .overview import exchange_types
 from .rates import CHURN, churn_counts, churn_key, with_rates

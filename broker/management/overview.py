@@ -14,9 +14,9 @@ from aiohttp import web
 from ottermq.dlx.reasons import Reason
 from ottermq.vhost.chash import CHASH_DESCRIPTION, CHASH_EXCHANGE_TYPE
 
-from .. import VERSION
+from .. import VERSION, node_name
 from ..node.stats import MessageStats
-from .common import SEE_ALL_TAGS, broker_of, node_name, sampler_of, user_of, visible_vhosts
+from .common import SEE_ALL_TAGS, broker_of, sampler_of, user_of, visible_vhosts
 from .rates import (
     CHURN,
     MESSAGE_FIELDS,

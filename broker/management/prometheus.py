@@ -40,6 +40,7 @@ from ..node.view import NodeView
 from .listener import HTTPListener
 from .node_metrics import channel_metrics, churn_metrics, connection_metrics, node_metrics
 from .queues import memory_fields
+from .shovel_metrics import shovel_metrics
 
 if TYPE_CHECKING:
     from ottermq.vhost.queue import Queue
@@ -267,6 +268,7 @@ class BrokerCollector(Collector):
         families += connection_metrics(conns, self.per_object)
         families += churn_metrics(broker)
         families += node_metrics(broker)
+        families += shovel_metrics(broker.shovels.status())
         return Snapshot(rows, self.per_object, families)
 
     def _dead_letter_metrics(self) -> Iterator[Metric]:

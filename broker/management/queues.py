@@ -20,6 +20,7 @@ from ottermq.amqp.props import PROPERTY_FLAGS, split_props
 from ottermq.vhost.queue import Queue
 from ottermq.vhost.vhost import VHost
 
+from .. import node_name
 from ..node.info import DescribedConsumer
 from ..node.operations import arguments_of
 from .common import (
@@ -30,7 +31,6 @@ from .common import (
     flag,
     json_body,
     json_value,
-    node_name,
     sampler_of,
     selected_vhosts,
     sort_by_name,

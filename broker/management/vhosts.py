@@ -7,7 +7,8 @@ from typing import Any
 from aiohttp import web
 from ottermq.vhost.vhost import VHost
 
-from .common import broker_of, node_name, require_administrator, sampler_of, vhost_or_404, visible_vhosts
+from .. import node_name
+from .common import broker_of, require_administrator, sampler_of, vhost_or_404, visible_vhosts
 from .rates import MESSAGE_FIELDS, TOTALS, message_counts, totals, vhost_key, with_rates
 
 

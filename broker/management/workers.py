@@ -12,6 +12,7 @@ Rules (after the login, which worker 0 checks; the workers check the same header
   entry from its owner; ``/overview`` and ``/nodes`` add the workers' counts and rates up;
   ``/definitions`` joins the workers' exchanges, queues and bindings to worker 0's metadata.
 - One connection or channel by name is looked for in each worker in turn.
+- The dynamic shovels run in worker 0 (``broker/shovel``): ``/shovels`` is worker 0's alone.
 - A worker that is down (being started again) answers nothing: its vhosts' objects are missing
   from the lists and a request about one of them is ``503`` (RabbitMQ's JSON error body).
 """
@@ -49,6 +50,7 @@ METADATA += ("/vhost-limits", "/user-limits", "/parameters", "/global-parameters
 # lists joined from every worker
 JOINED = frozenset({"/queues", "/exchanges", "/bindings", "/connections", "/channels", "/consumers"})
 JOINED |= {"/dead-letters", "/dead-letter-moves"}
+WORKER_0 = ("/shovels",)  # answered by worker 0 alone, a {vhost} in the path or not
 BY_NAME = ("/connections/{name}", "/channels/{name}", "/dead-letter-moves/{id}")
 SUMMED = frozenset({"/overview", "/nodes", "/nodes/{name}"})
 _SHAPING = frozenset(
@@ -95,6 +97,8 @@ class Forwarder:
             elif method == "GET" and template in ("/vhosts", "/definitions"):
                 return await self._joined(request, response, template)
             return response
+        if template.startswith(WORKER_0):
+            return await handler(request)
         if "vhost" in request.match_info:
             return await self._by_owner(request, handler)
         if method == "GET" and template in JOINED:

@@ -16,6 +16,13 @@ UI's login and ``update-secret``; each measured on RabbitMQ 3.10.8):
   it in; it logs in with a verified client certificate (SASL EXTERNAL) only.
 - A user in ``loopback_users`` logs in from a loopback address only.
 
+The internal principal (``AuthDB.set_internal``): the node's own AMQP client (a shovel's local end,
+``broker/shovel/link.py``) logs in as ``INTERNAL_USER`` with a secret made at every start (never
+stored; worker 0 gives it to the other workers), compared in constant time. It is no user (not
+listed, not exported, its name may also be a user's, who keeps logging in with its own password),
+it may open every vhost and do everything in it, and it may publish any ``user_id`` (RabbitMQ's
+local shovel connects as its ``none`` user, which has every permission).
+
 Permission rules (``rabbit_access_control`` + ``rabbit_auth_backend_internal``):
 
 - A user reaches a vhost only if it has a permission entry there, even an all-empty one.
@@ -78,8 +85,7 @@ import ipaddress
 import logging
 import os
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from ottermq.amqp.errors import AccessRefused, NotAllowed
 from ottermq.persistence.store import (
@@ -90,6 +96,8 @@ from ottermq.persistence.store import (
     VHostRecord,
 )
 from ottermq.vhost.patterns import Pattern, PatternError, PatternTimeout, compile_pattern
+
+from .requirements import REQUIRED_PERMISSIONS, Permission, Requirement, ResourceKind, required_permissions
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -112,9 +120,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Permission = Literal["configure", "write", "read"]
-ResourceKind = Literal["queue", "exchange"]
-
 DEFAULT_HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 HASHING_ALGORITHMS: dict[str, Callable[[bytes], bytes]] = {
     "rabbit_password_hashing_sha256": lambda data: hashlib.sha256(data).digest(),
@@ -125,6 +130,8 @@ SALT_SIZE = 4
 FULL_ACCESS = ".*"
 _DUMMY_HASH = base64.b64encode(bytes(SALT_SIZE + 32)).decode("ascii")
 _CACHE_LIMIT = 4096
+INTERNAL_USER = "ottermq-internal"  # the internal principal's name in connection listings
+IMPERSONATOR = "impersonator"  # RabbitMQ's tag of users who may publish any user_id
 
 
 class AuthError(ValueError):
@@ -211,75 +218,6 @@ def login_refused_text(mechanism: str = "PLAIN") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# which method needs which permission
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    """One permission check an AMQP method makes.
-
-    Attributes:
-        permission: ``configure``, ``write`` or ``read``.
-        kind: the resource kind checked (``queue`` or ``exchange``).
-        field: the method field naming the resource, or ``arguments[<key>]`` for an argument.
-        when: empty when the check is unconditional, otherwise the condition in words.
-    """
-
-    permission: Permission
-    kind: ResourceKind
-    field: str
-    when: str = ""
-
-
-_NEW_AE = "the exchange is created with an alternate-exchange argument"
-_NEW_DLX = "the queue is created with an x-dead-letter-exchange argument"
-_NOT_PASSIVE = "not passive"
-
-REQUIRED_PERMISSIONS: dict[str, tuple[Requirement, ...]] = {
-    "exchange.declare": (
-        Requirement("configure", "exchange", "exchange", _NOT_PASSIVE),
-        Requirement("read", "exchange", "exchange", _NEW_AE),
-        Requirement("write", "exchange", "arguments[alternate-exchange]", _NEW_AE),
-    ),
-    "exchange.delete": (Requirement("configure", "exchange", "exchange"),),
-    "exchange.bind": (
-        Requirement("write", "exchange", "destination"),
-        Requirement("read", "exchange", "source"),
-    ),
-    "exchange.unbind": (
-        Requirement("write", "exchange", "destination"),
-        Requirement("read", "exchange", "source"),
-    ),
-    "queue.declare": (
-        Requirement("configure", "queue", "queue", _NOT_PASSIVE),
-        Requirement("read", "queue", "queue", _NEW_DLX),
-        Requirement("write", "exchange", "arguments[x-dead-letter-exchange]", _NEW_DLX),
-    ),
-    "queue.delete": (Requirement("configure", "queue", "queue"),),
-    "queue.purge": (Requirement("read", "queue", "queue"),),
-    "queue.bind": (
-        Requirement("write", "queue", "queue"),
-        Requirement("read", "exchange", "exchange"),
-    ),
-    "queue.unbind": (
-        Requirement("write", "queue", "queue"),
-        Requirement("read", "exchange", "exchange"),
-    ),
-    "basic.publish": (Requirement("write", "exchange", "exchange"),),
-    "basic.consume": (Requirement("read", "queue", "queue"),),
-    "basic.get": (Requirement("read", "queue", "queue"),),
-}
-
-
-def required_permissions(method_name: str) -> tuple[Requirement, ...]:
-    """The checks RabbitMQ makes for a method, in order (empty for methods that need none).
-
-    Args:
-        method_name: ``"queue.bind"``, ``"Queue.Bind"`` (pamqp's ``name``) or ``"queue_bind"``.
-    """
-    return REQUIRED_PERMISSIONS.get(method_name.lower().replace("_", "."), ())
-
-
-# ---------------------------------------------------------------------------------------------
 # the database
 # ---------------------------------------------------------------------------------------------
 def _compile(regex: str) -> Pattern:
@@ -312,6 +250,19 @@ class AuthDB:
         self.permissions: dict[tuple[str, str], PermissionRecord] = {}
         self._patterns: dict[str, Pattern] = {}
         self._allowed: dict[tuple[str, str, str, str, str], bool] = {}
+        self.internal: UserRecord | None = None  # the internal principal (set_internal)
+        self._internal_secret = b""
+
+    def set_internal(self, secret: str) -> UserRecord:
+        """Let the internal principal log in with ``secret`` (see the module docstring)."""
+        self._internal_secret = secret.encode("utf-8")
+        self.internal = UserRecord(INTERNAL_USER, "", tags=[IMPERSONATOR])
+        return self.internal
+
+    @property
+    def internal_secret(self) -> str:
+        """The internal principal's secret (worker 0 hands it to the other workers)."""
+        return self._internal_secret.decode("utf-8")
 
     # -- loading -----------------------------------------------------------------------------
     def load(self, defs: Definitions) -> None:
@@ -384,6 +335,10 @@ class AuthDB:
             answer, ``login_refused_text``).
         """
         name = _name(username)
+        internal = self.internal
+        if internal is not None and password is not None and name == INTERNAL_USER:
+            if hmac.compare_digest(_octets(password), self._internal_secret):
+                return internal
         user = None if name is None else self.users.get(name)
         if user is None:
             if password is not None:
@@ -414,13 +369,15 @@ class AuthDB:
         """
         if vhost not in self.vhosts:
             raise NotAllowed(f"vhost {vhost} not found")
-        if (user.name, vhost) not in self.permissions:
+        if user is not self.internal and (user.name, vhost) not in self.permissions:
             raise NotAllowed(f"access to vhost '{vhost}' refused for user '{user.name}'")
 
     def is_allowed(
         self, user: UserRecord, vhost: str, permission: Permission, kind: ResourceKind, name: str
     ) -> bool:
         """Whether ``user`` holds ``permission`` on the resource (see the module rules)."""
+        if user is self.internal:
+            return True
         if kind == "exchange" and name == "":
             name = "amq.default"
         key = (user.name, vhost, permission, kind, name)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import secrets
+import ssl
 import time
 
 from ottermq.amqp.errors import AMQPError
@@ -36,15 +38,18 @@ from ottermq.vhost.paging import Paging
 from ottermq.vhost.policy import PolicyError
 from ottermq.vhost.vhost import VHost
 
+from .. import node_name
 from ..config import Settings
+from ..shovel import LocalBroker, Shovels
 from .alarms import Alarms
-from .auth import AuthDB, AuthError
+from .auth import INTERNAL_USER, AuthDB, AuthError
 from .cluster import Cluster
 from .definitions import DefinitionsError, Restore, apply_definitions
 from .delayed import DedupPersistence, DelayService
 from .limits import LimitError, Limits
 from .listings import Listings
 from .operations import Operations
+from .parameters import ParameterError, Parameters
 from .recovery import recover
 from .registry import ConnectionRegistry
 from .services import Logins, Services
@@ -83,6 +88,8 @@ class Node:
         store = store if store is not None else MemoryStore()
         auth = AuthDB(store, loopback_users=settings.loopback_users)
         limits = Limits()
+        parameters = Parameters()
+        auth.set_internal(secrets.token_urlsafe(32))  # a worker other than the first takes worker 0's
         self.vhosts: dict[str, VHost] = {}
         spill = SpillDir(settings.spill_dir or settings.data_dir / "spill")
         self.services = Services(
@@ -94,7 +101,9 @@ class Node:
             auth=auth,
             logins=Logins(auth),
             limits=limits,
-            ops=Operations(auth, store, limits, self.apply_limits),
+            ops=Operations(auth, store, limits, self.apply_limits, parameters),
+            parameters=parameters,
+            shovels=Shovels(self.local_broker, node_name(), self._shovel_finished),
             archive=shared_archive(settings) if archive is None else archive,
             delays=DelayService(self.vhosts, store, loop, ttl.now),
             dedup=DedupPersistence(store, ttl.now),
@@ -105,6 +114,7 @@ class Node:
                 else None
             ),
         )
+        parameters.register("shovel", self.services.shovels)
         self.connections = ConnectionRegistry(limits)
         self.alarms = Alarms(settings, loop, store, self.connections.block)
         self.listings = Listings()
@@ -156,12 +166,14 @@ class Node:
         apply_definitions(self, recovered, restore=Restore())  # after the messages
         services.limits.load(defs.limits)
         self.apply_limits()
+        if self.cluster.index == 0:  # parameters are worker 0's (parameters.py rule 5)
+            services.parameters.restore(defs.parameters, auth.vhosts)
         applied = Definitions()
         if definitions is not None:
             await ops.prepare_definitions(self.owned_vhost, definitions)
             try:
                 applied = apply_definitions(self, definitions)
-            except (AuthError, PolicyError, LimitError, AMQPError) as exc:
+            except (AuthError, PolicyError, LimitError, ParameterError, AMQPError) as exc:
                 raise DefinitionsError(str(exc)) from None
         if not seed:  # another worker's copy of the metadata: worker 0 sends it
             pass
@@ -248,6 +260,7 @@ class Node:
                     vhost.delete_exchange(exchange, False)
         self.services.auth.delete_vhost(name)
         self.services.limits.clear("vhost", name)  # the store drops them with the vhost
+        self.services.parameters.clear_vhost(name)  # and its parameters (their shovels stop)
 
     def delete_user(self, name: str) -> None:
         """Delete the user and its limits, and close its connections with 320 (RabbitMQ 3.10's text,
@@ -259,6 +272,25 @@ class Node:
         self.services.auth.delete_user(name)
         self.services.limits.clear("user", name)  # the store drops them with the user
         self.connections.close_user(name)
+
+    def local_broker(self) -> LocalBroker | None:
+        """Where a shovel's local end connects: this node's AMQP listener over loopback (plain TCP
+        first; TLS to itself unverified), as the internal principal (None: no listener)."""
+        listeners = self.listings.amqp()
+        chosen = [entry for entry in listeners if entry[0] == "amqp"] or listeners
+        if not chosen:
+            return None
+        protocol, ip, port = chosen[0]
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(ip, ip)
+        tls = None
+        if protocol != "amqp":
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE  # our own listener
+        return LocalBroker(host, port, INTERNAL_USER, self.services.auth.internal_secret, tls)
+
+    def _shovel_finished(self, vhost: str, name: str) -> None:
+        """A shovel reached its ``src-delete-after``: its parameter goes (``Shovels`` rule 5)."""
+        self.services.ops.clear_parameter(vhost, "shovel", name)
 
     def apply_limits(self) -> None:
         """Give each vhost its ``max-queues`` limit (after recovery and on every change)."""

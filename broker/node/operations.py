@@ -41,6 +41,8 @@ Rules:
    :meth:`Operations.prepare_policy`: a PCRE-only pattern is matched against the vhost's names in a
    worker thread within a total time bound, so that applying it finds every answer remembered and
    holds the event loop for none of it.
+7. Runtime parameters (``parameters.py``) are validated by their component (with the acting user's
+   vhost access), then kept, stored and acted on in one step; a failed write is taken back.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ from ottermq.vhost.message import Message, incoming_message
 from ottermq.vhost.patterns import PatternError, compile_pattern
 from ottermq.vhost.policy import Policy, make_policy
 
+from .auth import IMPERSONATOR, AuthDB, Permission, ResourceKind
 from .limits import Limits, validate
+from .parameters import Parameters, record
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import CommitCallback, Store, UserRecord
@@ -68,8 +72,6 @@ if TYPE_CHECKING:
     from ottermq.vhost.message import Entry
     from ottermq.vhost.queue import Queue
     from ottermq.vhost.vhost import PublishResult, VHost
-
-    from .auth import AuthDB, Permission, ResourceKind
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +159,22 @@ class Operations:
         store: where definitions, policies and limits are written.
         limits: the limits in force.
         apply_limits: re-applies the limits to the vhosts after a change.
+        parameters: the runtime parameters and their components.
     """
 
-    def __init__(self, auth: AuthDB, store: Store, limits: Limits, apply_limits: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        auth: AuthDB,
+        store: Store,
+        limits: Limits,
+        apply_limits: Callable[[], None],
+        parameters: Parameters | None = None,
+    ) -> None:
         self.auth = auth
         self.store = store
         self.limits = limits
         self.apply_limits = apply_limits
+        self.parameters = parameters if parameters is not None else Parameters()
 
     # -- permissions ------------------------------------------------------------------------------
     def allow(self, user: Actor, vhost: VHost, permission: Permission, kind: ResourceKind, name: str) -> None:
@@ -209,7 +220,7 @@ class Operations:
         Raises:
             PreconditionFailed: ``user_id``, ``expiration`` or CC/BCC refused.
         """
-        username = user.name if user is not None else None
+        username = user.name if user is not None and IMPERSONATOR not in user.tags else None
         return incoming_message(exchange, routing_key, raw_props, body, username)
 
     def publish(
@@ -503,6 +514,48 @@ class Operations:
         if vhost.delete_policy(name, operator) is None:
             return False
         self.store.delete_policy(vhost.name, name, operator)
+        return True
+
+    # -- runtime parameters (rule 7) -----------------------------------------------------------------
+    def set_parameter(self, user: Actor, vhost: str, component: str, name: str, value: Any) -> bool:
+        """Validate, keep, store and apply a runtime parameter; returns whether it is new.
+
+        Raises:
+            ParameterError: an unknown component, or the component's problems with ``value``.
+        """
+        auth, parameters = self.auth, self.parameters
+
+        def access(target: str) -> bool:
+            return user is not None and target in auth.vhosts and (user.name, target) in auth.permissions
+
+        parameters.check(vhost, component, name, value, access if user else None, user.name if user else None)
+        previous = parameters.get(vhost, component, name)
+        if parameters.put(vhost, component, name, value):
+            self.store.put_parameter(record(vhost, component, name, value))
+            self.store.after_commit(
+                lambda ok: self._parameter_stored(ok, vhost, component, name, value, previous)
+            )
+        return previous is None
+
+    def _parameter_stored(
+        self, ok: bool, vhost: str, component: str, name: str, value: Any, previous: Any
+    ) -> None:
+        if (
+            not ok and self.parameters.get(vhost, component, name) == value
+        ):  # not replaced since: take it back
+            log.error(
+                "parameter '%s' of %s in vhost '%s' could not be stored; taken back", name, component, vhost
+            )
+            if previous is None:
+                self.clear_parameter(vhost, component, name)
+            else:
+                self.set_parameter(None, vhost, component, name, previous)
+
+    def clear_parameter(self, vhost: str, component: str, name: str) -> bool:
+        """Forget a runtime parameter (its component stops what it ran); returns whether there was one."""
+        if not self.parameters.remove(vhost, component, name):
+            return False
+        self.store.delete_parameter(vhost, component, name)
         return True
 
     # -- limits -----------------------------------------------------------------------------------------

@@ -18,10 +18,12 @@ from ottermq.ttl.manager import TTLManager
 from ottermq.vhost.paging import Paging
 
 from ..config import Settings
+from ..shovel import Shovels
 from .auth import AuthDB
 from .delayed import DedupPersistence, DelayService
 from .limits import Limits
 from .operations import Operations
+from .parameters import Parameters
 from .wiring import Archive
 
 
@@ -69,6 +71,9 @@ class Services:
     limits: Limits  # vhost and user limits (broker/node/limits.py)
     # the one front door: every way in performs its operations through it (broker/node/operations.py)
     ops: Operations
+    # runtime parameters and their components: dynamic shovels (broker/node/parameters.py)
+    parameters: Parameters
+    shovels: Shovels
     archive: Archive  # OTTERMQ_DLX_ARCHIVE_DIR, or a null archive
     # x-delayed-message exchanges and persistent deduplication caches (broker/node/delayed.py)
     delays: DelayService

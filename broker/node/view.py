@@ -35,7 +35,8 @@ class NodeView:
         services = node.services
         self.settings = services.settings
         self.auth = services.auth  # users, vhosts, permissions (changed through ``ops``)
-        self.ops = services.ops
+        self.ops = services.ops  # runtime parameters too (``ops.parameters``)
+        self.shovels = services.shovels  # the dynamic shovels' status, restart
         self.limits = services.limits
         self.logins = services.logins  # login counts (rabbitmq_auth_attempts_*) and HTTP logins
         self.store = services.store  # its metrics

@@ -31,6 +31,7 @@ from ottermq.vhost.vhost import ROUTED, PublishResult
 from pamqp import commands as spec
 from pamqp.base import Frame
 
+from ..node.auth import IMPERSONATOR
 from ..node.stats import MessageStats
 from .confirms import Confirms
 from .interfaces import ConnectionPort, HeldAcks
@@ -66,6 +67,7 @@ class Publisher:
         "_publish_seq",
         "_replies",
         "_tx_publishes",
+        "_user_id",
         "_write_ok",
         "confirm",
         "conn",
@@ -94,6 +96,9 @@ class Publisher:
         self._is_open = is_open
         self._close = close
         self._ops = conn.node.services.ops
+        # whose user_id a message may claim (None: anyone's, RabbitMQ's impersonator tag)
+        user = conn.user
+        self._user_id: str | None = None if user is not None and IMPERSONATOR in user.tags else conn.username
         self._flow = conn.flow
         self._write_ok: str | None = None  # exchange last allowed for basic.publish
         self.confirm = False
@@ -124,7 +129,7 @@ class Publisher:
         if raw_props[0] & 0x02:  # reply-to is set (flag 0x0200): maybe amq.rabbitmq.reply-to
             raw_props = fast_reply_to(raw_props, self._replies.reply)
         # 406 for user_id, expiration, CC/BCC here, also in tx mode (as RabbitMQ)
-        message, keys = incoming_message(exchange_name, routing_key, raw_props, body, conn.username)
+        message, keys = incoming_message(exchange_name, routing_key, raw_props, body, self._user_id)
         stats = self.stats
         stats.received += 1
         if self.confirm:

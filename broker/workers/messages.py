@@ -226,16 +226,20 @@ def _name(kind: Any) -> str:
 class Start(Message):
     """The first message to a worker: worker 0's settings (``Settings`` as JSON; the worker makes its
     own of them, ``worker.worker_settings``), its metadata (``metadata.snapshot``) and the vhosts
-    given to the worker (``ownership``)."""
+    given to the worker (``ownership``), and the internal principal's secret (``secret``: a shovel's
+    connection to a vhost of this worker logs in with it; made by worker 0 at start-up, never stored)."""
 
     settings: dict[str, Any]
     definitions: dict[str, Any]
     owned: tuple[str, ...]
+    secret: str = ""
 
     @classmethod
-    def of(cls, settings: Settings, definitions: dict[str, Any], owned: Iterable[str]) -> Start:
-        """The start message of a worker given ``owned`` (worker 0's ``settings`` and metadata)."""
-        return cls(settings.model_dump(mode="json"), definitions, tuple(owned))
+    def of(
+        cls, settings: Settings, definitions: dict[str, Any], owned: Iterable[str], secret: str = ""
+    ) -> Start:
+        """The start message of a worker given ``owned`` (worker 0's ``settings``, metadata, secret)."""
+        return cls(settings.model_dump(mode="json"), definitions, tuple(owned), secret)
 
     def read_settings(self) -> Settings:
         """Worker 0's settings, as it sent them (not the environment's)."""

@@ -192,7 +192,12 @@ class Supervisor:
         index = child.index
         node = self.broker.node
         child.control.send(
-            Start.of(self.broker.settings, metadata.snapshot(node), self.owners.owned_by(index))
+            Start.of(
+                self.broker.settings,
+                metadata.snapshot(node),
+                self.owners.owned_by(index),
+                node.services.auth.internal_secret,
+            )
         )
         watcher = self.loop.create_task(self._watch(child))
         self._watchers.add(watcher)

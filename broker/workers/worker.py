@@ -182,6 +182,8 @@ class Worker:
         settings = worker_settings(start.read_settings(), self.index)
         broker = Broker(settings, self.loop, open_store(settings), archive=NullArchive(), internal=True)
         node = broker.node
+        if start.secret:  # worker 0's internal principal: its shovels' connections to this worker's vhosts
+            node.services.auth.set_internal(start.secret)
         self.owned = set(start.owned)
         node.join(self.cluster)
 

@@ -13,9 +13,11 @@ Rules (RabbitMQ's import):
    acting (no permission checks, as an administrator's import): vhosts created, users created or
    replaced, permissions set; exchanges and queues declared through the operations layer when
    missing (durable ones reach the store as a client's declare would), existing ones left as they
-   are; bindings made when both ends exist (else skipped with a warning); policies and limits set.
-3. It raises what those operations raise (``AuthError``, ``PolicyError``, ``LimitError``, an
-   ``AMQPError`` for a declare or bind the broker refuses); each way in translates it.
+   are; bindings made when both ends exist (else skipped with a warning); policies and limits set;
+   component parameters (shovels) set through the operations layer, in worker 0 only.
+3. It raises what those operations raise (``AuthError``, ``PolicyError``, ``LimitError``,
+   ``ParameterError``, an ``AMQPError`` for a declare or bind the broker refuses); each way in
+   translates it.
 4. Restore (``restore=``, start-up recovery, ``recovery.py``): the records are the node's own store's,
    validated when they were written. Rule 1 is not applied (an item of a vhost the node lacks is
    skipped), nothing is written back (recovery detaches the store from the vhosts meanwhile, and
@@ -95,6 +97,7 @@ def check_references(defs: Definitions, users: Iterable[str], vhosts: Iterable[s
     entities += [("queue", q.vhost, q.name) for q in defs.queues]
     entities += [("binding to exchange", b.vhost, b.source) for b in defs.bindings]
     entities += [("operator policy" if p.operator else "policy", p.vhost, p.name) for p in defs.policies]
+    entities += [(p.component, p.vhost, p.name) for p in defs.parameters]
     for kind, vhost, name in entities:
         if vhost not in known_vhosts:
             raise DefinitionsError(f"{kind} '{name}' in vhost '{vhost}': no such vhost")
@@ -209,6 +212,9 @@ def apply_definitions(
     for limit in defs.limits:
         ops.set_limit(limit.kind, limit.owner, limit.name, limit.value)
         done.limits.append(limit)
+    for param in defs.parameters if node.cluster.index == 0 and restore is None else ():  # worker 0's
+        ops.set_parameter(None, param.vhost, param.component, param.name, json.loads(param.value))
+        done.parameters.append(param)
     return done
 
 

@@ -22,6 +22,8 @@ Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` i
 - Limits: users' ``limits`` (an object), vhosts' ``limits`` (an object, or 3.10's list of pairs)
   and ``vhost-limits`` parameters, validated as the API does (``broker/node/limits.py``); exported in
   all three of RabbitMQ's places.
+- ``parameters`` of component ``shovel``: ``vhost``, ``name`` and ``value`` (validated when applied,
+  by the shovel component: ``broker/node/parameters.py``); exported as RabbitMQ does.
 - ``topic_permissions``, ``global_parameters`` and other ``parameters``: accepted and ignored with
   a warning (not implemented); other unknown keys are ignored.
 - Arguments: JSON objects <-> AMQP field tables with RabbitMQ's type choices (``arguments.py``).
@@ -53,6 +55,7 @@ from ottermq.persistence.store import (
     Definitions,
     ExchangeRecord,
     LimitRecord,
+    ParameterRecord,
     PermissionRecord,
     PolicyRecord,
     QueueRecord,
@@ -77,6 +80,7 @@ IGNORED_SECTIONS = {
 }
 OPERATOR_POLICY = "operator_policy"  # the ``parameters`` component of operator policies
 VHOST_LIMITS = "vhost-limits"  # the ``parameters`` component of vhost limits
+COMPONENTS = ("shovel",)  # the ``parameters`` components read into ``Definitions.parameters``
 _MD5_VERSIONS = re.compile(r"^3\.[0-5]\.")
 
 
@@ -322,8 +326,8 @@ def _read_policies(data: Mapping[str, Any]) -> list[PolicyRecord]:
     ignored = 0
     for i, item in enumerate(_section(data, "parameters")):
         entry = _Entry("parameters", i, item)
-        if item.get("component") == VHOST_LIMITS:
-            continue  # read by _read_vhost_limits
+        if item.get("component") == VHOST_LIMITS or item.get("component") in COMPONENTS:
+            continue  # read by _read_all_limits, _read_parameters
         if item.get("component") != OPERATOR_POLICY:
             ignored += 1
             continue
@@ -447,7 +451,30 @@ def definitions_from_json(data: Mapping[str, Any], transient: bool = False) -> D
             defs.bindings.append(binding)
     defs.policies = _read_policies(data)
     defs.limits = _read_all_limits(data)
+    defs.parameters = _read_parameters(data)
     return defs
+
+
+def _read_parameters(data: Mapping[str, Any]) -> list[ParameterRecord]:
+    """The ``parameters`` of ``COMPONENTS``; the last one of a name wins."""
+    found: dict[tuple[str, str, str], ParameterRecord] = {}
+    for i, item in enumerate(_section(data, "parameters")):
+        if item.get("component") not in COMPONENTS:
+            continue
+        entry = _Entry("parameters", i, item)
+        vhost, name = entry.string("vhost", non_empty=True), entry.string("name", non_empty=True)
+        entry.label(f"{item['component']} '{name}' in vhost '{vhost}'")
+        if "value" not in item:
+            raise entry.fail("'value' is missing")
+        found[(vhost, item["component"], name)] = ParameterRecord(
+            vhost, item["component"], name, json.dumps(item["value"], separators=(",", ":"))
+        )
+    return list(found.values())
+
+
+def parameter_json(p: ParameterRecord) -> dict[str, Any]:
+    """A component's parameter in RabbitMQ's export shape."""
+    return {"value": json.loads(p.value), "vhost": p.vhost, "component": p.component, "name": p.name}
 
 
 def _read_all_limits(data: Mapping[str, Any]) -> list[LimitRecord]:
@@ -539,7 +566,9 @@ def definitions_to_json(defs: Definitions, version: str) -> dict[str, Any]:
             for p in defs.permissions
         ],
         "topic_permissions": [],
-        "parameters": policies_to_json(defs.policies)[1] + vhost_limit_parameters(defs.limits),
+        "parameters": policies_to_json(defs.policies)[1]
+        + vhost_limit_parameters(defs.limits)
+        + [parameter_json(p) for p in defs.parameters],
         "global_parameters": [],
         "policies": policies_to_json(defs.policies)[0],
         "queues": [_queue_json(q) for q in defs.queues],

@@ -13,7 +13,9 @@ it in ``ALLOWED``; the order below is the layering, top to bottom:
   the connections' ``info()`` snapshots), never the AMQP server's classes.
 - ``broker.server``: the AMQP server: connections and channels.
 - ``broker.node``: node services: auth, limits, TLS, alarms, the operations layer, definitions,
-  recovery, delayed delivery, dead-letter moves.
+  recovery, delayed delivery, dead-letter moves, runtime parameters.
+- ``broker.shovel``: dynamic shovels (an AMQP client of this and other brokers, aiormq); the node
+  builds and drives them, they import nothing of the node.
 - ``broker.config`` and ``broker`` itself (``VERSION``): settings, read by everyone in ``broker``.
 - the domain packages: ``dlx`` and ``persistence`` over ``vhost`` over ``ttl`` and ``amqp``;
   ``spark_jobs`` stands alone (the archive's schema is its contract).
@@ -41,21 +43,38 @@ ALLOWED: dict[str, set[str]] = {
     "spark_jobs": set(),
     "broker": set(),
     "broker.config": {"broker"},
-    "broker.node": {"broker", "broker.config"} | DOMAIN,
-    "broker.server": {"broker", "broker.config", "broker.node"} | DOMAIN,
-    "broker.management": {"broker", "broker.config", "broker.node"} | DOMAIN,
-    "broker.runtime": {"broker", "broker.config", "broker.node", "broker.server", "broker.management"}
+    "broker.shovel": {"broker", "broker.config", "amqp"},
+    "broker.node": {"broker", "broker.config", "broker.shovel"} | DOMAIN,
+    "broker.server": {"broker", "broker.config", "broker.node", "broker.shovel"} | DOMAIN,
+    "broker.management": {"broker", "broker.config", "broker.node", "broker.shovel"} | DOMAIN,
+    "broker.runtime": {
+        "broker",
+        "broker.config",
+        "broker.node",
+        "broker.shovel",
+        "broker.server",
+        "broker.management",
+    }
     | DOMAIN,
     "broker.workers": {
         "broker",
         "broker.config",
         "broker.node",
+        "broker.shovel",
         "broker.server",
         "broker.management",
         "broker.runtime",
     }
     | DOMAIN,
-    "broker.cli": {"broker", "broker.config", "broker.node", "broker.runtime", "broker.workers"} | DOMAIN,
+    "broker.cli": {
+        "broker",
+        "broker.config",
+        "broker.node",
+        "broker.shovel",
+        "broker.runtime",
+        "broker.workers",
+    }
+    | DOMAIN,
 }
 
 

@@ -20,7 +20,7 @@ from .layouts import postgres_layout
 
 SEQ_BITS = 44  # message id = (queue id << 44) | seq, in every version
 
-# the migrations as persistence/postgres_sql.py wrote them up to schema 3
+# the migrations as persistence/postgres_sql.py wrote them up to schema 4
 _T = 'TEXT COLLATE "C" NOT NULL'
 POSTGRES_SHIPPED: dict[int, str] = {
     1: f"""
@@ -90,6 +90,11 @@ CREATE TABLE ottermq_commit (
 );
 INSERT INTO ottermq_commit VALUES (1, 0, 0)
 """,
+    4: f"""
+CREATE TABLE parameters (
+    vhost {_T}, component {_T}, name {_T}, value {_T}, PRIMARY KEY (vhost, component, name)
+)
+""",
 }
 
 
@@ -120,11 +125,11 @@ async def shipped_postgres(conn: Any, schema: str, version: int) -> None:
 
 
 def test_postgresql_versions_ship_in_order() -> None:
-    assert sorted(POSTGRES_SHIPPED) == list(postgres_sql.migrations("x")) == list(range(1, 4))
-    assert postgres_sql.SCHEMA_VERSION == 3  # a new version: add its DDL above as it ships
+    assert sorted(POSTGRES_SHIPPED) == list(postgres_sql.migrations("x")) == list(range(1, 5))
+    assert postgres_sql.SCHEMA_VERSION == 4  # a new version: add its DDL above as it ships
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_a_postgresql_schema_of_every_version_opens_with_its_data(postgres_url: str, version: int) -> None:
     """Built as that version shipped, it opens (migrated to the newest), keeps its rows, and has the
     same tables, columns, keys and indexes as one the current code creates (the collation of three

@@ -142,6 +142,15 @@ CREATE TABLE messages (
             ids BLOB NOT NULL                      -- 8 bytes per id, big-endian, sorted
         )""",
     ],
+    6: [
+        """CREATE TABLE parameters (
+            vhost TEXT NOT NULL,
+            component TEXT NOT NULL,               -- 'shovel'
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,                   -- the JSON value
+            PRIMARY KEY (vhost, component, name)
+        ) WITHOUT ROWID""",
+    ],
 }
 
 
@@ -155,11 +164,11 @@ def shipped_sqlite(conn: sqlite3.Connection, version: int) -> None:
 
 
 def test_sqlite_versions_ship_and_migrate_in_order() -> None:
-    assert sorted(SQLITE_SHIPPED) == list(sqlite_schema.MIGRATIONS) == list(range(1, 6))
-    assert sqlite_schema.SCHEMA_VERSION == 5  # a new version: add its DDL above as it ships
+    assert sorted(SQLITE_SHIPPED) == list(sqlite_schema.MIGRATIONS) == list(range(1, 7))
+    assert sqlite_schema.SCHEMA_VERSION == 6  # a new version: add its DDL above as it ships
 
 
-@pytest.mark.parametrize("version", range(1, 6))
+@pytest.mark.parametrize("version", range(1, 7))
 def test_each_sqlite_version_builds_what_it_shipped_with(version: int) -> None:
     shipped, rendered = sqlite3.connect(":memory:"), sqlite3.connect(":memory:")
     shipped_sqlite(shipped, version)
@@ -168,7 +177,7 @@ def test_each_sqlite_version_builds_what_it_shipped_with(version: int) -> None:
     assert sqlite_pragmas(rendered) == sqlite_pragmas(shipped)
 
 
-@pytest.mark.parametrize("version", range(1, 5))
+@pytest.mark.parametrize("version", range(1, 6))
 def test_a_sqlite_file_of_every_older_version_opens_with_its_data(tmp_path: Path, version: int) -> None:
     path = tmp_path / "ottermq.db"
     conn = sqlite3.connect(path)
