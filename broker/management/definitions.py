@@ -119,6 +119,7 @@ def export(broker: NodeView, only: VHost | None = None) -> dict[str, Any]:
     """The running broker's definitions, node-wide or of the vhost ``only`` (rule 1)."""
     if only is not None:
         policies, parameters = live_policies([only])
+        parameters += [parameter_json(p) for p in broker.ops.parameters.records() if p.vhost == only.name]
         scoped = topology(only, False)
         head = {"rabbit_version": RABBITMQ_API_VERSION, "parameters": parameters, "policies": policies}
         return {**head, **scoped}
