@@ -28,6 +28,7 @@ import aiohttp
 from aiohttp import hdrs, web
 from yarl import URL
 
+from ..node.definitions.json_format import parameter_json
 from .common import json_error
 
 if TYPE_CHECKING:
@@ -88,7 +89,10 @@ class Forwarder:
             if template.startswith("/definitions/{vhost}") or (
                 template == "/vhosts/{vhost}" and method == "GET"
             ):
-                return await self._by_owner(request, handler)
+                response = await self._by_owner(request, handler)
+                if template.startswith("/definitions/{vhost}") and method == "GET":
+                    return self._with_parameters(response, request.match_info["vhost"])
+                return response
             response = await handler(request)
             if method not in ("GET", "HEAD") and 200 <= response.status < 300:
                 await self.pool.sync()  # first: the workers must know a new vhost is theirs
@@ -180,6 +184,17 @@ class Forwarder:
                     answer.status,
                     answer.body,
                 )
+
+    def _with_parameters(self, response: web.StreamResponse, vhost: str) -> web.StreamResponse:
+        """Another worker's export of ``vhost`` with worker 0's shovel parameters of that vhost in it
+        (the parameters are worker 0's alone)."""
+        body = self._body(response)
+        if body is None or self.pool.owner(vhost) == 0:
+            return response
+        body["parameters"] = body.get("parameters", []) + [
+            parameter_json(p) for p in self.node.ops.parameters.records() if p.vhost == vhost
+        ]
+        return _like(response, body)
 
     # -- every worker -----------------------------------------------------------------------------
     async def _others(self, request: web.Request) -> list[Any]:

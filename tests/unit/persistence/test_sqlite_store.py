@@ -185,7 +185,7 @@ def test_a_schema_4_file_gets_the_move_job_tables(tmp_path: Path, monkeypatch: p
     async def main() -> None:
         store = SQLiteStore(path)
         await store.open()
-        assert await sql(store, "PRAGMA user_version") == [(5,)]
+        assert await sql(store, "PRAGMA user_version") == [(sqlite_schema.SCHEMA_VERSION,)]
         assert [m.body for m in await messages(store, q)] == [b"1"]
         store.put_move_job(MoveJobRecord(1, "/", "dlq", "{}", "running", ids=b"\x00" * 8))
         assert [j.ids for j in await store.load_move_jobs()] == [b"\x00" * 8]

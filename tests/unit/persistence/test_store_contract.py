@@ -25,7 +25,7 @@ from ottermq.persistence import (
     engine,
 )
 from ottermq.persistence.batching import BatchingStore
-from ottermq.persistence.store import DedupRecord, DelayedRecord, MoveJobRecord
+from ottermq.persistence.store import DedupRecord, DelayedRecord, MoveJobRecord, ParameterRecord
 
 Factory = Callable[[], MemoryStore | SQLiteStore]
 
@@ -646,6 +646,35 @@ def test_limits_round_trip_replace_delete_and_go_with_their_owner(new_store: Fac
         store.delete_vhost("v")
         await store.flush()
         assert (await store.load_definitions()).limits == []
+        await store.close()
+
+    run(main)
+
+
+def test_parameters_round_trip_replace_delete_and_go_with_their_vhost(new_store: Factory) -> None:
+    """Issue 42: runtime parameters (a shovel's JSON value) kept across reopen, replaced by name,
+    deleted one by one and with their vhost."""
+
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        store.put_vhost(VHostRecord("v"))
+        store.put_vhost(VHostRecord("w"))
+        store.put_parameter(ParameterRecord("v", "shovel", "a", '{"src-uri":"amqp://"}'))
+        store.put_parameter(ParameterRecord("v", "shovel", "a", '{"src-uri":"amqp://h"}'))  # replaces
+        store.put_parameter(ParameterRecord("v", "shovel", "b", "{}"))
+        store.put_parameter(ParameterRecord("w", "shovel", "a", '{"\u00e9": "\u0000"}'))
+        await store.flush()
+        d = await store.load_definitions()
+        assert [(p.vhost, p.component, p.name, p.value) for p in d.parameters] == [
+            ("v", "shovel", "a", '{"src-uri":"amqp://h"}'),
+            ("v", "shovel", "b", "{}"),
+            ("w", "shovel", "a", '{"\u00e9": "\u0000"}'),
+        ]
+        store.delete_parameter("v", "shovel", "b")
+        store.delete_vhost("w")
+        await store.flush()
+        assert [(p.vhost, p.name) for p in (await store.load_definitions()).parameters] == [("v", "a")]
         await store.close()
 
     run(main)
