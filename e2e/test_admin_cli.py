@@ -362,3 +362,50 @@ def test_a_user_without_a_password(ottermq, broker, unique):
             pika.BlockingConnection(broker.params(credentials=pika.PlainCredentials(user, "now-a-pw")))
     finally:
         ottermq("users", "delete", user, check=False)
+
+
+def test_parameters_and_shovels(ottermq, broker, unique, channel):
+    """``ottermq parameters set shovel NAME VALUE`` takes ``rabbitmqctl set_parameter``'s JSON as it is;
+    ``ottermq shovels list|restart|delete`` (issue 42)."""
+    name, src, dest = unique("cli-sh"), unique("src"), unique("dest")
+    value = {"src-uri": "amqp://", "src-queue": src, "dest-uri": "amqp://", "dest-queue": dest}
+    try:
+        shown = as_json(
+            ottermq, "parameters", "set", "shovel", name, json.dumps(value), "--vhost", broker.vhost
+        )
+        assert shown == {"vhost": broker.vhost, "component": "shovel", "name": name, "value": value}
+        listed = as_json(ottermq, "parameters", "list", "shovel", "--vhost", broker.vhost)
+        assert {"value": value, "vhost": broker.vhost, "component": "shovel", "name": name} in listed
+        assert name in ottermq("parameters", "list").stdout
+
+        def state() -> str | None:
+            entries = as_json(ottermq, "shovels", "list", "--vhost", broker.vhost)
+            return next((e["state"] for e in entries if e["name"] == name), None)
+
+        poll_until(lambda: state() == "running", timeout=STATS_TIMEOUT, what="the shovel running")
+        table = ottermq("shovels", "list").stdout
+        assert name in table and "running" in table and src in table
+        ottermq("shovels", "restart", name, "--vhost", broker.vhost)
+        poll_until(lambda: state() == "running", timeout=STATS_TIMEOUT, what="running again")
+        bad = ottermq(
+            "parameters",
+            "set",
+            "shovel",
+            name,
+            '{"src-uri": "amqp://"}',
+            "--vhost",
+            broker.vhost,
+            check=False,
+        )
+        assert (
+            bad.returncode == 1
+            and "Validation failed" in bad.stderr
+            and 'Key "dest-uri" not found' in bad.stderr
+        )
+        ottermq("shovels", "delete", name, "--vhost", broker.vhost)
+        assert name not in [p["name"] for p in as_json(ottermq, "parameters", "list", "shovel")]
+        ottermq("parameters", "set", "shovel", name, json.dumps(value), "--vhost", broker.vhost)
+        ottermq("parameters", "clear", "shovel", name, "--vhost", broker.vhost)
+        assert name not in [p["name"] for p in as_json(ottermq, "parameters", "list")]
+    finally:
+        ottermq("parameters", "clear", "shovel", name, "--vhost", broker.vhost, check=False)

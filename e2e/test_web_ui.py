@@ -513,3 +513,47 @@ def test_dead_letters_decoded_and_sent_back_once(ui, amqp, shots):
     shots(page, "dead-letter-moves")
     amqp.queue_delete(work)
     amqp.queue_delete(dlq)
+
+
+def test_shovels_add_status_restart_and_delete(ui, amqp, shots):
+    """The Shovels page (issue 42): RabbitMQ's "Add a new shovel" form, the status table with its
+    restart button, the management table with its delete button, and a refused value's text."""
+    shovel, src, dest = name("shovel"), name("src"), name("dest")
+    amqp.queue_declare(src, durable=True)
+    for i in range(3):
+        amqp.basic_publish("", src, b"%d" % i)
+    page = ui.go("#/shovels")
+    form = page.locator("form.stack").first
+    form.locator("input[name=name]").fill(shovel)
+    form.locator("input[name=src_name]").fill(src)
+    form.locator("input[name=dest_name]").fill(dest)
+    form.locator("input[name=forward]").check()
+    form.locator("button:text-is('Add shovel')").click()
+    page.wait_for_selector(f"tr:has(td:text-is('{shovel}')) span.state-running")
+    assert eventually(lambda: amqp.queue_declare(dest, passive=True).method.message_count == 3)
+    value = call(ui.broker, f"/api/parameters/shovel/%2F/{q(shovel)}")[2]["value"]
+    assert value == {
+        "ack-mode": "on-confirm",
+        "dest-add-forward-headers": True,
+        "dest-add-timestamp-header": False,
+        "dest-queue": dest,
+        "dest-uri": "amqp://",
+        "reconnect-delay": 5,
+        "src-delete-after": "never",
+        "src-prefetch-count": 1000,
+        "src-queue": src,
+        "src-uri": "amqp://",
+    }
+    shots(page, "shovels")
+    page.locator(f"tr:has(td:text-is('{shovel}')) button:text-is('Restart')").click()
+    page.wait_for_selector("#flash:has-text('Restart shovel')")
+    page.wait_for_selector(f"tr:has(td:text-is('{shovel}')) span.state-running")
+    form.locator("input[name=name]").fill(name("bad"))
+    form.locator("input[name=src_uri]").fill("nothing")
+    form.locator("button:text-is('Add shovel')").click()
+    page.wait_for_selector('#flash.bad:has-text("not a valid URI: {{unable_to_parse_uri,no_scheme}")')
+    page.locator(f"tr:has(td:text-is('{shovel}')) button:text-is('Delete')").click()
+    page.wait_for_selector(f"td:text-is('{shovel}')", state="detached")
+    assert call(ui.broker, f"/api/parameters/shovel/%2F/{q(shovel)}")[0] == 404
+    amqp.queue_delete(src)
+    amqp.queue_delete(dest)
