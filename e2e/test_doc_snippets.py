@@ -717,6 +717,27 @@ def test_users_permissions_and_limits(broker_process, tmp_path):
     assert limits[0]["value"] == {"max-channels": 64}
 
 
+@runs("shovels-cli", "shovels-curl")
+def test_the_shovels_commands(broker_process, tmp_path):
+    b = broker_process()
+    b.start()
+    conn, ch = pika_channel(b)
+    ch.queue_declare("orders", durable=True)
+    ch.basic_publish("", "orders", b"order 1")
+    try:
+        out = run_shell(snippet("shovels-cli") + snippet("shovels-curl"), b, tmp_path)
+
+        def moved() -> bool:
+            return ch.queue_declare("orders.archive", passive=True).method.message_count == 1
+
+        poll_until(moved, timeout=20, what="the order moved to orders.archive")
+    finally:
+        conn.close()
+    assert "orders-to-archive" in out and '"name":"orders-out"' in out.replace(" ", "")
+    value = http_json(f"{b.broker.management_url}/api/parameters/shovel/%2F/orders-out")["value"]
+    assert value["dest-uri"] == "amqp://shovel:s3cret@backup.example:5672/%2F"
+
+
 @runs("metrics-curl")
 def test_the_metrics_commands(broker_process, tmp_path):
     b = broker_process()

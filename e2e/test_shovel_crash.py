@@ -18,11 +18,10 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-import pika
-import pika.exceptions
 import pytest
 
 from .polling import poll_until
+from .test_shovel_interop import depth, drain, publish, q
 
 pytestmark = pytest.mark.extension
 
@@ -30,48 +29,8 @@ COUNT = 4000
 eventually = functools.partial(poll_until, timeout=90, interval=0.1)
 
 
-def q(name: str) -> str:
-    return urllib.parse.quote(name, safe="")
-
-
-def publish(b: Any, queue: str) -> None:
-    conn = pika.BlockingConnection(b.params())
-    try:
-        ch = conn.channel()
-        ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
-        for i in range(COUNT):
-            ch.basic_publish("", queue, b"m", pika.BasicProperties(delivery_mode=2, headers={"seq": i}))
-    finally:
-        conn.close()
-
-
-def depth(b: Any, queue: str) -> int:
-    try:
-        conn = pika.BlockingConnection(b.params())
-    except pika.exceptions.AMQPConnectionError:
-        return -1  # restarting
-    try:
-        return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
-    except pika.exceptions.ChannelClosedByBroker:
-        return -1
-    finally:
-        if conn.is_open:
-            conn.close()
-
-
 def seqs(b: Any, queue: str) -> collections.Counter[int]:
-    conn = pika.BlockingConnection(b.params())
-    found: collections.Counter[int] = collections.Counter()
-    try:
-        ch = conn.channel()
-        while True:
-            method, props, _ = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                return found
-            found[props.headers["seq"]] += 1
-    finally:
-        conn.close()
+    return collections.Counter(props.headers["seq"] for _, props in drain(b, queue))
 
 
 def shovel_value(source_queue: str, dest: Any, dest_queue: str) -> dict[str, Any]:
@@ -107,15 +66,20 @@ def check_all_arrived(source: Any, src: str, dest: Any, dest_queue: str) -> int:
     return duplicates
 
 
-def test_kill_9_of_the_broker_running_the_shovel_loses_nothing(broker_process, unique):
-    source_process = broker_process()
-    source = source_process.start()
-    dest = broker_process().start()
+def start_move(broker_process: Any, unique: Any) -> tuple[Any, Any, Any, Any, str, str, str]:
+    """Two private brokers, ``COUNT`` messages in the source, the shovel set and an eighth moved."""
+    source_process, dest_process = broker_process(), broker_process()
+    source, dest = source_process.start(), dest_process.start()
     name, src, dest_queue = unique("sh"), unique("src"), unique("dest")
-    publish(source, src)
+    publish(source, src, COUNT)
     path = f"/api/parameters/shovel/%2F/{q(name)}"
     assert source.api(path, "PUT", {"value": shovel_value(src, dest, dest_queue)})[0] == 201
     eventually(lambda: depth(dest, dest_queue) >= COUNT // 8, what="an eighth moved")
+    return source_process, dest_process, source, dest, name, src, dest_queue
+
+
+def test_kill_9_of_the_broker_running_the_shovel_loses_nothing(broker_process, unique):
+    source_process, _, source, dest, name, src, dest_queue = start_move(broker_process, unique)
     source_process.kill()
     assert depth(dest, dest_queue) < COUNT, "the move ended before the kill: nothing was tested"
     source_process.start()
@@ -125,14 +89,7 @@ def test_kill_9_of_the_broker_running_the_shovel_loses_nothing(broker_process, u
 
 
 def test_kill_9_of_the_destination_loses_nothing(broker_process, unique):
-    source = broker_process().start()
-    dest_process = broker_process()
-    dest = dest_process.start()
-    name, src, dest_queue = unique("sh"), unique("src"), unique("dest")
-    publish(source, src)
-    path = f"/api/parameters/shovel/%2F/{q(name)}"
-    assert source.api(path, "PUT", {"value": shovel_value(src, dest, dest_queue)})[0] == 201
-    eventually(lambda: depth(dest, dest_queue) >= COUNT // 8, what="an eighth moved")
+    _, dest_process, source, dest, name, src, dest_queue = start_move(broker_process, unique)
     dest_process.kill()
     assert depth(source, src) > 0, "the move ended before the kill: nothing was tested"
     dest_process.start()

@@ -71,7 +71,11 @@ def publish(b: Any, queue: str, count: int = COUNT) -> None:
 
 
 def depth(b: Any, queue: str) -> int:
-    conn = pika.BlockingConnection(b.params())
+    """Messages ready in ``queue``; -1 while it does not exist or the broker is not answering."""
+    try:
+        conn = pika.BlockingConnection(b.params())
+    except pika.exceptions.AMQPConnectionError:
+        return -1
     try:
         return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
     except pika.exceptions.ChannelClosedByBroker:
@@ -169,24 +173,32 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"ca": ca, "server": ca.issue("localhost", server=True), "client": ca.issue("guest", server=False)}
 
 
+def tls_broker(broker_process: Any, pki: dict[str, Any], **extra: str) -> tuple[Any, int]:
+    """A private ottermq with a TLS listener (the test CA's ``localhost`` certificate); its port."""
+    from .conftest import _free_port
+
+    port = _free_port()
+    env = {
+        "OTTERMQ_SSL": "true",
+        "OTTERMQ_SSL_PORT": str(port),
+        "OTTERMQ_SSL_CERT_FILE": str(pki["server"].cert),
+        "OTTERMQ_SSL_KEY_FILE": str(pki["server"].key),
+        **extra,
+    }
+    return broker_process(env).start(), port
+
+
 @pytest.mark.extension
 def test_amqps_with_a_client_certificate_verify_peer_and_sasl_external(
     broker_process, pki, put_shovel, unique
 ):
-    from .conftest import _free_port
-
-    ssl_port = _free_port()
-    tls = broker_process(
-        {
-            "OTTERMQ_SSL": "true",
-            "OTTERMQ_SSL_PORT": str(ssl_port),
-            "OTTERMQ_SSL_CERT_FILE": str(pki["server"].cert),
-            "OTTERMQ_SSL_KEY_FILE": str(pki["server"].key),
-            "OTTERMQ_SSL_CA_FILE": str(pki["ca"].cert_file),
-            "OTTERMQ_SSL_VERIFY": "verify_peer",
-            "OTTERMQ_SSL_FAIL_IF_NO_PEER_CERT": "true",
-        }
-    ).start()
+    tls, ssl_port = tls_broker(
+        broker_process,
+        pki,
+        OTTERMQ_SSL_CA_FILE=str(pki["ca"].cert_file),
+        OTTERMQ_SSL_VERIFY="verify_peer",
+        OTTERMQ_SSL_FAIL_IF_NO_PEER_CERT="true",
+    )
     here = broker_process().start()
     name, src, dest = unique("sh"), unique("src"), unique("dest")
     publish(tls, src)
@@ -215,17 +227,7 @@ def test_amqps_with_a_client_certificate_verify_peer_and_sasl_external(
 
 @pytest.mark.extension
 def test_amqps_refuses_a_server_whose_name_does_not_match(broker_process, pki, put_shovel, unique):
-    from .conftest import _free_port
-
-    ssl_port = _free_port()
-    tls = broker_process(
-        {
-            "OTTERMQ_SSL": "true",
-            "OTTERMQ_SSL_PORT": str(ssl_port),
-            "OTTERMQ_SSL_CERT_FILE": str(pki["server"].cert),
-            "OTTERMQ_SSL_KEY_FILE": str(pki["server"].key),
-        }
-    ).start()
+    tls, ssl_port = tls_broker(broker_process, pki)
     here = broker_process().start()
     name, src = unique("sh"), unique("src")
     publish(tls, src, 1)

@@ -517,6 +517,31 @@ def test_a_shovel_survives_a_broker_restart(restartable, unique):
         broker.api(path, "DELETE")
 
 
+def test_a_user_with_the_impersonator_tag_publishes_any_user_id(broker, unique):
+    """What lets a shovel forward a message whose ``user_id`` names the original publisher (RabbitMQ's
+    local shovels act as a user that may, ottermq's as its internal principal with this tag)."""
+    user, queue = unique("imp"), unique("q")
+    vh = q(broker.vhost)
+    try:
+        assert (
+            broker.api(f"/api/users/{q(user)}", "PUT", {"password": "pw", "tags": "impersonator"})[0] == 201
+        )
+        perms = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert broker.api(f"/api/permissions/{vh}/{q(user)}", "PUT", perms)[0] in (201, 204)
+        conn = pika.BlockingConnection(broker.params(credentials=pika.PlainCredentials(user, "pw")))
+        try:
+            ch = conn.channel()
+            ch.queue_declare(queue)
+            ch.basic_publish("", queue, b"as someone else", pika.BasicProperties(user_id="someone-else"))
+            method, props, _ = poll_until(lambda: (got := ch.basic_get(queue, auto_ack=True))[0] and got)
+            assert props.user_id == "someone-else"
+            ch.queue_delete(queue)
+        finally:
+            conn.close()
+    finally:
+        broker.api(f"/api/users/{q(user)}", "DELETE")
+
+
 # -- ottermq's own ----------------------------------------------------------------------------------------
 @pytest.mark.extension
 def test_prometheus_counts_what_each_shovel_moved(broker, shovels, unique, channel):

@@ -150,6 +150,10 @@ BODIES: dict[tuple[str, str], Schema] = {
     ),
     ("PUT", "/vhost-limits/{vhost}/{name}"): LIMIT,
     ("PUT", "/user-limits/{user}/{name}"): LIMIT,
+    # a runtime parameter: a shovel's definition (docs/shovels.md), a vhost's limits, an operator policy
+    ("PUT", "/parameters/{component}/{vhost}/{name}"): _object(
+        ("value",), value={"description": "the component's value, e.g. a shovel's definition (an object)"}
+    ),
     ("POST", "/definitions"): DEFINITIONS,
     ("POST", "/definitions/{vhost}"): DEFINITIONS,
     ("POST", "/dead-letters/{vhost}/{queue}/moves"): MOVE,

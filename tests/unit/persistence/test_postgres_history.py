@@ -164,7 +164,10 @@ def test_a_postgresql_schema_of_every_version_opens_with_its_data(postgres_url: 
         conn = await asyncpg.connect(postgres_url)
         try:
             (migrated, _), (created, _) = await postgres_layout(conn, old), await postgres_layout(conn, fresh)
-            assert await conn.fetchval(f"SELECT version FROM {quote_ident(old)}.ottermq_schema") == postgres_sql.SCHEMA_VERSION
+            assert (
+                await conn.fetchval(f"SELECT version FROM {quote_ident(old)}.ottermq_schema")
+                == postgres_sql.SCHEMA_VERSION
+            )
         finally:
             await conn.close()
         assert migrated == created
