@@ -114,7 +114,10 @@ PYTEST       := env PYTHONPATH=$(CURDIR)/.ci/pytest $(BIN)/pytest $(XDIST)
 #      workers (prometheus, disk_alarm);
 #    - processes: restarts and kill -9 of every worker, each recovering its own store (durability),
 #      settings reaching the workers and SIGTERM/SIGINT stopping them all (ottermq_process), each
-#      worker's dead-letter archive writer in the one directory (archive).
+#      worker's dead-letter archive writer in the one directory (archive);
+#    - shovels, which run in worker 0 and connect to the vhost's owner through worker 0's listener as
+#      the internal principal whose secret worker 0 hands out, their parameters worker 0's alone
+#      (shovels, shovel_interop, shovel_crash).
 #    Not again: the files whose broker work happens inside the owner exactly as in one process (queue
 #    types, TTL, dead-lettering, delays, paging, the clients' own suites, the browser, snippets, fuzzer,
 #    adversarial suite, chaos), test_workers.py (it sets OTTERMQ_WORKERS=2 itself: its first run is
@@ -127,13 +130,14 @@ WORKERS_E2E := $(addprefix e2e/test_,connection.py handshake.py login_matrix.py 
 	management_fidelity.py management_hostile_headers.py queue_access.py front_door.py dead_letter_moves.py \
 	permissions.py policies.py limits.py management_definitions.py admin_cli.py \
 	tls.py prometheus.py disk_alarm.py \
-	durability.py ottermq_process.py archive.py)
+	durability.py ottermq_process.py archive.py shovels.py shovel_interop.py shovel_crash.py)
 #
 # 2. The store on PostgreSQL (OTTERMQ_STORE=postgresql, a schema per broker process, in a throwaway
 #    server: WITH_PG below): the end-to-end files that write to the store and read it back: restarts and
 #    crashes (with TTL and dead-lettering across them), delayed messages and dedup, dead-letter moves,
 #    policies and limits that survive a restart, definitions, quorum and lazy queues, a consistent-hash
-#    ring recovered. Not again: the files whose queues are not durable, so the store sees nothing of them
+#    ring recovered, shovel parameters kept across a restart and a kill -9 (shovels, shovel_crash).
+#    Not again: the files whose queues are not durable, so the store sees nothing of them
 #    (dlx, ttl, ttl_head_expiry, queue_expiry, length_limits: no row but the first start's user, vhost
 #    and permission, counted in pg_stat_user_tables), nor management_health and ottermq_process (start-up
 #    and settings: one queue and one message in 13 brokers; every broker of this pass starts on
@@ -141,7 +145,7 @@ WORKERS_E2E := $(addprefix e2e/test_,connection.py handshake.py login_matrix.py 
 #    definitions). The store contract tests (tests/unit/persistence) run every store operation on both
 #    stores in the first pass, text with NUL, which the management API's fuzzer sends, included.
 PG_E2E := $(addprefix e2e/test_,durability.py delayed_dedup.py dead_letter_moves.py policies.py limits.py \
-	management_definitions.py quorum_queues.py lazy_queues.py consistent_hash.py)
+	management_definitions.py quorum_queues.py lazy_queues.py consistent_hash.py shovels.py shovel_crash.py)
 #
 # 3. The hot path on its pure-Python sources (OTTERMQ_PURE_PYTHON=1), as a machine without a C compiler
 #    runs it (mypyc compiles amqp/native.py's MODULES where one is; see setup.py): the unit and protocol
