@@ -465,6 +465,21 @@ def test_the_definitions_export_holds_the_parameter(broker, shovels, unique):
         assert found == [expected] and list(found[0]) == ["value", "vhost", "component", "name"]
 
 
+def test_a_definitions_import_sets_and_starts_a_shovel(broker, shovels, unique, channel):
+    name, src, dest = unique("sh"), unique("src"), unique("dest")
+    channel.queue_declare(src, durable=True)
+    channel.basic_publish("", src, b"imported")
+    item = {"value": local(src, dest), "vhost": broker.vhost, "component": "shovel", "name": name}
+    try:
+        assert broker.api("/api/definitions", "POST", {"parameters": [item]}) == (204, None)
+        path = f"/api/parameters/shovel/{q(broker.vhost)}/{q(name)}"
+        assert broker.api(path)[1]["value"] == dict(sorted(item["value"].items()))
+        running(broker, name)
+        eventually(lambda: depth(channel, dest) == 1, what="the imported shovel moving")
+    finally:
+        broker.api(f"/api/parameters/shovel/{q(broker.vhost)}/{q(name)}", "DELETE")
+
+
 def test_a_policymaker_sets_shovels_in_its_vhosts_and_a_monitoring_user_sees_them(broker, shovels, unique):
     maker, watcher, name = unique("pm"), unique("mon"), unique("sh")
     vh = q(broker.vhost)
@@ -563,6 +578,40 @@ def test_prometheus_counts_what_each_shovel_moved(broker, shovels, unique, chann
     assert f"ottermq_shovel_messages_forwarded_total{{{labels}}} 7.0" in text
     assert f"ottermq_shovel_messages_redelivered_total{{{labels}}} 0.0" in text
     assert f'ottermq_shovel_state{{shovel="{name}",state="running",vhost="{broker.vhost}"}} 1.0' in text
+
+
+@pytest.mark.extension
+def test_a_message_with_headers_nested_thousands_deep_crosses_unchanged(broker, shovels, unique, raw_connect):
+    """What arrives inside a message is input: 5,000 nested tables in a header pass through the shovel's
+    client (which keeps the property octets aside instead of decoding them) and its forward headers
+    (which read only ``x-shovelled``), octet for octet."""
+    name, src, dest = unique("sh"), unique("src"), unique("dest")
+    raw = raw_connect()
+    raw.open_channel(1)
+    raw.rpc(1, pamqp.commands.Queue.Declare(queue=src, durable=True), pamqp.commands.Queue.DeclareOk)
+    nested = b""
+    for _ in range(5000):
+        entry = b"\x01nF" + struct.pack(">I", len(nested)) + nested
+        nested = entry
+    deep = encode_table([("deep", b"F", struct.pack(">I", len(nested)) + nested)])
+    props = struct.pack(">H", 0x2000) + deep
+    raw.send_frame(1, pamqp.commands.Basic.Publish(exchange="", routing_key=src))
+    payload = struct.pack(">HHQ", 60, 0, 1) + props
+    raw.send(struct.pack(">BHI", 2, 1, len(payload)) + payload + b"\xce")
+    raw.send_frame(1, pamqp.body.ContentBody(b"x"))
+    assert shovels(name, local(src, dest, **{"dest-add-forward-headers": True}))[0] == 201
+
+    def get() -> tuple[int, int, bytes] | None:
+        raw.send_frame(1, pamqp.commands.Basic.Get(queue=dest, no_ack=True))
+        _, frame = raw.recv_frame()
+        return raw.recv_raw_frame() if isinstance(frame, pamqp.commands.Basic.GetOk) else None
+
+    _, _, header = eventually(get, what="the deep message shovelled")
+    got = header[12:]
+    assert got.startswith(struct.pack(">H", 0x2000))
+    start = got.index(b"\x04deepF") + 6
+    assert got[start : start + 4 + len(nested)] == struct.pack(">I", len(nested)) + nested
+    assert running(broker, name)["state"] == "running"
 
 
 @pytest.mark.extension
