@@ -237,7 +237,8 @@ def test_forward_and_timestamp_headers_are_rabbitmqs_and_every_other_octet_is_ke
     name, src, dest = unique("sh"), unique("src"), unique("dest")
     raw = raw_connect()
     raw.open_channel(1)
-    raw.rpc(1, pamqp.commands.Queue.Declare(queue=src, durable=True), pamqp.commands.Queue.DeclareOk)
+    for queue in (src, dest):  # the raw channel's basic.get must not find the destination missing (404)
+        raw.rpc(1, pamqp.commands.Queue.Declare(queue=queue, durable=True), pamqp.commands.Queue.DeclareOk)
     headers = encode_table(
         [
             ("zeta", b"I", struct.pack(">i", 1)),
@@ -588,7 +589,8 @@ def test_a_message_with_headers_nested_thousands_deep_crosses_unchanged(broker, 
     name, src, dest = unique("sh"), unique("src"), unique("dest")
     raw = raw_connect()
     raw.open_channel(1)
-    raw.rpc(1, pamqp.commands.Queue.Declare(queue=src, durable=True), pamqp.commands.Queue.DeclareOk)
+    for queue in (src, dest):  # the raw channel's basic.get must not find the destination missing (404)
+        raw.rpc(1, pamqp.commands.Queue.Declare(queue=queue, durable=True), pamqp.commands.Queue.DeclareOk)
     nested = b""
     for _ in range(5000):
         entry = b"\x01nF" + struct.pack(">I", len(nested)) + nested
