@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import struct
+import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -614,6 +617,42 @@ def test_a_message_with_headers_nested_thousands_deep_crosses_unchanged(broker, 
     start = got.index(b"\x04deepF") + 6
     assert got[start : start + 4 + len(nested)] == struct.pack(">I", len(nested)) + nested
     assert running(broker, name)["state"] == "running"
+
+
+@pytest.mark.extension
+def test_a_start_up_definitions_file_and_an_offline_import_set_shovels(broker_process, tmp_path):
+    """``OTTERMQ_DEFINITIONS_FILE`` and ``ottermq definitions import FILE`` on a stopped broker's store
+    set shovel parameters too (docs/durability.md#definitions); the shovels run once it serves."""
+
+    def definitions(name: str, src: str, dest: str) -> Any:
+        item = {"value": local(src, dest), "vhost": "/", "component": "shovel", "name": name}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"vhosts": [{"name": "/"}], "parameters": [item]}))
+        return path
+
+    process = broker_process({"OTTERMQ_DEFINITIONS_FILE": str(definitions("at-start", "s1", "d1"))})
+    b = process.start()
+    running(b, "at-start")
+    assert process.stop() == 0
+    env = {**process.store_env(), "PYTHONSAFEPATH": "1"}
+    imported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ottermq.broker",
+            "definitions",
+            "import",
+            str(definitions("offline", "s2", "d2")),
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert imported.returncode == 0, imported.stderr
+    process.start()
+    running(b, "offline")
+    running(b, "at-start")
 
 
 @pytest.mark.extension
