@@ -88,7 +88,7 @@ class Node:
         store = store if store is not None else MemoryStore()
         auth = AuthDB(store, loopback_users=settings.loopback_users)
         limits = Limits()
-        parameters = Parameters()
+        parameters = Parameters(store)
         auth.set_internal(secrets.token_urlsafe(32))  # a worker other than the first takes worker 0's
         self.vhosts: dict[str, VHost] = {}
         spill = SpillDir(settings.spill_dir or settings.data_dir / "spill")

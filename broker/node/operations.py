@@ -64,7 +64,7 @@ from ottermq.vhost.policy import Policy, make_policy
 
 from .auth import IMPERSONATOR, AuthDB, Permission, ResourceKind
 from .limits import Limits, validate
-from .parameters import Parameters, record
+from .parameters import Parameters
 
 if TYPE_CHECKING:
     from ottermq.persistence.store import CommitCallback, Store, UserRecord
@@ -174,7 +174,7 @@ class Operations:
         self.store = store
         self.limits = limits
         self.apply_limits = apply_limits
-        self.parameters = parameters if parameters is not None else Parameters()
+        self.parameters = parameters if parameters is not None else Parameters(store)
 
     # -- permissions ------------------------------------------------------------------------------
     def allow(self, user: Actor, vhost: VHost, permission: Permission, kind: ResourceKind, name: str) -> None:
@@ -518,45 +518,23 @@ class Operations:
 
     # -- runtime parameters (rule 7) -----------------------------------------------------------------
     def set_parameter(self, user: Actor, vhost: str, component: str, name: str, value: Any) -> bool:
-        """Validate, keep, store and apply a runtime parameter; returns whether it is new.
+        """Validate, keep, store and apply a runtime parameter (``Parameters.set``); returns whether it
+        is new. The acting user (None: the broker) must be able to open a local vhost a value names.
 
         Raises:
             ParameterError: an unknown component, or the component's problems with ``value``.
         """
-        auth, parameters = self.auth, self.parameters
+        auth = self.auth
 
         def access(target: str) -> bool:
             return user is not None and target in auth.vhosts and (user.name, target) in auth.permissions
 
-        parameters.check(vhost, component, name, value, access if user else None, user.name if user else None)
-        previous = parameters.get(vhost, component, name)
-        if parameters.put(vhost, component, name, value):
-            self.store.put_parameter(record(vhost, component, name, value))
-            self.store.after_commit(
-                lambda ok: self._parameter_stored(ok, vhost, component, name, value, previous)
-            )
-        return previous is None
-
-    def _parameter_stored(
-        self, ok: bool, vhost: str, component: str, name: str, value: Any, previous: Any
-    ) -> None:
-        if (
-            not ok and self.parameters.get(vhost, component, name) == value
-        ):  # not replaced since: take it back
-            log.error(
-                "parameter '%s' of %s in vhost '%s' could not be stored; taken back", name, component, vhost
-            )
-            if previous is None:
-                self.clear_parameter(vhost, component, name)
-            else:
-                self.set_parameter(None, vhost, component, name, previous)
+        username = user.name if user is not None else None
+        return self.parameters.set(vhost, component, name, value, access if user else None, username)
 
     def clear_parameter(self, vhost: str, component: str, name: str) -> bool:
         """Forget a runtime parameter (its component stops what it ran); returns whether there was one."""
-        if not self.parameters.remove(vhost, component, name):
-            return False
-        self.store.delete_parameter(vhost, component, name)
-        return True
+        return self.parameters.clear(vhost, component, name)
 
     # -- limits -----------------------------------------------------------------------------------------
     def set_limit(self, kind: str, owner: str, name: str, value: Any) -> None:

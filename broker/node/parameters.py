@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ottermq.persistence.store import ParameterRecord
+from ottermq.persistence.store import ParameterRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,14 @@ def validation_failed(problems: Iterable[str]) -> str:
 
 
 class Parameters:
-    """The node's runtime parameters (see the module rules)."""
+    """The node's runtime parameters (see the module rules).
 
-    def __init__(self) -> None:
+    Args:
+        store: where ``set`` and ``clear`` write them (None: kept in memory only).
+    """
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store
         self.components: dict[str, Component] = {}
         self.values: dict[tuple[str, str, str], Any] = {}
 
@@ -106,6 +111,47 @@ class Parameters:
             return False
         self.values[key] = value
         self.components[component].set(vhost, name, value)
+        return True
+
+    def set(
+        self,
+        vhost: str,
+        component: str,
+        name: str,
+        value: Any,
+        access: VHostAccess | None,
+        username: str | None,
+    ) -> bool:
+        """Rule 2 and 3: check, keep, tell the component and store; returns whether it is new. A
+        value whose write fails is taken back (the previous one put again), as a policy is.
+
+        Raises:
+            ParameterError: an unknown component or a refused value.
+        """
+        self.check(vhost, component, name, value, access, username)
+        previous = self.get(vhost, component, name)
+        if self.put(vhost, component, name, value) and self.store is not None:
+            self.store.put_parameter(record(vhost, component, name, value))
+            self.store.after_commit(lambda ok: self._stored(ok, vhost, component, name, value, previous))
+        return previous is None
+
+    def _stored(self, ok: bool, vhost: str, component: str, name: str, value: Any, previous: Any) -> None:
+        if ok or self.get(vhost, component, name) != value:  # stored, or replaced since
+            return
+        log.error(
+            "parameter '%s' of %s in vhost '%s' could not be stored; taken back", name, component, vhost
+        )
+        if previous is None:
+            self.clear(vhost, component, name)
+        else:
+            self.set(vhost, component, name, previous, None, None)
+
+    def clear(self, vhost: str, component: str, name: str) -> bool:
+        """Forget a parameter, tell its component and the store; returns whether there was one."""
+        if not self.remove(vhost, component, name):
+            return False
+        if self.store is not None:
+            self.store.delete_parameter(vhost, component, name)
         return True
 
     def remove(self, vhost: str, component: str, name: str) -> bool:

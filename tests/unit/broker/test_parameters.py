@@ -45,7 +45,7 @@ class World:
             self.auth.add_vhost(vhost)
         self.auth.add_user("bob", "pw")
         self.auth.set_permissions("bob", "/", ".*", ".*", ".*")
-        self.parameters = Parameters()
+        self.parameters = Parameters(self.store)
         self.recorder = Recorder()
         self.parameters.register("test", self.recorder)
         self.shovels = Shovels(lambda: None, "node", lambda _v, _n: None)
@@ -165,3 +165,17 @@ def test_an_impersonator_may_claim_another_user_id(w: World) -> None:
     w.auth.add_user("imp", "pw", tags=["impersonator"])
     message, _ = w.ops.message(w.auth.users["imp"], "", "q", props, b"")
     assert message.raw_props == props
+
+
+@on_a_loop
+async def test_a_parameter_whose_write_fails_is_taken_back(w: World) -> None:
+    w.ops.set_parameter(None, "/", "test", "kept", {"v": 1})
+    await w.store.flush()
+    w.store.fail_batches = 1  # the store refuses the next write: both changes below are taken back
+    w.ops.set_parameter(None, "/", "test", "kept", {"v": 2})
+    w.ops.set_parameter(None, "/", "test", "lost", {"v": 3})
+    with pytest.raises(Exception, match="could not commit"):
+        await w.store.flush()
+    assert w.parameters.items() == [("/", "test", "kept", {"v": 1})]
+    assert w.recorder.events[-2:] == [("set", "/", "kept", {"v": 1}), ("clear", "/", "lost", None)]
+    assert await stored(w) == [("/", "test", "kept", {"v": 1})]  # the retried writes and their undo
