@@ -656,6 +656,21 @@ def test_a_start_up_definitions_file_and_an_offline_import_set_shovels(broker_pr
 
 
 @pytest.mark.extension
+def test_values_beyond_ottermqs_bounds_are_400s(broker, unique):
+    """RabbitMQ takes any JSON; ottermq bounds what a request may hold (docs/production.md#bad-input):
+    nesting past 64 levels, a lone surrogate, a number that is not finite."""
+    path = f"/api/parameters/shovel/{q(broker.vhost)}/{q(unique('sh'))}"
+    deep: Any = "x"
+    for _ in range(100):
+        deep = [deep]
+    assert broker.api(path, "PUT", {"value": {**local("a", "b"), "src-queue-args": deep}})[0] == 400
+    assert broker.api(path, "PUT", raw=b'{"value": {"src-queue": "\\ud800"}}')[0] == 400
+    status, body = broker.api(path, "PUT", raw=b'{"value": {"reconnect-delay": 1e400}}')
+    assert status == 400 and "not finite" in body["reason"]
+    assert broker.api(path)[0] == 404
+
+
+@pytest.mark.extension
 def test_the_internal_principal_is_no_user(broker, shovels, unique):
     name = unique("sh")
     assert shovels(name, local(unique("src"), unique("dest")))[0] == 201

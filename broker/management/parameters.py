@@ -39,6 +39,7 @@ from .common import (
     broker_of,
     may_use_vhost,
     not_authorised,
+    parse_json,
     user_of,
     vhost_not_found,
 )
@@ -161,6 +162,8 @@ async def _value(request: web.Request) -> Any:
         body = {} if raw in (b"", b"null", b"undefined") else json.loads(raw)
     except (ValueError, RecursionError):
         raise bad_request("not_json") from None
+    if body:
+        parse_json(raw)  # ottermq's bounds on any JSON body: nesting depth, lone surrogates (400)
     if isinstance(body, bool) or body is None:
         body = {}
     if isinstance(body, str):
