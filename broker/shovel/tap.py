@@ -29,7 +29,7 @@ from aiormq.connection import TransportFactory
 from pamqp import commands
 from yarl import URL
 
-__all__ = ["Tap"]
+__all__ = ["Tap", "TapReader", "TapWriter"]
 
 _HEADER = struct.Struct(">BHI")
 _METHOD = 1
@@ -75,8 +75,8 @@ class Tap(TransportFactory):
             if self.server_hostname is not None:
                 kwargs["server_hostname"] = self.server_hostname or None
         reader, writer = await asyncio.open_connection(host=url.host, port=url.port, **kwargs)
-        return cast(asyncio.StreamReader, _Reader(reader, self)), cast(
-            asyncio.StreamWriter, _Writer(writer, self)
+        return cast(asyncio.StreamReader, TapReader(reader, self)), cast(
+            asyncio.StreamWriter, TapWriter(writer, self)
         )
 
     # -- rule 1 -------------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ class Tap(TransportFactory):
         return payload
 
 
-class _Reader:
+class TapReader:
     """aiormq's reader: whole frames read from the socket, rewritten by the tap (rule 1)."""
 
     def __init__(self, reader: asyncio.StreamReader, tap: Tap) -> None:
@@ -157,7 +157,7 @@ class _Reader:
         return data
 
 
-class _Writer:
+class TapWriter:
     """aiormq's writer: each write (whole frames) rewritten by the tap (rule 2)."""
 
     def __init__(self, writer: asyncio.StreamWriter, tap: Tap) -> None:

@@ -8,7 +8,7 @@ import struct
 
 import pamqp.frame
 from ottermq.amqp.table import LongLong, Short, encode_table
-from ottermq.broker.shovel.tap import Tap, _Reader, _Writer
+from ottermq.broker.shovel.tap import Tap, TapReader, TapWriter
 from pamqp import commands
 from pamqp.header import ContentHeader
 
@@ -25,6 +25,18 @@ def raw_header(channel: int, body_size: int, props: bytes) -> bytes:
     return struct.pack(">BHI", 2, channel, len(payload)) + payload + b"\xce"
 
 
+class Sink:
+    """A stream writer that keeps what is written."""
+
+    transport = None
+
+    def __init__(self, written: list[bytes]) -> None:
+        self.written = written
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
 def test_a_delivered_messages_properties_are_kept_and_aiormq_gets_none() -> None:
     tap = Tap()
     deliver = frames((1, commands.Basic.Deliver("ctag", 7, False, "ex", "key")))
@@ -34,7 +46,7 @@ def test_a_delivered_messages_properties_are_kept_and_aiormq_gets_none() -> None
         reader = asyncio.StreamReader()
         reader.feed_data(wire)
         reader.feed_eof()
-        tapped = _Reader(reader, tap)
+        tapped = TapReader(reader, tap)
         out = b""
         while not tapped.at_eof():
             out += await tapped.readexactly(7)
@@ -59,14 +71,7 @@ def test_a_placeholder_is_replaced_by_the_registered_octets_on_the_way_out() -> 
     placeholder = tap.placeholder(RAW)
     header = ContentHeader(0, 5, placeholder)
     written: list[bytes] = []
-
-    class Sink:
-        transport = None
-
-        def write(self, data: bytes) -> None:
-            written.append(data)
-
-    writer = _Writer(Sink(), tap)  # type: ignore[arg-type]
+    writer = TapWriter(Sink(written), tap)  # type: ignore[arg-type]
     other = frames((1, commands.Basic.Publish(exchange="", routing_key="q")))
     writer.write(other + pamqp.frame.marshal(header, 1) + frames((1, pamqp.body.ContentBody(b"hello"))))
     data = b"".join(written)
@@ -81,14 +86,7 @@ def test_a_placeholder_is_replaced_by_the_registered_octets_on_the_way_out() -> 
 def test_writes_without_a_placeholder_pass_untouched() -> None:
     tap = Tap()
     written: list[bytes] = []
-
-    class Sink:
-        transport = None
-
-        def write(self, data: bytes) -> None:
-            written.append(data)
-
-    writer = _Writer(Sink(), tap)  # type: ignore[arg-type]
+    writer = TapWriter(Sink(written), tap)  # type: ignore[arg-type]
     data = frames((0, commands.Connection.CloseOk()))
     writer.write(data)
     tap.placeholder(RAW)  # pending, but this header is not a placeholder
