@@ -320,6 +320,17 @@ def test_forward_and_timestamp_headers_are_rabbitmqs_and_every_other_octet_is_ke
     )
 
 
+def test_a_large_message_crosses_intact(broker, shovels, unique, channel):
+    name, src, dest = unique("sh"), unique("src"), unique("dest")
+    body = bytes(range(256)) * (3 * 4096 + 7)  # 3 MiB and a bit: many body frames
+    channel.queue_declare(src, durable=True)
+    channel.basic_publish("", src, body, pika.BasicProperties(content_type="application/octet-stream"))
+    assert shovels(name, local(src, dest))[0] == 201
+    eventually(lambda: depth(channel, dest) == 1, what="the large message moved")
+    _, props, got = channel.basic_get(dest, auto_ack=True)
+    assert got == body and props.content_type == "application/octet-stream"
+
+
 def test_exchange_to_exchange_with_keys(broker, shovels, unique, channel):
     name, source_x, dest_x, out = unique("sh"), unique("srcx"), unique("destx"), unique("out")
     channel.exchange_declare(source_x, "direct")
