@@ -126,32 +126,52 @@ class Tap(TransportFactory):
 
 
 class TapReader:
-    """aiormq's reader: whole frames read from the socket, rewritten by the tap (rule 1)."""
+    """aiormq's reader: what the socket gives, read a chunk at a time, cut into whole frames and
+    rewritten by the tap (rule 1); aiormq's small reads are answered from what is already cut."""
+
+    CHUNK = 1 << 16
 
     def __init__(self, reader: asyncio.StreamReader, tap: Tap) -> None:
         self._reader = reader
         self._tap = tap
-        self._buffer = bytearray()
+        self._raw = bytearray()  # read, not yet cut into frames
+        self._buffer = bytearray()  # whole frames, rewritten
 
     def at_eof(self) -> bool:
-        return not self._buffer and self._reader.at_eof()
+        return not self._buffer and not self._raw and self._reader.at_eof()
 
     async def read(self, n: int = -1) -> bytes:
-        data = bytes(self._buffer) + await self._reader.read(n)
+        data = bytes(self._buffer) + bytes(self._raw) + await self._reader.read(n)
         self._buffer.clear()
+        self._raw.clear()
         return data
+
+    def _cut(self) -> None:
+        raw, pos = self._raw, 0
+        while True:
+            if raw.startswith(b"AMQP", pos) and len(raw) - pos >= 8:  # a protocol header
+                self._buffer += raw[pos : pos + 8]
+                pos += 8
+                continue
+            if len(raw) - pos < 7:
+                break
+            kind, channel, size = _HEADER.unpack_from(raw, pos)
+            end = pos + 7 + size + 1
+            if end > len(raw):
+                break
+            original = bytes(raw[pos + 7 : end - 1])
+            payload = self._tap.incoming(kind, channel, original)
+            self._buffer += raw[pos:end] if payload is original else _frame(kind, channel, payload)
+            pos = end
+        del raw[:pos]
 
     async def readexactly(self, n: int) -> bytes:
         while len(self._buffer) < n:
-            header = await self._reader.readexactly(7)
-            if header.startswith(b"AMQP"):
-                self._buffer += header + await self._reader.readexactly(1)
-                continue
-            kind, channel, size = _HEADER.unpack(header)
-            body = await self._reader.readexactly(size + 1)
-            original = body[:-1]
-            payload = self._tap.incoming(kind, channel, original)
-            self._buffer += header + body if payload is original else _frame(kind, channel, payload)
+            chunk = await self._reader.read(self.CHUNK)
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(self._buffer), n)
+            self._raw += chunk
+            self._cut()
         data = bytes(self._buffer[:n])
         del self._buffer[:n]
         return data

@@ -23,9 +23,11 @@ Rules:
    ``dest-exchange`` (or the message's own exchange) with ``dest-exchange-key`` (or the message's
    routing key); the properties byte for byte but for ``headers.rewrite``; the body as it came.
 4. Acknowledging: ``on-confirm`` acks the source once the destination confirmed (a nack is passed
-   back as a nack with requeue); ``on-publish`` once the publish is written; ``no-ack`` consumes
-   without acks. A message whose source was not acked is redelivered by the source when a
-   connection drops: it may arrive twice (counted: ``redelivered``), it is never lost.
+   back as a nack with requeue); ``on-publish`` once the publish is handed to the connection;
+   ``no-ack`` consumes without acks. The acks of one event-loop turn go out in delivery order, a run
+   of them as one ``multiple`` ack (RabbitMQ passes a confirm's ``multiple`` flag on the same way).
+   A message whose source was not acked is redelivered by the source when a connection drops: it
+   may arrive twice (counted: ``redelivered``), it is never lost.
 5. ``src-delete-after``: ``queue-length`` is the source queue's length when the shovel starts, a
    number is that many; once that many are done (acked, or published with ``no-ack``), the shovel
    closes and its parameter is cleared (``Finished``). With ``on-confirm`` nothing beyond that many
@@ -38,6 +40,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import time
@@ -106,8 +109,11 @@ class Attempt:
         self.remaining: int | None = None
         self.unpublished: int | None = None
         self.publishes: set[asyncio.Task[None]] = set()
+        self.delivered: collections.deque[int] = collections.deque()  # source tags, in delivery order
+        self.settled: dict[int, bool] = {}  # tag -> ack (True) or hand back (False), not yet sent
+        self.acking = False
         self.source: AbstractChannel | None = None
-        self.dest: AbstractChannel | None = None
+        self.dest: aiormq.Channel | None = None
         self.src_tap = self.dest_tap = Tap()
         self.src_uri = self.dest_uri = ""
         self.forward_table: list[tuple[str, str]] | None = None
@@ -159,7 +165,9 @@ class Attempt:
         src_conn, self.src_tap, self.src_uri = await self._connect(spec.src_uris)
         dest_conn, self.dest_tap, self.dest_uri = await self._connect(spec.dest_uris)
         confirms = spec.ack_mode == "on-confirm"
-        self.dest = await dest_conn.channel(publisher_confirms=confirms)
+        dest = await dest_conn.channel(publisher_confirms=confirms)
+        assert isinstance(dest, aiormq.Channel)  # its basic_publish takes wait=False
+        self.dest = dest
         self.dest.closing.add_done_callback(self._closed)
         if spec.dest_queue is not None:
             await ensure_queue(dest_conn, spec.dest_queue, spec.dest_queue_args)
@@ -263,6 +271,8 @@ class Attempt:
             return  # on-confirm, delete-after reached: left unacked for the source (rule 5)
         if self.unpublished is not None:
             self.unpublished -= 1
+        if spec.ack_mode != "no-ack":
+            self.delivered.append(tag)
         if spec.dest_queue is not None:
             exchange, key = "", spec.dest_queue
         else:
@@ -284,8 +294,8 @@ class Attempt:
         placeholder = self.dest_tap.placeholder(props)
         confirmation: object
         try:
-            confirmation = await dest.basic_publish(
-                body, exchange=exchange, routing_key=key, properties=placeholder
+            confirmation = await dest.basic_publish(  # wait=False: queued for the writer, not drained
+                body, exchange=exchange, routing_key=key, properties=placeholder, wait=False
             )
         except aiormq.exceptions.DeliveryError as refused:  # a nack
             confirmation = refused.frame
@@ -294,23 +304,52 @@ class Attempt:
             if not isinstance(exc, asyncio.CancelledError):
                 self.fail(exc)
             raise
-        counters = self.shovel.counters
-        counters.forwarded += 1
+        self.shovel.counters.forwarded += 1
+        if mode == "no-ack":
+            self._done(1)
+        else:  # on-publish: settled once written; on-confirm: once the destination answered
+            self._settle(tag, mode == "on-publish" or isinstance(confirmation, commands.Basic.Ack))
+
+    def _settle(self, tag: int, ack: bool) -> None:
+        """A delivery to acknowledge (or, ``ack`` false, to hand back); the acknowledgements of a
+        loop turn go out together, each run of acks as one ``multiple`` ack (rule 4)."""
+        self.settled[tag] = ack
+        if not self.acking:
+            self.acking = True
+            asyncio.get_running_loop().call_soon(self._ack_soon)
+
+    def _ack_soon(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._ack())
+        self.publishes.add(task)
+        task.add_done_callback(self.publishes.discard)
+
+    async def _ack(self) -> None:
+        """Acknowledge the settled deliveries at the head of ``delivered`` (in delivery order)."""
+        source, counters = self.source, self.shovel.counters
+        assert source is not None
         try:
-            if mode == "on-confirm":
-                if isinstance(confirmation, commands.Basic.Ack):
-                    await source.basic_ack(tag)
-                    counters.acked += 1
-                else:
-                    await source.basic_nack(tag, requeue=True)
+            while self.delivered and self.delivered[0] in self.settled:
+                run: list[int] = []
+                while self.delivered and self.settled.get(self.delivered[0]) is True:
+                    run.append(self.delivered.popleft())
+                if run:
+                    await source.basic_ack(run[-1], multiple=len(run) > 1, wait=False)
+                    counters.acked += len(run)
+                    for tag in run:
+                        del self.settled[tag]
+                    self._done(len(run))
+                elif self.delivered and self.settled.get(self.delivered[0]) is False:
+                    tag = self.delivered.popleft()
+                    del self.settled[tag]
+                    await source.basic_nack(tag, requeue=True, wait=False)
                     counters.nacked += 1
-            elif mode == "on-publish":
-                await source.basic_ack(tag)
-                counters.acked += 1
+                    self._done(1)
         except Exception as exc:
             self.fail(exc)
-            return
-        self._done(1)
+        finally:
+            self.acking = False
+            if self.delivered and self.delivered[0] in self.settled:
+                self._settle(self.delivered[0], self.settled[self.delivered[0]])
 
     def _done(self, count: int) -> None:
         if self.remaining is None:
