@@ -682,6 +682,36 @@ def test_values_beyond_ottermqs_bounds_are_400s(broker, unique):
 
 
 @pytest.mark.extension
+def test_a_destination_nack_hands_the_message_back_to_the_source(broker, shovels, unique, channel):
+    """A destination that refuses (``reject-publish`` on a full queue) nacks; the shovel nacks the
+    source with requeue, which delivers it again: nothing is lost, the counters say so."""
+    name, src, dest = unique("sh"), unique("src"), unique("dest")
+    channel.queue_declare(dest, durable=True, arguments={"x-max-length": 3, "x-overflow": "reject-publish"})
+    channel.queue_declare(src, durable=True)
+    for i in range(6):
+        channel.basic_publish("", src, b"%d" % i)
+    assert shovels(name, local(src, dest, **{"reconnect-delay": 1}))[0] == 201
+    labels = f'shovel="{name}",vhost="{broker.vhost}"'
+
+    def counts() -> dict[str, float] | None:
+        with urllib.request.urlopen(broker.prometheus_url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        found = {}
+        for line in text.splitlines():
+            if labels in line and line.startswith("ottermq_shovel_messages_"):
+                found[line.split("{")[0]] = float(line.split()[-1])
+        nacked = found.get("ottermq_shovel_messages_nacked_total", 0)
+        return (
+            found if nacked >= 3 and found.get("ottermq_shovel_messages_redelivered_total", 0) >= 3 else None
+        )
+
+    eventually(counts, what="nacks handed back and delivered again")
+    broker.api(f"/api/parameters/shovel/{q(broker.vhost)}/{q(name)}", "DELETE")
+    eventually(lambda: status_of(broker, name) is None, what="the shovel stopped")
+    assert (depth(channel, dest), depth(channel, src)) == (3, 3)  # three moved, three back in the source
+
+
+@pytest.mark.extension
 def test_the_internal_principal_is_no_user(broker, shovels, unique):
     name = unique("sh")
     assert shovels(name, local(unique("src"), unique("dest")))[0] == 201
