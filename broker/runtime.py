@@ -30,14 +30,14 @@ from ottermq.amqp import native
 from ottermq.persistence.archive import NullArchive
 from ottermq.persistence.lease import Lease
 from ottermq.persistence.postgres import PostgresStore
-from ottermq.persistence.store import Definitions, Store, StoreError
+from ottermq.persistence.store import Store, StoreError
 
 from . import VERSION
 from .config import Settings
 from .management import ManagementServer
 from .management.prometheus import PrometheusServer
 from .node import tls
-from .node.definitions import DefinitionsError
+from .node.definitions import DefinitionsError, DefinitionsFile
 from .node.node import Node
 from .node.startup import (
     StartupError,
@@ -166,7 +166,7 @@ class Broker:
 
     async def start(
         self,
-        definitions: Definitions | None = None,
+        definitions: DefinitionsFile | None = None,
         before_serving: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Bind (if ``listen`` was not called), open the node (store, definitions, recovery), run
@@ -181,11 +181,15 @@ class Broker:
         if definitions is None and settings.definitions_file is not None:
             definitions = read_definitions(settings)
         try:
-            await self.node.open(definitions, seed=not self.internal)
+            if definitions is None:
+                await self.node.open(seed=not self.internal)
+            else:
+                await self.node.open(definitions.definitions, not self.internal, definitions.report)
         except DefinitionsError as exc:
             raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
-        if definitions is not None:
-            log.info("imported definitions from %s", settings.definitions_file)
+        if definitions is not None:  # each skipped item was logged as it was skipped
+            self.node.definitions_file = definitions
+            log.info("imported definitions from %s: %s", definitions.path, definitions.report.summary())
         if before_serving is not None:
             await before_serving()
         await self.amqp.start_serving()  # internal: no socket, the consumer-timeout checks only

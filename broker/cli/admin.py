@@ -517,7 +517,16 @@ def definitions(action: str, path: str, args: argparse.Namespace, out: Any = Non
                 data = json.load(f)
         except (OSError, ValueError) as exc:
             raise AdminError(f"cannot read {path}: {exc}") from None
-        client.request("POST", api_path, data)
+        answer = client.request("POST", api_path + "?report=true", data)
+        if answer is None:  # RabbitMQ: 204, everything imported (it reports nothing more)
+            out.write(f"Imported definitions from {path}: nothing was skipped\n")
+            return 0
+        from ..node.definitions.report import ImportReport  # only here: it loads the broker's model
+
+        lines = ImportReport.from_json(answer).lines()
+        out.write(
+            f"Imported definitions from {path}: {lines[0]}\n" + "".join(f"{line}\n" for line in lines[1:])
+        )
         return 0
     except AdminError as exc:
         print(f"ottermq definitions {action}: {exc}", file=sys.stderr)

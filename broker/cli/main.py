@@ -50,13 +50,15 @@ def _definitions(action: str, path: str) -> int:
     from ottermq.persistence.postgres_conn import IO_ERRORS
     from ottermq.persistence.store import Store, StoreError
 
-    from ..node.definitions import DefinitionsError, definitions_to_json, load_definitions_file
+    from ..node.definitions import DefinitionsError, definitions_to_json, load_definitions_file, report
     from ..node.node import Node
     from ..node.startup import StartupError, lock_data_dir
     from ..node.wiring import make_lease, open_store
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    logging.getLogger(report.__name__).setLevel(logging.ERROR)  # skipped items: in the printed report
+    store_name = "PostgreSQL" if settings.store == "postgresql" else str(settings.data_dir)
 
     async def run() -> None:
         lease = make_lease(settings)  # PostgreSQL: the CLI works only while no broker is active
@@ -92,10 +94,14 @@ def _definitions(action: str, path: str) -> int:
         definitions = load_definitions_file(path)
         node = Node(settings, asyncio.get_running_loop(), store)
         try:
-            await node.open(definitions)
+            await node.open(definitions.definitions, report=definitions.report)
         finally:
             node.stop()
             await node.close()
+        lines = definitions.report.lines()  # the answer: what was applied, what was skipped and why
+        print(f"Imported definitions from {path} into {store_name}: {lines[0]}")
+        for line in lines[1:]:
+            print(line)
 
     try:
         if settings.store == "sqlite":
