@@ -109,7 +109,8 @@ PYTEST       := env PYTHONPATH=$(CURDIR)/.ci/pytest $(BIN)/pytest $(XDIST)
 #      management_hostile_headers, queue_access, front_door, dead_letter_moves);
 #    - metadata that worker 0 holds and pushes to every worker before answering: users, permissions,
 #      policies, limits, definitions, through the API and the admin CLI (permissions, policies, limits,
-#      management_definitions, admin_cli);
+#      management_definitions, admin_cli), and a definitions import whose answer joins every worker's
+#      report of what it applied and skipped (definitions_everything);
 #    - TLS, which worker 0 keeps and relays to the owner (tls); Prometheus and alarms added up across
 #      workers (prometheus, disk_alarm);
 #    - processes: restarts and kill -9 of every worker, each recovering its own store (durability),
@@ -125,7 +126,7 @@ WORKERS_E2E := $(addprefix e2e/test_,connection.py handshake.py login_matrix.py 
 	basic.py aio_pika.py go_client.py mixed_clients.py \
 	management_api.py management_write.py management_stats.py management_health.py \
 	management_fidelity.py management_hostile_headers.py queue_access.py front_door.py dead_letter_moves.py \
-	permissions.py policies.py limits.py management_definitions.py admin_cli.py \
+	permissions.py policies.py limits.py management_definitions.py admin_cli.py definitions_everything.py \
 	tls.py prometheus.py disk_alarm.py \
 	durability.py ottermq_process.py archive.py)
 #

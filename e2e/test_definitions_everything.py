@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 import pika
 import pytest
 
+from .polling import poll_until
 from .test_management_write import q
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "unit" / "broker"
@@ -459,3 +461,253 @@ def test_rabbitmqctl_s_export_imports_too(broker, clean):
         ("vhosts", V3),
         ("global_parameters", "cluster_name"),
     }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ottermq's answer, through every way in
+# ---------------------------------------------------------------------------------------------------------
+TYPES = "direct, fanout, topic, headers, x-delayed-message, x-message-deduplication, x-consistent-hash"
+FEDERATION = "federation is not supported"
+
+
+def _x(name: str, reason: str) -> dict[str, str]:
+    return {"section": "exchanges", "vhost": V1, "name": name, "reason": reason}
+
+
+def _b(source: str, destination: str, reason: str) -> dict[str, str]:
+    names = {"source": source, "destination": destination, "destination_type": "queue", "routing_key": ""}
+    return {"section": "bindings", "vhost": V1, **names, "reason": reason}
+
+
+SKIPPED = [  # what ottermq cannot import of FIXTURE, in the answer's order (reading, then applying)
+    {
+        **{"section": "topic_permissions", "user": ADMIN, "vhost": V1, "exchange": "topic"},
+        "reason": "topic permissions are not supported",
+    },
+    {
+        **{"section": "topic_permissions", "user": SHA512, "vhost": V1, "exchange": "amq.topic"},
+        "reason": "topic permissions are not supported",
+    },
+    {
+        "section": "global_parameters",
+        "name": "cluster_name",
+        "reason": "global parameters are not supported: the cluster name is the node's name",
+    },
+    {
+        "section": "global_parameters",
+        "name": "defs-all-global",
+        "reason": "global parameters are not supported",
+    },
+    _x("random", f"exchange type 'x-random' is not supported (supported: {TYPES})"),
+    _x("jms", f"exchange type 'x-jms-topic' is not supported (supported: {TYPES})"),
+    _x("modulus", f"exchange type 'x-modulus-hash' is not supported (supported: {TYPES})"),
+    _x("recent", f"exchange type 'x-recent-history' is not supported (supported: {TYPES})"),
+    {
+        "section": "queues",
+        "vhost": V1,
+        "name": "huge-int",
+        "reason": "arguments 'huge' 18446744073709551616 is out of range: at most 9223372036854775807"
+        " (AMQP cannot carry it)",
+    },
+    {
+        "section": "queues",
+        "vhost": V1,
+        "name": "stream",
+        "reason": "stream queues are not supported (ottermq has classic and quorum queues)",
+    },
+    _b("fanout", "stream", "its destination queue 'stream' is skipped"),
+    _b("modulus", "classic.args", "its source exchange 'modulus' is skipped"),
+    _b("random", "classic.args", "its source exchange 'random' is skipped"),
+    _b("recent", "classic.args", "its source exchange 'recent' is skipped"),
+    {
+        "section": "policies",
+        "vhost": V1,
+        "name": "sharded",
+        "reason": "the sharding plugin's policy key 'routing-key' is not supported",
+    },
+    {
+        "section": "parameters",
+        "vhost": V1,
+        "component": "federation-upstream",
+        "name": "upstream",
+        "reason": FEDERATION,
+    },
+    {
+        "section": "parameters",
+        "vhost": V1,
+        "component": "shovel",
+        "name": "to-dst",
+        "reason": "the shovel plugin is not enabled: dynamic shovels are not supported yet",
+    },
+    {
+        "section": "parameters",
+        "vhost": V1,
+        "component": "federation-upstream-set",
+        "name": "set",
+        "reason": FEDERATION,
+    },
+    _x(LONG_NAME, f"exchange should be less than 255 bytes, actually was {len(LONG_NAME)}"),
+    _b(LONG_NAME, "classic.args", f"no such exchange '{LONG_NAME}'"),
+]
+APPLIED = {
+    "users": 5,
+    "vhosts": 3,
+    "permissions": 5,
+    "policies": 7,
+    "operator_policies": 1,
+    "limits": 4,
+    "exchanges": 12,
+    "queues": 12,
+    "bindings": 16,
+    "global_parameters": 0,
+}
+NOTHING = dict.fromkeys(APPLIED, 0)
+UNCHANGED = {**NOTHING, "global_parameters": 1}  # internal_cluster_id: each broker keeps its own
+
+
+@pytest.mark.extension
+def test_the_answer_counts_what_was_applied_and_names_what_was_skipped(broker, clean):
+    status, answer = broker.api("/api/definitions", "POST", json.loads(FIXTURE.read_text()))
+    assert status == 200
+    assert answer == {"applied": APPLIED, "unchanged": UNCHANGED, "skipped": SKIPPED}
+    status, again = broker.api("/api/definitions", "POST", json.loads(FIXTURE.read_text()))
+    assert (status, again["unchanged"]) == (200, {**UNCHANGED, "exchanges": 12, "queues": 12})
+    assert again["skipped"] == SKIPPED  # the long-named exchange's binding: still no such exchange
+
+
+@pytest.mark.extension
+def test_nothing_skipped_is_a_204_and_report_true_asks_for_the_counts(broker, clean):
+    body = {"vhosts": [{"name": V1}], "queues": [{"name": "q", "vhost": V1, "durable": True}]}
+    assert broker.api("/api/definitions", "POST", body) == (204, None)
+    counts = {**NOTHING, "vhosts": 1}
+    assert broker.api("/api/definitions?report=true", "POST", body) == (
+        200,
+        {"applied": counts, "unchanged": {**NOTHING, "queues": 1}, "skipped": []},
+    )
+
+
+def test_a_vhost_import_applies_or_names_every_object(broker, clean):
+    """``POST /api/definitions/{vhost}``: every queue, exchange, binding, policy and parameter of the
+    file is put in that vhost (RabbitMQ 3.10.8: 204)."""
+    assert broker.api(f"/api/vhosts/{q(V1)}", "PUT", {})[0] in (201, 204)
+    data = json.loads(FIXTURE.read_text())
+    scoped = {
+        key: [{**item, "vhost": V1} for item in data[key]] for key in ("queues", "exchanges", "bindings")
+    }
+    scoped |= {key: [{**item, "vhost": V1} for item in data[key]] for key in ("policies", "parameters")}
+    scoped["parameters"] = [p for p in scoped["parameters"] if p["component"] != "vhost-limits"]
+    status, answer = broker.api(f"/api/definitions/{q(V1)}", "POST", scoped)
+    assert status in (200, 204), answer
+    skipped = answer["skipped"] if status == 200 else []
+    problems = unaccounted(scoped, broker.api("/api/definitions")[1], skipped)
+    assert not problems, "\n".join(problems)
+
+
+def cli(*args: str, data_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``ottermq ARGS`` (``python -m ottermq.broker``), on ``data_dir`` when given."""
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    if data_dir is not None:
+        env["OTTERMQ_DATA_DIR"] = str(data_dir)
+    done = subprocess.run(
+        [sys.executable, "-m", "ottermq.broker", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+def printed(skipped: list[dict[str, str]]) -> list[str]:
+    """How the command line prints skipped items (``ImportReport.lines``)."""
+    lines = []
+    for item in skipped:
+        named = " ".join(f"{k} '{v}'" for k, v in item.items() if k not in ("section", "reason"))
+        lines.append(f"  skipped {item['section']}: {named}: {item['reason']}")
+    return lines
+
+
+SUMMARY = (
+    "applied 5 users, 3 vhosts, 5 permissions, 7 policies, 1 operator policies, 4 limits, {x} exchanges,"
+    " {q} queues, {b} bindings; unchanged 1 global parameters; skipped {n} item(s)"
+)
+NON_DURABLE = (
+    "a non-durable {}: a definitions file read at start-up or imported offline keeps only durable queues"
+    " and exchanges (the HTTP API imports non-durable ones)"
+)
+# read at start-up or offline: the transient exchange and queue too, and the binding to that queue
+DURABLE_ONLY = [
+    *SKIPPED[:4],
+    _x("transient", NON_DURABLE.format("exchange")),
+    *SKIPPED[4:8],
+    *SKIPPED[8:9],
+    {"section": "queues", "vhost": V1, "name": "classic.transient", "reason": NON_DURABLE.format("queue")},
+    *SKIPPED[9:11],
+    {
+        "section": "bindings",
+        "vhost": V1,
+        "source": "headers",
+        "destination": "classic.transient",
+        "destination_type": "queue",
+        "routing_key": "",
+        "reason": "its destination queue 'classic.transient' is skipped",
+    },
+    *SKIPPED[11:],
+]
+
+
+@pytest.mark.extension
+def test_the_command_line_prints_the_answer(broker, clean, tmp_path):
+    """Over HTTP (``--url``), and offline into a stopped broker's store."""
+    url = ("--url", broker.management_url, "--user", broker.user, "--password", broker.password)
+    done = cli("definitions", "import", str(FIXTURE), *url)
+    summary = SUMMARY.format(x=12, q=12, b=16, n=len(SKIPPED))
+    assert done.stdout.splitlines() == [f"Imported definitions from {FIXTURE}: {summary}", *printed(SKIPPED)]
+    data_dir = tmp_path / "data"
+    done = cli("definitions", "import", str(FIXTURE), data_dir=data_dir)
+    summary = SUMMARY.format(x=11, q=11, b=15, n=len(DURABLE_ONLY))
+    first = f"Imported definitions from {FIXTURE} into {data_dir}: {summary}"
+    assert done.stdout.splitlines() == [first, *printed(DURABLE_ONLY)]
+    assert "skipped" not in done.stderr  # the report is the answer, not a log
+
+
+@pytest.mark.extension
+def test_the_start_up_file_reports_in_the_log_and_the_overview(broker_process):
+    process = broker_process({"OTTERMQ_DEFINITIONS_FILE": str(FIXTURE)})
+    started = process.start()
+    summary = SUMMARY.format(x=11, q=11, b=15, n=len(DURABLE_ONLY))
+    log = poll_until(lambda: "imported definitions" in started.log_tail(400) and started.log_tail(400))
+    assert f"imported definitions from {FIXTURE}: {summary}" in log
+    for item in printed(DURABLE_ONLY):
+        assert "definitions: skipped " + item.removeprefix("  skipped ")[:200] in log
+    admin = (ADMIN, "admin-pw")  # the file's administrator (with users in it, no default user is made)
+    overview = started.api("/api/overview", auth=admin)[1]
+    applied = {**APPLIED, "exchanges": 11, "queues": 11, "bindings": 15}
+    assert overview["definitions_file"] == {
+        "file": str(FIXTURE),
+        "applied": applied,
+        "unchanged": UNCHANGED,
+        "skipped": DURABLE_ONLY,
+    }
+    monitor = {"password": "m", "tags": "monitoring"}
+    assert started.api("/api/users/defs-e2e-monitor", "PUT", monitor, auth=admin)[0] == 201
+    assert "definitions_file" not in started.api("/api/overview", auth=("defs-e2e-monitor", "m"))[1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ottermq's own export, imported again into ottermq and into RabbitMQ
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.extension
+def test_ottermq_s_export_imports_into_ottermq_whole(broker_process, clean, broker):
+    assert broker.api("/api/definitions", "POST", json.loads(FIXTURE.read_text()))[0] == 200
+    exported = ours(broker.api("/api/definitions")[1])
+    other = broker_process().start()
+    assert other.api("/api/definitions", "POST", exported) == (204, None)
+    assert normal(ours(other.api("/api/definitions")[1])) == normal(exported)
+
+
+def test_ottermq_s_export_imports_into_rabbitmq_whole(rabbitmq, broker_process):
+    """The fixture into a private ottermq, its export into RabbitMQ: 204, and every object there."""
+    ottermq = broker_process().start()
+    assert ottermq.api("/api/definitions", "POST", json.loads(FIXTURE.read_text()))[0] == 200
+    exported = ours(ottermq.api("/api/definitions")[1])
+    assert rabbitmq("/api/definitions", "POST", exported) == (204, None)
+    problems = unaccounted(exported, ours(rabbitmq("/api/definitions")[1]), [])
+    assert not problems, "\n".join(problems)

@@ -170,7 +170,7 @@ def _read_exchange(entry: Entry, transient: bool) -> ExchangeRecord | str:
     try:
         arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
     except Unencodable as exc:
-        return f"arguments: {exc.reason}"
+        return exc.reason
     if type_ not in EXCHANGE_TYPES:
         return f"exchange type '{type_}' is not supported (supported: {', '.join(EXCHANGE_TYPES)})"
     try:
@@ -192,7 +192,7 @@ def _read_queue(entry: Entry, transient: bool) -> QueueRecord | str:
     try:
         arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
     except Unencodable as exc:
-        return f"arguments: {exc.reason}"
+        return exc.reason
     args = decode_arguments(arguments)
     if args.get("x-queue-type", entry.item.get("type")) == "stream":
         return "stream queues are not supported (ottermq has classic and quorum queues)"
@@ -216,7 +216,7 @@ def _read_binding(entry: Entry) -> tuple[BindingRecord, str | None]:
     try:
         arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
     except Unencodable as exc:
-        return BindingRecord(vhost, source, kind, destination, routing_key, b""), f"arguments: {exc.reason}"
+        return BindingRecord(vhost, source, kind, destination, routing_key, b""), exc.reason
     return BindingRecord(vhost, source, kind, destination, routing_key, arguments), None
 
 
