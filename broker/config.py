@@ -210,7 +210,11 @@ class Settings(BaseSettings):
         pattern="^(?i:full|normal)$",
         description="SQLite synchronous level: FULL = a confirm means on disk even after power loss",
     )
-    definitions_file: Path | None = Field(None, description="RabbitMQ definitions JSON imported at start-up")
+    definitions_file: Path | None = Field(
+        None,
+        description="RabbitMQ definitions JSON imported at start-up (what it skipped: in the log and"
+        " /api/overview)",
+    )
     disk_free_limit: ByteSize = Field(
         50_000_000,
         ge=0,

@@ -5,9 +5,13 @@ RabbitMQ accepts a queue, exchange or binding argument whose key has 300 charact
 and from a definitions import (201, or 204 for the import), shows it back and exports it, and keeps it:
 its arguments are Erlang terms, never an AMQP table. ottermq stores such arguments in a widened form
 (``persistence/arguments.py``) and keeps them across a restart too (extension tests: restarting
-RabbitMQ is not done here). A *message* header with such a key is another matter: RabbitMQ accepts the
-HTTP publish (200) and then closes every AMQP connection that is handed the message (541
-INTERNAL_ERROR, the message stays at the head of its queue); ottermq refuses the publish with 400.
+RabbitMQ is not done here). AMQP clients use such objects as any other (issue 41): a declare's
+equivalence check compares only the arguments a client can send (an exchange's are not compared at
+all; a queue's ``x-message-ttl`` is, and a refusal names its type as ``long``), and messages flow
+through the binding, before and after a restart. A *message* header with such a key is another
+matter: RabbitMQ accepts the HTTP publish (200) and then closes every AMQP connection that is handed
+the message (541 INTERNAL_ERROR, the message stays at the head of its queue); ottermq refuses the
+publish with 400.
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ Rules (RabbitMQ's import):
    missing (durable ones reach the store as a client's declare would), existing ones left as they
    are; bindings made when both ends exist; policies and limits set. The ``ImportReport`` counts
    what was applied and what was left unchanged.
-3. One exchange, queue or binding the broker refuses (a declare or bind answered with an
-   ``AMQPError``, or a binding whose end does not exist) is skipped and reported with the reason;
-   the rest is applied. Otherwise it raises what the operations raise (``AuthError``,
-   ``PolicyError``, ``LimitError``); each way in translates it.
+3. A binding the broker refuses (a bind answered with an ``AMQPError``, or one whose end does not
+   exist) is skipped and reported with the reason, and the rest is applied, as RabbitMQ's import
+   skips a binding it refuses. Otherwise it raises what the operations raise (``AuthError``,
+   ``PolicyError``, ``LimitError``, an ``AMQPError`` for a declare the broker refuses, which makes
+   RabbitMQ's import fail too); each way in translates it.
 4. Restore (``restore=``, start-up recovery, ``recovery.py``): the records are the node's own store's,
    validated when they were written. Rule 1 is not applied (an item of a vhost the node lacks is
    skipped), nothing is written back (recovery detaches the store from the vhosts meanwhile, and
@@ -133,7 +134,7 @@ def apply_definitions(
 
     Raises:
         DefinitionsError: rule 1.
-        AuthError, PolicyError, LimitError: rule 3 (not with ``restore``).
+        AuthError, PolicyError, LimitError, AMQPError: rule 3 (not with ``restore``).
     """
     if restore is None:
         check_references(defs, node.services.auth.users, node.services.auth.vhosts)
@@ -172,9 +173,8 @@ def apply_definitions(
             )
         except AMQPError as exc:
             if restore is None:
-                report.skip("exchanges", exc.text, vhost=x.vhost, name=x.name)
-            else:
-                _skipped(restore, "exchange", x, x.name, x.vhost, exc.text)
+                raise
+            _skipped(restore, "exchange", x, x.name, x.vhost, exc.text)
             continue
         done.exchanges.append(x)
     for q in defs.queues:
@@ -197,9 +197,8 @@ def apply_definitions(
             )
         except AMQPError as exc:
             if restore is None:
-                report.skip("queues", exc.text, vhost=q.vhost, name=q.name)
-            else:
-                _skipped(restore, "queue", q, q.name, q.vhost, exc.text)
+                raise
+            _skipped(restore, "queue", q, q.name, q.vhost, exc.text)
             continue
         if restore is not None and declared.queue is not None:
             restore.restored(q, declared.queue)

@@ -15,8 +15,10 @@ Reading, as RabbitMQ 3.10's ``rabbit_definitions`` import:
 - ``topic_permissions``: skipped, each reported (not supported).
 - ``queues``/``exchanges``: names starting with ``amq.`` and the default exchange are skipped
   (RabbitMQ skips those too), and so are streams and exchange types ottermq does not have, each
-  reported. Unless ``transient``, non-durable ones are skipped too (a start-up or offline import
-  keeps durable entities only). Classic and quorum queues keep their type (``x-queue-type``).
+  reported, as is an exchange name longer than 255 octets (RabbitMQ's HTTP API lets one through; no
+  AMQP client can name it). Unless ``transient``, non-durable ones are skipped too (a start-up or
+  offline import keeps durable entities only). Classic and quorum queues keep their type
+  (``x-queue-type``).
   Arguments are validated the way ``queue.declare``/``exchange.declare`` would.
 - ``bindings``: ``source``, ``vhost``, ``destination``, ``destination_type``, ``routing_key``,
   ``arguments``; a binding whose endpoint is skipped above is skipped too, with that reason.
@@ -67,6 +69,7 @@ log = logging.getLogger(__name__)
 
 _MD5_VERSIONS = re.compile(r"^3\.[0-5]\.")
 Key = tuple[str, str, str]  # (kind, vhost, name) of an exchange or a queue
+MAX_NAME = 255  # octets: an AMQP short string
 
 
 def _default_algorithm(data: Mapping[str, Any]) -> str:
@@ -173,6 +176,8 @@ def _read_exchange(entry: Entry, transient: bool) -> ExchangeRecord | str:
         return exc.reason
     if type_ not in EXCHANGE_TYPES:
         return f"exchange type '{type_}' is not supported (supported: {', '.join(EXCHANGE_TYPES)})"
+    if len(name.encode()) > MAX_NAME:  # RabbitMQ's HTTP API accepts one; AMQP cannot carry it
+        return f"an exchange name longer than {MAX_NAME} octets cannot be used over AMQP"
     try:
         parse_exchange_args(decode_arguments(arguments), name, vhost)
     except AMQPError as exc:

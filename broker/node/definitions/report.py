@@ -4,11 +4,12 @@ start-up log and the management API's overview).
 Rules:
 
 1. An item RabbitMQ 3.10.8 imports that ottermq cannot (a stream, a shovel, a global parameter, an
-   exchange type it lacks, a binding to one of those, a topic permission) is *skipped*: ``skip``
-   logs it at WARNING and keeps it, with the section it came from, what names it and why; the rest
-   of the file is applied.
+   exchange type it lacks, a binding to one of those, a topic permission), and a binding the broker
+   refuses (RabbitMQ's import skips those silently), is *skipped*: ``skip`` logs it at WARNING and
+   keeps it, with the section it came from, what names it and why; the rest of the file is applied.
 2. An invalid item (one RabbitMQ refuses the whole file for: a value of the wrong type, a permission
-   of an unknown user) is not skipped: the parser raises ``DefinitionsError`` and nothing is applied.
+   of an unknown user) is not skipped: the parser raises ``DefinitionsError`` and nothing is applied;
+   a queue or exchange the broker refuses to declare stops the import there (``apply.py`` rule 3).
 3. ``applied`` counts what was created or replaced, by kind of object; ``unchanged`` what was
    already there and left as it was (an existing queue or exchange, as RabbitMQ's import leaves it).
 4. ``complete`` is true when nothing was skipped: the HTTP API then answers 204 as RabbitMQ does;

@@ -274,26 +274,41 @@ def apply(data: dict[str, Any]) -> ImportReport:
     return report
 
 
-def test_refused_at_apply_time_is_skipped_and_the_rest_applied() -> None:
+def test_a_refused_binding_is_skipped_and_the_rest_applied() -> None:
+    """As RabbitMQ's import skips a binding it refuses; ottermq names it."""
+    chash = exchange("h", type="x-consistent-hash")
     report = apply(
         {
             **V,
-            "exchanges": [exchange("e" * 256), exchange("x")],
+            "exchanges": [exchange("e" * 256), exchange("x"), chash],
             "queues": [queue("q")],
-            "bindings": [binding("e" * 256, "q"), binding("x", "q"), binding("x", "nowhere")],
+            "bindings": [
+                binding("e" * 256, "q"),
+                binding("x", "q"),
+                binding("x", "nowhere"),
+                binding("h", "q"),
+            ],
         }
     )
     assert [(s.section, s.reason) for s in report.skipped] == [
-        ("exchanges", "exchange should be less than 255 bytes, actually was 256"),
-        ("bindings", f"no such exchange '{'e' * 256}'"),
+        ("exchanges", "an exchange name longer than 255 octets cannot be used over AMQP"),
+        ("bindings", f"its source exchange '{'e' * 256}' is skipped"),
         ("bindings", "no such queue 'nowhere'"),
+        ("bindings", 'The binding key must be an integer: <<"k">>'),
     ]
     assert {k: n for k, n in report.applied.items() if n} == {
         "vhosts": 1,
-        "exchanges": 1,
+        "exchanges": 2,
         "queues": 1,
         "bindings": 1,
     }
+
+
+def test_a_refused_declare_refuses_the_file() -> None:
+    """RabbitMQ's import fails on an exchange or queue it cannot declare; so does ottermq's."""
+    chash = exchange("h", type="x-consistent-hash", arguments={"hash-property": "app_id"})
+    with pytest.raises(DefinitionsError, match="Unsupported property: app_id"):
+        apply({**V, "exchanges": [chash]})
 
 
 def test_the_rabbitmq_export_applies_with_its_report() -> None:
