@@ -25,6 +25,7 @@ ottermq's own export through ottermq and through RabbitMQ.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import datetime
 import decimal
@@ -338,20 +339,11 @@ def delete_everything(api: Api) -> None:
 
 @pytest.fixture
 def rabbitmq(broker) -> Iterator[Api]:
-    """The local RabbitMQ (``make conformance``), its global parameters put back afterwards."""
+    """The local RabbitMQ (``make conformance``), kept clean (``kept_clean``)."""
     if broker.is_ottermq or shutil.which("rabbitmqctl") is None:
         pytest.skip("builds the fixture on a local RabbitMQ with rabbitmqctl (make conformance)")
-    kept = {name: broker.api(f"/api/global-parameters/{name}") for name in GLOBALS}
-    delete_everything(broker.api)
-    try:
+    with kept_clean(broker.api):
         yield broker.api
-    finally:
-        delete_everything(broker.api)
-        for name, (status, answer) in kept.items():
-            if status == 200:
-                broker.api(f"/api/global-parameters/{name}", "PUT", {"name": name, "value": answer["value"]})
-            else:
-                broker.api(f"/api/global-parameters/{name}", "DELETE")
 
 
 def test_rabbitmq_exports_the_fixture(rabbitmq, broker):
@@ -418,19 +410,28 @@ def unaccounted(
     return problems
 
 
+@contextlib.contextmanager
+def kept_clean(api: Api) -> Iterator[None]:
+    """The fixture's objects removed from a broker before and after, and the global parameters an
+    import sets put back (RabbitMQ's; ottermq has none: those answers are 404)."""
+    kept = {name: api(f"/api/global-parameters/{name}") for name in GLOBALS}
+    delete_everything(api)
+    try:
+        yield
+    finally:
+        delete_everything(api)
+        for name, (status, answer) in kept.items():
+            if status == 200:
+                api(f"/api/global-parameters/{name}", "PUT", {"name": name, "value": answer["value"]})
+            else:
+                api(f"/api/global-parameters/{name}", "DELETE")
+
+
 @pytest.fixture
 def clean(broker) -> Iterator[None]:
-    """The fixture's objects removed from the broker under test before and after, and the global
-    parameters an import sets put back (RabbitMQ's; ottermq has none: those answers are 404)."""
-    kept = {name: broker.api(f"/api/global-parameters/{name}") for name in GLOBALS}
-    delete_everything(broker.api)
-    yield
-    delete_everything(broker.api)
-    for name, (status, answer) in kept.items():
-        if status == 200:
-            broker.api(f"/api/global-parameters/{name}", "PUT", {"name": name, "value": answer["value"]})
-        else:
-            broker.api(f"/api/global-parameters/{name}", "DELETE")
+    """``kept_clean`` around a test, on the broker under test."""
+    with kept_clean(broker.api):
+        yield
 
 
 def imported(broker, fixture: Path, path: str = "/api/definitions") -> list[dict[str, Any]]:
