@@ -183,9 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         description="Load a RabbitMQ definitions JSON file into the store: users (with their"
         " passwords), vhosts and permissions are created or replaced; durable exchanges, queues and"
         " bindings are added (existing ones are left unchanged); policies and operator policies"
-        " (operator_policy parameters) are created or replaced. Skipped with a warning: non-durable"
-        " queues and exchanges, amq.* names and the default exchange, non-classic queues, bindings"
-        " of skipped entities, other runtime parameters and topic permissions. "
+        " (operator_policy parameters) are created or replaced. What it cannot import is skipped"
+        " (non-durable queues and exchanges, amq.* names and the default exchange, streams, exchange"
+        " types of plugins it lacks, bindings of skipped entities, shovel and federation parameters,"
+        " global parameters, topic permissions): the output counts what was applied and names each"
+        " skipped item with the reason (docs/definitions.md). "
         + stopped
         + " To load a file at every start instead, set OTTERMQ_DEFINITIONS_FILE.",
         formatter_class=fmt,
