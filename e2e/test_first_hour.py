@@ -6,14 +6,25 @@
 - ``ottermq dlq move`` names the broker it talks to and never shows "0 of 0" before it knows the count.
 - The admin commands find an HTTPS-only configured broker from its own settings (``OTTERMQ_WEB_SSL``).
 
-The UI, the dead-letter moves and TLS set-ups are ottermq's (``extension``); the listener shape is not.
+Issue 41 (the first hour of a user coming from RabbitMQ, with a RabbitMQ on 5672/15672):
+
+- The admin commands read ``OTTERMQ_ADMIN_*`` from ``./.env`` too, warn when what answers is not OtterMQ
+  and refuse to change it without ``--any-broker`` (the "other broker" is a stand-in answering
+  ``/api/overview`` with RabbitMQ 3.10.8's product fields, measured on RabbitMQ, and recording every
+  request, so the test sees that nothing was sent to change it).
+
+The UI, the dead-letter moves, TLS set-ups and the command line's guard are ottermq's (``extension``);
+the listener shape is not.
 """
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,6 +124,31 @@ def test_ui_dead_letters_show_message_id_and_headers(page, broker, channel, with
     assert "x-first-death" not in row and "x-last-death" not in row  # x-death has its own columns
 
 
+@pytest.mark.extension
+def test_ui_queue_list_has_a_type_column(page, broker, channel, unique):
+    """RabbitMQ's queue list has a Type column (classic, quorum, stream); a quorum queue must not be told
+    only by its x-queue-type feature tag."""
+    prefix = unique("typed")
+    channel.queue_declare(f"{prefix}.classic")
+    channel.queue_declare(f"{prefix}.quorum", durable=True, arguments={"x-queue-type": "quorum"})
+    try:
+        page.goto(broker.management_url + "/#/queues")
+        page.fill("input[type=search]", prefix)
+        page.wait_for_selector(f"td a:text-is('{prefix}.quorum')")
+        table = page.locator("table", has=page.locator("th:text-is('Type')"))
+        headers = [cell.strip() for cell in table.locator("thead th").all_inner_texts()]
+        column = headers.index("Type")
+        assert headers[column - 1] == "Name"
+        rows = {}
+        for row in table.locator("tbody tr").all():
+            cells = row.locator("td").all_inner_texts()
+            rows[cells[column - 1]] = cells[column]
+        assert rows == {f"{prefix}.classic": "classic", f"{prefix}.quorum": "quorum"}
+    finally:
+        channel.queue_delete(f"{prefix}.classic")
+        channel.queue_delete(f"{prefix}.quorum")
+
+
 # -- ottermq dlq move ------------------------------------------------------------------------------------
 @pytest.mark.extension
 def test_dlq_move_names_the_broker_and_never_shows_0_of_0(broker, channel, with_dlq, tmp_path):
@@ -158,3 +194,119 @@ def test_admin_commands_use_the_brokers_https_settings(broker_process, tmp_path)
     assert done.stdout.splitlines()[2].split()[0] == "/"
     wrong = ottermq("list", "vhosts", "--cacert", str(CA(tmp_path / "other").cert_file), env={}, cwd=tmp_path)
     assert wrong.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in wrong.stderr
+
+
+# -- the command line and another broker on its ports ------------------------------------------------------
+class OtherBroker(http.server.ThreadingHTTPServer):
+    """A management API that is not OtterMQ: ``/api/overview`` answers RabbitMQ 3.10.8's product fields
+    (as RabbitMQ's does), every other request a 204; ``requests`` records them all."""
+
+    requests: list[tuple[str, str]]
+
+
+class _OtherHandler(http.server.BaseHTTPRequestHandler):
+    server: OtherBroker
+
+    def _answer(self) -> None:
+        self.server.requests.append((self.command, self.path))
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        if self.path == "/api/overview":
+            body = json.dumps({"product_name": "RabbitMQ", "product_version": "3.10.8"}).encode()
+        elif self.command == "GET":
+            body = (
+                b"[]" if self.path != "/api/users/guest" else b'{"name": "guest", "tags": ["administrator"]}'
+            )
+        else:
+            self.send_response(204)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_DELETE = do_POST = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+@pytest.fixture
+def other_broker() -> Iterator[OtherBroker]:
+    server = OtherBroker(("127.0.0.1", 0), _OtherHandler)
+    server.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.extension
+def test_the_command_line_warns_about_another_broker_and_refuses_to_change_it(other_broker, tmp_path):
+    """What happened in the first hour: OtterMQ's ports moved on one shell's command line, so in another
+    shell the commands' default (the broker's own settings, here OTTERMQ_WEB_PORT from ./.env) reaches
+    the other broker. Reads warn; changes refuse and send nothing but the overview's GET."""
+    port = other_broker.server_address[1]
+    (tmp_path / ".env").write_text(f"OTTERMQ_WEB_PORT={port}\n")
+    at = f"RabbitMQ 3.10.8 at http://localhost:{port}/"
+    came = f"the URL comes from OTTERMQ_WEB_PORT={port}"
+    listed = ottermq("list", "queues", env={}, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    first, warning = listed.stderr.splitlines()
+    assert first == f"Listing queues of {at} (all vhosts)"
+    assert warning.startswith(f"WARNING: {at} is not OtterMQ ({came}; ")
+    assert "--any-broker" in warning
+    for command in (
+        ["users", "passwd", "guest", "n3w"],
+        ["policies", "set", "ttl", ".*", '{"message-ttl": 1000}'],
+        ["purge", "orders"],
+        ["get", "orders", "--ackmode", "ack_requeue_false"],
+        ["definitions", "import", str(tmp_path / ".env"), "--url", f"http://localhost:{port}"],
+        ["dlq", "move", "/", "orders.dlq", "--all"],
+    ):
+        other_broker.requests.clear()
+        refused = ottermq(*command, "--quiet", env={}, cwd=tmp_path)
+        assert refused.returncode == 1, (command, refused.stdout, refused.stderr)
+        assert f"refusing to change {at}: it is not OtterMQ (" in refused.stderr, command
+        assert other_broker.requests == [("GET", "/api/overview")], command
+    other_broker.requests.clear()
+    asked = ottermq("users", "passwd", "guest", "n3w", "--any-broker", env={}, cwd=tmp_path)
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stderr == f"Changing the password of user 'guest' on {at}\n"
+    assert ("PUT", "/api/users/guest") in other_broker.requests
+
+
+@pytest.mark.extension
+def test_the_admin_variables_in_dot_env_win_over_the_brokers_settings(broker, other_broker, tmp_path):
+    """OTTERMQ_ADMIN_URL/_USER/_PASSWORD in ./.env are read like the broker's own settings there."""
+    (tmp_path / ".env").write_text(
+        f"OTTERMQ_WEB_PORT={other_broker.server_address[1]}\n"
+        f"OTTERMQ_ADMIN_URL={broker.management_url}\n"
+        f"OTTERMQ_ADMIN_USER={broker.user}\nOTTERMQ_ADMIN_PASSWORD={broker.password}\n"
+    )
+    done = ottermq("vhosts", "add", "from-dot-env", env={}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("Adding vhost 'from-dot-env' on OtterMQ ")
+    assert other_broker.requests == []
+    assert broker.api(f"/api/vhosts/{urllib.parse.quote('from-dot-env', safe='')}")[0] == 200
+    assert broker.api(f"/api/vhosts/{urllib.parse.quote('from-dot-env', safe='')}", "DELETE")[0] == 204
+
+
+# -- the start-up log with two workers ----------------------------------------------------------------------
+@pytest.mark.extension
+def test_only_worker_0_says_where_the_web_ui_is(broker_process, poll_until):
+    """Worker 1's listener is internal (an ephemeral port on 127.0.0.1 that worker 0 asks): the log names it
+    so, and the one web UI line is worker 0's, on OTTERMQ_WEB_PORT."""
+    process = broker_process({"OTTERMQ_WORKERS": "2"})
+    process.start()
+    line = f"INFO ottermq.broker.management.app: web UI on http://127.0.0.1:{process.web_port}/"
+    poll_until(lambda: line in process.log_tail(400))
+    log = process.log_tail(400)
+    assert log.count("web UI on ") == 1, log
+    assert "internal management API (worker 0 asks it) on http://127.0.0.1:" in log
+    assert "internal Prometheus metrics (worker 0 adds them up) on http://127.0.0.1:" in log
