@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ottermq.amqp import native
 from ottermq.persistence.archive import NullArchive
-from ottermq.persistence.lease import Lease
+from ottermq.persistence.lease import Lease, Unreachable
 from ottermq.persistence.postgres import PostgresStore
 from ottermq.persistence.store import Definitions, Store, StoreError
 
@@ -347,7 +347,8 @@ async def _lead(lease: Lease, stop: asyncio.Event) -> bool:
         True once this broker is the active one; False when stopped first.
 
     Raises:
-        StartupError: PostgreSQL is unusable (no driver, a schema of another program or version).
+        StartupError: PostgreSQL is unusable (no driver, a schema of another program or version), or was
+            never reached (``Unreachable``: a wrong host, port, role or database).
     """
     acquire = asyncio.ensure_future(lease.acquire())
     await _first(asyncio.shield(acquire), stop.wait())
@@ -361,5 +362,6 @@ async def _lead(lease: Lease, stop: asyncio.Event) -> bool:
         acquire.result()
     except StoreError as exc:
         await lease.release()
-        raise StartupError("postgres_url", redact_url(lease.url), str(exc)) from None
+        fix = exc.fix if isinstance(exc, Unreachable) else ""
+        raise StartupError("postgres_url", redact_url(lease.url), str(exc), fix) from None
     return True

@@ -8,6 +8,8 @@
 
 Issue 41 (the first hour of a user coming from RabbitMQ, with a RabbitMQ on 5672/15672):
 
+- A broker on PostgreSQL that has never reached its database (a wrong port, role or database) stops
+  with one line naming what failed and the setting to check, exit status 1, within seconds.
 - The admin commands read ``OTTERMQ_ADMIN_*`` from ``./.env`` too, warn when what answers is not OtterMQ
   and refuse to change it without ``--any-broker`` (the "other broker" is a stand-in answering
   ``/api/overview`` with RabbitMQ 3.10.8's product fields, measured on RabbitMQ, and recording every
@@ -25,6 +27,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +36,7 @@ from typing import Any
 import pika
 import pytest
 
-from .conftest import Broker, _free_port
+from .conftest import Broker, _free_port, postgres_url
 from .polling import poll_until
 from .tls_certs import CA
 
@@ -310,3 +313,45 @@ def test_only_worker_0_says_where_the_web_ui_is(broker_process, poll_until):
     assert log.count("web UI on ") == 1, log
     assert "internal management API (worker 0 asks it) on http://127.0.0.1:" in log
     assert "internal Prometheus metrics (worker 0 adds them up) on http://127.0.0.1:" in log
+
+
+# -- PostgreSQL: a broker that never reached its database is no standby -----------------------------------
+@pytest.mark.extension
+@pytest.mark.parametrize(
+    ("wrong", "fix"),
+    [
+        ("port", "check the host and port in OTTERMQ_POSTGRES_URL"),
+        ("role", "check the user and password in OTTERMQ_POSTGRES_URL"),
+        ("database", "check the database in OTTERMQ_POSTGRES_URL"),
+    ],
+)
+def test_a_postgresql_misconfiguration_stops_the_start_with_one_line(wrong, fix, tmp_path):
+    good = urllib.parse.urlsplit(postgres_url())  # a throwaway server (.ci/postgres.py)
+    netloc, path = good.netloc, good.path
+    if wrong == "port":
+        netloc = f"{good.username}@{good.hostname}:{_free_port()}"
+    elif wrong == "role":
+        netloc = f"no_such_role@{good.hostname}:{good.port}"
+    else:
+        path = "/no_such_database"
+    url = urllib.parse.urlunsplit(good._replace(netloc=netloc, path=path))
+    env = {
+        "OTTERMQ_STORE": "postgresql",
+        "OTTERMQ_POSTGRES_URL": url,
+        "OTTERMQ_BROKER_HOST": "127.0.0.1",
+        "OTTERMQ_BROKER_PORT": str(_free_port()),
+        "OTTERMQ_WEB_PORT": str(_free_port()),
+        "OTTERMQ_PROMETHEUS_PORT": str(_free_port()),
+        "OTTERMQ_DATA_DIR": str(tmp_path / "data"),
+    }
+    started = time.monotonic()
+    done = ottermq(env=env, cwd=tmp_path)
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, done.stderr
+    assert f"cannot start: OTTERMQ_POSTGRES_URL={url}: " in errors[0]
+    assert fix in errors[0]
+    assert "standby" not in done.stderr  # it never reached the database: no standby
+    # OTTERMQ_POSTGRES_START_TIMEOUT (5 s) of retries at most for a port; a refusal stops at once
+    assert took < (25 if wrong == "port" else 20), took
