@@ -215,6 +215,11 @@ class Broker:
 class Extension(Protocol):
     """More processes around the broker (``ottermq.broker.workers.supervisor.Supervisor``)."""
 
+    def hold_topology(self, definitions: Definitions) -> Definitions:
+        """Keep the start-up definitions' exchanges, queues and bindings for ``start``; the rest is
+        applied as the node opens."""
+        ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -277,6 +282,8 @@ async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None
         try:
             broker.prepare_dirs()
             extension = extend(broker) if extend is not None else None
+            if extension is not None and definitions is not None:
+                definitions = extension.hold_topology(definitions)  # each vhost's owner declares its own
             await broker.start(definitions, extension.start if extension is not None else None)
         except BaseException:
             await broker.close_listeners()
