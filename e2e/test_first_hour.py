@@ -10,6 +10,9 @@ Issue 41 (the first hour of a user coming from RabbitMQ, with a RabbitMQ on 5672
 
 - A broker on PostgreSQL that has never reached its database (a wrong port, role or database) stops
   with one line naming what failed and the setting to check, exit status 1, within seconds.
+- ``ottermq dlq report`` straight after dead letters were produced reads the archive file the broker is
+  still writing (its complete lines), prints nothing of the JVM's or Spark's own, and the time it
+  prints is the whole command's.
 - The admin commands read ``OTTERMQ_ADMIN_*`` from ``./.env`` too, warn when what answers is not OtterMQ
   and refuse to change it without ``--any-broker`` (the "other broker" is a stand-in answering
   ``/api/overview`` with RabbitMQ 3.10.8's product fields, measured on RabbitMQ, and recording every
@@ -24,6 +27,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -355,3 +359,54 @@ def test_a_postgresql_misconfiguration_stops_the_start_with_one_line(wrong, fix,
     assert "standby" not in done.stderr  # it never reached the database: no standby
     # OTTERMQ_POSTGRES_START_TIMEOUT (5 s) of retries at most for a port; a refusal stops at once
     assert took < (25 if wrong == "port" else 20), took
+
+
+# -- ottermq dlq report on an archive being written ----------------------------------------------------------
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (INFO|WARNING|ERROR) ottermq\.")
+
+
+@pytest.mark.extension
+def test_dlq_report_straight_after_dead_letters(broker_process, tmp_path):
+    archive = tmp_path / "archive"
+    process = broker_process({"OTTERMQ_DLX_ARCHIVE_DIR": str(archive)})
+    conn = pika.BlockingConnection(process.start().params())
+    channel = conn.channel()
+    channel.queue_declare("report.dlq")
+    args = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "report.dlq", "x-message-ttl": 1}
+    channel.queue_declare("report.work", arguments=args)
+    for i in range(5):
+        channel.basic_publish("", "report.work", f"m{i}".encode())
+    poll_until(lambda: channel.queue_declare("report.dlq", passive=True).method.message_count == 5)
+    conn.close()
+
+    def written() -> int:  # the archive writer wakes every 0.5 s; the file stays open (.part) for 60 s
+        return sum(p.read_bytes().count(b"\n") for p in archive.rglob("*.jsonl.part"))
+
+    poll_until(lambda: written() == 5)
+    out = tmp_path / "report"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTTERMQ_")}
+    command = [sys.executable, "-m", "ottermq.broker", "dlq", "report", str(archive), "--out", str(out)]
+    refused = subprocess.run(
+        [*command, "--complete-only"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "PYTHONSAFEPATH": "1"},
+    )
+    assert refused.returncode == 2 and "1 .jsonl.part file(s) still being written" in refused.stderr
+    # the wall time of the process, as a shell's `time` sees it (the JVM it started may outlive it a
+    # few seconds, writing its class-data archive: so no waiting for the end of its output here)
+    with open(tmp_path / "report.out", "w+") as stdout, open(tmp_path / "report.err", "w+") as stderr:
+        started = time.monotonic()
+        proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, env={**env, "PYTHONSAFEPATH": "1"})
+        returncode = proc.wait(timeout=600)
+        wall = time.monotonic() - started
+    run = subprocess.CompletedProcess(command, returncode, "", (tmp_path / "report.err").read_text())
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["records"] == 5
+    assert list(archive.rglob("*.jsonl.part")) and not list(archive.rglob("*.jsonl"))  # still being written
+    assert "1 archive file(s) still being written: their 5 complete line(s) so far are read too" in run.stderr
+    foreign = [line for line in run.stderr.splitlines() if line and not LOG_LINE.match(line)]
+    assert foreign == [], foreign  # no JVM or Spark line without --verbose (the incubator warning)
+    [seconds] = re.findall(r"report written to \S+ in ([\d.]+) s", run.stderr)
+    assert wall - 1.5 <= float(seconds) <= wall + 0.1, (seconds, wall)  # the whole command's wall time
