@@ -413,14 +413,7 @@ _ANY_INTERFACE = ("", "0.0.0.0", "::", "[::]")
 class AdminSettings(BaseSettings):
     """The ``OTTERMQ_ADMIN_*`` variables, read from the environment and ``./.env`` as ``Settings`` are."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="OTTERMQ_ADMIN_",
-        env_file=".env",
-        env_file_encoding="utf-8",
-        env_ignore_empty=True,
-        extra="ignore",
-        case_sensitive=False,
-    )
+    model_config = SettingsConfigDict(**{**Settings.model_config, "env_prefix": "OTTERMQ_ADMIN_"})
 
     url: str = ""
     user: str = ""
