@@ -193,15 +193,15 @@ def announce(
     product = str(overview.get("product_name") or "RabbitMQ")
     version = overview.get("product_version") or overview.get("rabbitmq_version") or "(version unknown)"
     where = f"{product} {version} at {client.url}/"
-    if not quiet:
-        print(f"{doing} {where}" + (f" {scope}" if scope else ""), file=sys.stderr)
-    if product == OTTERMQ or any_broker:
-        return
+    other = product != OTTERMQ and not any_broker
     came = f"the URL comes from {origin}; " if origin else ""
     hint = (
         f"{came}if OtterMQ listens elsewhere, set its ports in ./.env or give --url"
         " (docs/getting-started.md#beside-a-rabbitmq); --any-broker works on this broker"
     )
-    if changes:
+    if other and changes:  # refused before it says what it would do: nothing was done
         raise AdminError(f"refusing to change {where}: it is not OtterMQ ({hint} anyway)")
-    print(f"WARNING: {where} is not OtterMQ ({hint} without this warning)", file=sys.stderr)
+    if not quiet:
+        print(f"{doing} {where}" + (f" {scope}" if scope else ""), file=sys.stderr)
+    if other:
+        print(f"WARNING: {where} is not OtterMQ ({hint} without this warning)", file=sys.stderr)
