@@ -13,36 +13,44 @@ export PYTHONSAFEPATH := 1
 # One venv, installed in layers, each with its own stamp (re-installed when pyproject changes or a module
 # is added/removed: strict editable installs link files one by one, so new modules need a re-run;
 # subpackages such as broker/management count):
-#   run-install  the broker alone (`make run`): `pip install -e .`, no extras (under 100 MB)
+#   run-install  the broker alone (`make run`): `pip install -e .`, no extras (under 100 MB), plus the
+#                extras named in EXTRAS: `make run EXTRAS=postgresql` (the asyncpg driver),
+#                `EXTRAS=postgresql,tools`; any of pyproject's optional-dependencies
 #   analytics    + the spark and tools extras (`ottermq dlq report|compact|select|replay|watch|export`)
 #   install      + dev (`make test`, lint, typecheck): dev,spark,tools,postgresql (over 1 GB: pyspark, ...)
 # A wider layer touches the narrower stamps, so `make test` then `make run` re-installs nothing, and
 # `make run` then `make test` only adds the extras. Strict editable installs (a link tree that mypy follows,
 # see docs/development.md) for all; PIP_INSTALL hides setuptools' "Editable installation" notice, which says that
 # build/__editable__.* must not be deleted (`make clean` removes it with the venv).
+# One compile per clone: setup.py keeps the compiled hot path in build/hot-path/ (by a hash of its
+# sources), so every layer after the first, in any order, copies it instead of compiling again.
+# `make docs` needs none of these: only the docs extra's two packages in the venv.
 PKG_DIRS     := $(shell find $(PKGS) -type d -not -name __pycache__)
 # The hot-path modules mypyc compiles (amqp/native.py's MODULES, setup.py): an edit re-installs, which
-# compiles them again (about a minute); until then they run from their sources (see amqp/native.py).
+# compiles them again (about a minute on two cores); until then they run from their sources (see amqp/native.py).
 HOT_PATH     := $(shell sed -n 's/^    "ottermq\.\([a-z_.]*\)",$$/\1/p' amqp/native.py | tr . / | sed 's/$$/.py/')
-RUN_STAMP    := $(VENV)/.installed-run
+EXTRAS       ?=
+comma        := ,
+RUN_STAMP    := $(VENV)/.installed-run$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
 SPARK_STAMP  := $(VENV)/.installed-analytics
 PIP_INSTALL  := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q
 EDITABLE     := --config-settings editable_mode=strict
+INSTALL_DEPS := pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS)
 
 $(VENV)/.created:
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@touch $@
 
-$(RUN_STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) | $(VENV)/.created
-	$(PIP_INSTALL) -e . $(EDITABLE)
+$(RUN_STAMP): $(INSTALL_DEPS) | $(VENV)/.created
+	$(PIP_INSTALL) -e '.$(if $(EXTRAS),[$(EXTRAS)])' $(EDITABLE)
 	@touch $@
 
-$(SPARK_STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) | $(VENV)/.created
+$(SPARK_STAMP): $(INSTALL_DEPS) | $(VENV)/.created
 	$(PIP_INSTALL) -e '.[spark,tools]' $(EDITABLE)
 	@touch $@ $(RUN_STAMP)
 
-$(STAMP): pyproject.toml setup.py amqp/native.py $(HOT_PATH) $(PKG_DIRS) | $(VENV)/.created
+$(STAMP): $(INSTALL_DEPS) | $(VENV)/.created
 	$(PIP_INSTALL) -e '.[dev,spark,tools,postgresql]' $(EDITABLE)
 	@touch $@ $(SPARK_STAMP) $(RUN_STAMP)
 
@@ -328,14 +336,18 @@ typecheck: install
 	$(BIN)/mypy $(foreach p,$(PKGS),-p ottermq.$(p))
 
 # The documentation site (mkdocs.yml, docs/) into site/: the docs extra's packages into the venv (read
-# from pyproject, so the package install is left alone), then MkDocs Material with --strict (a warning
-# fails the build) and nothing fetched (no social or privacy plugin, no web fonts).
+# from pyproject; the site is built from docs/ alone, so the broker itself is not installed for it: no
+# compile, a few MB), then MkDocs Material with --strict (a warning fails the build) and nothing fetched
+# (no social or privacy plugin, no web fonts).
 .PHONY: docs
-docs: install
-	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
-	  | $(BIN)/python -m pip install -q -r /dev/stdin
+docs: $(VENV)/.installed-docs
 	rm -rf site
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+$(VENV)/.installed-docs: pyproject.toml | $(VENV)/.created
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
+	  | $(BIN)/python -m pip install -q -r /dev/stdin
+	@touch $@
 
 clean:
 	rm -rf $(VENV) build site *.egg-info .pytest_cache .mypy_cache .ruff_cache
