@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ottermq.amqp import native
 from ottermq.persistence.archive import NullArchive
-from ottermq.persistence.lease import Lease
+from ottermq.persistence.lease import Lease, Unreachable
 from ottermq.persistence.postgres import PostgresStore
 from ottermq.persistence.store import Store, StoreError
 
@@ -219,6 +219,11 @@ class Broker:
 class Extension(Protocol):
     """More processes around the broker (``ottermq.broker.workers.supervisor.Supervisor``)."""
 
+    def hold_topology(self, definitions: Definitions) -> Definitions:
+        """Keep the start-up definitions' exchanges, queues and bindings for ``start``; the rest is
+        applied as the node opens."""
+        ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -281,6 +286,8 @@ async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None
         try:
             broker.prepare_dirs()
             extension = extend(broker) if extend is not None else None
+            if extension is not None and definitions is not None:
+                definitions = extension.hold_topology(definitions)  # each vhost's owner declares its own
             await broker.start(definitions, extension.start if extension is not None else None)
         except BaseException:
             await broker.close_listeners()
@@ -351,7 +358,8 @@ async def _lead(lease: Lease, stop: asyncio.Event) -> bool:
         True once this broker is the active one; False when stopped first.
 
     Raises:
-        StartupError: PostgreSQL is unusable (no driver, a schema of another program or version).
+        StartupError: PostgreSQL is unusable (no driver, a schema of another program or version), or was
+            never reached (``Unreachable``: a wrong host, port, role or database).
     """
     acquire = asyncio.ensure_future(lease.acquire())
     await _first(asyncio.shield(acquire), stop.wait())
@@ -365,5 +373,6 @@ async def _lead(lease: Lease, stop: asyncio.Event) -> bool:
         acquire.result()
     except StoreError as exc:
         await lease.release()
-        raise StartupError("postgres_url", redact_url(lease.url), str(exc)) from None
+        fix = exc.fix if isinstance(exc, Unreachable) else ""
+        raise StartupError("postgres_url", redact_url(lease.url), str(exc), fix) from None
     return True
