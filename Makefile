@@ -117,28 +117,30 @@ PYTEST       := env PYTHONPATH=$(CURDIR)/.ci/pytest $(BIN)/pytest $(XDIST)
 #      management_hostile_headers, queue_access, front_door, dead_letter_moves);
 #    - metadata that worker 0 holds and pushes to every worker before answering: users, permissions,
 #      policies, limits, definitions, through the API and the admin CLI (permissions, policies, limits,
-#      management_definitions, admin_cli);
+#      management_definitions, admin_cli), and a definitions import whose answer joins every worker's
+#      report of what it applied and skipped (definitions_everything);
 #    - TLS, which worker 0 keeps and relays to the owner (tls); Prometheus and alarms added up across
 #      workers (prometheus, disk_alarm);
 #    - processes: restarts and kill -9 of every worker, each recovering its own store (durability),
 #      settings reaching the workers and SIGTERM/SIGINT stopping them all (ottermq_process), each
 #      worker's dead-letter archive writer in the one directory (archive);
+#    - the start-up definitions file (OTTERMQ_DEFINITIONS_FILE), whose exchanges, queues and bindings
+#      each vhost's owner declares, kept across restarts (long_argument_keys);
 #    - shovels, which run in worker 0 and connect to the vhost's owner through worker 0's listener as
 #      the internal principal whose secret worker 0 hands out, their parameters worker 0's alone
 #      (shovels, shovel_interop, shovel_crash).
 #    Not again: the files whose broker work happens inside the owner exactly as in one process (queue
 #    types, TTL, dead-lettering, delays, paging, the clients' own suites, the browser, snippets, fuzzer,
 #    adversarial suite, chaos), test_workers.py (it sets OTTERMQ_WORKERS=2 itself: its first run is
-#    this run), PostgreSQL's active/standby (one worker there) and the long argument keys' restart test,
-#    whose start-up definitions file declares nothing in another worker's vhost with two workers (a gap
-#    of the workers' start-up import, not mended yet).
+#    this run) and PostgreSQL's active/standby (one worker there).
 WORKERS_E2E := $(addprefix e2e/test_,connection.py handshake.py login_matrix.py \
 	basic.py aio_pika.py go_client.py mixed_clients.py \
 	management_api.py management_write.py management_stats.py management_health.py \
 	management_fidelity.py management_hostile_headers.py queue_access.py front_door.py dead_letter_moves.py \
-	permissions.py policies.py limits.py management_definitions.py admin_cli.py \
+	permissions.py policies.py limits.py management_definitions.py admin_cli.py definitions_everything.py \
 	tls.py prometheus.py disk_alarm.py \
-	durability.py ottermq_process.py archive.py shovels.py shovel_interop.py shovel_crash.py)
+	durability.py ottermq_process.py archive.py long_argument_keys.py shovels.py shovel_interop.py \
+	shovel_crash.py)
 #
 # 2. The store on PostgreSQL (OTTERMQ_STORE=postgresql, a schema per broker process, in a throwaway
 #    server: WITH_PG below): the end-to-end files that write to the store and read it back: restarts and

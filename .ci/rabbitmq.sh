@@ -21,10 +21,14 @@ except OSError:
 PY
 }
 # The management API (15672) and Prometheus metrics (15692) for e2e/test_management_api.py, the
-# consistent-hash exchange type for e2e/test_consistent_hash.py, and dynamic shovels with their API
-# (/api/shovels) for e2e/test_shovels*.py; enabling is idempotent and works on a running node
+# consistent-hash exchange type for e2e/test_consistent_hash.py, dynamic shovels with their API
+# (/api/shovels) for e2e/test_shovel*.py, and for e2e/test_definitions_everything.py every plugin whose
+# objects a definitions export can hold (shovel and federation parameters; the random, JMS topic,
+# recent-history and sharding exchange types); enabling is idempotent and works on a running node
 # (rabbitmq-plugins talks to it) or an offline one.
-PLUGINS="rabbitmq_management rabbitmq_prometheus rabbitmq_consistent_hash_exchange rabbitmq_shovel rabbitmq_shovel_management"
+PLUGINS="rabbitmq_management rabbitmq_prometheus rabbitmq_consistent_hash_exchange rabbitmq_shovel
+  rabbitmq_shovel_management rabbitmq_federation rabbitmq_random_exchange rabbitmq_jms_topic_exchange
+  rabbitmq_recent_history_exchange rabbitmq_sharding"
 management() {
   if [ "$check_only" = 1 ]; then return 0; fi
   # shellcheck disable=SC2086 # a list of plugin names

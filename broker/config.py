@@ -205,12 +205,24 @@ class Settings(BaseSettings):
     standby_poll_seconds: Duration = Field(
         0.2, gt=0, le=60, description="PostgreSQL: how often a standby checks whether it can take over"
     )
+    postgres_start_timeout: Duration = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="PostgreSQL: how long a broker that has never reached its database tries at start-up"
+        " before it stops (exit status 1, naming the setting to check); a role, password or database that"
+        " does not exist stops it at once. A standby (it reached the database once) keeps trying",
+    )
     sync: str = Field(
         "FULL",
         pattern="^(?i:full|normal)$",
         description="SQLite synchronous level: FULL = a confirm means on disk even after power loss",
     )
-    definitions_file: Path | None = Field(None, description="RabbitMQ definitions JSON imported at start-up")
+    definitions_file: Path | None = Field(
+        None,
+        description="RabbitMQ definitions JSON imported at start-up (what it skipped: in the log and"
+        " /api/overview)",
+    )
     disk_free_limit: ByteSize = Field(
         50_000_000,
         ge=0,
@@ -402,41 +414,68 @@ ADMIN_DEFAULTS = {
 _ANY_INTERFACE = ("", "0.0.0.0", "::", "[::]")
 
 
+class AdminSettings(BaseSettings):
+    """The ``OTTERMQ_ADMIN_*`` variables, read from the environment and ``./.env`` as ``Settings`` are."""
+
+    model_config = SettingsConfigDict(**{**Settings.model_config, "env_prefix": "OTTERMQ_ADMIN_"})
+
+    url: str = ""
+    user: str = ""
+    password: str = ""
+
+
 def admin_defaults() -> dict[str, str]:
     """Where the admin subcommands connect, as the broker on this machine is configured.
 
-    Each ``OTTERMQ_ADMIN_*`` variable wins. Without ``OTTERMQ_ADMIN_URL`` the URL is the broker's
-    management listener, read from the environment and ``./.env`` as the broker reads them:
-    ``https://HOST:OTTERMQ_WEB_SSL_PORT`` with ``OTTERMQ_WEB_SSL``, else ``http://HOST:OTTERMQ_WEB_PORT``,
-    HOST being ``OTTERMQ_WEB_HOST`` or ``OTTERMQ_BROKER_HOST`` (all interfaces: ``localhost``), and the
-    API under ``OTTERMQ_WEB_API_PATH``. The user and password default to the broker's default user
-    (``OTTERMQ_USERNAME``/``OTTERMQ_PASSWORD``). A setting with a bad value counts as unset here.
+    Each ``OTTERMQ_ADMIN_*`` variable (environment or ``./.env``) wins. Without ``OTTERMQ_ADMIN_URL`` the
+    URL is the broker's management listener, read from the environment and ``./.env`` as the broker
+    reads them: ``https://HOST:OTTERMQ_WEB_SSL_PORT`` with ``OTTERMQ_WEB_SSL``, else
+    ``http://HOST:OTTERMQ_WEB_PORT``, HOST being ``OTTERMQ_WEB_HOST`` or ``OTTERMQ_BROKER_HOST`` (all
+    interfaces: ``localhost``), and the API under ``OTTERMQ_WEB_API_PATH``. The user and password
+    default to the broker's default user (``OTTERMQ_USERNAME``/``OTTERMQ_PASSWORD``). A setting with a
+    bad value counts as unset here.
 
     Returns:
         ``url`` (without the API path), ``api_path``, ``cafile`` (the CA bundle to verify that https
         URL: ``OTTERMQ_WEB_SSL_CA_FILE`` or ``OTTERMQ_SSL_CA_FILE``; empty = the system's), ``user``,
-        ``password``.
+        ``password``, and ``origin``: where the URL comes from, for people (``OTTERMQ_ADMIN_URL``,
+        ``OTTERMQ_WEB_PORT=15673``, or the default port when nothing sets one).
     """
     settings = _lenient_settings()
-    url, api_path, cafile = os.environ.get("OTTERMQ_ADMIN_URL", ""), "/api", ""
+    admin = _lenient_admin_settings()
+    url, api_path, cafile, origin = admin.url, "/api", "", "OTTERMQ_ADMIN_URL"
     if not url:
         host = settings.web_host or settings.broker_host
         host = "localhost" if host in _ANY_INTERFACE else host
         host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        port_field = "web_ssl_port" if settings.web_ssl else "web_port"
+        port = getattr(settings, port_field)
         if settings.web_ssl:
-            url = f"https://{host}:{settings.web_ssl_port}"
+            url = f"https://{host}:{port}"
             ca = settings.web_ssl_ca_file or settings.ssl_ca_file
             cafile = str(ca) if ca else ""
         else:
-            url = f"http://{host}:{settings.web_port}"
+            url = f"http://{host}:{port}"
         api_path = settings.web_api_path.rstrip("/") or "/api"
+        if port_field in settings.model_fields_set:
+            origin = f"{env_name(port_field)}={port}"
+        else:
+            origin = f"the default {env_name(port_field)}={port}: neither the environment nor ./.env sets it"
     return {
         "url": url,
         "api_path": api_path,
         "cafile": cafile,
-        "user": os.environ.get("OTTERMQ_ADMIN_USER") or settings.username,
-        "password": os.environ.get("OTTERMQ_ADMIN_PASSWORD") or settings.password,
+        "user": admin.user or settings.username,
+        "password": admin.password or settings.password,
+        "origin": origin,
     }
+
+
+def _lenient_admin_settings() -> AdminSettings:
+    try:
+        return AdminSettings()
+    except ValidationError:  # pragma: no cover - three plain strings cannot be invalid
+        return AdminSettings.model_construct()
 
 
 def _lenient_settings() -> Settings:
@@ -455,8 +494,11 @@ def _lenient_settings() -> Settings:
     return Settings.model_construct()
 
 
+# Read by ``amqp/native.py`` from the process environment before anything else is imported (it picks the
+# compiled or the pure-Python hot path), so it is no ``Settings`` field and ``.env`` cannot set it.
+PURE_PYTHON = "OTTERMQ_PURE_PYTHON"
 KNOWN_VARIABLES = frozenset(
-    {env_name(f) for f in Settings.model_fields} | {"OTTERMQ_LOG_LEVEL"} | set(ADMIN_DEFAULTS)
+    {env_name(f) for f in Settings.model_fields} | {"OTTERMQ_LOG_LEVEL", PURE_PYTHON} | set(ADMIN_DEFAULTS)
 )
 
 
@@ -475,6 +517,12 @@ def unknown_variables(env_file: str | Path | None = ".env") -> list[str]:
     for where, names in sources:
         for name in sorted(names):
             upper = name.upper()
+            if upper == PURE_PYTHON and where != "the environment":
+                warnings.append(
+                    f"{name} in {where} is ignored: the hot path is chosen before settings are read,"
+                    " so set it in the environment (OTTERMQ_PURE_PYTHON=1 ottermq)"
+                )
+                continue
             if not upper.startswith("OTTERMQ_") or upper in KNOWN_VARIABLES:
                 continue
             suffixes = {known.removeprefix("OTTERMQ_"): known for known in sorted(KNOWN_VARIABLES)}

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ottermq.amqp import native
 from ottermq.persistence.archive import NullArchive
-from ottermq.persistence.lease import Lease
+from ottermq.persistence.lease import Lease, Unreachable
 from ottermq.persistence.postgres import PostgresStore
 from ottermq.persistence.store import Definitions, Store, StoreError
 
@@ -37,7 +37,7 @@ from .config import Settings
 from .management import ManagementServer
 from .management.prometheus import PrometheusServer
 from .node import tls
-from .node.definitions import DefinitionsError
+from .node.definitions import DefinitionsError, DefinitionsFile
 from .node.node import Node
 from .node.startup import (
     StartupError,
@@ -166,7 +166,7 @@ class Broker:
 
     async def start(
         self,
-        definitions: Definitions | None = None,
+        definitions: DefinitionsFile | None = None,
         before_serving: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Bind (if ``listen`` was not called), open the node (store, definitions, recovery), run
@@ -181,11 +181,15 @@ class Broker:
         if definitions is None and settings.definitions_file is not None:
             definitions = read_definitions(settings)
         try:
-            await self.node.open(definitions, seed=not self.internal)
+            if definitions is None:
+                await self.node.open(seed=not self.internal)
+            else:
+                await self.node.open(definitions.definitions, not self.internal, definitions.report)
         except DefinitionsError as exc:
             raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
-        if definitions is not None:
-            log.info("imported definitions from %s", settings.definitions_file)
+        if definitions is not None:  # each skipped item was logged as it was skipped
+            self.node.definitions_file = definitions
+            log.info("imported definitions from %s: %s", definitions.path, definitions.report.summary())
         if before_serving is not None:
             await before_serving()
         await self.amqp.start_serving()  # internal: no socket, the consumer-timeout checks only
@@ -217,6 +221,11 @@ class Broker:
 
 class Extension(Protocol):
     """More processes around the broker (``ottermq.broker.workers.supervisor.Supervisor``)."""
+
+    def hold_topology(self, definitions: Definitions) -> Definitions:
+        """Keep the start-up definitions' exchanges, queues and bindings for ``start``; the rest is
+        applied as the node opens."""
+        ...
 
     async def start(self) -> None: ...
 
@@ -280,6 +289,8 @@ async def serve(settings: Settings, extend: Callable[[Broker], Extension] | None
         try:
             broker.prepare_dirs()
             extension = extend(broker) if extend is not None else None
+            if extension is not None and definitions is not None:  # each vhost's owner declares its own
+                definitions.definitions = extension.hold_topology(definitions.definitions)
             await broker.start(definitions, extension.start if extension is not None else None)
         except BaseException:
             await broker.close_listeners()
@@ -350,7 +361,8 @@ async def _lead(lease: Lease, stop: asyncio.Event) -> bool:
         True once this broker is the active one; False when stopped first.
 
     Raises:
-        StartupError: PostgreSQL is unusable (no driver, a schema of another program or version).
+        StartupError: PostgreSQL is unusable (no driver, a schema of another program or version), or was
+            never reached (``Unreachable``: a wrong host, port, role or database).
     """
     acquire = asyncio.ensure_future(lease.acquire())
     await _first(asyncio.shield(acquire), stop.wait())
@@ -364,5 +376,6 @@ async def _lead(lease: Lease, stop: asyncio.Event) -> bool:
         acquire.result()
     except StoreError as exc:
         await lease.release()
-        raise StartupError("postgres_url", redact_url(lease.url), str(exc)) from None
+        fix = exc.fix if isinstance(exc, Unreachable) else ""
+        raise StartupError("postgres_url", redact_url(lease.url), str(exc), fix) from None
     return True

@@ -30,7 +30,8 @@ STATS_TIMEOUT = 20
 def ottermq(broker: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``ottermq("list", "queues", check=True, env=None, cwd=None)``: ``python -m ottermq.broker`` pointed
     at the broker under test with ``--url/--user/--password`` (or only through ``env`` when given; a
-    None value there removes the variable)."""
+    None value there removes the variable), and ``--any-broker``: the broker under test may be a
+    RabbitMQ, which the commands refuse to change without it (``e2e/test_first_hour.py`` tests that)."""
 
     def _run(
         *args: str, check: bool = True, env: dict[str, str | None] | None = None, cwd: Path | None = None
@@ -47,6 +48,7 @@ def ottermq(broker: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
                 broker.password,
             ]
         )
+        flags.append("--any-broker")
         merged = {**os.environ, "PYTHONSAFEPATH": "1", **(env or {})}
         done = subprocess.run(
             [sys.executable, "-m", "ottermq.broker", *args, *flags],
@@ -167,7 +169,8 @@ def test_get_shows_x_death_message_id_and_headers(ottermq, channel, with_dlq, ex
 
 def test_the_brokers_own_settings_are_the_default_and_the_product_is_named(ottermq, broker, tmp_path):
     """Without --url or OTTERMQ_ADMIN_URL the commands go where the broker's own OTTERMQ_WEB_* settings
-    (here from ./.env) say, and stderr names the product /api/overview reports; stdout stays the table."""
+    (here from ./.env) say, and stderr names the product /api/overview reports; stdout stays the table.
+    (``--any-broker``, from the fixture, keeps a RabbitMQ under test from adding its warning.)"""
     web = urllib.parse.urlsplit(broker.management_url)
     (tmp_path / ".env").write_text(f"OTTERMQ_WEB_HOST={web.hostname}\nOTTERMQ_WEB_PORT={web.port}\n")
     env: dict[str, str | None] = {name: None for name in os.environ if name.startswith("OTTERMQ_")}

@@ -548,10 +548,13 @@ def test_the_dotnet_snippet(broker_process, tmp_path):
 # --------------------------------------------------------------------------------------------------------
 # starting the broker
 # --------------------------------------------------------------------------------------------------------
-@runs("beside-rabbitmq")
-def test_beside_a_rabbitmq_all_three_ports_move(tmp_path):
+@runs("beside-rabbitmq", "readme-beside-rabbitmq")
+@pytest.mark.parametrize("name", ["beside-rabbitmq", "readme-beside-rabbitmq"])
+def test_beside_a_rabbitmq_all_three_ports_move_for_the_broker_and_the_cli(tmp_path, name):
+    """The snippet's ``.env`` (its ports made free ones) moves the broker's three ports, and the admin
+    commands run in that folder in another shell, with nothing set in the environment, reach it."""
     ports = {name: _free_port() for name in ("5673", "15673", "15693")}
-    code = snippet("beside-rabbitmq")
+    code = snippet(name)
     for documented, free in ports.items():
         code, replaced = re.subn(rf"=({documented})\b", f"={free}", code)
         assert replaced == 1, code
@@ -562,6 +565,20 @@ def test_beside_a_rabbitmq_all_three_ports_move(tmp_path):
         assert {("amqp", ports["5673"]), ("http", ports["15673"])} <= listening
         with urllib.request.urlopen(f"http://127.0.0.1:{ports['15693']}/metrics", timeout=10) as metrics:
             assert b"rabbitmq_identity_info" in metrics.read()
+        for command in (["list", "queues"], ["vhosts", "add", "from-the-cli"]):
+            done = subprocess.run(
+                ["ottermq", *command],
+                cwd=tmp_path,
+                env=clean_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+            assert (
+                f" OtterMQ {overview['product_version']} at http://localhost:{ports['15673']}/" in done.stderr
+            )
+            assert "WARNING" not in done.stderr
 
 
 RABBITMQ_DEFINITIONS = {
@@ -738,18 +755,21 @@ def test_the_shovels_commands(broker_process, tmp_path):
     assert value["dest-uri"] == "amqp://shovel:s3cret@backup.example:5672/%2F"
 
 
-@runs("metrics-curl")
+@runs("metrics-curl", "metrics-detailed")
 def test_the_metrics_commands(broker_process, tmp_path):
     b = broker_process()
     b.start()
     conn, ch = pika_channel(b)
     ch.queue_declare("orders")
+    ch.basic_publish("", "orders", b"x")
     try:
         out = run_shell(snippet("metrics-curl"), b, tmp_path)
+        detailed = run_shell(snippet("metrics-detailed"), b, tmp_path)
     finally:
         conn.close()
     assert "rabbitmq_connections 1" in out.replace(".0", "")
     assert 'queue="orders"' in out
+    assert 'rabbitmq_detailed_queue_messages_ready{queue="orders",vhost="/"} 1' in detailed.replace(".0", "")
 
 
 @runs("rabbitmqadmin")

@@ -5,6 +5,7 @@ every few seconds, so those checks are extensions)."""
 
 from __future__ import annotations
 
+import urllib.parse
 import urllib.request
 
 import pika
@@ -248,4 +249,128 @@ def test_the_event_loop_lag_is_a_histogram_per_worker(broker, poll_until):
             >= first[("ottermq_event_loop_lag_seconds_count", "")] + 5
         ),
         what="the loop-lag histogram counting ticks",
+    )
+
+
+# -- /metrics/detailed (RabbitMQ 3.10's: families picked with ?family=, queues filtered with ?vhost=) ------
+IDENTITY = {"rabbitmq_build_info", "rabbitmq_identity_info"}
+QUEUE_COARSE = {
+    "rabbitmq_detailed_queue_messages_ready": ("gauge", "Messages ready to be delivered to consumers"),
+    "rabbitmq_detailed_queue_messages_unacked": (
+        "gauge",
+        "Messages delivered to consumers but not yet acknowledged",
+    ),
+    "rabbitmq_detailed_queue_messages": (
+        "gauge",
+        "Sum of ready and unacknowledged messages - total queue depth",
+    ),
+}
+
+
+def detailed(broker, query=""):
+    """``(raw text, {family name: family})`` of ``/metrics/detailed?QUERY``."""
+    with urllib.request.urlopen(f"{broker.prometheus_url}/metrics/detailed{query}", timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    return text, {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def sampled(families):
+    """The names of the families that have samples, but RabbitMQ's telemetry of its own scrapes
+    (``telemetry_scrape_*``, which ottermq does not serve)."""
+    return {name for name, family in families.items() if family.samples and not name.startswith("telemetry_")}
+
+
+def test_detailed_without_a_family_is_the_identity_only(broker, channel, unique):
+    channel.queue_declare(unique("detailed"))
+    for query in ("", "?family=no_such_family", "?vhost=%2F"):
+        _, families = detailed(broker, query)
+        assert sampled(families) == IDENTITY, query
+
+
+def test_detailed_queue_coarse_metrics_per_queue(broker, connect, unique, poll_until):
+    channel = connect().channel()
+    queue = unique("detailed")
+    channel.queue_declare(queue)
+    for body in (b"a", b"b"):
+        channel.basic_publish("", queue, body)
+    poll_until(lambda: channel.basic_get(queue)[0])  # one unacked, one ready
+    key = {"vhost": broker.vhost, "queue": queue}
+
+    def values():
+        _, families = detailed(broker, "?family=queue_coarse_metrics")
+        return {
+            name: [s.value for s in families[name].samples if s.labels == key] if name in families else []
+            for name in QUEUE_COARSE
+        }
+
+    expected = {
+        "rabbitmq_detailed_queue_messages_ready": [1],
+        "rabbitmq_detailed_queue_messages_unacked": [1],
+        "rabbitmq_detailed_queue_messages": [2],
+    }
+    assert poll_until(lambda: values() == expected, timeout=20, interval=0.5), values()
+    text, families = detailed(broker, "?family=queue_coarse_metrics")
+    for name, (kind, help_text) in QUEUE_COARSE.items():
+        assert (families[name].type, families[name].documentation) == (kind, help_text)
+        assert f"# TYPE {name} {kind}\n" in text and f"# HELP {name} {help_text}\n" in text
+    allowed = set(QUEUE_COARSE) | IDENTITY | {"rabbitmq_detailed_queue_process_reductions"}
+    assert set(QUEUE_COARSE) | IDENTITY <= sampled(families) <= allowed
+    assert all(set(s.labels) == {"vhost", "queue"} for n in QUEUE_COARSE for s in families[n].samples)
+
+
+def test_detailed_filters_queues_by_vhost(broker, channel, unique, poll_until):
+    queue = unique("detailed")
+    channel.queue_declare(queue)
+    vhost = urllib.parse.quote(broker.vhost, safe="")
+
+    def listed(query):
+        _, families = detailed(broker, "?family=queue_coarse_metrics" + query)
+        family = families.get("rabbitmq_detailed_queue_messages")
+        return {s.labels["queue"] for s in family.samples} if family else set()
+
+    assert poll_until(lambda: queue in listed(f"&vhost={vhost}"), timeout=20, interval=0.5)
+    assert listed("&vhost=no-such-vhost-detailed") == set()
+    assert queue in listed(f"&vhost=no-such-vhost-detailed&vhost={vhost}")
+
+
+def test_detailed_queue_consumers_once_with_queue_metrics(broker, channel, unique, poll_until):
+    queue = unique("detailed")
+    channel.queue_declare(queue)
+    channel.basic_consume(queue, lambda *args: None)
+    both = "?family=queue_metrics&family=queue_consumer_count"
+
+    def consumers():
+        _, families = detailed(broker, both)
+        family = families.get("rabbitmq_detailed_queue_consumers")
+        return [s.value for s in family.samples if s.labels.get("queue") == queue] if family else []
+
+    assert poll_until(lambda: consumers() == [1], timeout=20, interval=0.5), consumers()
+    text, _ = detailed(broker, both)
+    assert text.count("# TYPE rabbitmq_detailed_queue_consumers gauge\n") == 1
+
+
+def test_detailed_cluster_families(broker, channel, unique):
+    exchange, queue = unique("detailed-x"), unique("detailed-q")
+    channel.exchange_declare(exchange, "direct")
+    channel.queue_declare(queue)
+    channel.queue_bind(queue, exchange, "k")
+    _, families = detailed(broker, "?family=vhost_status&family=exchange_bindings&family=exchange_names")
+    assert sampled(families) == IDENTITY | {
+        "rabbitmq_cluster_vhost_status",
+        "rabbitmq_cluster_exchange_bindings",
+        "rabbitmq_cluster_exchange_name",
+    }
+    status = {s.labels["vhost"]: s.value for s in families["rabbitmq_cluster_vhost_status"].samples}
+    assert status[broker.vhost] == 1
+    key = {"vhost": broker.vhost, "exchange": exchange, "type": "direct"}
+    assert [s.value for s in families["rabbitmq_cluster_exchange_bindings"].samples if s.labels == key] == [1]
+    assert [s.value for s in families["rabbitmq_cluster_exchange_name"].samples if s.labels == key] == [1]
+    named = {
+        (s.labels["vhost"], s.labels["exchange"]) for s in families["rabbitmq_cluster_exchange_name"].samples
+    }
+    assert (broker.vhost, "") not in named and (broker.vhost, "amq.direct") in named
+    assert families["rabbitmq_cluster_exchange_bindings"].documentation == (
+        "Number of bindings for an exchange. This value is cluster-wide."
     )

@@ -128,7 +128,7 @@ def test_http_get_checks_the_permission_before_the_queue_exists(broker, stranger
 def cli(broker: Any, *args: str, user: tuple[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     name, password = user or (broker.user, broker.password)
     command = [sys.executable, "-m", "ottermq.broker", *args, "--url", broker.management_url]
-    command += ["--user", name, "--password", password, "--quiet"]
+    command += ["--user", name, "--password", password, "--quiet", "--any-broker"]  # RabbitMQ's too
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
 

@@ -416,6 +416,13 @@ def test_definitions_download_and_upload(ui, tmp_path, shots):
     assert call(ui.broker, f"/api/queues/%2F/{q(queue)}")[2]["arguments"] == {"x-message-ttl": 1000}
     shots(page, "definitions")
     call(ui.broker, f"/api/queues/%2F/{q(queue)}", "DELETE")
+    stream = {**item, "name": queue + ".stream", "arguments": {"x-queue-type": "stream"}}
+    upload.write_text(json.dumps({"queues": [stream]}))  # what ottermq skips is shown with the reason
+    page.set_input_files("input[type=file]", str(upload))
+    page.click("button:text-is('Upload')")
+    page.wait_for_selector("h2:text-is('Upload: some items were skipped')")
+    row = page.locator(f"tr:has(td:text-is('queues')):has(td:has-text('{queue}.stream'))")
+    assert "stream queues are not supported" in row.inner_text()
 
 
 # -- archive -------------------------------------------------------------------------------------------

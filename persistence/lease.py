@@ -33,6 +33,12 @@ Rules:
   lease. The standby's calls have a deadline of ``max(lease_seconds, 2)``.
 - ``failovers`` counts take-overs from a holder that had not released the lease (it died or was
   fenced); a take-over after a clean shutdown is not one.
+- A standby is a broker that has reached the database once (``reached``). One that never has is
+  misconfigured or early, not a standby: ``acquire`` gives up with ``Unreachable`` at once when the
+  server refuses who we are (a role, password or database that does not exist), and otherwise once
+  ``start_timeout`` seconds of failures have passed (each try bounded by what is left of it). A
+  standby that loses the database keeps trying for ever, with a warning at most every
+  ``WARN_EVERY`` seconds.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import postgres_sql as pg
-from .postgres_conn import IO_ERRORS, close_quietly, connect, migrate, require_driver
+from .postgres_conn import IO_ERRORS, close_quietly, connect, describe, migrate, require_driver
 from .store import StoreError
 
 try:
@@ -60,6 +66,47 @@ T = TypeVar("T")
 
 STANDBY, ACTIVE, LOST = "standby", "active", "lost"
 TAKE_OVER_LOCK_TIMEOUT = "2s"  # a take-over waits at most this for commits in flight, then retries
+WARN_EVERY = 10.0  # seconds between two "standby: PostgreSQL unreachable" warnings
+
+# The server refused who we are: no point trying again (SQLSTATE 28000, 28P01, 3D000)
+_REFUSED: tuple[type[BaseException], ...] = (
+    (
+        asyncpg.exceptions.InvalidAuthorizationSpecificationError,
+        asyncpg.exceptions.InvalidPasswordError,
+        asyncpg.exceptions.InvalidCatalogNameError,
+    )
+    if asyncpg is not None
+    else ()
+)
+
+
+def _fix(exc: BaseException) -> str:
+    """Which setting to check for a connection that failed with ``exc``."""
+    if asyncpg is not None and isinstance(exc, asyncpg.exceptions.InvalidCatalogNameError):
+        return "check the database in OTTERMQ_POSTGRES_URL (its path, or PGDATABASE)"
+    if isinstance(exc, _REFUSED):
+        return (
+            "check the user and password in OTTERMQ_POSTGRES_URL (or PGUSER, PGPASSWORD,"
+            " OTTERMQ_POSTGRES_PASSWORD_FILE)"
+        )
+    return (
+        "check the host and port in OTTERMQ_POSTGRES_URL (or PGHOST, PGPORT), and that PostgreSQL runs;"
+        " OTTERMQ_POSTGRES_START_TIMEOUT is how long a start tries"
+    )
+
+
+class Unreachable(StoreError):
+    """A broker that has never reached its database gave up (see the module rules); ``fix`` names the
+    setting to check."""
+
+    def __init__(self, where: str, exc: BaseException, waited: float) -> None:
+        reason = str(exc).strip() or type(exc).__name__
+        if isinstance(exc, _REFUSED):
+            text = f"PostgreSQL at {where} refused the connection: {reason}"
+        else:
+            text = f"cannot reach PostgreSQL at {where} (tried for {waited:.1f} s): {reason}"
+        super().__init__(text)
+        self.fix = _fix(exc)
 
 
 class _Deadline(Exception):
@@ -83,12 +130,15 @@ class Lease:
         lease_seconds: how long the active's lease lasts without a renewal (``OTTERMQ_LEASE_SECONDS``).
         poll_seconds: how often a standby checks (``OTTERMQ_STANDBY_POLL_SECONDS``).
         holder: this broker's name (default ``host:pid``).
+        start_timeout: how long ``acquire`` tries to reach the database the first time
+            (``OTTERMQ_POSTGRES_START_TIMEOUT``); None: for ever.
 
     Attributes:
         role: ``standby``, ``active`` or ``lost``.
         epoch: the epoch this broker holds (0 before it is active).
         failovers: take-overs so far, this one included (as read when taking over).
         on_lost: called once with the reason when an active loses the leadership.
+        reached: the database answered this broker once (it is a standby, not misconfigured).
     """
 
     def __init__(
@@ -100,8 +150,11 @@ class Lease:
         lease_seconds: float = 10.0,
         poll_seconds: float = 0.2,
         holder: str | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         self.url = url
+        self.start_timeout = start_timeout
+        self.reached = False
         self.schema = schema
         self.password = password
         self.lease_seconds = lease_seconds
@@ -177,13 +230,21 @@ class Lease:
         """Wait (a standby) until this broker is the active one; create the schema if it is new.
 
         Raises:
-            StoreError: no driver, or the schema belongs to another program or a newer OtterMQ.
+            StoreError: no driver, or the schema belongs to another program or a newer OtterMQ;
+                ``Unreachable``: the database was never reached (see the module rules).
         """
         require_driver()
-        announced = False
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        announced = waiting = False
+        warned_at, failures = -WARN_EVERY, 0
         while True:
+            first = not self.reached and self.start_timeout is not None
+            timeout = max(self.lease_seconds, 2.0)
+            if first and self.start_timeout is not None:
+                timeout = min(timeout, max(started + self.start_timeout - loop.time(), 0.1))
             try:
-                if await self.try_acquire():
+                if await self.try_acquire(timeout):
                     return
                 if not announced:
                     holder = await self._bounded(max(self.lease_seconds, 2.0), self._current_holder)
@@ -192,12 +253,25 @@ class Lease:
             except StoreError:
                 raise
             except _FAILED as exc:
-                log.warning("standby: PostgreSQL unreachable (%s); retrying", exc)
                 await self._drop_connection()
+                waited = loop.time() - started
+                if first and self.start_timeout is not None:
+                    if isinstance(exc, _REFUSED) or waited + self.poll_seconds >= self.start_timeout:
+                        raise Unreachable(describe(self.url), exc, waited) from None
+                    if not waiting:
+                        log.info("waiting for PostgreSQL at %s (%s)", describe(self.url), exc)
+                        waiting = True
+                else:
+                    failures += 1
+                    if loop.time() - warned_at >= WARN_EVERY:
+                        more = f" ({failures} tries since the last warning)" if failures > 1 else ""
+                        log.warning("standby: PostgreSQL unreachable (%s); retrying%s", exc, more)
+                        warned_at, failures = loop.time(), 0
             await asyncio.sleep(self.poll_seconds)
 
-    async def try_acquire(self) -> bool:
-        """Take the leadership over if it is free now (see the module rules); never waits.
+    async def try_acquire(self, timeout: float | None = None) -> bool:
+        """Take the leadership over if it is free now (see the module rules); never waits longer than
+        ``timeout`` (default: ``max(lease_seconds, 2)``).
 
         Returns:
             True when this broker is now the active one.
@@ -208,7 +282,9 @@ class Lease:
         """
         require_driver()
         sent = time.monotonic()
-        if not await self._bounded(max(self.lease_seconds, 2.0), self._standby_step):
+        if not await self._bounded(
+            max(self.lease_seconds, 2.0) if timeout is None else timeout, self._standby_step
+        ):
             return False
         self.role = ACTIVE
         self._renewed = sent
@@ -219,6 +295,7 @@ class Lease:
         return True
 
     async def _standby_step(self, conn: Any) -> bool:
+        self.reached = True
         if not self._migrated:
             await migrate(conn, self.schema)
             self._migrated = True

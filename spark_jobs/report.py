@@ -17,9 +17,11 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from pathlib import Path
 from typing import Any
 
 from ottermq.spark_jobs.fused import (
@@ -34,6 +36,7 @@ from ottermq.spark_jobs.fused import (
 )
 from ottermq.spark_jobs.fused_ids import id_aggregation, id_counts, loops_table, top_ids_table
 from ottermq.spark_jobs.io import Format, account, open_archive
+from ottermq.spark_jobs.open_files import include_open_files
 from ottermq.spark_jobs.report_tables import (
     HISTOGRAM_BUCKETS,
     Table,
@@ -58,6 +61,7 @@ from ottermq.spark_jobs.report_tables import (
 from ottermq.spark_jobs.schema import REASONS
 from ottermq.spark_jobs.session import (
     add_spark_arguments,
+    command_seconds,
     configure_logging,
     fit_shuffle_partitions,
     parse_conf,
@@ -126,8 +130,11 @@ def run_report(
     fmt: Format = "auto",
     charts: bool = True,
     parallel: int = 8,
+    files: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Compute every table over ``archive`` and write them plus the summary, report and charts to ``out``.
+    With ``files``, those are read instead (``archive`` is what the report names: ``main`` lists an
+    archive being written that way, ``open_files``).
 
     Returns:
         The summary (also written to ``out/summary.json``).
@@ -149,6 +156,7 @@ def run_report(
             fmt=fmt,
             charts=charts,
             parallel=parallel,
+            files=files,
         )
     finally:
         restore()
@@ -166,15 +174,16 @@ def _run_report(
     fmt: Format,
     charts: bool,
     parallel: int,
+    files: Sequence[str] | None,
 ) -> dict[str, Any]:
     from ottermq.spark_jobs import render  # matplotlib is imported only when charts are drawn
 
     columns = [*REPORT_COLUMNS, *(("headers",) if type_header else ())]
-    paths = [archive] if isinstance(archive, str) else list(archive)
+    paths = list(files) if files else [archive] if isinstance(archive, str) else list(archive)
     used: Format = detect_format(spark, paths[0]) if fmt == "auto" else fmt
     # JSON is parsed once into a cache for every job; Parquet is read again by each job instead
     # (a handful of them, each reading only its columns: cheaper than building the cache)
-    opened = open_archive(spark, archive, fmt=used, columns=columns, persist=used == "json")
+    opened = open_archive(spark, paths, fmt=used, columns=columns, persist=used == "json")
     records = opened.records
     todo = tables(retry_threshold, top, type_header)
     results: dict[str, list[dict[str, Any]]] = {}
@@ -290,7 +299,6 @@ def _run_report(
         spark, join(out, "report.md"), render.markdown(summary, results, titles, chart_files, top).encode()
     )
     write_bytes(spark, join(out, "report.html"), render.html(summary, results, titles, pngs, top).encode())
-    log.info("report written to %s in %.1f s", out, summary["seconds"])
     return summary
 
 
@@ -311,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--format", choices=("auto", "json", "parquet"), default="auto", help="input format")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts (no matplotlib needed)")
+    parser.add_argument(
+        "--complete-only",
+        action="store_true",
+        help="read closed archive files only, not the complete lines of those the broker is still writing"
+        " (*.jsonl.part)",
+    )
     add_spark_arguments(parser)
     return parser
 
@@ -322,25 +336,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ottermq.spark_jobs import render
     from pyspark.errors import AnalysisException
 
-    ok, size = inspect_inputs(list(args.archive), log)  # before Spark starts
+    archive = list(args.archive)
+    ok, size = inspect_inputs(archive, log, open_files=not args.complete_only)  # before Spark starts
     if not ok:
         return 2
-    conf = parse_conf(args.conf)
-    with spark_session("ottermq-dlq-report", args.master, conf, args.verbose, input_bytes=size) as spark:
-        try:
-            summary = run_report(
-                spark,
-                args.archive,
-                args.out,
-                retry_threshold=args.retry_threshold,
-                top=args.top,
-                type_header=args.type_header,
-                fmt=args.format,
-                charts=not args.no_charts,
+    with tempfile.TemporaryDirectory(prefix="ottermq-report-") as copies:
+        found = None if args.complete_only else include_open_files(archive, Path(copies))
+        if found is not None:
+            log.info(
+                "%d archive file(s) still being written: their %d complete line(s) so far are read too"
+                " (--complete-only leaves them out)",
+                found.files,
+                found.lines,
             )
-        except AnalysisException as exc:
-            log.error("cannot read %s: %s", " ".join(args.archive), str(exc).splitlines()[0])
-            return 2
+            if not found.paths:
+                log.error("%s: no complete line in the archive yet", " ".join(archive))
+                return 2
+            size = (size or 0) + found.bytes
+        conf = parse_conf(args.conf)
+        with spark_session("ottermq-dlq-report", args.master, conf, args.verbose, input_bytes=size) as spark:
+            if found is not None and not str(spark.sparkContext.master).startswith("local"):
+                log.info(  # the copies are on this machine only: a cluster's executors read the archive
+                    "%d .jsonl.part file(s) still being written are skipped (a cluster cannot read this"
+                    " machine's copies of them)",
+                    found.files,
+                )
+                found = None
+            try:
+                summary = run_report(
+                    spark,
+                    args.archive,
+                    args.out,
+                    retry_threshold=args.retry_threshold,
+                    top=args.top,
+                    type_header=args.type_header,
+                    fmt=args.format,
+                    charts=not args.no_charts,
+                    files=None if found is None else found.paths,
+                )
+            except AnalysisException as exc:
+                log.error("cannot read %s: %s", " ".join(args.archive), str(exc).splitlines()[0])
+                return 2
+    log.info("report written to %s in %.1f s", args.out, command_seconds())  # the whole command
     sys.stdout.write(render.console(summary, args.out))
     return 0
 

@@ -25,10 +25,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from ottermq.spark_jobs.jvm_console import start_quiet_context
 from pyspark.sql import SparkSession
 
 __all__ = [
     "CDS_ENV",
+    "command_seconds",
     "SMALL_INPUT_BYTES",
     "add_spark_arguments",
     "class_data_options",
@@ -81,6 +83,22 @@ logger.repl.level = error
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = error
 """
+
+
+_IMPORTED = time.monotonic()
+
+
+def command_seconds() -> float:
+    """Wall time since this process started: the whole command, the interpreter's start, imports and
+    the JVM's included (``/proc/self/stat``'s start time; elsewhere, since this module was imported)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime, in ticks
+        with open("/proc/uptime", encoding="ascii") as uptime:
+            now = float(uptime.read().split()[0])
+        return max(now - started / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
 
 
 def configure_logging(verbose: bool = False) -> None:
@@ -301,18 +319,17 @@ def spark_session(
         active.conf.set("spark.sql.session.timeZone", "UTC")
         yield active
         return
-    builder = SparkSession.builder.appName(app_name)
+    options: dict[str, str] = {"spark.app.name": app_name}
+    submitted = _launched_by_spark_submit()
     if master:
-        builder = builder.master(master)
-    elif not _launched_by_spark_submit():
-        builder = builder.master(DEFAULT_MASTER)
-    builder = builder.config("spark.sql.session.timeZone", "UTC").config(
-        "spark.ui.showConsoleProgress", "true" if verbose else "false"
-    )
-    effective = master if master or not _launched_by_spark_submit() else "?"  # "?": spark-submit's
+        options["spark.master"] = master
+    elif not submitted:
+        options["spark.master"] = DEFAULT_MASTER
+    options["spark.sql.session.timeZone"] = "UTC"
+    options["spark.ui.showConsoleProgress"] = "true" if verbose else "false"
+    effective = master if master or not submitted else "?"  # "?": spark-submit's
     fitted, java_options = fitted_conf(input_bytes, effective)
-    for key, value in fitted.items():
-        builder = builder.config(key, value)
+    options.update(fitted)
     dump: Path | None = None
     local = (effective or DEFAULT_MASTER).startswith("local")
     if input_bytes is not None and local and "spark.driver.extraJavaOptions" not in (conf or {}):
@@ -323,15 +340,19 @@ def spark_session(
         quiet.write_text(_QUIET_LOG4J2)
         java_options = f"-Dlog4j2.configurationFile=file:{quiet} {java_options}".strip()
     if java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+        options["spark.driver.extraJavaOptions"] = java_options
     if fitted:
         log.info(
             "input of %.1f MB: %s", (input_bytes or 0) / 1e6, ", ".join(f"{k}={v}" for k, v in fitted.items())
         )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    origin = "from spark-submit" if _launched_by_spark_submit() else DEFAULT_MASTER
+    options.update(conf or {})
+    origin = "from spark-submit" if submitted else DEFAULT_MASTER
     log.info("starting Spark (master: %s)", master or origin)
+    if not verbose and not submitted:
+        start_quiet_context(options)  # the JVM's start-up warnings left out (jvm_console)
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if dump is not None:
         _note_dumping_jvm(spark, dump)

@@ -187,8 +187,13 @@ class LocalInput:
     bytes: int = 0  # the archive files' total size
 
 
-def preflight(paths: list[str]) -> tuple[LocalInput | None, str | None]:
+def preflight(paths: list[str], open_files: bool = False) -> tuple[LocalInput | None, str | None]:
     """Check local archive paths before Spark starts.
+
+    Args:
+        paths: the job's archive paths.
+        open_files: the job reads the complete lines of ``*.jsonl.part`` files too (``report``), so a
+            path holding only those is no problem.
 
     Returns:
         The files found (None when a path is a Hadoop URI or a glob: Spark reads those) and an
@@ -207,7 +212,7 @@ def preflight(paths: list[str]) -> tuple[LocalInput | None, str | None]:
         files += len(found)
         parts += len(waiting)
         size += sum(p.stat().st_size for p in found)
-        if not found:
+        if not found and not (open_files and waiting):
             hint = f" ({len(waiting)} .jsonl.part file(s) still being written)" if waiting else ""
             return LocalInput(files, parts), f"{uri}: no archive files (*.jsonl, *.jsonl.gz, *.parquet){hint}"
     return LocalInput(files, parts, size), None
@@ -219,13 +224,14 @@ def check_inputs(paths: list[str], log: Any) -> bool:
     return inspect_inputs(paths, log)[0]
 
 
-def inspect_inputs(paths: list[str], log: Any) -> tuple[bool, int | None]:
-    """:func:`check_inputs`, plus the local archive files' total size (None: a URI or a glob)."""
-    found, problem = preflight(paths)
+def inspect_inputs(paths: list[str], log: Any, open_files: bool = False) -> tuple[bool, int | None]:
+    """:func:`check_inputs`, plus the local archive files' total size (None: a URI or a glob); with
+    ``open_files`` the ``.jsonl.part`` files are the caller's to read (``open_files.py``)."""
+    found, problem = preflight(paths, open_files)
     if problem:
         log.error("%s", problem)
         return False, None
-    if found is not None and found.parts:
+    if found is not None and found.parts and not open_files:
         log.info("%d .jsonl.part file(s) still being written are skipped", found.parts)
     return True, None if found is None else found.bytes
 

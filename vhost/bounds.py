@@ -9,7 +9,8 @@ Rules:
    ``x-expires``, and far from any overflow of an epoch-ms deadline.
 3. A JSON value turned into an AMQP field value (management API arguments and headers, definition
    files) is a string, a boolean, null, a finite number (an integer within rule 1), or an object or
-   array of those, nested at most ``MAX_DEPTH`` deep.
+   array of those, nested at most ``MAX_DEPTH`` deep. An integer becomes a ``long`` (``LongLong``),
+   as RabbitMQ's HTTP API types it (``rabbit_misc:to_amqp_table``): an equivalence error names it so.
 4. Out of bounds raises :class:`OutOfBounds` whose text names the field and the bound; the
    adapters answer it as RabbitMQ answers a refused value (406 on a channel, 400 over HTTP).
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from ottermq.amqp.table import LongLong
 
 __all__ = [
     "INT64_MAX",
@@ -85,7 +88,7 @@ def field_value(value: Any, field: str, depth: int = 0) -> Any:
     if value is None or isinstance(value, bool | str):
         return value
     if isinstance(value, int):
-        return check_int64(value, field)
+        return LongLong(check_int64(value, field))
     if isinstance(value, float):
         if not math.isfinite(value):
             raise OutOfBounds(f"{field} is not a finite number")

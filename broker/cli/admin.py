@@ -7,9 +7,10 @@ RabbitMQ with ``rabbitmq_management`` alike. Where to connect comes from ``--url
 else ``OTTERMQ_ADMIN_URL/_USER/_PASSWORD``, else the broker's own settings (``OTTERMQ_WEB_*``, its
 default user; ``config.admin_defaults``). Before the command, one line on stderr says which broker
 answered, from ``/api/overview``'s ``product_name``/``product_version`` (``Listing queues of
-RabbitMQ 3.10.8 at http://localhost:15672/ (all vhosts)``; ``--quiet`` drops it). Output on stdout is
-a plain table, or the API's JSON with ``--format json``. An HTTP error prints ``ottermq COMMAND:
-STATUS REASON`` on stderr and exits 1.
+RabbitMQ 3.10.8 at http://localhost:15672/ (all vhosts)``; ``--quiet`` drops it). A broker that is
+not OtterMQ gets a warning, and the commands that change something (``changes``) refuse it unless
+``--any-broker`` is given (``api``'s rules). Output on stdout is a plain table, or the API's JSON with
+``--format json``. An HTTP error prints ``ottermq COMMAND: STATUS REASON`` on stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import admin_runtime
-from .api import AdminClient, AdminError, add_auth_options, add_target_options, announce, client_of, quote
+from .api import (
+    AdminClient,
+    AdminError,
+    add_auth_options,
+    add_target_options,
+    announce,
+    client_of,
+    origin_of,
+    quote,
+)
 
 # The columns each ``list`` shows (dotted paths into the API's objects), and whether it takes --vhost.
 LISTS: dict[str, tuple[list[str], bool]] = {
@@ -196,6 +206,48 @@ def describe(args: argparse.Namespace) -> tuple[str, str]:
     return DOING[key].format(**names), scope
 
 
+# What only reads; every other command changes the broker (and so refuses one that is not OtterMQ)
+READS = frozenset(
+    {
+        "list",
+        "users list",
+        "permissions list",
+        "vhosts list",
+        "policies list",
+        "limits list",
+        "parameters list",
+        "shovels list",
+        "definitions export",
+    }
+)
+
+
+def changes(args: argparse.Namespace) -> bool:
+    """Whether the command changes the broker: everything but the lists, the export and a ``get``
+    that puts the messages back (``ack_requeue_true``, ``reject_requeue_true``)."""
+    action = getattr(args, "action", None)
+    key = f"{args.command} {action}" if action else args.command
+    if key == "get":
+        return not str(args.ackmode).endswith("_requeue_true")
+    return key not in READS
+
+
+def check_target(client: AdminClient, args: argparse.Namespace) -> None:
+    """:func:`announce` what the command does, refusing a broker that is not OtterMQ for a change.
+
+    Raises:
+        AdminError: as ``announce``.
+    """
+    announce(
+        client,
+        *describe(args),
+        quiet=args.quiet,
+        changes=changes(args),
+        any_broker=args.any_broker,
+        origin=origin_of(args),
+    )
+
+
 def _add_access_parsers(sub: Any, common: argparse.ArgumentParser, fmt: Any, api: str) -> None:
     text = "list, add, delete users or change a password"
     users = sub.add_parser("users", formatter_class=fmt, help=text + api)
@@ -312,8 +364,7 @@ def run(args: argparse.Namespace, out: Any = None) -> int:
         if args.command == "users" and args.action in ("add", "passwd"):
             _secret(args)  # a missing or empty PASSWORD is refused before connecting
         client = client_of(args)
-        if not args.quiet:
-            announce(client, *describe(args))
+        check_target(client, args)
         result, columns = _call(client, args)
     except AdminError as exc:
         print(f"ottermq {args.command}: {exc}", file=sys.stderr)
@@ -512,8 +563,7 @@ def definitions(action: str, path: str, args: argparse.Namespace, out: Any = Non
         if args.command == "users" and args.action in ("add", "passwd"):
             _secret(args)  # a missing or empty PASSWORD is refused before connecting
         client = client_of(args)
-        if not args.quiet:
-            announce(client, *describe(args))
+        check_target(client, args)
         if action == "export":
             text = json.dumps(client.request("GET", api_path), indent=2) + "\n"
             if path == "-":
@@ -527,7 +577,16 @@ def definitions(action: str, path: str, args: argparse.Namespace, out: Any = Non
                 data = json.load(f)
         except (OSError, ValueError) as exc:
             raise AdminError(f"cannot read {path}: {exc}") from None
-        client.request("POST", api_path, data)
+        answer = client.request("POST", api_path + "?report=true", data)
+        if answer is None:  # RabbitMQ: 204, everything imported (it reports nothing more)
+            out.write(f"Imported definitions from {path}: nothing was skipped\n")
+            return 0
+        from ..node.definitions.report import ImportReport  # only here: it loads the broker's model
+
+        lines = ImportReport.from_json(answer).lines()
+        out.write(
+            f"Imported definitions from {path}: {lines[0]}\n" + "".join(f"{line}\n" for line in lines[1:])
+        )
         return 0
     except AdminError as exc:
         print(f"ottermq definitions {action}: {exc}", file=sys.stderr)

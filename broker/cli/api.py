@@ -1,6 +1,17 @@
 """The management HTTP API as the command-line programs reach it: which API (``--url``, else the
 broker's own settings, ``config.admin_defaults``), as whom, and the line on stderr naming the broker
 that answers. Stdlib only (``urllib``), so it speaks to ottermq's API and RabbitMQ's alike.
+
+Rules (another broker on the same ports, e.g. a RabbitMQ on 15672 while OtterMQ's ports were moved on
+one shell's command line only, must never be changed by mistake):
+
+- Every command asks ``/api/overview`` who answers first. When it is not OtterMQ, a command that only
+  reads prints a ``WARNING`` line naming the broker and where the URL came from; a command that changes
+  something (``CHANGES``) refuses with exit status 1 and changes nothing.
+- ``--any-broker`` is how one asks for another broker: then the commands work on any RabbitMQ
+  management API without a warning (they speak only RabbitMQ's API).
+- A broker that cannot be identified (``/api/overview`` answers an error status) is left to the
+  command's own request, which fails the same way.
 """
 
 from __future__ import annotations
@@ -115,6 +126,12 @@ def add_auth_options(parser: argparse.ArgumentParser, defaults: Mapping[str, str
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no line on stderr naming the broker that answers"
     )
+    parser.add_argument(
+        "--any-broker",
+        action="store_true",
+        help="work on a broker that is not OtterMQ (e.g. a RabbitMQ): without it, a command that"
+        " changes something refuses such a broker, and one that reads warns",
+    )
     parser.set_defaults(admin_target=dict(defaults))
 
 
@@ -138,13 +155,33 @@ def client_of(args: argparse.Namespace) -> AdminClient:
         raise AdminError(f"cannot read the CA bundle {cafile}: {exc}") from None
 
 
-def announce(client: AdminClient, doing: str, scope: str = "") -> None:
+OTTERMQ = "OtterMQ"  # ``/api/overview``'s ``product_name`` of ours
+
+
+def origin_of(args: argparse.Namespace) -> str:
+    """Where the target URL came from, for people: ``--url``, ``OTTERMQ_ADMIN_URL`` or the setting
+    that gives the broker's own port (``config.admin_defaults``)."""
+    return "--url" if getattr(args, "url", None) else str(args.admin_target.get("origin") or "")
+
+
+def announce(
+    client: AdminClient,
+    doing: str,
+    scope: str = "",
+    *,
+    quiet: bool = False,
+    changes: bool = False,
+    any_broker: bool = False,
+    origin: str = "",
+) -> None:
     """Say on stderr which broker answers: ``{doing} RabbitMQ 3.10.8 at http://host:15672/{scope}``,
     from ``/api/overview``'s ``product_name`` and ``product_version`` (RabbitMQ before 3.8:
-    ``rabbitmq_version``). An error status is left to the command's own request to report.
+    ``rabbitmq_version``; ``quiet``: not said), then apply the module rules to a broker that is not
+    OtterMQ. An error status is left to the command's own request to report.
 
     Raises:
-        AdminError: the API cannot be reached.
+        AdminError: the API cannot be reached; or a command that ``changes`` something reached a broker
+            that is not OtterMQ without ``any_broker``.
     """
     try:
         overview = client.request("GET", "/overview")
@@ -153,6 +190,18 @@ def announce(client: AdminClient, doing: str, scope: str = "") -> None:
             raise
         return
     overview = overview if isinstance(overview, Mapping) else {}
-    product = overview.get("product_name") or "RabbitMQ"
+    product = str(overview.get("product_name") or "RabbitMQ")
     version = overview.get("product_version") or overview.get("rabbitmq_version") or "(version unknown)"
-    print(f"{doing} {product} {version} at {client.url}/" + (f" {scope}" if scope else ""), file=sys.stderr)
+    where = f"{product} {version} at {client.url}/"
+    other = product != OTTERMQ and not any_broker
+    came = f"the URL comes from {origin}; " if origin else ""
+    hint = (
+        f"{came}if OtterMQ listens elsewhere, set its ports in ./.env or give --url"
+        " (docs/getting-started.md#beside-a-rabbitmq); --any-broker works on this broker"
+    )
+    if other and changes:  # refused before it says what it would do: nothing was done
+        raise AdminError(f"refusing to change {where}: it is not OtterMQ ({hint} anyway)")
+    if not quiet:
+        print(f"{doing} {where}" + (f" {scope}" if scope else ""), file=sys.stderr)
+    if other:
+        print(f"WARNING: {where} is not OtterMQ ({hint} without this warning)", file=sys.stderr)

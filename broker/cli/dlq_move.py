@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import admin_defaults
-from .api import AdminError, add_target_options, announce, client_of, quote
+from .api import AdminError, add_target_options, announce, client_of, origin_of, quote
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,9 +87,16 @@ def main(argv: Sequence[str] | None = None, poll: float = 0.5) -> int:
     try:
         body = request_body(args)
         client = client_of(args)
-        if not args.quiet:
-            doing = f"Moving dead letters from queue '{args.queue}' on"
-            announce(client, doing, f"(vhost {args.vhost})")
+        doing = f"Moving dead letters from queue '{args.queue}' on"
+        announce(
+            client,
+            doing,
+            f"(vhost {args.vhost})",
+            quiet=args.quiet,
+            changes=True,
+            any_broker=args.any_broker,
+            origin=origin_of(args),
+        )
         job = client.request("POST", f"/dead-letters/{quote(args.vhost)}/{quote(args.queue)}/moves", body)
         while job["state"] in ("running", "paused"):
             line = progress(job)

@@ -50,13 +50,15 @@ def _definitions(action: str, path: str) -> int:
     from ottermq.persistence.postgres_conn import IO_ERRORS
     from ottermq.persistence.store import Store, StoreError
 
-    from ..node.definitions import DefinitionsError, definitions_to_json, load_definitions_file
+    from ..node.definitions import DefinitionsError, definitions_to_json, load_definitions_file, report
     from ..node.node import Node
     from ..node.startup import StartupError, lock_data_dir
     from ..node.wiring import make_lease, open_store
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    logging.getLogger(report.__name__).setLevel(logging.ERROR)  # skipped items: in the printed report
+    store_name = "PostgreSQL" if settings.store == "postgresql" else str(settings.data_dir)
 
     async def run() -> None:
         lease = make_lease(settings)  # PostgreSQL: the CLI works only while no broker is active
@@ -92,10 +94,14 @@ def _definitions(action: str, path: str) -> int:
         definitions = load_definitions_file(path)
         node = Node(settings, asyncio.get_running_loop(), store)
         try:
-            await node.open(definitions)
+            await node.open(definitions.definitions, report=definitions.report)
         finally:
             node.stop()
             await node.close()
+        lines = definitions.report.lines()  # the answer: what was applied, what was skipped and why
+        print(f"Imported definitions from {path} into {store_name}: {lines[0]}")
+        for line in lines[1:]:
+            print(line)
 
     try:
         if settings.store == "sqlite":
@@ -176,10 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         help="load a RabbitMQ definitions JSON file into the store",
         description="Load a RabbitMQ definitions JSON file into the store: users (with their"
         " passwords), vhosts and permissions are created or replaced; durable exchanges, queues and"
-        " bindings are added (existing ones are left unchanged); policies and operator policies"
-        " (operator_policy parameters) are created or replaced. Skipped with a warning: non-durable"
-        " queues and exchanges, amq.* names and the default exchange, non-classic queues, bindings"
-        " of skipped entities, other runtime parameters and topic permissions. "
+        " bindings are added (existing ones are left unchanged); policies, operator policies"
+        " (operator_policy parameters) and shovel parameters are created or replaced. What it cannot"
+        " import is skipped"
+        " (non-durable queues and exchanges, amq.* names and the default exchange, streams, exchange"
+        " types of plugins it lacks, bindings of skipped entities, federation parameters,"
+        " global parameters, topic permissions): the output counts what was applied and names each"
+        " skipped item with the reason (docs/definitions.md). "
         + stopped
         + " To load a file at every start instead, set OTTERMQ_DEFINITIONS_FILE.",
         formatter_class=fmt,

@@ -299,14 +299,16 @@ class ManagementServer(HTTPListener):
             broker,
             0 if ephemeral else settings.web_port or None,
             settings.web_api_path,
-            "management API",
+            "internal management API (worker 0 asks it)" if ephemeral else "management API",
             make_app,
             settings.web_ssl_port,
             tls,
         )
+        self.ephemeral = ephemeral
 
     async def start(self) -> None:
-        """Serve, and say where the web UI is (``OTTERMQ_ENABLE_UI``)."""
+        """Serve, and say where the web UI is (``OTTERMQ_ENABLE_UI``; not on a worker's internal
+        listener, which nobody browses: the UI is worker 0's)."""
         await super().start()
-        if self.broker.settings.enable_ui:
+        if self.broker.settings.enable_ui and not self.ephemeral:
             log.info("web UI on %s", self.urls("/"))

@@ -16,9 +16,15 @@ Rules:
    write endpoints use: users are created or replaced, vhosts created, permissions set, policies set (and
    applied), missing exchanges and queues declared with their ``durable`` flag (durable ones reach the
    store as a client's declare would), bindings made when both ends exist. Existing exchanges and queues
-   are left unchanged, as RabbitMQ's import does. The answer is 204; an unreadable body is 400
-   ``failed_to_parse_json``, invalid definitions 400 with the parser's reason. ``/{vhost}`` imports queues,
-   exchanges, bindings and policies into that vhost (their ``vhost`` fields are ignored).
+   are left unchanged, as RabbitMQ's import does. An unreadable body is 400 ``failed_to_parse_json``,
+   invalid definitions 400 with the parser's reason, and nothing is applied. ``/{vhost}`` imports queues,
+   exchanges, bindings, policies and parameters into that vhost (their ``vhost`` fields are ignored).
+3. The answer (``node/definitions/report.py``): 204 without a body, as RabbitMQ's, when every item was
+   applied or left as it was; 200 with the report (``{"applied": {...}, "unchanged": {...},
+   "skipped": [{"section": ..., "reason": ...}, ...]}``) when something was skipped, or when the query
+   asks for it (``?report=true``, an ottermq extension). rabbitmqadmin and RabbitMQ's web UI take any 2xx
+   as success. The report is also kept on the request (``REPORT``) for the workers' forwarder, which
+   adds the other workers' reports to it.
 """
 
 from __future__ import annotations
@@ -34,8 +40,8 @@ from ottermq.vhost.vhost import PREDECLARED
 
 from .. import VERSION, node_name
 from ..node.auth import AuthError
-from ..node.definitions import DefinitionsError, definitions_from_json
-from ..node.definitions.json_format import parameter_json, policies_to_json, vhost_limit_parameters
+from ..node.definitions import DefinitionsError, ImportReport, definitions_from_json
+from ..node.definitions.export import parameter_json, policies_to_json, vhost_limit_parameters
 from ..node.limits import LimitError
 from ..node.operations import policy_record as record_of
 from ..node.parameters import ParameterError
@@ -63,6 +69,7 @@ log = logging.getLogger(__name__)
 
 RESERVED_EXCHANGES = frozenset(name for name, _type, _internal in PREDECLARED)
 TOPOLOGY = ("queues", "exchanges", "bindings", "policies", "parameters")
+REPORT = "ottermq.definitions_report"  # request key: the import's ImportReport (rule 3)
 
 
 def topology(vhost: VHost, with_vhost: bool) -> dict[str, list[dict[str, Any]]]:
@@ -212,8 +219,9 @@ async def post_definitions(request: web.Request) -> web.Response:
     data = await _body(request)
     if "vhost" in request.match_info:
         data = _for_vhost(data, vhost_or_404(request).name)
+    report = ImportReport()
     try:
-        defs = definitions_from_json(data, transient=True)  # first: checks every section's shape
+        defs = definitions_from_json(data, transient=True, report=report)  # first: checks every section
         exchanges, queues = _durable(data, "exchanges"), _durable(data, "queues")
 
         def durable(kind: str, vhost: str, name: str) -> bool:
@@ -221,10 +229,23 @@ async def post_definitions(request: web.Request) -> web.Response:
 
         await broker.ops.prepare_definitions(broker.owned_vhost, defs)  # policy patterns: off the loop
         with amqp_errors():
-            broker.apply_definitions(defs, durable)
+            broker.apply_definitions(defs, durable, report)
     except (DefinitionsError, AuthError, PolicyError, LimitError, ParameterError) as exc:
         raise bad_request(str(exc)) from None
-    return web.Response(status=204)
+    request[REPORT] = report
+    return report_response(report, wants_report(request))
+
+
+def wants_report(request: web.Request) -> bool:
+    """``?report=true``: the report even when nothing was skipped (rule 3)."""
+    return request.query.get("report", "").lower() in ("true", "1", "yes")
+
+
+def report_response(report: ImportReport, always: bool = False) -> web.Response:
+    """Rule 3's answer."""
+    if report.complete and not always:
+        return web.Response(status=204)
+    return web.json_response(report.to_json())
 
 
 def add_routes(routes: web.RouteTableDef, prefix: str) -> None:

@@ -193,6 +193,12 @@ QUERIES: dict[tuple[str, str], list[Schema]] = {
     ("DELETE", "/exchanges/{vhost}/{name}"): [_query("if-unused", TRUE_FALSE, "only if it has no bindings")],
     ("GET", "/definitions"): [_query("download", STRING, "a file name: answer as an attachment")],
     ("GET", "/definitions/{vhost}"): [_query("download", STRING, "a file name: answer as an attachment")],
+    **{
+        ("POST", path): [
+            _query("report", TRUE_FALSE, "true: answer with the import report even when nothing was skipped")
+        ]
+        for path in ("/definitions", "/definitions/{vhost}")
+    },
     ("GET", "/dead-letters/{vhost}/{queue}"): [
         _query("reason", STRING, "keep messages whose last death has this reason"),
         _query("source_queue", STRING, "keep messages whose last death was in this queue"),

@@ -4,6 +4,8 @@ Versions: ``management_version`` and ``rabbitmq_version`` name the RabbitMQ rele
 emulates (3.10.8), so tools that compare them keep working; ``product_name``/``product_version``
 are OtterMQ's own. ``dead_letter_stats`` (an ottermq extension; RabbitMQ's API has none) counts the
 messages dead-lettered in the user's vhosts by reason since start (the web UI charts their rates).
+``definitions_file`` (an ottermq extension, administrators only) is the import report of the
+``OTTERMQ_DEFINITIONS_FILE`` read at this start: ``file``, ``applied``, ``unchanged``, ``skipped``.
 """
 
 from __future__ import annotations
@@ -92,6 +94,9 @@ async def overview(request: web.Request) -> web.Response:
         "listeners": listeners(request, node),
         "dead_letter_stats": dead_letter_stats(vhosts),
     }
+    imported = broker.definitions_file
+    if imported is not None and "administrator" in user.tags:
+        body["definitions_file"] = imported.to_json()
     return web.json_response(body)
 
 

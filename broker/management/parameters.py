@@ -30,7 +30,7 @@ from typing import Any
 from aiohttp import web
 from ottermq.vhost.policy import PolicyError
 
-from ..node.definitions.json_format import vhost_limit_parameters
+from ..node.definitions.export import vhost_limit_parameters
 from ..node.limits import LimitError
 from ..node.parameters import ParameterError, validation_failed
 from .common import (

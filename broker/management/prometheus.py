@@ -7,7 +7,8 @@ Rules:
    ``.lateness``, the archive's ``lost``) when Prometheus asks.
 2. ``<path>`` (``OTTERMQ_PROMETHEUS_PATH``, default ``/metrics``) is aggregated like RabbitMQ's
    ``/metrics`` (queue metrics summed, unlabelled); ``<path>/per-object`` labels the queue metrics
-   with ``vhost`` and ``queue`` like RabbitMQ's ``/metrics/per-object``.
+   with ``vhost`` and ``queue`` like RabbitMQ's ``/metrics/per-object``; ``<path>/detailed`` answers
+   the families a scrape asks for like RabbitMQ's ``/metrics/detailed`` (``prometheus_detailed``).
 3. Names and labels are RabbitMQ 3.10's (``protocol="amqp091"`` on the global message counters,
    ``queue_type``/``dead_letter_strategy`` on the dead-letter ones); ottermq's own metrics start with
    ``ottermq_``.
@@ -39,6 +40,7 @@ from prometheus_client.samples import Sample
 from ..node.view import NodeView
 from .listener import HTTPListener
 from .node_metrics import channel_metrics, churn_metrics, connection_metrics, node_metrics
+from .prometheus_detailed import Detailed, Query, cluster_rows
 from .queues import memory_fields
 from .shovel_metrics import shovel_metrics
 
@@ -504,9 +506,25 @@ def make_app(broker: NodeView, path: str | None = None) -> web.Application:
     async def per_object(request: web.Request) -> web.Response:
         return await scrape(True, f"{base}/per-object")
 
+    async def detailed(request: web.Request) -> web.Response:
+        query = f"?{request.query_string}" if request.query_string else ""
+        texts = await others(f"{base}/detailed{query}")
+        async with one_at_a_time:
+            snapshot = BrokerCollector(broker, True).snapshot()  # read on the loop, rendered off it
+            rows = cluster_rows(broker)
+            vhosts = [vhost.name for vhost in broker.owned_vhosts()]
+            wanted = Query.of(request.query)
+
+            def render_detailed() -> bytes:
+                return render(Detailed(snapshot.collect(), rows, wanted, vhosts), texts)
+
+            body = await asyncio.get_running_loop().run_in_executor(None, render_detailed)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
     app = web.Application()
     app.router.add_get(base or "/", aggregated)
     app.router.add_get(f"{base}/per-object", per_object)
+    app.router.add_get(f"{base}/detailed", detailed)
     return app
 
 
@@ -522,4 +540,5 @@ class PrometheusServer(HTTPListener):
         path = settings.prometheus_path
         tls = tls_context if settings.prometheus_ssl else None
         tls_port = settings.prometheus_ssl_port
-        super().__init__(broker, port, path, "Prometheus metrics", make_app, tls_port, tls)
+        what = "internal Prometheus metrics (worker 0 adds them up)" if ephemeral else "Prometheus metrics"
+        super().__init__(broker, port, path, what, make_app, tls_port, tls)

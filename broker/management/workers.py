@@ -4,7 +4,8 @@ Rules (after the login, which worker 0 checks; the workers check the same header
 - A change to metadata (users, vhosts, permissions, policies, limits, parameters, definitions
   without a vhost) is made by worker 0, then sent to every worker (``WorkerPool.sync``) before it
   is answered. ``POST /definitions`` also goes to every other worker, which declares the exchanges,
-  queues and bindings of the vhosts it owns.
+  queues and bindings of the vhosts it owns; the answer is worker 0's import report with theirs
+  added (what they applied and skipped).
 - A request about one vhost's objects (a path with a ``{vhost}`` that is not metadata) is answered
   by the vhost's owner: worker 0 passes it on as it came and returns the answer as it is.
 - The lists of every vhost (queues, exchanges, bindings, connections, channels, consumers) are
@@ -28,8 +29,10 @@ import aiohttp
 from aiohttp import hdrs, web
 from yarl import URL
 
-from ..node.definitions.json_format import parameter_json
+from ..node.definitions import ImportReport
+from ..node.definitions.export import parameter_json
 from .common import json_error
+from .definitions import REPORT, report_response, wants_report
 
 if TYPE_CHECKING:
     from ..node.info import WorkerPool
@@ -97,7 +100,7 @@ class Forwarder:
             if method not in ("GET", "HEAD") and 200 <= response.status < 300:
                 await self.pool.sync()  # first: the workers must know a new vhost is theirs
                 if template == "/definitions" and method == "POST":
-                    await self._to_all(request)
+                    return await self._import_everywhere(request, response)
             elif method == "GET" and template in ("/vhosts", "/definitions"):
                 return await self._joined(request, response, template)
             return response
@@ -141,12 +144,16 @@ class Forwarder:
             return json_error(503, "service_unavailable", f"vhost {name} is down")
         return forwarded
 
-    async def _forward(self, request: web.Request, index: int, strip: bool = False) -> web.Response | None:
-        """``request`` as worker ``index`` answers it; None while it is down."""
+    async def _forward(
+        self, request: web.Request, index: int, strip: bool = False, extra: tuple[tuple[str, str], ...] = ()
+    ) -> web.Response | None:
+        """``request`` as worker ``index`` answers it (with the ``extra`` query parameters); None
+        while it is down."""
         port = self.pool.web_port(index)
         if port is None:
             return None
         query = [(k, v) for k, v in request.query.items() if not (strip and k in _SHAPING)]
+        query += [(k, v) for k, v in extra if k not in request.query]
         headers = {k: v for k in _FORWARDED_HEADERS if (v := request.headers.get(k)) is not None}
         body = await request.read() if request.body_exists else None  # read once, kept by aiohttp
         url = URL(f"http://127.0.0.1:{port}{request.rel_url.raw_path}", encoded=True)  # %2F stays
@@ -172,18 +179,28 @@ class Forwarder:
             log.warning("worker %d's management API: %s", index, exc)
             return None
 
-    async def _to_all(self, request: web.Request) -> None:
+    async def _import_everywhere(
+        self, request: web.Request, response: web.StreamResponse
+    ) -> web.StreamResponse:
+        """``POST /definitions`` made by worker 0 (``response``), then by every other worker for the
+        vhosts it owns; the answer is worker 0's report with theirs added (``definitions.py`` rule 3)."""
+        report = request.get(REPORT)
         for index in range(1, self.pool.count):
-            answer = await self._forward(request, index)
-            if answer is not None and not 200 <= answer.status < 300:
+            answer = await self._forward(request, index, extra=(("report", "true"),))
+            if answer is None or not 200 <= answer.status < 300:
                 log.error(
                     "worker %d refused %s %s: %s %r",
                     index,
                     request.method,
                     request.path,
-                    answer.status,
-                    answer.body,
+                    "down" if answer is None else answer.status,
+                    None if answer is None else answer.body,
                 )
+            elif isinstance(report, ImportReport) and isinstance(answer.body, bytes):
+                report.add_topology(ImportReport.from_json(json.loads(answer.body)))
+        if not isinstance(report, ImportReport):
+            return response
+        return report_response(report, wants_report(request))
 
     def _with_parameters(self, response: web.StreamResponse, vhost: str) -> web.StreamResponse:
         """Another worker's export of ``vhost`` with worker 0's shovel parameters of that vhost in it

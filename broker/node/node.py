@@ -44,7 +44,7 @@ from ..shovel import LocalBroker, Shovels
 from .alarms import Alarms
 from .auth import INTERNAL_USER, AuthDB, AuthError
 from .cluster import Cluster
-from .definitions import DefinitionsError, Restore, apply_definitions
+from .definitions import DefinitionsError, DefinitionsFile, ImportReport, Restore, apply_definitions
 from .delayed import DedupPersistence, DelayService
 from .limits import LimitError, Limits
 from .listings import Listings
@@ -121,6 +121,8 @@ class Node:
         self.started_at = time.time()  # process_start_time_seconds
         # OTTERMQ_STORE=postgresql: the leadership this broker holds as the active one (health, metrics)
         self.lease: Lease | None = None
+        # OTTERMQ_DEFINITIONS_FILE as imported at this start, with its report (the management overview)
+        self.definitions_file: DefinitionsFile | None = None
 
     def use_archive(self, archive: Archive) -> None:
         """Start with ``archive`` instead (the runtime checks the archive directory after binding its
@@ -137,11 +139,13 @@ class Node:
         self.connections.cluster = cluster
 
     # -- start-up and shut-down ----------------------------------------------------------------
-    async def open(self, definitions: Definitions | None = None, seed: bool = True) -> Definitions:
+    async def open(
+        self, definitions: Definitions | None = None, seed: bool = True, report: ImportReport | None = None
+    ) -> Definitions:
         """Open the store and recover durable state (vhosts, users, permissions, exchanges, queues,
         bindings, messages, policies, limits), apply ``definitions`` (the one applier,
-        ``definitions/apply.py``), then seed the default user and vhosts on a first start (unless
-        not ``seed``: a worker other than the first, which gets them from worker 0).
+        ``definitions/apply.py``, counting in ``report``), then seed the default user and vhosts on a
+        first start (unless not ``seed``: a worker other than the first, which gets them from worker 0).
 
         Returns:
             What applying ``definitions`` changed (empty without).
@@ -172,7 +176,7 @@ class Node:
         if definitions is not None:
             await ops.prepare_definitions(self.owned_vhost, definitions)
             try:
-                applied = apply_definitions(self, definitions)
+                applied = apply_definitions(self, definitions, report=report)
             except (AuthError, PolicyError, LimitError, ParameterError, AMQPError) as exc:
                 raise DefinitionsError(str(exc)) from None
         if not seed:  # another worker's copy of the metadata: worker 0 sends it

@@ -13,10 +13,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from ottermq.persistence.store import Definitions, StoreError
+from ottermq.persistence.store import StoreError
 
 from ..config import Settings, env_name
-from .definitions import DefinitionsError, load_definitions_file
+from .definitions import DefinitionsError, DefinitionsFile, load_definitions_file
 
 
 class StartupError(Exception):
@@ -134,7 +134,7 @@ def check_archive_dir(settings: Settings) -> None:
         ) from None
 
 
-def read_definitions(settings: Settings) -> Definitions | None:
+def read_definitions(settings: Settings) -> DefinitionsFile | None:
     """Parse ``OTTERMQ_DEFINITIONS_FILE`` (None when unset); reads only.
 
     Raises:

@@ -17,8 +17,9 @@ from ottermq.persistence.store import Definitions
 from ottermq.vhost.vhost import VHost
 
 from .cluster import Cluster
-from .definitions import apply_definitions
+from .definitions import DefinitionsFile, apply_definitions
 from .definitions.apply import Durability
+from .definitions.report import ImportReport
 from .node import Node
 from .wiring import Archive
 
@@ -62,6 +63,11 @@ class NodeView:
         return self._node.lease
 
     @property
+    def definitions_file(self) -> DefinitionsFile | None:
+        """``OTTERMQ_DEFINITIONS_FILE`` as imported at this start, with its report."""
+        return self._node.definitions_file
+
+    @property
     def uptime(self) -> float:
         return time.time() - self.started_at
 
@@ -77,6 +83,8 @@ class NodeView:
         """``Node.delete_user``."""
         self._node.delete_user(name)
 
-    def apply_definitions(self, defs: Definitions, durable: Durability | None = None) -> Definitions:
-        """Import ``defs`` (``definitions/apply.py``, the one applier)."""
-        return apply_definitions(self._node, defs, durable)
+    def apply_definitions(
+        self, defs: Definitions, durable: Durability | None = None, report: ImportReport | None = None
+    ) -> Definitions:
+        """Import ``defs`` (``definitions/apply.py``, the one applier), counted in ``report``."""
+        return apply_definitions(self._node, defs, durable, report=report)

@@ -62,6 +62,7 @@ def make_lease(settings: Settings) -> Lease | None:
         password=postgres_password(settings),
         lease_seconds=settings.lease_seconds,
         poll_seconds=settings.standby_poll_seconds,
+        start_timeout=settings.postgres_start_timeout,
     )
 
 

@@ -225,21 +225,31 @@ def _name(kind: Any) -> str:
 @dataclass(frozen=True, slots=True)
 class Start(Message):
     """The first message to a worker: worker 0's settings (``Settings`` as JSON; the worker makes its
-    own of them, ``worker.worker_settings``), its metadata (``metadata.snapshot``) and the vhosts
-    given to the worker (``ownership``), and the internal principal's secret (``secret``: a shovel's
-    connection to a vhost of this worker logs in with it; made by worker 0 at start-up, never stored)."""
+    own of them, ``worker.worker_settings``), its metadata (``metadata.snapshot``), the vhosts
+    given to the worker (``ownership``), the exchanges, queues and bindings of the start-up
+    definitions file (``OTTERMQ_DEFINITIONS_FILE``) in those vhosts, as definitions JSON, for the
+    worker to declare (what it has already is left as it is), and the internal principal's secret
+    (``secret``: a shovel's connection to a vhost of this worker logs in with it; made by worker 0 at
+    start-up, never stored)."""
 
     settings: dict[str, Any]
     definitions: dict[str, Any]
     owned: tuple[str, ...]
+    topology: dict[str, Any] = dataclasses.field(default_factory=dict)
     secret: str = ""
 
     @classmethod
     def of(
-        cls, settings: Settings, definitions: dict[str, Any], owned: Iterable[str], secret: str = ""
+        cls,
+        settings: Settings,
+        definitions: dict[str, Any],
+        owned: Iterable[str],
+        topology: dict[str, Any] | None = None,
+        secret: str = "",
     ) -> Start:
-        """The start message of a worker given ``owned`` (worker 0's ``settings``, metadata, secret)."""
-        return cls(settings.model_dump(mode="json"), definitions, tuple(owned), secret)
+        """The start message of a worker given ``owned`` (worker 0's ``settings`` and metadata, the
+        start-up file's ``topology`` in the worker's vhosts, and the internal principal's secret)."""
+        return cls(settings.model_dump(mode="json"), definitions, tuple(owned), topology or {}, secret)
 
     def read_settings(self) -> Settings:
         """Worker 0's settings, as it sent them (not the environment's)."""

@@ -17,8 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..management.definitions import export
-from ..node.definitions import apply_definitions
-from ..node.definitions.json_format import definitions_from_json
+from ..node.definitions import apply_definitions, definitions_from_json
 from ..node.view import NodeView
 
 if TYPE_CHECKING:

@@ -2,6 +2,11 @@
 
 Rules:
 - ``start`` (after worker 0's node is open) starts workers 1..N-1 and waits until each is ready.
+- The start-up definitions file (``OTTERMQ_DEFINITIONS_FILE``) is applied as ``POST /definitions``
+  is: worker 0's node opens with its metadata (``hold_topology`` keeps the rest back, as which worker
+  owns a vhost is known only once that node is open), then each vhost's owner declares the file's
+  exchanges, queues and bindings in it: the other workers from their ``Start`` message (again at
+  every restart: what a worker has already is left as it is), worker 0 once it joins the workers.
   A worker that exits while the broker runs is started again (after 0.5 s, doubling up to 10 s
   while it keeps failing within a minute); it recovers its vhosts from its store. Meanwhile a
   connection to one of its vhosts is refused as RabbitMQ refuses a vhost that is down
@@ -28,6 +33,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -37,8 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ottermq.amqp.errors import NotAllowed
+from ottermq.amqp.errors import AMQPError, NotAllowed
+from ottermq.persistence.store import Definitions
+from ottermq.vhost.policy import PolicyError
 
+from .. import VERSION
+from ..node.definitions import DefinitionsError, apply_definitions, check_references, definitions_to_json
 from ..node.startup import StartupError
 from ..server.endpoints import describe
 from . import metadata
@@ -111,6 +121,7 @@ class Supervisor:
         path = settings.data_dir / FILE_NAME if settings.store == "sqlite" else None
         self.owners = VhostOwners(self.count, path)
         self.children: dict[int, Child] = {}
+        self._topology = Definitions()  # the start-up file's exchanges, queues and bindings (hold_topology)
         self._watchers: set[asyncio.Task[None]] = set()
         self._seq = 0
         self._offers = 0
@@ -125,6 +136,23 @@ class Supervisor:
         )
 
     # -- start and stop ---------------------------------------------------------------------------
+    def hold_topology(self, definitions: Definitions) -> Definitions:
+        """Keep the start-up definitions' exchanges, queues and bindings for their vhosts' owners (see
+        the module rules); returns the rest, which worker 0's node applies as it opens."""
+        self._topology = Definitions(
+            exchanges=definitions.exchanges, queues=definitions.queues, bindings=definitions.bindings
+        )
+        return dataclasses.replace(definitions, exchanges=[], queues=[], bindings=[])
+
+    def _topology_of(self, index: int) -> Definitions:
+        """The held topology in the vhosts worker ``index`` owns."""
+        held, owner = self._topology, self.owners.owner
+        return Definitions(
+            exchanges=[x for x in held.exchanges if owner(x.vhost) == index],
+            queues=[q for q in held.queues if owner(q.vhost) == index],
+            bindings=[b for b in held.bindings if owner(b.vhost) == index],
+        )
+
     async def start(self) -> None:
         """Give vhosts their workers, start the workers and route connections to them.
 
@@ -144,6 +172,11 @@ class Supervisor:
             raise StartupError("workers", self.count, str(exc)) from None
         for name in sorted(node.services.auth.vhosts):
             self.owners.owner(name)
+        auth = node.services.auth
+        try:  # what the file names exists (worker 0 applied its vhosts and users as its node opened)
+            check_references(self._topology, auth.users, auth.vhosts)
+        except DefinitionsError as exc:
+            raise StartupError("definitions_file", self.broker.settings.definitions_file, str(exc)) from None
         for child in await self._launching:
             self._begin(child)
         for index in range(1, self.count):
@@ -154,6 +187,14 @@ class Supervisor:
                 raise StartupError("workers", self.count, f"worker {index} did not start") from None
         self.broker.amqp.router = self.route
         node.join(self.cluster)
+        own = self._topology_of(0)
+        if own.exchanges or own.queues or own.bindings:
+            try:
+                apply_definitions(node, own)
+            except (DefinitionsError, AMQPError, PolicyError) as exc:
+                raise StartupError(
+                    "definitions_file", self.broker.settings.definitions_file, str(exc)
+                ) from None
         log.info("%d workers: %s", self.count, self.describe())
 
     def describe(self) -> str:
@@ -191,11 +232,13 @@ class Supervisor:
     def _begin(self, child: Child) -> None:
         index = child.index
         node = self.broker.node
+        topology = definitions_to_json(self._topology_of(index), VERSION)
         child.control.send(
             Start.of(
                 self.broker.settings,
                 metadata.snapshot(node),
                 self.owners.owned_by(index),
+                topology,
                 node.services.auth.internal_secret,
             )
         )

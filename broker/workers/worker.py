@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 from ottermq.persistence.archive import NullArchive
 
 from ..config import Settings
+from ..node.definitions import apply_definitions, definitions_from_json
 from ..node.wiring import open_store
 from ..runtime import Broker
 from ..server.endpoints import RelayedEndpoints
@@ -190,6 +191,8 @@ class Worker:
         async def apply_metadata() -> None:
             await metadata.prepare(node, start.definitions)
             metadata.sync(node, start.definitions)
+            if start.topology:  # the start-up definitions file's part in this worker's vhosts
+                apply_definitions(node, definitions_from_json(start.topology))
 
         broker.prepare_dirs()
         await broker.start(before_serving=apply_metadata)

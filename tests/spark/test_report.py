@@ -196,9 +196,8 @@ def test_report_main_writes_everything(spark: Any, archive_dir: Path, tmp_path: 
     out = tmp_path / "report"
     from ottermq.spark_jobs import cli
 
-    assert (
-        cli.report_main([str(bad), "--out", str(out), "--type-header", "x-message-type", "--top", "2"]) == 0
-    )
+    argv = [str(bad), "--out", str(out), "--type-header", "x-message-type", "--top", "2"]
+    assert cli.report_main([*argv, "--complete-only"]) == 0  # the file still being written left out
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["records"] == 12
@@ -247,6 +246,22 @@ def test_report_main_writes_everything(spark: Any, archive_dir: Path, tmp_path: 
         ("tenant-a", "events", 2),
     ]
     assert "dead letters: 12 (1 lines skipped)" in capsys.readouterr().out
+
+
+def test_report_main_reads_the_complete_lines_of_files_still_being_written(
+    spark: Any, archive_dir: Path, tmp_path: Path, caplog: Any
+) -> None:
+    """The archive's ``.jsonl.part`` file (one record of queue ``partial``) is read by default."""
+    out = tmp_path / "report"
+    with caplog.at_level("INFO", logger="ottermq.spark_jobs.report"):
+        assert R.main([str(archive_dir), "--out", str(out), "--no-charts"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["records"] == 13
+    assert "partial" in [q["queue"] for q in summary["top"]["queues"]]
+    assert (
+        "1 archive file(s) still being written: their 1 complete line(s) so far are read too" in caplog.text
+    )
+    assert (archive_dir / "2024-05-01" / "00" / "deadletters-9.jsonl.part").exists()  # left as it was
 
 
 def test_report_main_missing_archive(spark: Any, tmp_path: Path) -> None:

@@ -106,8 +106,24 @@ function policyEditor(kind, vhosts) {
 }
 
 // -- definitions --------------------------------------------------------------------------------------
+// An import's report (POST /definitions answers 200 with one when something was skipped; the overview
+// carries the start-up file's): counts, then the skipped items with their reasons.
+function importReport(title, report) {
+  const counts = (c) => Object.entries(c || {}).filter(([, n]) => n).map(([k, n]) => `${n} ${k.replace(/_/g, " ")}`).join(", ");
+  const names = (item) => Object.entries(item).filter(([k]) => k !== "section" && k !== "reason")
+    .map(([k, v]) => `${k} ${v}`).join(", ");
+  return h("div", {class: "import-report"}, h("h2", {}, title),
+    h("p", {}, `Applied: ${counts(report.applied) || "nothing"}.` +
+      (counts(report.unchanged) ? ` Left as they were: ${counts(report.unchanged)}.` : "") +
+      ` Skipped: ${report.skipped.length}.`),
+    report.skipped.length ? table([["Section", (s) => s.section], ["Item", names], ["Reason", (s) => s.reason]],
+      report.skipped) : null);
+}
+
 ROUTES.push([/^#\/definitions$/, "Definitions", async (main) => {
   const file = h("input", {type: "file", name: "file", accept: ".json,application/json", required: true});
+  const uploaded = h("div", {});
+  const startup = (await get("/overview")).definitions_file;
   append(main, [h("h1", {}, "Definitions"),
     h("p", {}, "Users, virtual hosts, permissions, queues, exchanges, bindings and policies, in RabbitMQ's definitions format."),
     h("div", {class: "toolbar"}, h("button", {type: "button", class: "primary", onclick: () => act("Download definitions", async () => {
@@ -121,6 +137,8 @@ ROUTES.push([/^#\/definitions$/, "Definitions", async (main) => {
         let data;
         try { data = JSON.parse(text); } catch (e) { throw new Error("the file is not JSON"); }
         return api("POST", "/definitions", data);
-      }),
+      }, {after: (report) => replace(uploaded, report ? importReport("Upload: some items were skipped", report) : "")}),
+    uploaded,
+    startup ? importReport(`Start-up file ${startup.file}`, startup) : null,
   ]);
 }]);

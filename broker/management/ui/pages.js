@@ -75,6 +75,7 @@ ROUTES.push([/^#\/?$/, "Overview", async (main) => {
 const QUEUE_COLUMNS = [
   ["Virtual host", (q) => q.vhost, {sort: "vhost"}],
   ["Name", (q) => link(queueHash(q.vhost, q.name), q.name), {sort: "name"}],
+  ["Type", (q) => q.type || "classic"],  // as RabbitMQ's UI: classic, quorum, stream
   ["Features", (q) => features(q)],
   ["Policy", (q) => [q.policy || "", q.operator_policy ? h("span", {class: "tag"}, "op: " + q.operator_policy) : null], {sort: "policy"}],
   ["State", (q) => q.state || ""],

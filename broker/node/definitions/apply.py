@@ -13,11 +13,14 @@ Rules (RabbitMQ's import):
    acting (no permission checks, as an administrator's import): vhosts created, users created or
    replaced, permissions set; exchanges and queues declared through the operations layer when
    missing (durable ones reach the store as a client's declare would), existing ones left as they
-   are; bindings made when both ends exist (else skipped with a warning); policies and limits set;
-   component parameters (shovels) set through the operations layer, in worker 0 only.
-3. It raises what those operations raise (``AuthError``, ``PolicyError``, ``LimitError``,
-   ``ParameterError``, an ``AMQPError`` for a declare or bind the broker refuses); each way in
-   translates it.
+   are; bindings made when both ends exist; policies and limits set; component parameters
+   (shovels) set through the operations layer, in worker 0 only. The ``ImportReport`` counts what
+   was applied and what was left unchanged.
+3. A binding the broker refuses (a bind answered with an ``AMQPError``, or one whose end does not
+   exist) is skipped and reported with the reason, and the rest is applied, as RabbitMQ's import
+   skips a binding it refuses. Otherwise it raises what the operations raise (``AuthError``,
+   ``PolicyError``, ``LimitError``, ``ParameterError``, an ``AMQPError`` for a declare the broker
+   refuses, which makes RabbitMQ's import fail too); each way in translates it.
 4. Restore (``restore=``, start-up recovery, ``recovery.py``): the records are the node's own store's,
    validated when they were written. Rule 1 is not applied (an item of a vhost the node lacks is
    skipped), nothing is written back (recovery detaches the store from the vhosts meanwhile, and
@@ -43,6 +46,8 @@ from ottermq.vhost.vhost import VHost
 
 from ..operations import policy_of
 from .arguments import DefinitionsError
+from .json_format import binding_names
+from .report import ImportReport
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -109,7 +114,11 @@ def check_references(defs: Definitions, users: Iterable[str], vhosts: Iterable[s
 
 
 def apply_definitions(
-    node: Target, defs: Definitions, durable: Durability | None = None, restore: Restore | None = None
+    node: Target,
+    defs: Definitions,
+    durable: Durability | None = None,
+    restore: Restore | None = None,
+    report: ImportReport | None = None,
 ) -> Definitions:
     """Check ``defs`` (rule 1), then apply them to ``node`` (rule 2), or restore them (rule 4).
 
@@ -119,6 +128,7 @@ def apply_definitions(
         durable: the ``durable`` flag of each exchange and queue (default: all durable, as a
             definitions file read for start-up keeps only durable ones).
         restore: rule 4's mode and callbacks (start-up recovery).
+        report: where what was applied, left unchanged and skipped is counted (rule 3).
 
     Returns:
         What changed: the vhosts, users, permissions, policies and limits set, and the exchanges,
@@ -132,6 +142,7 @@ def apply_definitions(
         check_references(defs, node.services.auth.users, node.services.auth.vhosts)
     is_durable = durable or (lambda _kind, _vhost, _name: True)
     auth, ops = node.services.auth, node.services.ops  # the broker itself acts: no permission checks
+    report = report if report is not None else ImportReport()
     done = Definitions()
     for v in defs.vhosts:
         node.add_vhost(v.name, v.description, v.tags)
@@ -149,6 +160,7 @@ def apply_definitions(
             continue
         if x.name in vhost.exchanges:
             log.info("exchange '%s' in vhost '%s' already exists; left unchanged", x.name, x.vhost)
+            report.kept("exchanges")
             continue
         try:
             ops.declare_exchange(
@@ -173,6 +185,7 @@ def apply_definitions(
             continue
         if q.name in vhost.queues:
             log.info("queue '%s' in vhost '%s' already exists; left unchanged", q.name, q.vhost)
+            report.kept("queues")
             continue
         try:
             declared = ops.declare_queue(
@@ -193,7 +206,7 @@ def apply_definitions(
             restore.restored(q, declared.queue)
         done.queues.append(q)
     for b in defs.bindings:
-        if owns(b.vhost) and _bind(node, ops, b, restore):
+        if owns(b.vhost) and _bind(node, ops, b, restore, report):
             done.bindings.append(b)
     for pol in defs.policies:  # created or replaced; validated again by the operations layer
         vhost = node.vhosts.get(pol.vhost)
@@ -215,11 +228,23 @@ def apply_definitions(
     for param in defs.parameters if node.cluster.index == 0 and restore is None else ():  # worker 0's
         ops.set_parameter(None, param.vhost, param.component, param.name, json.loads(param.value))
         done.parameters.append(param)
+    if restore is None:
+        _count(report, done)
     return done
 
 
-def _bind(node: Target, ops: Operations, b: BindingRecord, restore: Restore | None) -> bool:
-    """One binding, when both ends exist (else skipped: logged, or reported under rule 4)."""
+def _count(report: ImportReport, done: Definitions) -> None:
+    for kind in ("users", "vhosts", "permissions", "exchanges", "queues", "bindings", "limits", "parameters"):
+        report.done(kind, len(getattr(done, kind)))
+    operators = sum(p.operator for p in done.policies)
+    report.done("policies", len(done.policies) - operators)
+    report.done("operator_policies", operators)
+
+
+def _bind(
+    node: Target, ops: Operations, b: BindingRecord, restore: Restore | None, report: ImportReport
+) -> bool:
+    """One binding, when both ends exist (else skipped: reported (rule 3), or under rule 4)."""
     vhost = node.vhosts.get(b.vhost)
     if vhost is None:
         return False
@@ -228,22 +253,21 @@ def _bind(node: Target, ops: Operations, b: BindingRecord, restore: Restore | No
         if restore is not None:  # an end was deleted, or refused above: the binding goes too
             restore.skipped("binding", b)
             return False
-        log.warning(
-            "definitions: skipping binding of %s '%s' to exchange '%s' in vhost '%s': no such %s",
-            b.destination_kind,
-            b.destination,
-            b.source,
-            b.vhost,
-            "exchange" if b.source not in vhost.exchanges else b.destination_kind,
+        missing = (
+            f"exchange '{b.source}'"
+            if b.source not in vhost.exchanges
+            else f"{b.destination_kind} '{b.destination}'"
         )
+        report.skip("bindings", f"no such {missing}", **binding_names(b))
         return False
     kind = "queue" if b.destination_kind == "queue" else "exchange"
     try:
         ops.bind(None, vhost, b.source, (kind, b.destination), b.routing_key, decode_arguments(b.arguments))
     except AMQPError as exc:
         if restore is None:
-            raise
-        _skipped(restore, "binding", b, f"{b.source} -> {b.destination}", b.vhost, exc.text)
+            report.skip("bindings", exc.text, **binding_names(b))
+        else:
+            _skipped(restore, "binding", b, f"{b.source} -> {b.destination}", b.vhost, exc.text)
         return False
     return True
 

@@ -27,12 +27,22 @@ class DefinitionsError(ValueError):
     """A definitions file (or an import) is invalid; the message names the bad entry."""
 
 
+class Unencodable(DefinitionsError):
+    """Arguments holding a value no AMQP field table can carry (an integer beyond 64 bits, nesting
+    beyond the bounds), which RabbitMQ keeps as an Erlang term: the item is skipped with ``reason``."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.reason = reason
+
+
 def arguments_from_json(value: Any, where: str = "arguments") -> bytes:
     """Encode a JSON ``arguments`` object as stored arguments (``persistence.arguments``: an AMQP
     field table, widened for keys over 255 octets; ``None``/``[]`` = empty).
 
     Raises:
-        DefinitionsError: not an object, or a value that cannot be encoded.
+        DefinitionsError: not an object, or text that is not Unicode.
+        Unencodable: a value that cannot be encoded.
     """
     if value is None or value == []:
         value = {}
@@ -40,8 +50,10 @@ def arguments_from_json(value: Any, where: str = "arguments") -> bytes:
         raise DefinitionsError(f"{where}: 'arguments' must be an object, got {value!r}")
     try:  # the one set of bounds (vhost.bounds): 64-bit integers, finite numbers, bounded nesting
         return encode_arguments(field_table(value))
-    except (OutOfBounds, ValueError, TypeError) as exc:
+    except UnicodeError as exc:  # a lone surrogate: invalid text (the HTTP API refuses such JSON)
         raise DefinitionsError(f"{where}: {exc}") from None
+    except (OutOfBounds, ValueError, TypeError) as exc:
+        raise Unencodable(where, f"{exc} (AMQP cannot carry it)") from None
 
 
 def _bytes_to_json(raw: bytes) -> str:

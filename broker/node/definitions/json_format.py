@@ -1,39 +1,34 @@
-"""RabbitMQ definitions files (``rabbitmqctl export_definitions`` JSON) <-> ``Definitions``.
+"""RabbitMQ definitions files (``rabbitmqctl export_definitions`` or ``GET /api/definitions`` JSON) ->
+``Definitions`` to apply, and an ``ImportReport`` of what was skipped and why (``report.py``).
 
-Reading (``definitions_from_json``), as RabbitMQ 3.10's ``rabbit_definitions`` import:
+Reading, as RabbitMQ 3.10's ``rabbit_definitions`` import:
 
 - ``users``: ``name``; ``password_hash`` (base64) with ``hashing_algorithm`` (when missing, md5
   for files from RabbitMQ 3.0-3.5, sha256 otherwise), or a cleartext ``password`` (hashed here;
   an empty one is stored too, and never logs in), or neither (a random password, as RabbitMQ
   3.10 gives it). ``"password_hash": ""`` is a user without a password (certificate login only),
   exported the same way. ``tags`` as a list (3.9+) or a
-  comma-separated string (older files; the legacy ``administrator`` flag too). ``limits`` ignored.
-- ``vhosts``: ``name``; ``description``/``tags`` at the top level or under ``metadata``.
+  comma-separated string (older files; the legacy ``administrator`` flag too).
+- ``vhosts``: ``name``; ``description``/``tags`` at the top level or under ``metadata``; a
+  ``default_queue_type`` is reported skipped (the vhost is created without it).
 - ``permissions``: ``user``, ``vhost``, ``configure``, ``write``, ``read`` (regexes, checked).
-- ``queues``/``exchanges``: only durable entities are stored, so non-durable ones are skipped
-  with a warning; so are names starting with ``amq.`` and the default exchange (RabbitMQ skips
-  those too) and streams. Classic and quorum queues keep their type (``x-queue-type``). Arguments
-  are validated the way ``queue.declare``/``exchange.declare`` would; exchange types must be built in.
+- ``topic_permissions``: skipped, each reported (not supported).
+- ``queues``/``exchanges``: names starting with ``amq.`` and the default exchange are skipped
+  (RabbitMQ skips those too), and so are streams and exchange types ottermq does not have, each
+  reported, as is an exchange name longer than 255 octets (RabbitMQ's HTTP API lets one through; no
+  AMQP client can name it). Unless ``transient``, non-durable ones are skipped too (a start-up or
+  offline import keeps durable entities only). Classic and quorum queues keep their type
+  (``x-queue-type``).
+  Arguments are validated the way ``queue.declare``/``exchange.declare`` would.
 - ``bindings``: ``source``, ``vhost``, ``destination``, ``destination_type``, ``routing_key``,
-  ``arguments``; a binding whose endpoint is skipped above is skipped too.
-- ``policies``: ``vhost``, ``name``, ``pattern``, ``apply-to``, ``priority``, ``definition``, validated
-  as the management API does (``vhost/policy.py``); operator policies are the ``parameters`` of
-  component ``operator_policy`` (their ``value`` holds the policy), as RabbitMQ exports them.
-- Limits: users' ``limits`` (an object), vhosts' ``limits`` (an object, or 3.10's list of pairs)
-  and ``vhost-limits`` parameters, validated as the API does (``broker/node/limits.py``); exported in
-  all three of RabbitMQ's places.
-- ``parameters`` of component ``shovel``: ``vhost``, ``name`` and ``value`` (validated when applied,
-  by the shovel component: ``broker/node/parameters.py``); exported as RabbitMQ does.
-- ``topic_permissions``, ``global_parameters`` and other ``parameters``: accepted and ignored with
-  a warning (not implemented); other unknown keys are ignored.
+  ``arguments``; a binding whose endpoint is skipped above is skipped too, with that reason.
+- ``policies``, ``parameters`` (operator policies, vhost limits, and the components ottermq does
+  not have), users' and vhosts' ``limits``, ``global_parameters``: ``components.py``.
 - Arguments: JSON objects <-> AMQP field tables with RabbitMQ's type choices (``arguments.py``).
+- Other keys are ignored.
 
-Writing (``definitions_to_json``) uses RabbitMQ 3.10's key names and shapes, so
-``rabbitmqctl import_definitions`` accepts the result. One deliberate difference: RabbitMQ 3.10
-leaves internal exchanges out of its exports (while keeping bindings to them); we export them
-with ``"internal": true`` (a key RabbitMQ's import reads), so a round trip loses nothing.
-
-Errors name the entry: ``queues[2] (queue 'q' in vhost '/'): 'durable' must be a boolean``.
+An invalid item (RabbitMQ refuses the whole file for it) raises ``DefinitionsError``, naming it:
+``queues[2] (queue 'q' in vhost '/'): 'durable' must be a boolean``.
 """
 
 from __future__ import annotations
@@ -45,6 +40,7 @@ import logging
 import re
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +50,7 @@ from ottermq.persistence.store import (
     BindingRecord,
     Definitions,
     ExchangeRecord,
-    LimitRecord,
-    ParameterRecord,
     PermissionRecord,
-    PolicyRecord,
     QueueRecord,
     UserRecord,
     VHostRecord,
@@ -65,87 +58,18 @@ from ottermq.persistence.store import (
 from ottermq.vhost.arguments import parse_exchange_args, parse_queue_args
 from ottermq.vhost.exchange import EXCHANGE_TYPES
 from ottermq.vhost.patterns import PatternError, compile_pattern
-from ottermq.vhost.policy import PolicyError, make_policy
 
 from ..auth import DEFAULT_HASHING_ALGORITHM, HASHING_ALGORITHMS, hash_password
-from ..limits import LimitError
-from ..limits import validate as validate_limit
-from .arguments import DefinitionsError, arguments_from_json, arguments_to_json
+from .arguments import DefinitionsError, Unencodable, arguments_from_json
+from .components import read_global_parameters, read_parameters, read_policies
+from .entry import Entry, entries
+from .report import ImportReport
 
 log = logging.getLogger(__name__)
 
-IGNORED_SECTIONS = {
-    "topic_permissions": "topic permissions are not implemented",
-    "global_parameters": "global parameters are not implemented",
-}
-OPERATOR_POLICY = "operator_policy"  # the ``parameters`` component of operator policies
-VHOST_LIMITS = "vhost-limits"  # the ``parameters`` component of vhost limits
-COMPONENTS = ("shovel",)  # the ``parameters`` components read into ``Definitions.parameters``
 _MD5_VERSIONS = re.compile(r"^3\.[0-5]\.")
-
-
-# ---------------------------------------------------------------------------------------------
-# reading
-# ---------------------------------------------------------------------------------------------
-class _Entry:
-    """One item of a section, with a label for error messages."""
-
-    def __init__(self, section: str, index: int, item: Any) -> None:
-        if not isinstance(item, dict):
-            raise DefinitionsError(f"{section}[{index}]: must be an object, got {item!r}")
-        self.item: dict[str, Any] = item
-        self.where = f"{section}[{index}]"
-
-    def label(self, text: str) -> None:
-        self.where = f"{self.where} ({text})"
-
-    def fail(self, problem: str) -> DefinitionsError:
-        return DefinitionsError(f"{self.where}: {problem}")
-
-    def string(self, key: str, default: str | None = None, *, non_empty: bool = False) -> str:
-        value = self.item.get(key, default)
-        if value is None:
-            raise self.fail(f"missing '{key}'")
-        if not isinstance(value, str):
-            raise self.fail(f"'{key}' must be a string, got {value!r}")
-        if non_empty and not value:
-            raise self.fail(f"'{key}' must not be empty")
-        return self.text(key, value)
-
-    def text(self, key: str, value: str) -> str:
-        """``value`` if it can be stored: Unicode text, not a lone surrogate escape such as ``"\\ud800"``
-        (which JSON allows and no name, key or password is encoded from)."""
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise self.fail(f"'{key}' is not valid Unicode (a lone surrogate)") from None
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.item.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(f"'{key}' must be a boolean, got {value!r}")
-        return value
-
-    def tags(self, value: Any) -> list[str]:
-        if value is None:
-            return []
-        if isinstance(value, str):
-            return [self.text("tags", tag.strip()) for tag in value.split(",") if tag.strip()]
-        if isinstance(value, list) and all(isinstance(tag, str) for tag in value):
-            return [self.text("tags", tag.strip()) for tag in value if tag.strip()]
-        raise self.fail(f"'tags' must be a list of strings or a comma-separated string, got {value!r}")
-
-
-def _section(data: Mapping[str, Any], key: str) -> list[Any]:
-    value = data.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise DefinitionsError(f"'{key}' must be a list, got {type(value).__name__}")
-    return value
+Key = tuple[str, str, str]  # (kind, vhost, name) of an exchange or a queue
+MAX_NAME = 255  # octets: an AMQP short string
 
 
 def _default_algorithm(data: Mapping[str, Any]) -> str:
@@ -155,7 +79,7 @@ def _default_algorithm(data: Mapping[str, Any]) -> str:
     return DEFAULT_HASHING_ALGORITHM
 
 
-def _read_user(entry: _Entry, default_algorithm: str) -> UserRecord:
+def _read_user(entry: Entry, default_algorithm: str) -> UserRecord:
     name = entry.string("name", non_empty=True)
     entry.label(f"user '{name}'")
     item = entry.item
@@ -184,22 +108,7 @@ def _read_user(entry: _Entry, default_algorithm: str) -> UserRecord:
     return UserRecord(name, password_hash, algorithm, tags)
 
 
-def _read_limits(entry: _Entry, kind: str, owner: str, raw: Any) -> list[LimitRecord]:
-    """``limits`` of a user (an object) or of a vhost (an object, or RabbitMQ 3.10's list of pairs)."""
-    if raw in (None, [], {}):
-        return []
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    try:
-        items = [(str(k), v) for k, v in pairs]
-    except (TypeError, ValueError):
-        raise entry.fail(f"'limits' must be an object, got {raw!r}") from None
-    try:
-        return [LimitRecord(kind, owner, name, validate_limit(kind, name, value)) for name, value in items]
-    except LimitError as exc:
-        raise entry.fail(str(exc)) from None
-
-
-def _read_vhost(entry: _Entry) -> VHostRecord:
+def _read_vhost(entry: Entry, report: ImportReport) -> VHostRecord:
     name = entry.string("name", non_empty=True)
     entry.label(f"vhost '{name}'")
     metadata = entry.item.get("metadata") or {}
@@ -212,10 +121,18 @@ def _read_vhost(entry: _Entry) -> VHostRecord:
         raise entry.fail(f"'description' must be a string, got {description!r}")
     entry.text("description", description)
     tags = entry.tags(entry.item.get("tags", metadata.get("tags")))
+    queue_type = metadata.get("default_queue_type", entry.item.get("default_queue_type"))
+    if queue_type not in (None, "undefined", "classic"):
+        report.skip(
+            "vhosts",
+            f"default queue type '{queue_type}' is not supported: the vhost is created, and a queue"
+            " declared there without x-queue-type is a classic queue",
+            name=name,
+        )
     return VHostRecord(name, description, tags)
 
 
-def _read_permission(entry: _Entry) -> PermissionRecord:
+def _read_permission(entry: Entry) -> PermissionRecord:
     user = entry.string("user", non_empty=True)
     vhost = entry.string("vhost", non_empty=True)
     entry.label(f"user '{user}' in vhost '{vhost}'")
@@ -228,31 +145,39 @@ def _read_permission(entry: _Entry) -> PermissionRecord:
     return PermissionRecord(user, vhost, *regexes)
 
 
-def _skip_reserved(entry: _Entry, kind: str, name: str, transient: bool) -> bool:
+def _skip_reason(entry: Entry, kind: str, name: str, transient: bool) -> str | None:
+    """Why a queue or an exchange is not imported (None: it is)."""
     if kind == "exchange" and name == "":
-        log.warning("%s: not importing the default exchange", entry.where)
-        return True
+        return "the default exchange is not imported"
     if name.startswith("amq."):
-        log.warning("%s: skipping a %s whose name begins with 'amq.'", entry.where, kind)
-        return True
+        return f"a {kind} whose name begins with 'amq.' is not imported"
     if not entry.boolean("durable", True) and not transient:
-        log.warning("%s: skipping a non-durable %s (only durable entities are stored)", entry.where, kind)
-        return True
-    return False
+        return (
+            f"a non-durable {kind}: a definitions file read at start-up or imported offline keeps only"
+            " durable queues and exchanges (the HTTP API imports non-durable ones)"
+        )
+    return None
 
 
-def _read_exchange(entry: _Entry, transient: bool) -> ExchangeRecord | None:
+def _read_exchange(entry: Entry, transient: bool) -> ExchangeRecord | str:
+    """The record, or why the exchange is skipped."""
     name = entry.string("name")
     vhost = entry.string("vhost", non_empty=True)
     entry.label(f"exchange '{name}' in vhost '{vhost}'")
     type_ = entry.string("type")
     auto_delete = entry.boolean("auto_delete", False)
     internal = entry.boolean("internal", False)
-    arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
-    if _skip_reserved(entry, "exchange", name, transient):
-        return None
+    reason = _skip_reason(entry, "exchange", name, transient)
+    if reason is not None:
+        return reason
+    try:
+        arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
+    except Unencodable as exc:
+        return exc.reason
     if type_ not in EXCHANGE_TYPES:
-        raise entry.fail(f"unsupported exchange type '{type_}' (supported: {', '.join(EXCHANGE_TYPES)})")
+        return f"exchange type '{type_}' is not supported (supported: {', '.join(EXCHANGE_TYPES)})"
+    if len(name.encode()) > MAX_NAME:  # RabbitMQ's HTTP API accepts one; AMQP cannot carry it
+        return f"an exchange name longer than {MAX_NAME} octets cannot be used over AMQP"
     try:
         parse_exchange_args(decode_arguments(arguments), name, vhost)
     except AMQPError as exc:
@@ -260,19 +185,22 @@ def _read_exchange(entry: _Entry, transient: bool) -> ExchangeRecord | None:
     return ExchangeRecord(vhost, name, type_, auto_delete, internal, arguments)
 
 
-def _read_queue(entry: _Entry, transient: bool) -> QueueRecord | None:
+def _read_queue(entry: Entry, transient: bool) -> QueueRecord | str:
+    """The record, or why the queue is skipped."""
     name = entry.string("name", non_empty=True)
     vhost = entry.string("vhost", non_empty=True)
     entry.label(f"queue '{name}' in vhost '{vhost}'")
     auto_delete = entry.boolean("auto_delete", False)
-    arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
-    if _skip_reserved(entry, "queue", name, transient):
-        return None
+    reason = _skip_reason(entry, "queue", name, transient)
+    if reason is not None:
+        return reason
+    try:
+        arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
+    except Unencodable as exc:
+        return exc.reason
     args = decode_arguments(arguments)
-    queue_type = args.get("x-queue-type", "classic")
-    if queue_type == "stream":
-        log.warning("%s: skipping a stream (ottermq has classic and quorum queues only)", entry.where)
-        return None
+    if args.get("x-queue-type", entry.item.get("type")) == "stream":
+        return "stream queues are not supported (ottermq has classic and quorum queues)"
     try:
         parse_queue_args(args, name, vhost)
     except AMQPError as exc:
@@ -280,7 +208,8 @@ def _read_queue(entry: _Entry, transient: bool) -> QueueRecord | None:
     return QueueRecord(vhost, name, auto_delete, arguments)
 
 
-def _read_binding(entry: _Entry) -> BindingRecord:
+def _read_binding(entry: Entry) -> tuple[BindingRecord, str | None]:
+    """The record, and why it is skipped (None: it is not)."""
     vhost = entry.string("vhost", non_empty=True)
     source = entry.string("source")
     destination = entry.string("destination")
@@ -289,87 +218,22 @@ def _read_binding(entry: _Entry) -> BindingRecord:
     if kind not in ("queue", "exchange"):
         raise entry.fail(f"'destination_type' must be 'queue' or 'exchange', got {kind!r}")
     routing_key = entry.string("routing_key", "")
-    arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
-    return BindingRecord(vhost, source, kind, destination, routing_key, arguments)
-
-
-def _read_policy(
-    entry: _Entry, value: Mapping[str, Any], vhost: str, name: str, operator: bool
-) -> PolicyRecord:
-    """A policy (``policies`` item, or the ``value`` of an ``operator_policy`` parameter), validated as
-    the management API validates it."""
-    entry.label(f"{'operator policy' if operator else 'policy'} '{name}' in vhost '{vhost}'")
     try:
-        policy = make_policy(
-            vhost,
-            name,
-            value.get("pattern"),
-            value.get("definition"),
-            value.get("apply-to", "all"),
-            value.get("priority", 0),
-            operator=operator,
-        )
-    except PolicyError as exc:
-        raise entry.fail(str(exc)) from None
-    return PolicyRecord(
-        vhost, name, policy.pattern, policy.apply_to, policy.priority, json.dumps(policy.definition), operator
-    )
+        arguments = arguments_from_json(entry.item.get("arguments"), entry.where)
+    except Unencodable as exc:
+        return BindingRecord(vhost, source, kind, destination, routing_key, b""), exc.reason
+    return BindingRecord(vhost, source, kind, destination, routing_key, arguments), None
 
 
-def _read_policies(data: Mapping[str, Any]) -> list[PolicyRecord]:
-    """``policies`` and the operator policies among ``parameters`` (other parameters are ignored)."""
-    found: dict[tuple[str, str, bool], PolicyRecord] = {}
-    for i, item in enumerate(_section(data, "policies")):
-        entry = _Entry("policies", i, item)
-        vhost, name = entry.string("vhost", non_empty=True), entry.string("name", non_empty=True)
-        found[(vhost, name, False)] = _read_policy(entry, item, vhost, name, False)
-    ignored = 0
-    for i, item in enumerate(_section(data, "parameters")):
-        entry = _Entry("parameters", i, item)
-        if item.get("component") == VHOST_LIMITS or item.get("component") in COMPONENTS:
-            continue  # read by _read_all_limits, _read_parameters
-        if item.get("component") != OPERATOR_POLICY:
-            ignored += 1
-            continue
-        vhost, name = entry.string("vhost", non_empty=True), entry.string("name", non_empty=True)
-        value = item.get("value")
-        if not isinstance(value, dict):
-            raise entry.fail(f"'value' must be an object, got {value!r}")
-        found[(vhost, name, True)] = _read_policy(entry, value, vhost, name, True)
-    if ignored:
-        log.warning(
-            "definitions: ignoring %d item(s) in 'parameters': runtime parameters other than"
-            " operator policies (federation, shovel, vhost limits...) are not implemented",
-            ignored,
-        )
-    return list(found.values())
-
-
-def policies_to_json(policies: list[PolicyRecord]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(policies, parameters)`` sections in RabbitMQ's export shapes: user policies, and operator
-    policies as ``operator_policy`` runtime parameters."""
-    users, operators = [], []
-    for p in policies:
-        value = {
-            "pattern": p.pattern,
-            "definition": json.loads(p.definition),
-            "priority": p.priority,
-            "apply-to": p.apply_to,
-        }
-        if p.operator:
-            operators.append({"value": value, "vhost": p.vhost, "component": OPERATOR_POLICY, "name": p.name})
-        else:
-            users.append(
-                {
-                    "vhost": p.vhost,
-                    "name": p.name,
-                    "pattern": p.pattern,
-                    "apply-to": p.apply_to,
-                    "definition": value["definition"],
-                    "priority": p.priority,
-                }
-            )
-    return users, operators
+def binding_names(b: BindingRecord) -> dict[str, str]:
+    """What names a binding in a report."""
+    return {
+        "vhost": b.vhost,
+        "source": b.source,
+        "destination": b.destination,
+        "destination_type": b.destination_kind,
+        "routing_key": b.routing_key,
+    }
 
 
 def binding_key(b: BindingRecord) -> tuple[str, str, str, str, str, bytes]:
@@ -377,142 +241,105 @@ def binding_key(b: BindingRecord) -> tuple[str, str, str, str, str, bytes]:
     return (b.vhost, b.source, b.destination_kind, b.destination, b.routing_key, b.arguments)
 
 
-def definitions_from_json(data: Mapping[str, Any], transient: bool = False) -> Definitions:
-    """Validate a parsed definitions file and turn it into store records (see the module rules).
-    ``transient=True`` keeps non-durable queues and exchanges (for a live import, which declares
-    them; the records do not say which were durable).
-
-    Raises:
-        DefinitionsError: the first invalid entry, named (``users[1] (user 'bob'): ...``).
-    """
-    if not isinstance(data, Mapping):
-        raise DefinitionsError(f"definitions must be a JSON object, got {type(data).__name__}")
-    for section, reason in IGNORED_SECTIONS.items():
-        count = len(_section(data, section))
-        if count:
-            log.warning("definitions: ignoring %d item(s) in '%s': %s", count, section, reason)
-    defs = Definitions()
-    algorithm = _default_algorithm(data)
-    users: dict[str, UserRecord] = {}
-    for i, item in enumerate(_section(data, "users")):
-        user = _read_user(_Entry("users", i, item), algorithm)
-        users[user.name] = user
-    vhosts: dict[str, VHostRecord] = {}
-    for i, item in enumerate(_section(data, "vhosts")):
-        vhost = _read_vhost(_Entry("vhosts", i, item))
-        vhosts[vhost.name] = vhost
-    perms: dict[tuple[str, str], PermissionRecord] = {}
-    for i, item in enumerate(_section(data, "permissions")):
-        perm = _read_permission(_Entry("permissions", i, item))
-        perms[(perm.user, perm.vhost)] = perm
-    defs.users = list(users.values())
-    defs.vhosts = list(vhosts.values())
-    defs.permissions = list(perms.values())
-
-    skipped: set[tuple[str, str, str]] = set()  # (kind, vhost, name) left out on purpose
-    seen: set[tuple[str, str, str]] = set()
-    for i, item in enumerate(_section(data, "exchanges")):
-        entry = _Entry("exchanges", i, item)
+def _read_topology(data: Mapping[str, Any], defs: Definitions, transient: bool, report: ImportReport) -> None:
+    skipped: dict[Key, str] = {}  # left out on purpose, with why
+    seen: set[Key] = set()
+    for entry in entries(data, "exchanges"):
         exchange = _read_exchange(entry, transient)
         key = ("exchange", entry.item["vhost"], entry.item["name"])
-        if exchange is None:
-            skipped.add(key)
+        if isinstance(exchange, str):
+            skipped[key] = exchange
+            report.skip("exchanges", exchange, vhost=key[1], name=key[2])
         elif key in seen:
             log.warning("%s: duplicate exchange; the first definition is kept", entry.where)
         else:
             seen.add(key)
             defs.exchanges.append(exchange)
-    for i, item in enumerate(_section(data, "queues")):
-        entry = _Entry("queues", i, item)
+    for entry in entries(data, "queues"):
         queue = _read_queue(entry, transient)
         key = ("queue", entry.item["vhost"], entry.item["name"])
-        if queue is None:
-            skipped.add(key)
+        if isinstance(queue, str):
+            skipped[key] = queue
+            report.skip("queues", queue, vhost=key[1], name=key[2])
         elif key in seen:
             log.warning("%s: duplicate queue; the first definition is kept", entry.where)
         else:
             seen.add(key)
             defs.queues.append(queue)
     bindings: set[tuple[str, str, str, str, str, bytes]] = set()
-    for i, item in enumerate(_section(data, "bindings")):
-        entry = _Entry("bindings", i, item)
-        binding = _read_binding(entry)
-        if binding.source == "":
-            log.warning("%s: skipping a binding of the default exchange", entry.where)
-            continue
+    for entry in entries(data, "bindings"):
+        binding, unencodable = _read_binding(entry)
         source = ("exchange", binding.vhost, binding.source)
         destination = (binding.destination_kind, binding.vhost, binding.destination)
-        if source in skipped or destination in skipped:
-            log.warning("%s: skipped with its source or destination", entry.where)
+        if binding.source == "":
+            report.skip(
+                "bindings", "a binding of the default exchange is not imported", **binding_names(binding)
+            )
             continue
-        identity = binding_key(binding)
-        if identity not in bindings:
-            bindings.add(identity)
-            defs.bindings.append(binding)
-    defs.policies = _read_policies(data)
-    defs.limits = _read_all_limits(data)
-    defs.parameters = _read_parameters(data)
+        if unencodable is not None:
+            report.skip("bindings", unencodable, **binding_names(binding))
+            continue
+        for end, what in ((source, "source"), (destination, "destination")):
+            if end in skipped:
+                reason = f"its {what} {end[0]} '{end[2]}' is skipped"
+                report.skip("bindings", reason, **binding_names(binding))
+                break
+        else:
+            identity = binding_key(binding)
+            if identity not in bindings:
+                bindings.add(identity)
+                defs.bindings.append(binding)
+
+
+def definitions_from_json(
+    data: Mapping[str, Any], transient: bool = False, report: ImportReport | None = None
+) -> Definitions:
+    """Validate a parsed definitions file and turn it into store records (see the module rules).
+    ``transient=True`` keeps non-durable queues and exchanges (for a live import, which declares
+    them; the records do not say which were durable). What is skipped goes to ``report``.
+
+    Raises:
+        DefinitionsError: the first invalid entry, named (``users[1] (user 'bob'): ...``).
+    """
+    if not isinstance(data, Mapping):
+        raise DefinitionsError(f"definitions must be a JSON object, got {type(data).__name__}")
+    report = report if report is not None else ImportReport()
+    defs = Definitions()
+    algorithm = _default_algorithm(data)
+    users = {u.name: u for u in (_read_user(entry, algorithm) for entry in entries(data, "users"))}
+    vhosts = {v.name: v for v in (_read_vhost(entry, report) for entry in entries(data, "vhosts"))}
+    perms = {
+        (p.user, p.vhost): p for p in (_read_permission(entry) for entry in entries(data, "permissions"))
+    }
+    defs.users, defs.vhosts, defs.permissions = (
+        list(users.values()),
+        list(vhosts.values()),
+        list(perms.values()),
+    )
+    for entry in entries(data, "topic_permissions"):
+        names = {key: str(entry.item.get(key)) for key in ("user", "vhost", "exchange")}
+        report.skip("topic_permissions", "topic permissions are not supported", **names)
+    read_global_parameters(data, report)
+    _read_topology(data, defs, transient, report)
+    read_policies(data, defs, report)
+    read_parameters(data, defs, report)
     return defs
 
 
-def _read_parameters(data: Mapping[str, Any]) -> list[ParameterRecord]:
-    """The ``parameters`` of ``COMPONENTS``; the last one of a name wins."""
-    found: dict[tuple[str, str, str], ParameterRecord] = {}
-    for i, item in enumerate(_section(data, "parameters")):
-        if item.get("component") not in COMPONENTS:
-            continue
-        entry = _Entry("parameters", i, item)
-        vhost, name = entry.string("vhost", non_empty=True), entry.string("name", non_empty=True)
-        entry.label(f"{item['component']} '{name}' in vhost '{vhost}'")
-        if "value" not in item:
-            raise entry.fail("'value' is missing")
-        found[(vhost, item["component"], name)] = ParameterRecord(
-            vhost, item["component"], name, json.dumps(item["value"], separators=(",", ":"))
-        )
-    return list(found.values())
+@dataclass(slots=True)
+class DefinitionsFile:
+    """A definitions file read for a start-up or an offline import: what to apply, and the report
+    of its import (what the reading skipped so far; the applier adds the rest)."""
+
+    path: str
+    definitions: Definitions
+    report: ImportReport = field(default_factory=ImportReport)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.path, **self.report.to_json()}
 
 
-def parameter_json(p: ParameterRecord) -> dict[str, Any]:
-    """A component's parameter in RabbitMQ's export shape."""
-    return {"value": json.loads(p.value), "vhost": p.vhost, "component": p.component, "name": p.name}
-
-
-def _read_all_limits(data: Mapping[str, Any]) -> list[LimitRecord]:
-    """Users' ``limits``, vhosts' ``limits`` and ``vhost-limits`` parameters; the last one given wins."""
-    found: dict[tuple[str, str, str], LimitRecord] = {}
-    for i, item in enumerate(_section(data, "users")):
-        entry = _Entry("users", i, item)
-        for r in _read_limits(entry, "user", str(item.get("name")), item.get("limits")):
-            found[(r.kind, r.owner, r.name)] = r
-    for i, item in enumerate(_section(data, "vhosts")):
-        entry = _Entry("vhosts", i, item)
-        for r in _read_limits(entry, "vhost", str(item.get("name")), item.get("limits")):
-            found[(r.kind, r.owner, r.name)] = r
-    for i, item in enumerate(_section(data, "parameters")):
-        if item.get("component") != VHOST_LIMITS:
-            continue
-        entry = _Entry("parameters", i, item)
-        vhost = entry.string("vhost", non_empty=True)
-        entry.label(f"limits of vhost '{vhost}'")
-        for r in _read_limits(entry, "vhost", vhost, item.get("value")):
-            found[(r.kind, r.owner, r.name)] = r
-    return list(found.values())
-
-
-def limits_of(defs_limits: list[LimitRecord], kind: str, owner: str) -> dict[str, int]:
-    return {r.name: r.value for r in defs_limits if r.kind == kind and r.owner == owner}
-
-
-def vhost_limit_parameters(limits: list[LimitRecord]) -> list[dict[str, Any]]:
-    """``vhost-limits`` runtime parameters, as RabbitMQ exports them."""
-    owners = sorted({r.owner for r in limits if r.kind == "vhost"})
-    return [
-        {"value": limits_of(limits, "vhost", v), "vhost": v, "component": VHOST_LIMITS, "name": "limits"}
-        for v in owners
-    ]
-
-
-def load_definitions_file(path: str | Path) -> Definitions:
+def load_definitions_file(path: str | Path) -> DefinitionsFile:
     """Read and validate a definitions JSON file (e.g. ``OTTERMQ_DEFINITIONS_FILE``).
 
     Raises:
@@ -524,88 +351,8 @@ def load_definitions_file(path: str | Path) -> Definitions:
         raise DefinitionsError(f"cannot read definitions file {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise DefinitionsError(f"definitions file {path} is not valid JSON: {exc}") from None
+    report = ImportReport()
     try:
-        return definitions_from_json(data)
+        return DefinitionsFile(str(path), definitions_from_json(data, report=report), report)
     except DefinitionsError as exc:
         raise DefinitionsError(f"definitions file {path}: {exc}") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# writing
-# ---------------------------------------------------------------------------------------------
-def definitions_to_json(defs: Definitions, version: str) -> dict[str, Any]:
-    """RabbitMQ 3.10's export shape for ``defs`` (all queues and exchanges are durable).
-
-    Args:
-        defs: what to export.
-        version: written as ``rabbit_version`` and ``rabbitmq_version``.
-    """
-    return {
-        "rabbit_version": version,
-        "rabbitmq_version": version,
-        "users": [
-            {
-                "name": u.name,
-                "password_hash": u.password_hash,
-                "hashing_algorithm": u.hashing_algorithm,
-                "tags": list(u.tags),
-                "limits": limits_of(defs.limits, "user", u.name),
-            }
-            for u in defs.users
-        ],
-        "vhosts": [
-            {
-                "name": v.name,
-                "limits": [list(kv) for kv in limits_of(defs.limits, "vhost", v.name).items()],
-                "metadata": {"description": v.description, "tags": list(v.tags)},
-            }
-            for v in defs.vhosts
-        ],
-        "permissions": [
-            {"user": p.user, "vhost": p.vhost, "configure": p.configure, "write": p.write, "read": p.read}
-            for p in defs.permissions
-        ],
-        "topic_permissions": [],
-        "parameters": policies_to_json(defs.policies)[1]
-        + vhost_limit_parameters(defs.limits)
-        + [parameter_json(p) for p in defs.parameters],
-        "global_parameters": [],
-        "policies": policies_to_json(defs.policies)[0],
-        "queues": [_queue_json(q) for q in defs.queues],
-        "exchanges": [
-            {
-                "name": x.name,
-                "vhost": x.vhost,
-                "type": x.type,
-                "durable": True,
-                "auto_delete": x.auto_delete,
-                "internal": x.internal,
-                "arguments": arguments_to_json(x.arguments),
-            }
-            for x in defs.exchanges
-        ],
-        "bindings": [
-            {
-                "source": b.source,
-                "vhost": b.vhost,
-                "destination": b.destination,
-                "destination_type": b.destination_kind,
-                "routing_key": b.routing_key,
-                "arguments": arguments_to_json(b.arguments),
-            }
-            for b in defs.bindings
-        ],
-    }
-
-
-def _queue_json(q: QueueRecord) -> dict[str, Any]:
-    arguments = arguments_to_json(q.arguments)
-    queue_type = arguments.get("x-queue-type", "classic")
-    return {
-        "name": q.name,
-        "vhost": q.vhost,
-        "durable": True,
-        "auto_delete": q.auto_delete,
-        "arguments": arguments,
-        "type": queue_type if isinstance(queue_type, str) else "classic",
-    }

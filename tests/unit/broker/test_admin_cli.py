@@ -9,7 +9,16 @@ import os
 from pathlib import Path
 
 import pytest
-from ottermq.broker.cli.admin import GET_COLUMNS, add_parsers, cell, describe, format_table, get_row, run
+from ottermq.broker.cli.admin import (
+    GET_COLUMNS,
+    add_parsers,
+    cell,
+    changes,
+    describe,
+    format_table,
+    get_row,
+    run,
+)
 from ottermq.broker.cli.api import AdminError, announce, client_of
 from ottermq.broker.cli.dlq_move import progress
 from ottermq.broker.cli.main import main
@@ -125,7 +134,58 @@ def test_defaults_are_rabbitmqs_with_the_brokers_defaults(clean_env: Path) -> No
         "cafile": "",
         "user": "guest",
         "password": "guest",
+        "origin": "the default OTTERMQ_WEB_PORT=15672: neither the environment nor ./.env sets it",
     }
+
+
+def test_the_admin_variables_are_read_from_dot_env_too(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (clean_env / ".env").write_text(
+        "OTTERMQ_WEB_PORT=25673\nOTTERMQ_ADMIN_URL=http://other:15672\nOTTERMQ_ADMIN_USER=ops\n"
+        "OTTERMQ_ADMIN_PASSWORD=s3cret\n"
+    )
+    monkeypatch.setenv("OTTERMQ_ADMIN_USER", "env-wins")
+    defaults = admin_defaults()
+    assert (defaults["url"], defaults["user"], defaults["password"], defaults["origin"]) == (
+        "http://other:15672",
+        "env-wins",
+        "s3cret",
+        "OTTERMQ_ADMIN_URL",
+    )
+
+
+def test_the_origin_names_the_setting_that_gives_the_port(clean_env: Path) -> None:
+    (clean_env / ".env").write_text("OTTERMQ_WEB_PORT=15673\n")
+    assert admin_defaults()["origin"] == "OTTERMQ_WEB_PORT=15673"
+    (clean_env / ".env").write_text("OTTERMQ_WEB_SSL=true\nOTTERMQ_WEB_SSL_PORT=25671\n")
+    assert admin_defaults()["origin"] == "OTTERMQ_WEB_SSL_PORT=25671"
+
+
+@pytest.mark.parametrize(
+    ("argv", "changing"),
+    [
+        (["list", "queues"], False),
+        (["users", "list"], False),
+        (["policies", "list"], False),
+        (["limits", "list"], False),
+        (["get", "q"], False),
+        (["get", "q", "--ackmode", "reject_requeue_true"], False),
+        (["get", "q", "--ackmode", "ack_requeue_false"], True),
+        (["get", "q", "--ackmode", "reject_requeue_false"], True),
+        (["purge", "q"], True),
+        (["publish", "--payload", "x"], True),
+        (["close-connection", "c"], True),
+        (["users", "passwd", "guest", "pw"], True),
+        (["users", "add", "u", "pw"], True),
+        (["permissions", "add", "/", "u"], True),
+        (["vhosts", "delete", "v"], True),
+        (["policies", "set", "p", ".*", "{}"], True),
+        (["limits", "clear", "/"], True),
+    ],
+)
+def test_which_commands_change_the_broker(argv: list[str], changing: bool) -> None:
+    assert changes(parse(argv, OWN)) is changing
 
 
 def test_defaults_follow_the_brokers_dotenv_and_environment(
@@ -247,6 +307,8 @@ class RecordingClient:
 
     def request(self, method: str, path: str, body: object = None) -> object:
         self.calls.append((method, path, body))
+        if path == "/overview":  # every command asks who answers first
+            return {"product_name": "OtterMQ", "product_version": "0.1.0"}
         return {"name": "carol", "tags": ["management"]} if method == "GET" else None
 
 
@@ -297,8 +359,37 @@ class FakeClient:
 def test_announce_names_the_product_that_answers(
     overview: dict[str, str], line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    announce(FakeClient(overview), "Listing queues of", "(all vhosts)")  # type: ignore[arg-type]
+    announce(FakeClient(overview), "Listing queues of", "(all vhosts)", any_broker=True)  # type: ignore[arg-type]
     assert capsys.readouterr().err == f"Listing queues {line} http://localhost:15672/ (all vhosts)\n"
+
+
+RABBITMQ = {"product_name": "RabbitMQ", "product_version": "3.10.8"}
+ORIGIN = "the default OTTERMQ_WEB_PORT=15672: neither the environment nor ./.env sets it"
+
+
+def test_a_broker_that_is_not_ottermq_gets_a_warning_even_when_quiet(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    announce(FakeClient(RABBITMQ), "Listing queues of", quiet=True, origin=ORIGIN)  # type: ignore[arg-type]
+    warning = capsys.readouterr().err
+    assert warning.startswith(
+        f"WARNING: RabbitMQ 3.10.8 at http://localhost:15672/ is not OtterMQ (the URL comes from {ORIGIN}; "
+    )
+    assert "set its ports in ./.env or give --url" in warning and warning.count("\n") == 1
+
+
+def test_a_change_refuses_a_broker_that_is_not_ottermq_unless_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(
+        AdminError, match=r"^refusing to change RabbitMQ 3.10.8 at http://localhost:15672/: it is"
+    ):
+        announce(FakeClient(RABBITMQ), "Purging queue 'q' on", changes=True, origin=ORIGIN)  # type: ignore[arg-type]
+    assert capsys.readouterr().err == ""  # nothing said about purging: it was not done
+    announce(FakeClient(RABBITMQ), "Purging queue 'q' on", changes=True, any_broker=True)  # type: ignore[arg-type]
+    ours = {"product_name": "OtterMQ", "product_version": "0.1.0"}
+    announce(FakeClient(ours), "Purging queue 'q' on", changes=True, quiet=True)  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "Purging queue 'q' on RabbitMQ 3.10.8 at http://localhost:15672/\n"
 
 
 def test_announce_leaves_an_error_status_to_the_command(capsys: pytest.CaptureFixture[str]) -> None:

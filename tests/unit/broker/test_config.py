@@ -134,6 +134,7 @@ BAD_VALUES = {
     "postgres_schema": "s" * 51,  # over the 50 characters allowed (PostgreSQL names stop at 63 bytes)
     "lease_seconds": "0.5",
     "standby_poll_seconds": "0",
+    "postgres_start_timeout": "0",
     "definitions_file": None,  # any path; start-up reports a missing file (StartupError)
     "memory_high_watermark": "0",
     "handshake_timeout": "0",
@@ -200,6 +201,21 @@ def test_unknown_variables_name_the_closest_setting(tmp_path, monkeypatch):
         f"unknown setting OTTERMQ_ZZZ in {env} is ignored (see ottermq serve --help)",
     ]
     assert unknown_variables(tmp_path / "missing.env") == unknown_variables(None)
+
+
+def test_pure_python_is_known_in_the_environment_and_said_to_be_ignored_in_dot_env(tmp_path, monkeypatch):
+    """amqp/native.py reads OTTERMQ_PURE_PYTHON from the environment before any setting is read."""
+    for key in list(os.environ):
+        if key.startswith("OTTERMQ_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("OTTERMQ_PURE_PYTHON", "1")
+    env = tmp_path / ".env"
+    env.write_text("OTTERMQ_PURE_PYTHON=1\n")
+    assert unknown_variables(env) == [
+        f"OTTERMQ_PURE_PYTHON in {env} is ignored: the hot path is chosen before settings are read, so set"
+        " it in the environment (OTTERMQ_PURE_PYTHON=1 ottermq)"
+    ]
+    assert unknown_variables(None) == []
 
 
 def test_settings_help_lists_every_setting_with_the_env_example_default(monkeypatch):

@@ -107,8 +107,9 @@ def test_definitions_file(tmp_path):
     with pytest.raises(StartupError, match="OTTERMQ_DEFINITIONS_FILE=.*: definitions file .* not valid JSON"):
         read_definitions(settings(definitions_file=missing))
     missing.write_text(json.dumps({"vhosts": [{"name": "v"}]}))
-    defs = read_definitions(settings(definitions_file=missing))
-    assert defs is not None and [v.name for v in defs.vhosts] == ["v"]
+    read = read_definitions(settings(definitions_file=missing))
+    assert read is not None and [v.name for v in read.definitions.vhosts] == ["v"]
+    assert read.path == str(missing) and read.report.complete
 
 
 def test_password_differs_from_the_stored_one():

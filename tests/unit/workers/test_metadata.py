@@ -12,7 +12,7 @@ from typing import Any
 
 from ottermq.broker.config import Settings
 from ottermq.broker.node.auth import hash_password
-from ottermq.broker.node.definitions.json_format import definitions_from_json
+from ottermq.broker.node.definitions import definitions_from_json
 from ottermq.broker.node.node import Node
 from ottermq.broker.workers import metadata
 from ottermq.broker.workers.cluster import WorkerCluster
