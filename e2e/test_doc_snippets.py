@@ -72,6 +72,8 @@ SKIPPED = {
     "definitions-rabbitmq": "needs RabbitMQ's rabbitmqctl; e2e/test_definitions_roundtrip.py runs it under"
     " make conformance",
     "rabbitmqadmin-download": "downloads from a RabbitMQ; the rabbitmqadmin snippet runs Debian's copy",
+    "definitions-report": "an import's answer, abridged to two of its skipped items;"
+    " e2e/test_definitions_everything.py checks the whole answer to that file",
     "pip-spark": "installs from a package index (make install has the spark extra)",
     "spark-hdfs": "needs an HDFS cluster",
     "spark-submit": "needs a Spark cluster; tests/spark/test_cluster.py runs spark-submit on a local one",
