@@ -187,11 +187,12 @@ class Broker:
                 await self.node.open(definitions.definitions, not self.internal, definitions.report)
         except DefinitionsError as exc:
             raise StartupError("definitions_file", settings.definitions_file, str(exc)) from None
-        if definitions is not None:  # each skipped item was logged as it was skipped
+        if definitions is not None:
             self.node.definitions_file = definitions
-            log.info("imported definitions from %s: %s", definitions.path, definitions.report.summary())
-        if before_serving is not None:
+        if before_serving is not None:  # worker 0: the other workers' parts join the report
             await before_serving()
+        if definitions is not None:  # each skipped item was logged as it was skipped
+            log.info("imported definitions from %s: %s", definitions.path, definitions.report.summary())
         await self.amqp.start_serving()  # internal: no socket, the consumer-timeout checks only
         if not self.internal:
             self.node.services.shovels.start()  # they connect to the listener that now accepts

@@ -295,10 +295,14 @@ class ChannelsElsewhere(Message):
 @dataclass(frozen=True, slots=True)
 class Ready(Message):
     """The worker has started: the ports of its internal management API and Prometheus endpoint on
-    127.0.0.1 (None: disabled)."""
+    127.0.0.1 (None: disabled), and its part of the start-up definitions file's import report
+    (``report``: ``ImportReport.to_json`` of the exchanges, queues and bindings it declared or skipped
+    from ``Start.topology``; None: nothing to declare). Worker 0 joins the reports of the workers'
+    first start into the file's report (``Supervisor.start``)."""
 
     web: int | None
     prometheus: int | None
+    report: dict[str, Any] | None = None
 
 
 @message("taken")

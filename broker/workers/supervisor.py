@@ -7,6 +7,11 @@ Rules:
   owns a vhost is known only once that node is open), then each vhost's owner declares the file's
   exchanges, queues and bindings in it: the other workers from their ``Start`` message (again at
   every restart: what a worker has already is left as it is), worker 0 once it joins the workers.
+  Each worker's part of the import report comes back in its ``Ready``; worker 0 joins those of the
+  first start into the file's report (``ImportReport.add_topology``, as the HTTP import joins the
+  workers' answers), logging their skipped items, so the summary logged once every worker has
+  started and the overview's ``definitions_file`` cover every worker (a restart's skipped items are
+  logged, not joined).
   A worker that exits while the broker runs is started again (after 0.5 s, doubling up to 10 s
   while it keeps failing within a minute); it recovers its vhosts from its store. Meanwhile a
   connection to one of its vhosts is refused as RabbitMQ refuses a vhost that is down
@@ -48,7 +53,13 @@ from ottermq.persistence.store import Definitions
 from ottermq.vhost.policy import PolicyError
 
 from .. import VERSION
-from ..node.definitions import DefinitionsError, apply_definitions, check_references, definitions_to_json
+from ..node.definitions import (
+    DefinitionsError,
+    ImportReport,
+    apply_definitions,
+    check_references,
+    definitions_to_json,
+)
 from ..node.startup import StartupError
 from ..server.endpoints import describe
 from . import metadata
@@ -126,6 +137,7 @@ class Supervisor:
         self._seq = 0
         self._offers = 0
         self._stopping = False
+        self._started = False  # ``start`` is done: a worker's Ready is a restart's
         self._spreading = False  # a channels_elsewhere round is scheduled
         # this process among the workers, once they have all started (``start``)
         self.cluster = WorkerCluster(0, lambda name: self.owners.owner(name) == 0, self._spread_soon, self)
@@ -179,23 +191,36 @@ class Supervisor:
             raise StartupError("definitions_file", self.broker.settings.definitions_file, str(exc)) from None
         for child in await self._launching:
             self._begin(child)
+        imported = node.definitions_file
         for index in range(1, self.count):
             child = self.children[index]
             try:
-                await asyncio.wait_for(asyncio.shield(child.ready), READY_TIMEOUT)
+                ready = await asyncio.wait_for(asyncio.shield(child.ready), READY_TIMEOUT)
             except (TimeoutError, asyncio.CancelledError):
                 raise StartupError("workers", self.count, f"worker {index} did not start") from None
+            if imported is not None:
+                self._join_report(imported.report, ready)
         self.broker.amqp.router = self.route
         node.join(self.cluster)
         own = self._topology_of(0)
         if own.exchanges or own.queues or own.bindings:
-            try:
-                apply_definitions(node, own)
+            try:  # its skipped items are logged as they are skipped, as in one process
+                apply_definitions(node, own, report=imported.report if imported is not None else None)
             except (DefinitionsError, AMQPError, PolicyError) as exc:
                 raise StartupError(
                     "definitions_file", self.broker.settings.definitions_file, str(exc)
                 ) from None
+        self._started = True
         log.info("%d workers: %s", self.count, self.describe())
+
+    @staticmethod
+    def _join_report(report: ImportReport, ready: Ready) -> None:
+        """A worker's part of the start-up file's import report (``Ready.report``) joined into the
+        file's (as the HTTP import joins the workers' answers), its skipped items logged here."""
+        if ready.report is None:  # nothing of the file in its vhosts
+            return
+        for item in report.add_topology(ImportReport.from_json(ready.report)):
+            log.warning("definitions: skipped %s", item.describe())
 
     def describe(self) -> str:
         return "; ".join(
@@ -266,6 +291,9 @@ class Supervisor:
             child.web_port, child.prometheus_port = message.web, message.prometheus
             child.ready.set_result(message)
             log.info("worker %d ready (pid %d)", child.index, child.process.pid)
+            if self._started and message.report is not None:  # a restart: its skipped items, logged
+                for item in ImportReport.from_json(message.report).skipped:
+                    log.warning("definitions: skipped %s (worker %d restarted)", item.describe(), child.index)
 
     def _on_taken(self, child: Child, message: Taken) -> None:
         offer = child.offered.pop(message.id, None)

@@ -7,7 +7,9 @@ Rules:
   any broker does (``Broker.prepare_dirs``, ``Broker.start``, ``internal``): its own store under
   ``OTTERMQ_DATA_DIR/worker-INDEX``, recovered; worker 0's metadata applied before it serves; no
   AMQP listener of its own; its management API and Prometheus endpoint on ``127.0.0.1`` ports the
-  system picks, which it reports in ``Ready``.
+  system picks, which it reports in ``Ready``, with its part of the start-up definitions file's
+  import report (what it declared or skipped of ``Start.topology``; worker 0 logs the skipped items
+  and joins the report into the file's, so the worker does not log them itself).
 - What worker 0 sends is dispatched by its type (``HANDLERS``, one method per message of
   ``messages.TO_WORKER``); anything else closes the control socket, as a message that does not
   decode does. ``Connection``: a client socket (plain TCP, or worker 0's end of a TLS connection it
@@ -32,7 +34,7 @@ from typing import Any, ClassVar
 from ottermq.persistence.archive import NullArchive
 
 from ..config import Settings
-from ..node.definitions import apply_definitions, definitions_from_json
+from ..node.definitions import ImportReport, apply_definitions, definitions_from_json
 from ..node.wiring import open_store
 from ..runtime import Broker
 from ..server.endpoints import RelayedEndpoints
@@ -187,12 +189,15 @@ class Worker:
             node.services.auth.set_internal(start.secret)
         self.owned = set(start.owned)
         node.join(self.cluster)
+        report: ImportReport | None = None  # the start-up definitions file's part here, for worker 0
 
         async def apply_metadata() -> None:
+            nonlocal report
             await metadata.prepare(node, start.definitions)
             metadata.sync(node, start.definitions)
             if start.topology:  # the start-up definitions file's part in this worker's vhosts
-                apply_definitions(node, definitions_from_json(start.topology))
+                report = ImportReport(quiet=True)  # worker 0 logs what was skipped
+                apply_definitions(node, definitions_from_json(start.topology), report=report)
 
         broker.prepare_dirs()
         await broker.start(before_serving=apply_metadata)
@@ -201,6 +206,7 @@ class Worker:
             Ready(
                 web=broker.web.addresses()[0][1] if broker.web is not None else None,
                 prometheus=broker.prometheus.addresses()[0][1] if broker.prometheus is not None else None,
+                report=report.to_json() if report is not None else None,
             )
         )
         log.info("worker %d ready (vhosts from worker 0)", self.index)

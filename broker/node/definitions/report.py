@@ -66,11 +66,13 @@ class ImportReport:
     applied: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     unchanged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     skipped: list[Skipped] = field(default_factory=list)
+    quiet: bool = False  # skipped items are not logged here: another process logs them (a worker's part)
 
     def skip(self, section: str, reason: str, **names: str) -> None:
-        """Rule 1: leave one item out, logged and kept for the answer."""
+        """Rule 1: leave one item out, logged (unless ``quiet``) and kept for the answer."""
         item = Skipped(section, tuple(names.items()), reason.strip())
-        log.warning("definitions: skipped %s", item.describe())
+        if not self.quiet:
+            log.warning("definitions: skipped %s", item.describe())
         self.skipped.append(item)
 
     def done(self, kind: str, count: int = 1) -> None:
@@ -107,15 +109,22 @@ class ImportReport:
                 report.skipped.append(Skipped(str(item.get("section")), names, str(item.get("reason"))))
         return report
 
-    def add_topology(self, other: ImportReport) -> None:
+    def add_topology(self, other: ImportReport) -> list[Skipped]:
         """Another worker's import of the same file (it declares the exchanges, queues and bindings
-        of the vhosts it owns): its topology counts added, its skipped items not yet here added."""
+        of the vhosts it owns): its topology counts added, its skipped items not yet here added.
+
+        Returns:
+            The skipped items added (the start-up import logs them, ``Supervisor.start``).
+        """
         for kind in ("exchanges", "queues", "bindings"):
             self.applied[kind] += other.applied.get(kind, 0)
             self.unchanged[kind] += other.unchanged.get(kind, 0)
+        added: list[Skipped] = []
         for item in other.skipped:
             if item not in self.skipped:
                 self.skipped.append(item)
+                added.append(item)
+        return added
 
     def summary(self) -> str:
         """One line: ``applied 3 users, 2 vhosts; unchanged 1 queue; skipped 2 items``."""

@@ -357,4 +357,9 @@ def test_a_handler_that_fails_does_not_stop_the_channel(run: Run, caplog: pytest
 
 
 def test_the_json_on_the_wire_is_what_messages_pack_makes() -> None:
-    assert json.loads(pack(Ready(15672, None))) == {"type": "ready", "web": 15672, "prometheus": None}
+    assert json.loads(pack(Ready(15672, None))) == {
+        "type": "ready",
+        "web": 15672,
+        "prometheus": None,
+        "report": None,
+    }

@@ -165,7 +165,7 @@ def test_a_field_retyped_on_one_side_only_is_refused() -> None:
         ({"type": "taken", "id": True}, "control message field taken.id: bool, not int"),
         ({"type": "taken", "id": 1.0}, "control message field taken.id: float, not int"),
         (
-            {"type": "ready", "web": "80", "prometheus": None},
+            {"type": "ready", "web": "80", "prometheus": None, "report": None},
             "control message field ready.web: str, not int | None",
         ),
         (
