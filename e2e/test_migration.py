@@ -58,8 +58,8 @@ def params(broker: Broker, vhost: str) -> pika.ConnectionParameters:
     return broker.params(virtual_host=vhost, heartbeat=30, blocked_connection_timeout=30, socket_timeout=30)
 
 
-def set_up_the_application(broker: Broker, vhost: str) -> None:
-    """What the application declares on the old broker (the guide's starting point)."""
+def add_vhost(broker: Broker, vhost: str) -> None:
+    """The vhost, with every permission for the test's user (guide step 2 on the new broker)."""
     ok(broker, f"/api/vhosts/{q(vhost)}", "PUT", {})
     ok(
         broker,
@@ -67,6 +67,11 @@ def set_up_the_application(broker: Broker, vhost: str) -> None:
         "PUT",
         {"configure": ".*", "write": ".*", "read": ".*"},
     )
+
+
+def set_up_the_application(broker: Broker, vhost: str) -> None:
+    """What the application declares on the old broker (the guide's starting point)."""
+    add_vhost(broker, vhost)
     conn = pika.BlockingConnection(params(broker, vhost))
     ch = conn.channel()
     ch.exchange_declare(ORDERS, "direct", durable=True)
@@ -210,13 +215,7 @@ def test_an_application_moves_to_ottermq_without_losing_a_message(broker, broker
 
     # 2. definitions: the old vhost's exported, the vhost made on the new broker, the definitions imported
     definitions = ok(old, f"/api/definitions/{q(vhost)}")
-    ok(new, f"/api/vhosts/{q(vhost)}", "PUT", {})
-    ok(
-        new,
-        f"/api/permissions/{q(vhost)}/{q(new.user)}",
-        "PUT",
-        {"configure": ".*", "write": ".*", "read": ".*"},
-    )
+    add_vhost(new, vhost)
     ok(new, f"/api/definitions/{q(vhost)}", "POST", definitions)
     assert set(QUEUES) <= set(queue_totals(new, vhost))
 
